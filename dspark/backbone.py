@@ -1,0 +1,125 @@
+"""The drafter's network: the DFlash parallel backbone plus DSpark's Markov and confidence heads.
+
+Shapes: ``A`` anchors (batch), ``L`` context rows, ``G`` block positions (gamma), ``H`` the
+target's hidden size, ``V`` its vocabulary, ``r`` the Markov rank.
+
+Every layer's keys/values are ``[context rows ; block rows]`` through the same K/V weights; the
+queries come from the block only and see everything (bidirectional inside the block). Context
+rows are projected once per committed token and kept in ``ContextKV``; block K/V are never kept.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+
+class DraftLayer(nn.Module):
+    """A Gemma-style block: sandwich norms, QK-norm attention with GQA, GeGLU MLP."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, ffn: int, eps: float, rope_theta: float):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.scale = head_dim**-0.5
+        self.input_layernorm = nn.RMSNorm(hidden, eps=eps)
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+        self.q_norm = nn.RMSNorm(head_dim, eps=eps)
+        self.k_norm = nn.RMSNorm(head_dim, eps=eps)
+        self.post_attention_layernorm = nn.RMSNorm(hidden, eps=eps)
+        self.pre_feedforward_layernorm = nn.RMSNorm(hidden, eps=eps)
+        self.gate_proj = nn.Linear(hidden, ffn, bias=False)
+        self.up_proj = nn.Linear(hidden, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, hidden, bias=False)
+        self.post_feedforward_layernorm = nn.RMSNorm(hidden, eps=eps)
+        self.rope = nn.RoPE(head_dim, traditional=False, base=rope_theta)
+
+    def kv(self, x: mx.array, offset: int) -> tuple[mx.array, mx.array]:
+        """Keys/values [A, kv_heads, S, head_dim] of rows ``x`` [A, S, H] at ``offset``."""
+        A, S, _ = x.shape
+        k = self.k_norm(self.k_proj(x).reshape(A, S, self.kv_heads, self.head_dim)).transpose(0, 2, 1, 3)
+        v = self.v_proj(x).reshape(A, S, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+        return self.rope(k, offset=offset), v
+
+    def __call__(self, x: mx.array, ctx_k: mx.array | None, ctx_v: mx.array | None, offset: int, mask=None):
+        A, G, _ = x.shape
+        h = self.input_layernorm(x)
+        q = self.q_norm(self.q_proj(h).reshape(A, G, self.heads, self.head_dim)).transpose(0, 2, 1, 3)
+        q = self.rope(q, offset=offset)
+        k, v = self.kv(h, offset)
+        if ctx_k is not None:
+            k = mx.concatenate([ctx_k, k], axis=2)
+            v = mx.concatenate([ctx_v, v], axis=2)
+        o = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
+        o = self.o_proj(o.transpose(0, 2, 1, 3).reshape(A, G, -1))
+        x = x + self.post_attention_layernorm(o)
+        h = self.pre_feedforward_layernorm(x)
+        h = self.down_proj(nn.gelu_approx(self.gate_proj(h)) * self.up_proj(h))
+        return x + self.post_feedforward_layernorm(h)
+
+
+class MarkovHead(nn.Module):
+    """Low-rank bias from the previous token: B(x_prev) = W1[x_prev] @ W2."""
+
+    def __init__(self, vocab: int, rank: int):
+        super().__init__()
+        self.markov_w1 = nn.Embedding(vocab, rank)
+        self.markov_w2 = nn.Linear(rank, vocab, bias=False)
+        # Start as a zero bias so an untrained head leaves the backbone's logits unchanged.
+        self.markov_w2.weight = mx.zeros_like(self.markov_w2.weight)
+
+    def __call__(self, prev: mx.array) -> tuple[mx.array, mx.array]:
+        e = self.markov_w1(prev)
+        return self.markov_w2(e), e
+
+
+class ConfidenceHead(nn.Module):
+    """Logit of the chance that draft k survives given drafts 1..k-1 did."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.proj = nn.Linear(dim, 1)
+
+    def __call__(self, feats: mx.array) -> mx.array:
+        return self.proj(feats)[..., 0]
+
+
+class ContextKV:
+    """Per-layer projected context K/V of the committed rows, grown in place (DsparkContextAttention).
+
+    Appending writes into a buffer that grows in steps, so a round costs the new rows only.
+    """
+
+    step = 256
+
+    def __init__(self, num_layers: int):
+        self.keys: list[mx.array | None] = [None] * num_layers
+        self.values: list[mx.array | None] = [None] * num_layers
+        self.offset = 0
+
+    def append(self, kvs: list[tuple[mx.array, mx.array]]) -> None:
+        n = kvs[0][0].shape[2]
+        end = self.offset + n
+        for i, (k, v) in enumerate(kvs):
+            buf_k, buf_v = self.keys[i], self.values[i]
+            if buf_k is None or end > buf_k.shape[2]:
+                grow = ((end - (0 if buf_k is None else buf_k.shape[2])) // self.step + 1) * self.step
+                shape_k = (k.shape[0], k.shape[1], grow, k.shape[3])
+                shape_v = (v.shape[0], v.shape[1], grow, v.shape[3])
+                new_k, new_v = mx.zeros(shape_k, k.dtype), mx.zeros(shape_v, v.dtype)
+                buf_k = new_k if buf_k is None else mx.concatenate([buf_k[..., : self.offset, :], new_k], axis=2)
+                buf_v = new_v if buf_v is None else mx.concatenate([buf_v[..., : self.offset, :], new_v], axis=2)
+            buf_k[..., self.offset : end, :] = k
+            buf_v[..., self.offset : end, :] = v
+            self.keys[i], self.values[i] = buf_k, buf_v
+        self.offset = end
+
+    def layer(self, i: int) -> tuple[mx.array | None, mx.array | None]:
+        if self.offset == 0:
+            return None, None
+        return self.keys[i][..., : self.offset, :], self.values[i][..., : self.offset, :]
+
+    def state(self) -> list[mx.array]:
+        return [a for a in self.keys + self.values if a is not None]

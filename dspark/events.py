@@ -1,0 +1,87 @@
+"""The one event schema: what the engine did, for the CLI, the benchmark, the app and tests.
+
+Everything here is plain Python data (frozen dataclasses of ints, floats, strings and
+tuples), so it can cross threads and be written to JSON without touching MLX.
+
+A generation yields one ``RoundEvent`` per round and ends with one ``Summary``.
+Plain decoding (``generate_baseline``) uses the same schema: each of its "rounds" commits
+one token with source ``TARGET`` and drafts nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class Source(str, Enum):
+    """How a committed token came to be."""
+
+    ACCEPTED = "accepted"  # a drafted token the target accepted
+    CORRECTION = "correction"  # the target's own token where a draft was rejected
+    BONUS = "bonus"  # the target's token after every verified draft was accepted
+    TARGET = "target"  # plain decoding: no draft involved
+
+
+@dataclass(frozen=True)
+class CommittedToken:
+    id: int
+    text: str  # the token's own piece of text (may be empty for partial characters)
+    source: Source
+    round: int  # index of the round that committed it
+    position: int  # 0-based slot in that round: slot k < accepted is draft k+1
+    target_prob: float  # the target's probability of this token at its position
+    draft_prob: float | None = None  # q(token) for accepted drafts, else None
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """One speculative round (or one plain decoding step)."""
+
+    index: int
+    anchor: int  # the last committed token the round drafted from
+    drafted: tuple[int, ...]  # every token the drafter proposed
+    draft_probs: tuple[float, ...]  # q(d_k), the probability each was drawn with
+    confidences: tuple[float, ...] | None  # calibrated survival estimates c_k, if any
+    verify_width: int  # how many drafted tokens the target verified (<= len(drafted))
+    accepted: int  # how many verified drafts were accepted (<= verify_width)
+    committed: tuple[CommittedToken, ...]  # accepted drafts then one target token
+    draft_seconds: float
+    verify_seconds: float
+    elapsed_seconds: float  # since generation started
+    tokens_generated: int  # cumulative committed tokens
+    tokens_per_sec: float  # cumulative decode throughput (see Summary.tokens_per_sec)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The whole generation. Metric definitions live in ``dspark.metrics``."""
+
+    method: str  # "speculative" or "baseline"
+    tokens: tuple[int, ...]
+    text: str
+    prompt_tokens: int
+    rounds: int
+    accepted_lengths: tuple[int, ...]  # accepted drafts per round
+    verify_widths: tuple[int, ...]  # verified drafts per round
+    tau: float  # committed tokens per round, the bonus/correction token included
+    acceptance_rate: float  # accepted drafts / verified drafts
+    per_position_acceptance: tuple[float, ...]
+    tokens_per_sec: float
+    ttft_seconds: float
+    prefill_seconds: float
+    draft_seconds: float
+    verify_seconds: float
+    total_seconds: float
+    finish_reason: str  # "length", "stop" or "cancelled"
+    peak_memory_bytes: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def event_to_dict(event: RoundEvent | Summary) -> dict:
+    d = asdict(event)
+    d["kind"] = "round" if isinstance(event, RoundEvent) else "summary"
+    return d

@@ -1,0 +1,75 @@
+"""Token distributions and the lossless acceptance rule.
+
+``distribution`` reproduces mlx-lm's sampler exactly (log-softmax, then top-p, then top-k on
+the temperature-1 log-probabilities, then softmax at the temperature), using mlx-lm's own
+filters, so speculative sampling and plain mlx-lm sampling target the same distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+from mlx_lm.sample_utils import apply_top_k, apply_top_p
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0  # 1 (or 0) means off
+    top_k: int = 0  # 0 means off
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+
+def distribution(logits: mx.array, sp: SamplingParams) -> mx.array:
+    """Probabilities [..., V] the sampler draws from (float32)."""
+    logits = logits.astype(mx.float32)
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    if 0 < sp.top_p < 1.0:
+        logprobs = apply_top_p(logprobs, sp.top_p)
+    if sp.top_k > 0:
+        logprobs = apply_top_k(logprobs, sp.top_k)
+    return mx.softmax(logprobs * (1.0 / sp.temperature), axis=-1)
+
+
+def token_probs(logits: mx.array, tokens: mx.array) -> mx.array:
+    """Temperature-1 probability of ``tokens`` [S] under ``logits`` [S, V] (for display)."""
+    logits = logits.astype(mx.float32)
+    picked = mx.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0]
+    return mx.exp(picked - mx.logsumexp(logits, axis=-1))
+
+
+def sample(probs: mx.array, key: mx.array) -> mx.array:
+    """Draw one token per row of ``probs`` [..., V]."""
+    return mx.random.categorical(mx.log(probs), key=key)
+
+
+def accept_sampled(p: mx.array, q: mx.array, drafted: mx.array, key: mx.array):
+    """Speculative sampling (Leviathan et al.; Chen et al.) for one round, all lazily.
+
+    ``p`` [l+1, V]: the target's distributions at the verified rows; ``q`` [l, V]: the exact
+    distributions the ``l`` drafted tokens were drawn from. Draft k is accepted with
+    probability min(1, p_k(d_k) / q_k(d_k)); at the first rejection the token is drawn from
+    normalize(max(p_k - q_k, 0)); if all are accepted, a bonus token is drawn from p_l.
+
+    Returns ``(accepted_mask [l], fallback_tokens [l+1])``: fallback k is the residual sample
+    for a rejection at k (k < l) or the bonus (k = l). The caller takes the first rejection.
+    """
+    l = drafted.shape[0]
+    k_u, k_res = mx.random.split(key)
+    if l == 0:
+        return mx.zeros((0,), mx.bool_), sample(p, k_res)
+    rows = mx.arange(l)
+    pd, qd = p[rows, drafted], q[rows, drafted]
+    u = mx.random.uniform(shape=(l,), key=k_u)
+    accepted = u * qd < pd
+    residual = mx.maximum(p[:l] - q, 0.0)
+    mass = residual.sum(axis=-1, keepdims=True)
+    # Zero residual mass means p <= q everywhere, i.e. p == q: then rejection has probability
+    # zero, and the fallback to p only guards against rounding.
+    residual = mx.where(mass > 0, residual / mx.maximum(mass, 1e-30), p[:l])
+    fallback = sample(mx.concatenate([residual, p[l:]], axis=0), k_res)
+    return accepted, fallback

@@ -1,0 +1,225 @@
+"""The Gemma-4 target: loading through mlx-lm, hidden-state taps, and the frozen projection.
+
+``Target`` wraps an mlx-lm Gemma-4 model without copying its forward loop. Taps are recorded
+by swapping each tapped decoder layer's class for a subclass whose ``__call__`` stores the
+layer's output (the residual stream after ``layer_scalar``, before the final norm), only for
+the duration of one of our calls; plain mlx-lm decoding on the same model never sees the hook.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .errors import DsparkError, NotGemma4Error
+
+
+@dataclass(frozen=True)
+class TargetDims:
+    """The target shapes a drafter depends on."""
+
+    hidden_size: int
+    num_layers: int
+    vocab_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    final_logit_softcapping: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class DraftProjection:
+    """The target's frozen token embedding (times sqrt(d)) and output head (with soft-cap).
+
+    The drafter has no embedding or head of its own: it borrows these, so its logits live in
+    the target's vocabulary and its inputs are scaled exactly as the target's are.
+    """
+
+    def __init__(self, lm: nn.Module):
+        self._lm = lm
+        self.embed_scale = lm.model.embed_scale
+        self.softcap = getattr(lm, "final_logit_softcapping", None)
+        self.vocab_size = lm.model.embed_tokens.weight.shape[0]
+
+    def embed(self, ids: mx.array) -> mx.array:
+        return self._lm.model.embed_tokens(ids) * self.embed_scale
+
+    def logits(self, h: mx.array) -> mx.array:
+        lm = self._lm
+        out = lm.model.embed_tokens.as_linear(h) if lm.tie_word_embeddings else lm.lm_head(h)
+        if self.softcap:
+            out = mx.tanh(out / self.softcap) * self.softcap
+        return out
+
+
+def _language_model(model: nn.Module) -> nn.Module:
+    """The text model inside ``model``: itself, or the multimodal wrapper's language model."""
+    lm = getattr(model, "language_model", model)
+    inner = getattr(lm, "model", None)
+    layers = getattr(inner, "layers", None)
+    ok = (
+        inner is not None
+        and isinstance(layers, list)
+        and len(layers) > 0
+        and hasattr(inner, "embed_tokens")
+        and hasattr(inner, "embed_scale")
+        and hasattr(inner, "norm")
+        and hasattr(inner, "previous_kvs")
+        and all(hasattr(layer, "layer_scalar") and hasattr(layer, "self_attn") for layer in layers)
+        and hasattr(lm, "final_logit_softcapping")
+        and hasattr(model, "make_cache")
+    )
+    if not ok:
+        kind = getattr(model, "model_type", type(model).__name__)
+        raise NotGemma4Error(f"not a Gemma-4 model (model type {kind!r}): dspark needs a Gemma-4 target")
+    return lm
+
+
+class Target:
+    """A Gemma-4 target model ready for speculative decoding."""
+
+    def __init__(self, model: nn.Module, tokenizer=None, path: str | None = None, config: dict | None = None):
+        self.model = model  # what mlx-lm's own generate_step is given
+        self.lm = _language_model(model)
+        self.tokenizer = tokenizer
+        self.path = path
+        args = self.lm.args
+        self.config = config if config is not None else dict(vars(args))
+        self.dims = TargetDims(
+            hidden_size=args.hidden_size,
+            num_layers=args.num_hidden_layers,
+            vocab_size=args.vocab_size,
+            num_heads=args.num_attention_heads,
+            num_kv_heads=args.num_key_value_heads,
+            head_dim=args.head_dim,
+            intermediate_size=args.intermediate_size,
+            rms_norm_eps=args.rms_norm_eps,
+            final_logit_softcapping=args.final_logit_softcapping,
+        )
+        self.projection = DraftProjection(self.lm)
+        self.target_id = _target_id(self.dims, args, tokenizer)
+        self.eos_token_ids = set(getattr(tokenizer, "eos_token_ids", None) or [])
+
+    @property
+    def layers(self) -> list:
+        return self.lm.model.layers
+
+    def make_cache(self) -> list:
+        return self.model.make_cache()
+
+    def check_taps(self, tap_layers: Sequence[int]) -> None:
+        n = self.dims.num_layers
+        bad = [t for t in tap_layers if not 0 <= t < n - 1]
+        if bad or not tap_layers:
+            raise DsparkError(
+                f"tap layers {list(tap_layers)} must be distinct layer indices in 0..{n - 2} "
+                f"(the target has {n} layers and its last one is never tapped)"
+            )
+
+    @contextmanager
+    def _recording(self, tap_layers: Sequence[int]):
+        sink: dict[int, mx.array] = {}
+        layers = self.layers
+        originals = {i: type(layers[i]) for i in tap_layers}
+        try:
+            for i, cls in originals.items():
+                layers[i].__class__ = _tapped_class(cls, i, sink)
+            yield sink
+        finally:
+            for i, cls in originals.items():
+                layers[i].__class__ = cls
+
+    def forward(self, tokens: mx.array, cache: list, tap_layers: Sequence[int], logits: bool = True):
+        """Run ``tokens`` ([1, S] ids) through the target, appending to ``cache``.
+
+        Returns ``(logits [1, S, V] or None, taps [1, S, m*H])``: taps are the tapped layers'
+        outputs concatenated in the order of ``tap_layers``.
+        """
+        with self._recording(tap_layers) as sink:
+            h = self.lm.model(tokens, cache=cache)
+        taps = mx.concatenate([sink[i] for i in tap_layers], axis=-1)
+        return (self.projection.logits(h) if logits else None), taps
+
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise DsparkError("this target has no tokenizer: pass token ids instead of text")
+        return list(self.tokenizer.encode(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids)) if self.tokenizer is not None else ""
+
+
+_TAPPED: dict[tuple[type, int], type] = {}
+
+
+def _tapped_class(cls: type, index: int, sink: dict) -> type:
+    # One subclass per (layer class, index); the sink of the current call is a class attribute
+    # so that nothing is stored on the module itself (mlx modules treat attributes as params).
+    key = (cls, index)
+    sub = _TAPPED.get(key)
+    if sub is None:
+
+        def __call__(self, *args, **kwargs):
+            out = cls.__call__(self, *args, **kwargs)
+            type(self)._sink[index] = out[0] if isinstance(out, tuple) else out
+            return out
+
+        sub = type(f"Tapped{cls.__name__}{index}", (cls,), {"__call__": __call__, "_sink": None})
+        _TAPPED[key] = sub
+    sub._sink = sink
+    return sub
+
+
+def _target_id(dims: TargetDims, args, tokenizer) -> str:
+    """A name for the target a drafter was made for: architecture plus tokenizer, not weights
+    precision, so the same model quantized differently keeps its id."""
+    arch = {k: v for k, v in sorted(vars(args).items()) if k not in ("quantization", "quantization_config")}
+    h = hashlib.sha256(json.dumps(arch, sort_keys=True, default=str).encode())
+    if tokenizer is not None:
+        vocab = getattr(tokenizer, "get_vocab", lambda: {})()
+        h.update(json.dumps(sorted(vocab.items()), default=str).encode())
+    return f"gemma4-{dims.num_layers}L-{dims.hidden_size}d-{dims.vocab_size}v-{h.hexdigest()[:10]}"
+
+
+def load_target(path: str | Path) -> Target:
+    """Load an mlx-lm Gemma-4 directory (text or multimodal wrapper, any quantization)."""
+    from mlx_lm.utils import load_model, load_tokenizer
+
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise DsparkError(f"target directory not found: {p}")
+    cfg_path = p / "config.json"
+    if not cfg_path.is_file():
+        raise DsparkError(f"{p} has no config.json: not a model directory")
+    try:
+        config = json.loads(cfg_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DsparkError(f"{cfg_path} is not valid JSON ({e})") from None
+    if not list(p.glob("*.safetensors")):
+        raise DsparkError(f"{p} has no .safetensors weights")
+    try:
+        model, config = load_model(p, lazy=False, trust_remote_code=False)
+    except ValueError as e:
+        if "not supported" in str(e):
+            raise NotGemma4Error(
+                f"{p} is not a Gemma-4 model (model type {config.get('model_type')!r})"
+            ) from None
+        raise DsparkError(f"cannot load the target in {p}: {e}") from None
+    except (RuntimeError, OSError, KeyError) as e:
+        raise DsparkError(f"cannot load the target weights in {p}: {e}") from None
+    try:
+        tokenizer = load_tokenizer(p, eos_token_ids=config.get("eos_token_id"))
+    except Exception as e:  # tokenizers raises many kinds
+        raise DsparkError(f"cannot load the tokenizer in {p}: {e}") from None
+    return Target(model, tokenizer, path=str(p), config=config)
