@@ -1,0 +1,74 @@
+"""Speculative sampling is lossless in distribution.
+
+On a tiny vocabulary we compute the target's exact marginal distributions of the first three
+generated tokens (by enumerating every prefix), then sample N speculative generations with
+different seeds and bound the total-variation distance between empirical and exact.
+
+The bound: for N samples over K categories, E[TV] <= 0.5 * sum_v sqrt(p_v (1 - p_v) / N), and
+TV moves by at most 1/N per sample, so by McDiarmid P(TV > E[TV] + eps) <= exp(-2 N eps^2).
+With eps = sqrt(ln(1/delta) / (2N)) and delta = 1e-4, a correct sampler fails a check with
+probability below 1e-4; a sampler that skips the ratio test is off by far more.
+"""
+
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from dspark import DflashConfig, DflashDrafter, GenerationConfig, SamplingParams, generate, run_to_summary
+from dspark.sampling import distribution
+from oracle import OracleDrafter
+from tiny import tiny_target
+
+VOCAB, PROMPT, N, DELTA = 12, [3, 7, 1, 9, 4], 1500, 1e-4
+
+
+def exact_marginals(target, sp: SamplingParams, steps: int = 3):
+    """P(token at step i) for i < steps, by enumerating all prefixes (VOCAB ** i of them)."""
+    prefixes, weights, out = [[]], np.array([1.0]), []
+    for _ in range(steps):
+        batch = mx.array([PROMPT + p for p in prefixes])
+        probs = np.array(distribution(target.model(batch)[:, -1, :], sp))
+        joint = weights[:, None] * probs  # [prefixes, VOCAB]
+        out.append(joint.sum(axis=0))
+        prefixes = [p + [v] for p in prefixes for v in range(VOCAB)]
+        weights = joint.reshape(-1)
+    return out
+
+
+def tv_bound(p: np.ndarray, n: int) -> float:
+    return 0.5 * np.sqrt(p * (1 - p) / n).sum() + math.sqrt(math.log(1 / DELTA) / (2 * n))
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_target(seed=5, scale=1.0, vocab=VOCAB, window=4)
+
+
+CASES = {
+    "random-drafter-T1": (dict(temperature=1.0), "random"),
+    "oracle-T0.8-topp-topk": (dict(temperature=0.8, top_p=0.9, top_k=6), "oracle"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_speculative_sampling_matches_target_distribution(target, name):
+    kw, kind = CASES[name]
+    cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, **kw)
+    exact = exact_marginals(target, cfg.sampling)
+    if kind == "random":
+        drafter = DflashDrafter.init(target, DflashConfig(block_size=3, num_layers=1, markov_rank=8), seed=1)
+    else:  # a deterministic drafter proposing a fixed plausible sequence (q is one-hot)
+        drafter = OracleDrafter(PROMPT + [int(np.argmax(e)) for e in exact] * 2, VOCAB, block_size=3, corrupt=0.3)
+    counts = np.zeros((3, VOCAB))
+    accepted = 0
+    for seed in range(N):
+        s = run_to_summary(generate(target, drafter, PROMPT, GenerationConfig(**{**cfg.__dict__, "seed": seed})))
+        for i, tok in enumerate(s.tokens):
+            counts[i, tok] += 1
+        accepted += sum(s.accepted_lengths)
+    assert accepted > N // 4, "the test needs accepted drafts to exercise the ratio test"
+    for i in range(3):
+        tv = 0.5 * np.abs(counts[i] / N - exact[i]).sum()
+        assert tv <= tv_bound(exact[i], N), f"token {i}: TV {tv:.4f} > bound {tv_bound(exact[i], N):.4f}"
