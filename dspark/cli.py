@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except DsparkError as e:
-        print(f"dspark: error: {e}", file=sys.stderr)
+        print("dspark: error: " + " ".join(str(e).split()), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("dspark: interrupted", file=sys.stderr)

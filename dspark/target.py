@@ -194,7 +194,7 @@ def _target_id(dims: TargetDims, args, tokenizer) -> str:
 
 def load_target(path: str | Path) -> Target:
     """Load an mlx-lm Gemma-4 directory (text or multimodal wrapper, any quantization)."""
-    from mlx_lm.utils import load_model, load_tokenizer
+    from mlx_lm.utils import _get_classes, load_model, load_tokenizer
 
     p = Path(path).expanduser()
     if not p.is_dir():
@@ -206,6 +206,10 @@ def load_target(path: str | Path) -> Target:
         config = json.loads(cfg_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DsparkError(f"{cfg_path} is not valid JSON ({e})") from None
+    try:  # an architecture mlx-lm does not know is not Gemma-4: say so before reading weights
+        _get_classes(config)
+    except ValueError:
+        raise NotGemma4Error(f"{p} is not a Gemma-4 model (model type {config.get('model_type')!r})") from None
     if not list(p.glob("*.safetensors")):
         raise DsparkError(f"{p} has no .safetensors weights")
     try:
@@ -218,6 +222,7 @@ def load_target(path: str | Path) -> Target:
         raise DsparkError(f"cannot load the target in {p}: {e}") from None
     except (RuntimeError, OSError, KeyError) as e:
         raise DsparkError(f"cannot load the target weights in {p}: {e}") from None
+    _language_model(model)  # refuse a non-Gemma-4 model before anything else
     try:
         tokenizer = load_tokenizer(p, eos_token_ids=config.get("eos_token_id"))
     except Exception as e:  # tokenizers raises many kinds

@@ -44,3 +44,53 @@ def tiny_model(seed: int = 0, scale: float = 1.0, **kw):
 
 def tiny_target(seed: int = 0, **kw) -> Target:
     return Target(tiny_model(seed, **kw))
+
+
+TEXT = (
+    "def add(a, b):\n    return a + b\n\n"
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+    "for i in range(10):\n    print(i, add(i, i))\n"
+)
+
+
+def write_tokenizer(path, vocab: int = 300) -> None:
+    """A byte-level BPE tokenizer.json that mlx-lm loads, with Gemma's <mask> at id 4."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator([TEXT] * 4, trainer)
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": "<eos>", "bos_token": "<bos>", "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": "<mask>",
+    }))
+
+
+def write_tiny_target_dir(path, seed: int = 0, **kw):
+    """A Gemma-4 target directory (config.json, model.safetensors, tokenizer) that
+    ``dspark.load_target`` and ``mlx_lm.load`` accept."""
+    import json
+    from pathlib import Path
+
+    from mlx.utils import tree_flatten
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    kw.setdefault("vocab", 300)
+    kw.setdefault("scale", 0.15)
+    model = tiny_model(seed, **kw)
+    config = {k: v for k, v in vars(model.args).items()}
+    config["eos_token_id"] = 1
+    (path / "config.json").write_text(json.dumps(config))
+    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    write_tokenizer(path, vocab=kw["vocab"])
+    return path

@@ -1,0 +1,106 @@
+"""The dspark CLI end to end on a tiny target directory, and its one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+
+from dspark.cli import main
+from tiny import write_tiny_target_dir
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    target = write_tiny_target_dir(root / "target", window=16)
+    other = write_tiny_target_dir(root / "other", seed=1, window=16, layers=5)
+    assert main(["init", "--target", str(target), "--out", str(root / "drafter"), "--block-size", "4",
+                 "--layers", "1", "--taps", "1,3", "--markov-rank", "16"]) == 0
+    return root
+
+
+def run_json(capsys, *args):
+    capsys.readouterr()
+    assert main(["generate", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_generate_speculative_with_baseline(dirs, capsys):
+    r = run_json(capsys, "--target", str(dirs / "target"), "--drafter", str(dirs / "drafter"),
+                 "--prompt", "def add(a, b):", "--max-tokens", "70", "--baseline")
+    assert len(r["tokens"]) == 70 or r["finish_reason"] == "stop"
+    assert r["identical_to_baseline"] is True  # greedy: lossless
+    assert r["rounds"] >= 1 and r["tau"] >= 1.0 and r["speedup"] > 0 and r["tokens_per_sec"] > 0
+    assert isinstance(r["text"], str) and len(r["per_position_acceptance"]) == 4
+
+
+def test_generate_plain_without_drafter(dirs, capsys):
+    r = run_json(capsys, "--target", str(dirs / "target"), "--prompt", "x = 1", "--max-tokens", "12")
+    assert r["method"] == "baseline" and r["tau"] == 1.0
+
+
+def test_generate_sampling_prompt_file(dirs, capsys, tmp_path):
+    pf = tmp_path / "p.txt"
+    pf.write_text("for i in range(3):")
+    r = run_json(capsys, "--target", str(dirs / "target"), "--drafter", str(dirs / "drafter"), "--prompt-file",
+                 str(pf), "--temperature", "0.9", "--top-p", "0.95", "--seed", "3", "--max-tokens", "20")
+    assert r["method"] == "speculative" and r["tokens"]
+
+
+def write_llama(path):
+    from mlx_lm.models import llama
+
+    args = llama.ModelArgs(model_type="llama", hidden_size=32, num_hidden_layers=2, intermediate_size=64,
+                           num_attention_heads=2, rms_norm_eps=1e-5, vocab_size=300, num_key_value_heads=2)
+    model = llama.Model(args)
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(vars(args)))
+    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    return path
+
+
+def bad_cases(dirs, tmp_path):
+    t, d = str(dirs / "target"), str(dirs / "drafter")
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    for f in (dirs / "target").iterdir():
+        (corrupt / f.name).write_bytes(f.read_bytes())
+    (corrupt / "model.safetensors").write_bytes(b"not a safetensors file")
+    bad_drafter = tmp_path / "bad_drafter"
+    bad_drafter.mkdir()
+    for f in (dirs / "drafter").iterdir():
+        (bad_drafter / f.name).write_bytes(f.read_bytes())
+    (bad_drafter / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    (unknown / "config.json").write_text('{"model_type": "no_such_arch"}')
+    (unknown / "model.safetensors").write_bytes(b"")
+    p = ["--prompt", "x"]
+    return {
+        "target directory not found": ["--target", str(tmp_path / "nope"), *p],
+        "not a Gemma-4 model": ["--target", str(write_llama(tmp_path / "llama")), *p],
+        "is not a Gemma-4 model": ["--target", str(unknown), *p],
+        "cannot load the target weights": ["--target", str(corrupt), *p],
+        "drafter was made for different target": ["--target", str(dirs / "other"), "--drafter", d, *p],
+        "not a readable safetensors": ["--target", t, "--drafter", str(bad_drafter), *p],
+        "drafter directory not found": ["--target", t, "--drafter", str(tmp_path / "nodrafter"), *p],
+        "the prompt is empty": ["--target", t, "--prompt", "   "],
+        "prompt file not found": ["--target", t, "--prompt-file", str(tmp_path / "none.txt")],
+    }
+
+
+def test_bad_inputs_give_one_clear_line(dirs, tmp_path, capsys):
+    for expected, args in bad_cases(dirs, tmp_path).items():
+        capsys.readouterr()
+        assert main(["generate", *args]) == 2, expected
+        err = capsys.readouterr().err.strip()
+        assert expected in err and err.startswith("dspark: error:") and "\n" not in err, (expected, err)
+
+
+def test_console_script_prints_no_traceback(dirs, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "dspark.cli", "generate", "--target", str(tmp_path / "nope"),
+                        "--prompt", "x"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1

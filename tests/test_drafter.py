@@ -1,0 +1,120 @@
+"""The DflashDrafter API: save/load round trip, training forward shapes, gradients."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from dspark import DflashConfig, DflashDrafter, DraftOpts, DrafterMismatchError, DsparkError, SamplingParams
+from dspark.backbone import ContextKV
+from tiny import tiny_target
+
+CFG = DflashConfig(block_size=5, num_layers=2, tap_layers=(1, 3), markov_rank=16)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_target(seed=1, vocab=96)
+
+
+@pytest.fixture(scope="module")
+def drafter(target):
+    return DflashDrafter.init(target, CFG, seed=7)
+
+
+def test_attributes(target, drafter):
+    assert drafter.m == 2 and drafter.cfg == CFG and drafter.dims == target.dims
+    assert drafter.target_id == target.target_id
+    assert len(drafter.names) == len(set(drafter.names))
+    assert len(drafter.flat_params()) == len(drafter.names)
+    assert drafter.get("fc.weight").shape == (target.dims.hidden_size, 2 * target.dims.hidden_size)
+
+
+def test_save_load_identical(tmp_path, target, drafter):
+    drafter.calibration = [1.0, 1.5, 2.0, 1.0, 0.5]
+    drafter.save(tmp_path / "d")
+    back = DflashDrafter.load(tmp_path / "d", target=target)
+    assert back.names == drafter.names and back.cfg == drafter.cfg and back.calibration == drafter.calibration
+    for a, b in zip(drafter.flat_params(), back.flat_params()):
+        assert np.array_equal(np.array(a), np.array(b))
+    hidden = mx.random.normal((1, 9, 2 * target.dims.hidden_size))
+    for sp in (SamplingParams(), SamplingParams(temperature=1.0)):
+        r1 = drafter.forward_rows(target.projection, hidden, [5], 5, DraftOpts(sp, mx.random.key(3)))
+        r2 = back.forward_rows(target.projection, hidden, [5], 5, DraftOpts(sp, mx.random.key(3)))
+        assert r1.tokens.tolist() == r2.tokens.tolist()
+        assert np.allclose(np.array(r1.confidences), np.array(r2.confidences))
+    drafter.calibration = None
+
+
+def test_context_cache_equals_recomputing(target, drafter):
+    """Appending context rows round by round gives the same drafts as projecting them at once."""
+    hidden = mx.random.normal((1, 12, 2 * target.dims.hidden_size))
+    ctx = ContextKV(CFG.num_layers)
+    for lo, hi in [(0, 5), (5, 6), (6, 12)]:
+        inc = drafter.forward_rows(target.projection, hidden[:, lo:hi], [7], 5, context=ctx)
+    full = drafter.forward_rows(target.projection, hidden, [7], 5)
+    assert ctx.offset == 12
+    assert np.allclose(np.array(inc.hidden), np.array(full.hidden), atol=1e-5)
+
+
+def test_forward_train_shapes_and_gradients(target, drafter):
+    A, L, G, H = 3, 6, CFG.block_size, target.dims.hidden_size
+    h_ctx = mx.random.normal((A, L, 2 * H))
+    mask = mx.array([[1] * L, [0, 0, 1, 1, 1, 1], [0] * (L - 1) + [1]])
+    prev = mx.random.randint(0, 96, (A, G))
+    labels = mx.random.randint(0, 96, (A, G))
+    anchor_emb = target.projection.embed(prev[:, 0])
+    out = drafter.forward_train(target.projection, h_ctx, mask, anchor_emb, prev)
+    assert out.logits.shape == (A, G, 96) and out.base_logits.shape == (A, G, 96)
+    assert out.conf_logits.shape == (A, G) and out.hidden.shape == (A, G, H)
+
+    def loss(*params):
+        def f():
+            o = drafter.forward_train(target.projection, h_ctx, mask, anchor_emb, prev)
+            ce = mx.mean(mx.logsumexp(o.logits, -1) - mx.take_along_axis(o.logits, labels[..., None], -1)[..., 0])
+            return ce + mx.mean(mx.sigmoid(o.conf_logits))
+
+        return drafter.use_params(params, f)
+
+    before = [np.array(p) for p in drafter.flat_params()]
+    _, grads = mx.value_and_grad(loss, argnums=list(range(len(drafter.names))))(*drafter.flat_params())
+    for name, g in zip(drafter.names, grads):
+        assert float(mx.abs(g).sum()) > 0, f"no gradient for {name}"
+    for a, b in zip(before, drafter.flat_params()):  # use_params restored the parameters
+        assert np.array_equal(a, np.array(b))
+
+
+def test_install_param(drafter):
+    i = drafter.names.index("norm.weight")
+    old = drafter.flat_params()[i]
+    drafter.install_param(i, old * 2)
+    assert np.allclose(np.array(drafter.get("norm.weight")), 2 * np.array(old))
+    drafter.install_param(i, old)
+
+
+def test_load_refuses_other_target(tmp_path, drafter):
+    drafter.save(tmp_path / "d")
+    other = tiny_target(seed=1, vocab=128)
+    with pytest.raises(DrafterMismatchError, match="vocab_size 96 vs 128"):
+        DflashDrafter.load(tmp_path / "d", target=other)
+    same_dims = tiny_target(seed=1, vocab=96, window=8)
+    with pytest.raises(DrafterMismatchError, match="made for target"):
+        DflashDrafter.load(tmp_path / "d", target=same_dims)
+
+
+def test_load_errors(tmp_path, drafter):
+    with pytest.raises(DsparkError, match="not found"):
+        DflashDrafter.load(tmp_path / "missing")
+    drafter.save(tmp_path / "d")
+    (tmp_path / "d" / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(DsparkError, match="safetensors"):
+        DflashDrafter.load(tmp_path / "d")
+    (tmp_path / "d" / "config.json").write_text("{not json")
+    with pytest.raises(DsparkError, match="not valid JSON"):
+        DflashDrafter.load(tmp_path / "d")
+
+
+def test_heads_off_is_dflash_style(target):
+    d = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov=False, confidence=False), seed=0)
+    assert not any(n.startswith(("markov_head", "confidence_head")) for n in d.names)
+    rows = d.forward_rows(target.projection, mx.random.normal((1, 3, d.m * 64)), [2], 4)
+    assert rows.tokens.shape == (1, 4) and rows.confidences is None
