@@ -208,43 +208,33 @@ class DflashDrafter:
         base = proj.logits(h)
         sp = opts.sampling
         keys = mx.random.split(opts.key if opts.key is not None else mx.random.key(0), gamma)
-        if not self.cfg.markov:  # positions are independent: draft them all at once
-            return self._finish(h, base, None, sp, keys)
-        toks, qs, probs, confs = [], [], [], []
-        for k in range(gamma):
-            bias, e = self.net.markov_head(prev)
-            logit = base[:, k] + bias
-            tok, q, dp = _pick(logit, sp, keys[k])
-            if self.cfg.confidence:
-                confs.append(self._calibrated(self._conf(h[:, k], e), k))
-            toks.append(tok), qs.append(q), probs.append(dp)
-            prev = tok
-        return DraftRows(
-            tokens=mx.stack(toks, axis=1),
-            q=None if sp.greedy else mx.stack(qs, axis=1),
-            draft_probs=mx.stack(probs, axis=1),
-            confidences=mx.stack(confs, axis=1) if confs else None,
-            hidden=h,
-        )
+        logits, e = base, None
+        if self.cfg.markov:
+            # Sequential: each position's bias depends on the token just drafted. Only the
+            # choice itself is in the loop; probabilities and confidences are batched after.
+            steps, embs, toks, qs = [], [], [], []
+            for k in range(gamma):
+                bias, e_k = self.net.markov_head(prev)
+                step = base[:, k] + bias
+                prev, q_k = _choose(step, sp, keys[k])
+                steps.append(step), embs.append(e_k), toks.append(prev), qs.append(q_k)
+            logits, e = mx.stack(steps, axis=1), mx.stack(embs, axis=1)
+            tokens, q = mx.stack(toks, axis=1), None if sp.greedy else mx.stack(qs, axis=1)
+        else:  # positions are independent: draft them all at once
+            tokens, q = _choose(logits, sp, keys[0])
+        if sp.greedy:
+            draft_probs = token_probs(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1)).reshape(tokens.shape)
+        else:
+            draft_probs = mx.take_along_axis(q, tokens[..., None], axis=-1)[..., 0]
+        conf = self._calibrated(self._conf(h, e)) if self.cfg.confidence else None
+        return DraftRows(tokens=tokens, q=q, draft_probs=draft_probs, confidences=conf, hidden=h)
 
-    def _finish(self, h, logits, e, sp, keys) -> DraftRows:
-        A, G, V = logits.shape
-        tok, q, dp = _pick(logits.reshape(A * G, V), sp, keys[0])
-        conf = None
-        if self.cfg.confidence:
-            z = self._conf(h, e)
-            conf = mx.stack([self._calibrated(z[:, k], k) for k in range(G)], axis=1)
-        return DraftRows(
-            tokens=tok.reshape(A, G),
-            q=None if q is None else q.reshape(A, G, V),
-            draft_probs=dp.reshape(A, G),
-            confidences=conf,
-            hidden=h,
-        )
-
-    def _calibrated(self, z: mx.array, k: int) -> mx.array:
-        t = self.calibration[k] if self.calibration and k < len(self.calibration) else 1.0
-        return mx.sigmoid(z / t)
+    def _calibrated(self, z: mx.array) -> mx.array:
+        """Confidence logits [A, G] to survival estimates, through the calibration temperatures."""
+        G = z.shape[-1]
+        temps = (self.calibration or [])[:G]
+        temps = temps + [1.0] * (G - len(temps))
+        return mx.sigmoid(z / mx.array(temps, z.dtype))
 
     # --- the engine's proposer protocol -------------------------------------------------
     def start(self, target: Target) -> "DrafterSession":
@@ -344,14 +334,12 @@ class DrafterSession:
         return self.context.state()
 
 
-def _pick(logits: mx.array, sp: SamplingParams, key: mx.array):
-    """Choose tokens from ``logits`` [N, V]: (tokens, q or None, q(token))."""
+def _choose(logits: mx.array, sp: SamplingParams, key: mx.array):
+    """Tokens from ``logits`` [..., V]: the argmax, or a draw from ``distribution`` (returned too)."""
     if sp.greedy:
-        tok = mx.argmax(logits, axis=-1).astype(mx.int32)
-        return tok, None, token_probs(logits, tok)
+        return mx.argmax(logits, axis=-1).astype(mx.int32), None
     q = distribution(logits, sp)
-    tok = mx.random.categorical(mx.log(q), key=key).astype(mx.int32)
-    return tok, q, mx.take_along_axis(q, tok[:, None], axis=-1)[:, 0]
+    return mx.random.categorical(mx.log(q), key=key).astype(mx.int32), q
 
 
 def _with(cfg: DflashConfig, **changes) -> DflashConfig:
