@@ -1,35 +1,48 @@
-"""DSpark Studio's library: speculative decoding with block drafters on MLX (no Qt here)."""
+"""DSpark Studio's library: speculative decoding with block drafters on MLX (no Qt here).
 
-from .drafter import DflashConfig, DflashDrafter, DraftOpts, DraftRows, TrainOut, default_taps
-from .engine import GenerationConfig, generate, generate_baseline, run_to_summary
-from .errors import DrafterMismatchError, DsparkError, NotGemma4Error
-from .events import CommittedToken, RoundEvent, Source, Summary
-from .sampling import SamplingParams
-from .target import DraftProjection, Target, TargetDims, load_target
+Names are imported lazily (PEP 562), so ``import dspark.events`` or ``dspark.metrics`` — all a
+GUI thread needs — does not load MLX.
+"""
+
+from importlib import import_module
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CommittedToken",
-    "DflashConfig",
-    "DflashDrafter",
-    "DraftOpts",
-    "DraftProjection",
-    "DraftRows",
-    "DrafterMismatchError",
-    "DsparkError",
-    "GenerationConfig",
-    "NotGemma4Error",
-    "RoundEvent",
-    "SamplingParams",
-    "Source",
-    "Summary",
-    "Target",
-    "TargetDims",
-    "TrainOut",
-    "default_taps",
-    "generate",
-    "generate_baseline",
-    "load_target",
-    "run_to_summary",
-]
+_WHERE = {
+    "DflashConfig": "drafter",
+    "DflashDrafter": "drafter",
+    "DraftOpts": "drafter",
+    "DraftRows": "drafter",
+    "TrainOut": "drafter",
+    "default_taps": "drafter",
+    "GenerationConfig": "engine",
+    "generate": "engine",
+    "generate_baseline": "engine",
+    "run_to_summary": "engine",
+    "DrafterMismatchError": "errors",
+    "DsparkError": "errors",
+    "NotGemma4Error": "errors",
+    "CommittedToken": "events",
+    "RoundEvent": "events",
+    "Source": "events",
+    "Summary": "events",
+    "SamplingParams": "sampling",
+    "DraftProjection": "target",
+    "Target": "target",
+    "TargetDims": "target",
+    "load_target": "target",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        value = getattr(import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dspark' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__ + ["__version__"]

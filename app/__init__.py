@@ -1,0 +1,1 @@
+"""DSpark Studio: the Qt desktop front end. Only ``app.worker`` touches MLX."""

@@ -1,0 +1,1 @@
+"""The live panes of the main window (Qt only, no model code)."""

@@ -1,0 +1,272 @@
+"""The left-hand panel: target and drafter pickers, the prompt, generation settings, and
+Run / Stop / Compare. It only gathers choices; the window acts on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
+    QListWidget, QListWidgetItem, QMenu, QPlainTextEdit, QPushButton, QSpinBox, QToolButton,
+    QVBoxLayout, QWidget,
+)
+
+PATH_ROLE = Qt.UserRole
+
+
+def drafter_label(path: str) -> str:
+    return Path(path).name or path
+
+
+class ControlPanel(QWidget):
+    target_chosen = Signal(str)
+    drafters_changed = Signal()
+    run_clicked = Signal()
+    stop_clicked = Signal()
+    compare_clicked = Signal()
+
+    def __init__(self, prompt_sets: dict[str, list[str]], parent=None):
+        super().__init__(parent)
+        self.setObjectName("controlsInner")
+        self.prompt_sets = prompt_sets
+        self.recent_drafters: list[str] = []
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+
+        g = QGroupBox("Target model")
+        gl = QHBoxLayout(g)
+        self.target = QComboBox()
+        self.target.setEditable(True)
+        self.target.setInsertPolicy(QComboBox.NoInsert)
+        self.target.setToolTip("A Gemma-4 model directory (config.json, *.safetensors, tokenizer). Recent ones are listed.")
+        self.target.activated.connect(self._target_activated)
+        self.target.lineEdit().editingFinished.connect(self._target_activated)
+        browse = QPushButton("…")
+        browse.setToolTip("Choose a target directory")
+        browse.clicked.connect(self._browse_target)
+        gl.addWidget(self.target, 1)
+        gl.addWidget(browse)
+        lay.addWidget(g)
+
+        g = QGroupBox("Drafters")
+        gl = QVBoxLayout(g)
+        self.drafters = QListWidget()
+        self.drafters.setToolTip("Run uses the selected drafter; Compare uses every ticked one.\n"
+                                 "With no drafter, Run does plain decoding only.")
+        self.drafters.setMaximumHeight(110)
+        self.drafters.itemChanged.connect(lambda _item: self.drafters_changed.emit())
+        row = QHBoxLayout()
+        add = QToolButton()
+        add.setText("Add…")
+        add.setPopupMode(QToolButton.MenuButtonPopup)
+        add.clicked.connect(self._browse_drafter)
+        self.recent_menu = QMenu(add)
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        add.setMenu(self.recent_menu)
+        remove = QPushButton("Remove")
+        remove.clicked.connect(self._remove_drafter)
+        row.addWidget(add)
+        row.addWidget(remove)
+        row.addStretch(1)
+        gl.addWidget(self.drafters)
+        gl.addLayout(row)
+        lay.addWidget(g)
+
+        g = QGroupBox("Prompt")
+        gl = QVBoxLayout(g)
+        row = QHBoxLayout()
+        self.prompt_set = QComboBox()
+        self.prompt_set.addItems(list(prompt_sets))
+        self.prompt_set.setToolTip("Prompt set: ◀ ▶ step through it (Space / → in presentation mode)")
+        prev_b, next_b = QPushButton("◀"), QPushButton("▶")
+        for b in (prev_b, next_b):
+            b.setFixedWidth(34)
+        prev_b.clicked.connect(lambda: self.step_prompt(-1))
+        next_b.clicked.connect(lambda: self.step_prompt(1))
+        row.addWidget(self.prompt_set, 1)
+        row.addWidget(prev_b)
+        row.addWidget(next_b)
+        self.prompt = QPlainTextEdit()
+        self.prompt.setPlaceholderText("Type a prompt, or pick one from a set")
+        self.prompt.setMinimumHeight(90)
+        self.prompt_index = -1
+        gl.addLayout(row)
+        gl.addWidget(self.prompt, 1)
+        lay.addWidget(g, 1)
+
+        g = QGroupBox("Generation")
+        form = QFormLayout(g)
+        self.block = QSpinBox()
+        self.block.setRange(0, 32)
+        self.block.setSpecialValueText("drafter's")
+        self.block.setToolTip("Drafted tokens per round (0: the drafter's own block size)")
+        self.verify = QComboBox()
+        self.verify.addItems(["all", "confidence"])
+        self.verify.setToolTip("all: verify every drafted token.\nconfidence: verify the prefix whose predicted\n"
+                               "survival (product of confidences) stays above the threshold.")
+        self.threshold = QDoubleSpinBox()
+        self.threshold.setRange(0.0, 1.0)
+        self.threshold.setSingleStep(0.05)
+        self.threshold.setValue(0.3)
+        self.verify.currentTextChanged.connect(lambda v: self.threshold.setEnabled(v == "confidence"))
+        self.threshold.setEnabled(False)
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 5.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setToolTip("0 = greedy (output equals plain decoding token for token)")
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.0, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.top_p.setValue(1.0)
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 8192)
+        self.max_tokens.setValue(128)
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 2**31 - 1)
+        for label, w in (("Block size", self.block), ("Verify", self.verify), ("Threshold", self.threshold),
+                         ("Temperature", self.temperature), ("Top-p", self.top_p),
+                         ("Max tokens", self.max_tokens), ("Seed", self.seed)):
+            form.addRow(label, w)
+        lay.addWidget(g)
+
+        row = QHBoxLayout()
+        self.run_b = QPushButton("Run")
+        self.run_b.setObjectName("primary")
+        self.run_b.setToolTip("Speculative run with the selected drafter, then plain decoding (Ctrl+R)")
+        self.stop_b = QPushButton("Stop")
+        self.stop_b.setToolTip("Stop within one round, keeping what was generated (Ctrl+.)")
+        self.compare_b = QPushButton("Compare")
+        self.compare_b.setToolTip("Every ticked drafter, then plain decoding, one after another")
+        self.run_b.clicked.connect(self.run_clicked)
+        self.stop_b.clicked.connect(self.stop_clicked)
+        self.compare_b.clicked.connect(self.compare_clicked)
+        for b in (self.run_b, self.stop_b, self.compare_b):
+            row.addWidget(b)
+        lay.addLayout(row)
+        self.all_prompts = QCheckBox("Compare on every prompt of the set")
+        lay.addWidget(self.all_prompts)
+        self.set_busy(False)
+        self.prompt_set.currentTextChanged.connect(lambda _n: self.select_prompt(0))
+
+    # --- target ---------------------------------------------------------------------------
+    def set_target(self, path: str | None, recent: list[str]) -> None:
+        self.target.blockSignals(True)
+        self.target.clear()
+        self.target.addItems([p for p in recent if p])
+        self.target.setEditText(path or "")
+        self.target.blockSignals(False)
+
+    def target_path(self) -> str:
+        return self.target.currentText().strip()
+
+    def _target_activated(self, *_):
+        if self.target_path():
+            self.target_chosen.emit(self.target_path())
+
+    def _browse_target(self) -> None:
+        d = QFileDialog.getExistingDirectory(self, "Target model directory", self.target_path())
+        if d:
+            self.target.setEditText(d)
+            self.target_chosen.emit(d)
+
+    # --- drafters -------------------------------------------------------------------------
+    def add_drafter(self, path: str, checked: bool = True, select: bool = False) -> None:
+        if path in self.drafter_paths():
+            return
+        self.drafters.blockSignals(True)
+        item = QListWidgetItem(drafter_label(path))
+        item.setData(PATH_ROLE, path)
+        item.setToolTip(path)
+        item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
+        item.setCheckState(Qt.Checked if checked else Qt.Unchecked)
+        self.drafters.addItem(item)
+        if select or self.drafters.currentRow() < 0:
+            self.drafters.setCurrentItem(item)
+        self.drafters.blockSignals(False)
+        self.drafters_changed.emit()
+
+    def drafter_paths(self) -> list[str]:
+        return [self.drafters.item(i).data(PATH_ROLE) for i in range(self.drafters.count())]
+
+    def checked_drafters(self) -> list[str]:
+        return [self.drafters.item(i).data(PATH_ROLE) for i in range(self.drafters.count())
+                if self.drafters.item(i).checkState() == Qt.Checked]
+
+    def run_drafter(self) -> str | None:
+        item = self.drafters.currentItem()
+        if item is None:
+            checked = self.checked_drafters()
+            return checked[0] if checked else None
+        return item.data(PATH_ROLE)
+
+    def mark_drafter(self, path: str, error: str | None) -> None:
+        for i in range(self.drafters.count()):
+            item = self.drafters.item(i)
+            if item.data(PATH_ROLE) == path:
+                self.drafters.blockSignals(True)
+                item.setText(drafter_label(path) + ("  ⚠" if error else ""))
+                item.setToolTip(path + (f"\n{error}" if error else ""))
+                self.drafters.blockSignals(False)
+
+    def _browse_drafter(self) -> None:
+        start = self.run_drafter() or self.target_path()
+        d = QFileDialog.getExistingDirectory(self, "Drafter directory", start)
+        if d:
+            self.add_drafter(d, select=True)
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        for p in self.recent_drafters:
+            self.recent_menu.addAction(p, lambda p=p: self.add_drafter(p, select=True))
+        if not self.recent_drafters:
+            self.recent_menu.addAction("(no recent drafters)").setEnabled(False)
+
+    def _remove_drafter(self) -> None:
+        row = self.drafters.currentRow()
+        if row >= 0:
+            self.drafters.takeItem(row)
+            self.drafters_changed.emit()
+
+    # --- prompt ---------------------------------------------------------------------------
+    def prompts(self) -> list[str]:
+        return self.prompt_sets.get(self.prompt_set.currentText(), [])
+
+    def select_prompt(self, index: int) -> None:
+        ps = self.prompts()
+        if ps:
+            self.prompt_index = index % len(ps)
+            self.prompt.setPlainText(ps[self.prompt_index])
+
+    def step_prompt(self, delta: int) -> None:
+        self.select_prompt(self.prompt_index + delta)
+
+    def prompt_text(self) -> str:
+        return self.prompt.toPlainText()
+
+    # --- settings -------------------------------------------------------------------------
+    def config(self) -> dict:
+        """GenerationConfig fields."""
+        return {
+            "max_tokens": self.max_tokens.value(),
+            "temperature": self.temperature.value(),
+            "top_p": self.top_p.value(),
+            "seed": self.seed.value(),
+            "block_size": self.block.value() or None,
+            "verify": self.verify.currentText(),
+            "confidence_threshold": self.threshold.value(),
+        }
+
+    def set_config(self, c: dict) -> None:
+        self.max_tokens.setValue(int(c.get("max_tokens", self.max_tokens.value())))
+        self.temperature.setValue(float(c.get("temperature", self.temperature.value())))
+        self.top_p.setValue(float(c.get("top_p", self.top_p.value())))
+        self.seed.setValue(int(c.get("seed", self.seed.value())))
+        self.block.setValue(int(c.get("block_size") or 0))
+        self.verify.setCurrentText(str(c.get("verify", self.verify.currentText())))
+        self.threshold.setValue(float(c.get("confidence_threshold", self.threshold.value())))
+
+    def set_busy(self, busy: bool) -> None:
+        self.run_b.setEnabled(not busy)
+        self.compare_b.setEnabled(not busy)
+        self.stop_b.setEnabled(busy)

@@ -1,0 +1,110 @@
+"""Generated text, each token coloured by how it came; hover a token for its round,
+position and probability."""
+
+from __future__ import annotations
+
+from html import escape
+
+from PySide6.QtCore import QEvent
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QLabel, QTextEdit, QToolTip, QVBoxLayout, QWidget
+
+from app.theme import NORMAL, Theme
+
+SOURCE_NAMES = {
+    "accepted": "accepted draft",
+    "correction": "target's correction",
+    "bonus": "bonus (all drafts accepted)",
+    "target": "plain decoding",
+}
+
+
+class TokenText(QTextEdit):
+    """Appends tokens with a per-token background; tooltips come from the char format."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setLineWrapMode(QTextEdit.WidgetWidth)
+        self.theme = NORMAL
+        self.count = 0
+
+    def clear_tokens(self, prompt: str = "") -> None:
+        self.clear()
+        self.count = 0
+        if prompt:
+            fmt = QTextCharFormat()
+            fmt.setForeground(QColor(self.theme.muted))
+            fmt.setToolTip("the prompt")
+            self.textCursor().insertText(prompt, fmt)
+
+    def append_tokens(self, tokens) -> None:
+        """``tokens``: CommittedToken objects in order."""
+        cur = self.textCursor()
+        cur.movePosition(QTextCursor.End)
+        t = self.theme
+        colours = {"accepted": t.accepted, "correction": t.correction, "bonus": t.bonus}
+        for tok in tokens:
+            src = getattr(tok.source, "value", tok.source)
+            fmt = QTextCharFormat()
+            fmt.setForeground(QColor(t.fg))
+            if src in colours:
+                fmt.setBackground(QColor(colours[src]))
+            tip = f"{SOURCE_NAMES.get(src, src)}\nround {tok.round}, position {tok.position}\ntoken {tok.id}  p = {tok.target_prob:.3f}"
+            if tok.draft_prob is not None:
+                tip += f"  q = {tok.draft_prob:.3f}"
+            fmt.setToolTip(tip)
+            cur.insertText(tok.text, fmt)
+            self.count += 1
+        self.setTextCursor(cur)
+        self.ensureCursorVisible()
+
+    def tip_at(self, pos) -> str:
+        """The tooltip of the token under viewport point ``pos`` ("" if none)."""
+        cur = self.cursorForPosition(pos)
+        left = self.cursorRect(cur).left()
+        if pos.x() >= left and not cur.atEnd():
+            cur.movePosition(QTextCursor.NextCharacter)  # charFormat() is the char before the cursor
+        return cur.charFormat().toolTip()
+
+    def viewportEvent(self, e) -> bool:
+        if e.type() == QEvent.ToolTip:
+            tip = self.tip_at(e.pos())
+            if tip:
+                QToolTip.showText(e.globalPos(), tip, self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().viewportEvent(e)
+
+
+class TextPane(QWidget):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.legend = QLabel()
+        self.legend.setObjectName("caption")
+        self.text = TokenText()
+        lay.addWidget(self.legend)
+        lay.addWidget(self.text, 1)
+        self.set_theme(NORMAL)
+
+    def set_theme(self, t: Theme) -> None:
+        self.text.theme = t
+
+        def chip(colour: str, name: str) -> str:
+            return f'<span style="background:{colour}; color:{t.fg}">&nbsp;{escape(name)}&nbsp;</span>'
+
+        self.legend.setText(
+            "Generated text &nbsp; " + " &nbsp;".join([
+                chip(t.accepted, "accepted draft"), chip(t.correction, "correction"),
+                chip(t.bonus, "bonus"), f'<span style="color:{t.fg}">plain = target only</span>',
+            ])
+        )
+        self.legend.setToolTip(
+            "accepted draft: a drafted token the target accepted\n"
+            "correction: the target's own token where a draft was rejected\n"
+            "bonus: the target's token after every verified draft was accepted\n"
+            "Hover a token for its round, position and probability."
+        )

@@ -1,0 +1,93 @@
+"""Where things are kept: QSettings for UI state and recent folders, platformdirs for run
+history and exports, and the bundled demo models.
+
+``DSPARK_STUDIO_HOME`` (a folder) redirects both, so tests and screenshots never touch a
+person's own settings.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+
+ORG, APP = "DSpark", "DSpark Studio"
+REPO = Path(__file__).resolve().parent.parent
+DEMO = REPO / "resources" / "demo"
+RECENT_MAX = 8
+
+
+def _home() -> Path | None:
+    h = os.environ.get("DSPARK_STUDIO_HOME")
+    return Path(h) if h else None
+
+
+def data_dir() -> Path:
+    home = _home()
+    if home is not None:
+        p = home / "data"
+    else:
+        from platformdirs import user_data_dir
+
+        p = Path(user_data_dir("dspark-studio", ORG))
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def history_dir() -> Path:
+    p = data_dir() / "runs"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def exports_dir() -> Path:
+    p = data_dir() / "exports"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def _is_model_dir(p: Path) -> bool:
+    return (p / "config.json").is_file()
+
+
+def demo_target() -> str | None:
+    return str(DEMO / "target") if _is_model_dir(DEMO / "target") else None
+
+
+def demo_drafters() -> list[str]:
+    return [str(DEMO / n) for n in ("dspark", "dflash") if _is_model_dir(DEMO / n)]
+
+
+class Settings:
+    """Typed access to the app's QSettings."""
+
+    def __init__(self):
+        home = _home()
+        if home is not None:
+            home.mkdir(parents=True, exist_ok=True)
+            self.q = QSettings(str(home / "settings.ini"), QSettings.IniFormat)
+        else:
+            self.q = QSettings(ORG, APP)
+
+    def get(self, key: str, default, kind=None):
+        kind = kind or type(default)
+        try:
+            v = self.q.value(key, default, type=kind)
+        except (TypeError, ValueError):
+            return default
+        return default if v is None else v
+
+    def set(self, key: str, value) -> None:
+        self.q.setValue(key, value)
+
+    def recent(self, kind: str) -> list[str]:
+        return [p for p in self.get(f"recent/{kind}", [], list) if isinstance(p, str)]
+
+    def add_recent(self, kind: str, path: str) -> list[str]:
+        items = [path] + [p for p in self.recent(kind) if p != path]
+        self.set(f"recent/{kind}", items[:RECENT_MAX])
+        return items[:RECENT_MAX]
+
+    def sync(self) -> None:
+        self.q.sync()

@@ -1,0 +1,99 @@
+"""Colours and type sizes: a normal (light) theme and a high-contrast presentation theme."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Theme:
+    name: str
+    font_pt: int  # base font size of the whole window
+    big_pt: int  # header strip values
+    bg: str
+    panel: str
+    fg: str
+    muted: str
+    grid: str
+    accent: str
+    error: str
+    # how a token came to be (text view) / what became of a draft (draft grid)
+    accepted: str
+    correction: str
+    bonus: str
+    rejected: str
+    discarded: str  # verified after the first rejection: scored, thrown away
+    unverified: str
+    cell_fg: str
+    spec: str  # speculative curve
+    base: str  # plain decoding curve
+    series: tuple[str, ...]  # comparison curves, one per drafter
+
+
+NORMAL = Theme(
+    name="normal", font_pt=10, big_pt=17,
+    bg="#f6f7f9", panel="#ffffff", fg="#1d2230", muted="#5b6373", grid="#d5d9e0",
+    accent="#2f6fdb", error="#b3261e",
+    accepted="#b9e6c3", correction="#ffd3a6", bonus="#b8d4ff",
+    rejected="#e8575a", discarded="#f2b8b9", unverified="#d9dce1", cell_fg="#111111",
+    spec="#2f6fdb", base="#7a7f8a",
+    series=("#2f6fdb", "#d9480f", "#2b8a3e", "#ae3ec9", "#e67700", "#0c8599"),
+)
+
+PRESENTATION = Theme(
+    name="presentation", font_pt=17, big_pt=30,
+    bg="#000000", panel="#0d0d0d", fg="#ffffff", muted="#c8c8c8", grid="#444444",
+    accent="#4dabf7", error="#ff6b6b",
+    accepted="#1f8f3a", correction="#c25e00", bonus="#1c5fc9",
+    rejected="#e03131", discarded="#6b2323", unverified="#3a3a3a", cell_fg="#ffffff",
+    spec="#4dabf7", base="#e9ecef",
+    series=("#4dabf7", "#ff922b", "#69db7c", "#f783ac", "#ffd43b", "#66d9e8"),
+)
+
+
+def stylesheet(t: Theme) -> str:
+    return f"""
+    QWidget {{ font-size: {t.font_pt}pt; color: {t.fg}; }}
+    QMainWindow, QDialog {{ background: {t.bg}; }}
+    QWidget#panel, QScrollArea#controls, QWidget#controlsInner {{ background: {t.bg}; }}
+    QGroupBox {{ font-weight: bold; border: 1px solid {t.grid}; border-radius: 6px;
+                 margin-top: 1.1em; padding: 6px 4px 4px 4px; background: {t.panel}; }}
+    QGroupBox::title {{ subcontrol-origin: margin; left: 8px; padding: 0 3px; color: {t.muted}; }}
+    QTextEdit, QPlainTextEdit, QListWidget, QTableWidget {{ background: {t.panel};
+        border: 1px solid {t.grid}; border-radius: 4px;
+        selection-background-color: {t.accent}; selection-color: #ffffff; }}
+    QHeaderView::section {{ background: {t.bg}; color: {t.muted}; border: none;
+                             border-bottom: 1px solid {t.grid}; padding: 3px; }}
+    QPushButton {{ padding: 5px 12px; border: 1px solid {t.grid}; border-radius: 5px;
+                   background: {t.panel}; }}
+    QPushButton:hover {{ border-color: {t.accent}; }}
+    QPushButton:disabled {{ color: {t.muted}; }}
+    QPushButton#primary {{ background: {t.accent}; color: #ffffff; border-color: {t.accent};
+                           font-weight: bold; }}
+    QPushButton#primary:disabled {{ background: {t.grid}; border-color: {t.grid}; }}
+    QTabWidget::pane {{ border: 1px solid {t.grid}; background: {t.bg}; }}
+    QTabBar::tab {{ padding: 5px 14px; background: {t.bg}; color: {t.muted};
+                    border: 1px solid {t.grid}; border-bottom: none; }}
+    QTabBar::tab:selected {{ background: {t.panel}; color: {t.fg}; font-weight: bold; }}
+    QLabel#message {{ background: {t.error}; color: #ffffff; padding: 5px 8px; border-radius: 4px; }}
+    QLabel#caption {{ color: {t.muted}; }}
+    QLabel#value {{ font-size: {t.big_pt}pt; font-weight: bold; }}
+    QLabel#prompt {{ font-size: {t.font_pt + 2}pt; color: {t.muted}; }}
+    QStatusBar {{ color: {t.muted}; }}
+    """
+
+
+def palette(t: Theme):
+    """A Fusion palette in the theme's colours, for the inputs the stylesheet leaves alone."""
+    from PySide6.QtGui import QColor, QPalette
+
+    p = QPalette()
+    for role, colour in ((QPalette.Window, t.bg), (QPalette.WindowText, t.fg), (QPalette.Base, t.panel),
+                         (QPalette.AlternateBase, t.bg), (QPalette.Text, t.fg), (QPalette.Button, t.panel),
+                         (QPalette.ButtonText, t.fg), (QPalette.Highlight, t.accent),
+                         (QPalette.HighlightedText, "#ffffff"), (QPalette.ToolTipBase, t.panel),
+                         (QPalette.ToolTipText, t.fg), (QPalette.PlaceholderText, t.muted)):
+        p.setColor(role, QColor(colour))
+    p.setColor(QPalette.Disabled, QPalette.Text, QColor(t.muted))
+    p.setColor(QPalette.Disabled, QPalette.ButtonText, QColor(t.muted))
+    return p

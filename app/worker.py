@@ -1,0 +1,182 @@
+"""The model-owner thread: the one app module that touches MLX.
+
+A single ``Worker`` lives in one long-lived QThread. It loads, warms up, runs and frees every
+MLX object there (MLX streams belong to the thread that made them). The GUI calls its slots
+through queued signals and gets back plain Python data only: dicts, lists, and the frozen
+dataclasses of ``dspark.events``. Stop is a ``threading.Event`` the GUI sets directly
+(``Worker.cancel``), checked by the engine before every round.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+import mlx.core as mx
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from dspark import DflashDrafter, DsparkError, GenerationConfig, Summary, generate, generate_baseline, load_target
+from dspark.engine import run_to_summary
+
+WARMUP_IDS = [2, 3, 4, 5]
+
+
+class Worker(QObject):
+    status = Signal(str)
+    failed = Signal(str)  # one line for the person at the screen
+    loaded = Signal(dict)  # {"target": path, "target_id", "drafters": {path: info}, "errors": {path: msg}}
+    run_started = Signal(dict)  # {"job", "key", "label", "method", "drafter", "prompt", "prompt_index", "config"}
+    round_done = Signal(object)  # (key, RoundEvent, drafted token texts)
+    run_done = Signal(object)  # (key, Summary)
+    job_done = Signal(dict)  # {"job", "ok", "cancelled"}
+
+    def __init__(self):
+        super().__init__()
+        self.cancel_event = threading.Event()
+        self._target = None
+        self._target_path: str | None = None
+        self._drafters: dict[str, DflashDrafter] = {}
+        self._pieces: dict[int, str] = {}
+        self._key = 0
+
+    # --- called from the GUI thread directly (thread-safe) --------------------------------
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+    # --- slots, run on the worker thread --------------------------------------------------
+    @Slot(dict)
+    def load(self, spec: dict) -> None:
+        """Load ``spec["target"]`` and the drafters in ``spec["drafters"]``; report each error."""
+        try:
+            errors = self._ensure(spec.get("target"), spec.get("drafters", []))
+            for path, msg in errors.items():
+                self.failed.emit(msg)
+        except DsparkError as e:
+            self.failed.emit(str(e))
+        except Exception as e:  # never let a load take the app down
+            self._unexpected(e)
+
+    @Slot(dict)
+    def run_job(self, job: dict) -> None:
+        """Run every (prompt, run) pair of ``job`` in turn on the loaded target.
+
+        ``job``: {"id", "target", "prompts": [str], "runs": [{"label", "drafter": path|None}],
+        "config": GenerationConfig fields}. Speculative runs and plain decoding share the
+        target; a stop ends the current run within one round and skips the rest.
+        """
+        ok, cancelled = True, False
+        try:
+            errors = self._ensure(job["target"], [r["drafter"] for r in job["runs"] if r["drafter"]])
+            if errors:
+                raise DsparkError(next(iter(errors.values())))
+            config = GenerationConfig(**job["config"])
+            config.check()
+            for pi, prompt in enumerate(job["prompts"]):
+                for spec in job["runs"]:
+                    if self.cancel_event.is_set():
+                        cancelled = True
+                        break
+                    self._run_one(job, spec, pi, prompt, config)
+            cancelled = cancelled or self.cancel_event.is_set()
+        except DsparkError as e:
+            ok = False
+            self.failed.emit(str(e))
+        except Exception as e:
+            ok = False
+            self._unexpected(e)
+        finally:
+            self.status.emit("stopped" if cancelled else ("done" if ok else "failed"))
+            self.job_done.emit({"job": job.get("id"), "ok": ok, "cancelled": cancelled})
+
+    @Slot()
+    def shutdown(self) -> None:
+        """Free every MLX object on this thread, then end the thread's event loop."""
+        self._free_all()
+        QThread.currentThread().quit()
+
+    # --- internals ------------------------------------------------------------------------
+    def _run_one(self, job: dict, spec: dict, prompt_index: int, prompt: str, config: GenerationConfig) -> None:
+        self._key += 1
+        key, drafter_path = self._key, spec["drafter"]
+        method = "speculative" if drafter_path else "baseline"
+        self.run_started.emit({
+            "job": job.get("id"), "key": key, "label": spec["label"], "method": method,
+            "drafter": drafter_path, "prompt": prompt, "prompt_index": prompt_index,
+            "config": dict(job["config"]),
+        })
+        self.status.emit(f"{spec['label']}: generating")
+        cancel = self.cancel_event.is_set
+        if drafter_path:
+            events = generate(self._target, self._drafters[drafter_path], prompt, config, cancel=cancel)
+        else:
+            events = generate_baseline(self._target, prompt, config, cancel=cancel)
+        for ev in events:
+            if isinstance(ev, Summary):
+                self.run_done.emit((key, ev))
+            else:
+                self.round_done.emit((key, ev, tuple(self._piece(t) for t in ev.drafted)))
+
+    def _piece(self, token: int) -> str:
+        """A drafted token's text, for the draft grid (tokenizer lookup, no model work)."""
+        s = self._pieces.get(token)
+        if s is None:
+            tok = self._target.tokenizer
+            s = tok.decode([token]) if tok is not None else f"#{token}"
+            self._pieces[token] = s
+        return s
+
+    def _ensure(self, target_path: str | None, drafter_paths: list[str]) -> dict[str, str]:
+        """Have this target and these drafters loaded; returns {drafter path: error message}."""
+        if not target_path:
+            raise DsparkError("no target model chosen: pick a target directory")
+        target_path = str(Path(target_path).expanduser())
+        if target_path != self._target_path or self._target is None:
+            self._free_all()
+            self.status.emit(f"loading target {Path(target_path).name} ...")
+            self._target = load_target(target_path)
+            self._target_path = target_path
+            self.status.emit("warming up ...")
+            run_to_summary(generate_baseline(self._target, self._warm_ids(), self._warm_cfg()))
+        errors, infos = {}, {}
+        for p in drafter_paths:
+            if p not in self._drafters:
+                try:
+                    self.status.emit(f"loading drafter {Path(p).name} ...")
+                    d = DflashDrafter.load(p, target=self._target)
+                    run_to_summary(generate(self._target, d, self._warm_ids(), self._warm_cfg()))
+                    self._drafters[p] = d
+                except DsparkError as e:
+                    errors[p] = f"drafter {Path(p).name}: {e}"
+                    continue
+            d = self._drafters[p]
+            infos[p] = {"block_size": d.cfg.block_size, "confidence": bool(d.cfg.confidence), "params": d.num_params()}
+        self.loaded.emit({
+            "target": target_path, "target_id": self._target.target_id,
+            "dims": self._target.dims.to_dict(), "drafters": infos, "errors": errors,
+        })
+        self.status.emit("ready")
+        return errors
+
+    def _warm_ids(self) -> list[int]:
+        return [t % self._target.dims.vocab_size for t in WARMUP_IDS]
+
+    @staticmethod
+    def _warm_cfg() -> GenerationConfig:
+        return GenerationConfig(max_tokens=3, stop_at_eos=False)
+
+    def _free_all(self) -> None:
+        for d in self._drafters.values():
+            d.dispose()
+        self._drafters.clear()
+        self._pieces.clear()
+        self._target = None
+        self._target_path = None
+        gc.collect()
+        mx.clear_cache()
+
+    def _unexpected(self, e: Exception) -> None:
+        traceback.print_exc(file=sys.stderr)
+        self.failed.emit(f"unexpected error: {type(e).__name__}: {e}")

@@ -1,0 +1,190 @@
+"""The desktop app, headless (offscreen Qt), on tiny random models in temp dirs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtGui import QImage  # noqa: E402
+
+from app.runs import BASELINE  # noqa: E402
+from app.window import MainWindow  # noqa: E402
+from test_app_support import make_tiny_dirs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = "the a of and to in"
+LONG = 30_000  # ms: generous waits for a contended 2-core machine
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return make_tiny_dirs(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture
+def window(qtbot, dirs, tmp_path, monkeypatch):
+    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
+    w = MainWindow(prefs=None)
+    qtbot.addWidget(w)
+    w.resize(1400, 900)
+    w.show()
+    yield w
+    w.close()
+    assert not w.thread_.isRunning()
+
+
+def setup(w, dirs, drafters=("drafter",), max_tokens=12, prompt=PROMPT):
+    w.restore(str(dirs["target"]), [str(dirs[d]) for d in drafters])
+    w.controls.prompt.setPlainText(prompt)
+    w.controls.max_tokens.setValue(max_tokens)
+
+
+def run_job(qtbot, w, start):
+    with qtbot.waitSignal(w.job_finished, timeout=LONG) as sig:
+        start()
+    w.refresh()
+    return sig.args[0]
+
+
+def test_run_fills_every_pane(qtbot, window, dirs, tmp_path):
+    w = window
+    setup(w, dirs)
+    info = run_job(qtbot, w, w.start_run)
+    assert info["ok"] and not info["cancelled"]
+    spec, base = w.shown_runs()
+    assert spec.method == "speculative" and base.method == "baseline"
+    assert spec.done and base.done and len(spec.summary.tokens) == 12
+    # text view: the prompt plus every committed token, with a tooltip per token
+    assert w.text.text.count == len(spec.tokens())
+    assert PROMPT in w.text.text.toPlainText()
+    # draft grid: one row per round
+    assert len(w.drafts.grid.rounds) == spec.summary.rounds > 0
+    bar = w.drafts.scroll.verticalScrollBar()
+    assert bar.value() == bar.maximum()  # the newest round stays in view
+    # plots: bars per draft position, histogram, both curves
+    assert len(w.plots.pos_bars.opts["height"]) == spec.block_size() == 4
+    assert sum(w.plots.hist_bars.opts["height"]) == spec.summary.rounds
+    assert len(w.plots.spec_curve.getData()[0]) == spec.summary.rounds
+    assert len(w.plots.base_curve.getData()[0]) == 12
+    # header strip
+    for key in ("spec", "base", "speedup", "tau", "ttft", "mem"):
+        assert w.header.values[key].text() not in ("", "–"), key
+    assert w.header.values["same"].text() == "✓"  # greedy speculative == plain decoding
+    # exports
+    j = w.export_data("json", False, str(tmp_path / "run.json"))
+    doc = json.loads(j.read_text())
+    assert [r["method"] for r in doc["runs"]] == ["speculative", "baseline"]
+    assert doc["runs"][0]["events"][0]["kind"] == "round" and doc["runs"][0]["summary"]["tau"] >= 1
+    rows = list(csv.DictReader(w.export_data("csv", False, str(tmp_path / "run.csv")).open()))
+    assert [r["method"] for r in rows] == ["speculative", "baseline"]
+    pngs = w.export_pngs(str(tmp_path / "png"))
+    assert {p.stem for p in pngs} >= {"acceptance_by_position", "accepted_length", "tokens_per_sec", "draft_rows"}
+    assert all(not QImage(str(p)).isNull() for p in pngs)
+    # the run history keeps the finished job
+    assert list((tmp_path / "home" / "data" / "runs").glob("*-run.json"))
+
+
+def test_stop_ends_within_one_round(qtbot, window, dirs):
+    w = window
+    setup(w, dirs, max_tokens=3000)
+    with qtbot.waitSignal(w.job_finished, timeout=LONG * 2) as sig:
+        w.start_run()
+        qtbot.waitUntil(lambda: bool(w.runs) and len(w.runs[0].rounds) >= 3, timeout=LONG)
+        seen = len(w.runs[0].rounds)
+        w.stop()
+    assert sig.args[0]["cancelled"]
+    spec = w.runs[0]
+    assert spec.summary.finish_reason == "cancelled"
+    assert len(spec.rounds) <= seen + 2  # the round in flight (+ one already queued to the GUI)
+    assert len(spec.summary.tokens) == len(spec.tokens()) > 0  # kept what it produced
+    assert [r.method for r in w.runs] == ["speculative"]  # the baseline was skipped
+    assert w.controls.run_b.isEnabled()
+
+
+def test_bad_drafter_shows_error_then_good_run_works(qtbot, window, dirs):
+    w = window
+    setup(w, dirs, drafters=("other_drafter",))
+    info = run_job(qtbot, w, w.start_run)
+    assert not info["ok"]
+    assert w.message.isVisible() and "different target" in w.message.text()
+    # broken directory: also a message, not a crash
+    w.controls.add_drafter(str(dirs["broken"]), select=True)
+    info = run_job(qtbot, w, w.start_run)
+    assert not info["ok"] and "not valid JSON" in w.message.text()
+    # a good drafter now works on the same window and worker
+    w.controls.add_drafter(str(dirs["drafter"]), select=True)
+    info = run_job(qtbot, w, lambda: qtbot.mouseClick(w.controls.run_b, Qt.LeftButton))
+    assert info["ok"] and not w.message.isVisible()
+    assert [r.method for r in w.runs] == ["speculative", "baseline"] and all(r.done for r in w.runs)
+
+
+def test_compare_one_row_per_drafter_plus_baseline(qtbot, window, dirs, tmp_path):
+    w = window
+    setup(w, dirs, drafters=("drafter", "drafter2"), max_tokens=8)
+    info = run_job(qtbot, w, w.start_compare)
+    assert info["ok"]
+    rows = w.compare.rows
+    assert [r["label"] for r in rows] == ["drafter", "drafter2", BASELINE]
+    assert w.compare.table.rowCount() == 3
+    assert all(r["identical"] is True for r in rows[:2])  # greedy: same tokens as plain decoding
+    assert w.compare.table.item(0, 7).text() == "✓"
+    assert rows[0]["speedup"] > 0 and len(rows[1]["per_position_acceptance"]) == 3
+    doc = json.loads(w.export_data("json", True, str(tmp_path / "c.json")).read_text())
+    assert len(doc["comparison"]) == 3 and len(doc["runs"]) == 3
+    assert len(list(csv.DictReader((w.export_data("csv", True, str(tmp_path / "c.csv"))).open()))) == 3
+
+
+def _env(tmp_path):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", DSPARK_STUDIO_HOME=str(tmp_path / "home"))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_screenshot_writes_window_png(dirs, tmp_path):
+    out = tmp_path / "shot.png"
+    cmd = [sys.executable, "-m", "app", "--screenshot", str(out), "--target", str(dirs["target"]),
+           "--drafter", str(dirs["drafter"]), "--prompt", PROMPT, "--max-tokens", "8"]
+    r = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    img = QImage(str(out))
+    assert (img.width(), img.height()) == (1600, 1000)
+
+
+QUIT_DURING_RUN = r"""
+import sys
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+from app.window import MainWindow
+app = QApplication(sys.argv[:1])
+w = MainWindow(prefs=None)
+w.restore(sys.argv[1], [sys.argv[2]])
+w.controls.prompt.setPlainText("the a of and")
+w.controls.max_tokens.setValue(3000)
+w.show()
+def check():
+    if w.runs and len(w.runs[0].rounds) >= 2:
+        print("closing with", len(w.runs[0].rounds), "rounds", flush=True)
+        w.close()
+    else:
+        QTimer.singleShot(50, check)
+QTimer.singleShot(0, w.start_run)
+QTimer.singleShot(50, check)
+sys.exit(app.exec())
+"""
+
+
+def test_closing_during_a_run_exits_cleanly(dirs, tmp_path):
+    cmd = [sys.executable, "-c", QUIT_DURING_RUN, str(dirs["target"]), str(dirs["drafter"])]
+    r = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "closing with" in r.stdout
+    assert "terminate called" not in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,95 @@
+"""Smaller app behaviours: token tooltips, presentation keys, settings that persist, prompt sets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import Qt  # noqa: E402
+
+from app import prompts, settings  # noqa: E402
+from app.window import MainWindow  # noqa: E402
+from test_app import LONG, PROMPT, dirs, run_job, setup  # noqa: E402,F401  (dirs: the shared fixture)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def make_window(qtbot, prefs=None):
+    w = MainWindow(prefs=prefs)
+    qtbot.addWidget(w)
+    w.resize(1400, 900)
+    w.show()
+    return w
+
+
+def test_token_tooltip_and_presentation_keys(qtbot, dirs, home):
+    w = make_window(qtbot)
+    setup(w, dirs, max_tokens=6)
+    run_job(qtbot, w, w.start_run)
+    view = w.text.text
+    spec = w.shown_runs()[0]
+    first = spec.rounds[0].committed[0]
+    cur = view.textCursor()
+    cur.setPosition(len(PROMPT) + max(len(first.text) // 2, 0))
+    rect = view.cursorRect(cur)
+    tip = view.tip_at(rect.center())
+    assert "round 0, position 0" in tip and "p = " in tip
+
+    w.presenter.fullscreen = False
+    w.controls.prompt_set.setCurrentText("Python snippets")
+    w.presenter.enter()
+    assert w.theme.name == "presentation" and not w.controls_scroll.isVisible()
+    before = w.controls.prompt_index
+    w.controls.max_tokens.setValue(4)
+    with qtbot.waitSignal(w.job_finished, timeout=LONG):
+        qtbot.keyClick(w, Qt.Key_Space)
+    assert w.controls.prompt_index == before + 1
+    assert w.runs and w.runs[0].prompt == prompts.BUILTIN["Python snippets"][before + 1]
+    qtbot.keyClick(w, Qt.Key_Escape)
+    assert w.theme.name == "normal" and w.controls_scroll.isVisible()
+    w.close()
+    assert not w.thread_.isRunning()
+
+
+def test_settings_and_recent_dirs_persist(qtbot, dirs, home):
+    prefs = settings.Settings()
+    w = make_window(qtbot, prefs)
+    w.restore(str(dirs["target"]), [])
+    w.controls.add_drafter(str(dirs["drafter"]))
+    w.on_target_chosen(str(dirs["target"]))
+    w.controls.max_tokens.setValue(77)
+    w.controls.verify.setCurrentText("confidence")
+    w.controls.prompt.setPlainText("the of")
+    w.close()
+
+    prefs2 = settings.Settings()
+    assert prefs2.recent("targets")[0] == str(dirs["target"])
+    assert str(dirs["drafter"]) in prefs2.recent("drafters")
+    from app.main import build_parser, choose_models
+
+    target, drafters = choose_models(build_parser().parse_args([]), prefs2)
+    assert (target, drafters) == (str(dirs["target"]), [str(dirs["drafter"])])
+    w2 = make_window(qtbot, prefs2)
+    w2.restore(target, drafters)
+    assert w2.controls.max_tokens.value() == 77
+    assert w2.controls.verify.currentText() == "confidence" and w2.controls.threshold.isEnabled()
+    assert w2.controls.prompt_text() == "the of"
+    assert w2.controls.drafter_paths() == [str(dirs["drafter"])]
+    w2.close()
+
+
+def test_prompt_sets_read_json_and_txt(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"name": "Set A", "prompts": ["x = 1\n", "y = 2\n"]}))
+    (tmp_path / "b.txt").write_text("first\n---\nsecond\n")
+    (tmp_path / "bad.json").write_text("{oops")
+    sets = prompts.prompt_sets(tmp_path)
+    assert sets["Set A"] == ["x = 1\n", "y = 2\n"] and sets["b"] == ["first\n", "second\n"]
+    assert "Python snippets" in sets and "bad" not in sets
+    assert len(prompts.prompt_sets()["Held-out Python stdlib"]) >= 5  # the shipped set
