@@ -176,10 +176,31 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--baseline", action="store_true", help="also run plain mlx-lm decoding and report the speedup")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.set_defaults(fn=cmd_generate)
+
+    # Listed for --help only: main() hands these to their own modules' parsers.
+    for name, text in HELP.items():
+        sub.add_parser(name, add_help=False, help=text)
     return p
 
 
+#: Subcommands whose modules own their option parsers: ``dspark X ...`` calls ``X.main(rest)``.
+DELEGATED = {"train": "dspark.train", "calibrate": "dspark.calibrate"}
+HELP = {
+    "train": "train a drafter against a target (dspark train --help)",
+    "calibrate": "fit a drafter's confidence temperatures (dspark calibrate --help)",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in DELEGATED:
+        import importlib
+
+        try:
+            return importlib.import_module(DELEGATED[argv[0]]).main(argv[1:])
+        except DsparkError as e:
+            print("dspark: error: " + " ".join(str(e).split()), file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

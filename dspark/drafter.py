@@ -73,6 +73,7 @@ class DraftRows:
     draft_probs: mx.array  # [A, G] q(token) (temperature-1 softmax when greedy)
     confidences: mx.array | None  # [A, G] calibrated c_k
     hidden: mx.array  # [A, G, H]
+    conf_logits: mx.array | None = None  # [A, G] raw confidence logits z_k (what calibration fits)
 
 
 @dataclass
@@ -226,8 +227,9 @@ class DflashDrafter:
             draft_probs = token_probs(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1)).reshape(tokens.shape)
         else:
             draft_probs = mx.take_along_axis(q, tokens[..., None], axis=-1)[..., 0]
-        conf = self._calibrated(self._conf(h, e)) if self.cfg.confidence else None
-        return DraftRows(tokens=tokens, q=q, draft_probs=draft_probs, confidences=conf, hidden=h)
+        z = self._conf(h, e) if self.cfg.confidence else None
+        conf = self._calibrated(z) if z is not None else None
+        return DraftRows(tokens=tokens, q=q, draft_probs=draft_probs, confidences=conf, hidden=h, conf_logits=z)
 
     def _calibrated(self, z: mx.array) -> mx.array:
         """Confidence logits [A, G] to survival estimates, through the calibration temperatures."""

@@ -16,7 +16,7 @@ from tiny import write_tiny_target_dir
 def dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     target = write_tiny_target_dir(root / "target", window=16)
-    other = write_tiny_target_dir(root / "other", seed=1, window=16, layers=5)
+    write_tiny_target_dir(root / "other", seed=1, window=16, layers=5)
     assert main(["init", "--target", str(target), "--out", str(root / "drafter"), "--block-size", "4",
                  "--layers", "1", "--taps", "1,3", "--markov-rank", "16"]) == 0
     return root

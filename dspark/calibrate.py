@@ -1,0 +1,269 @@
+"""Sequential temperature scaling of the confidence head (STS, ``reference/drafters.md`` 5.5):
+``dspark calibrate``.
+
+The confidence head gives a logit ``z_k`` per drafted position: the chance that draft k
+survives verification given drafts 1..k-1 did. The chance that drafts 1..k all survive is then
+``a_k = prod_{i<=k} sigmoid(z_i / T_i)``. Held-out rounds of the real generation loop give,
+for every round that verified position k, the observed label "drafts 1..k were all accepted".
+For k = 1..G in order, T_k is the grid value (log-spaced 0.05..20) that minimises the
+expected calibration error of ``a_k`` against that label, with T_1..T_{k-1} already fixed.
+Dividing a logit by a positive temperature never changes the order of confidences, so only
+their scale is corrected. The temperatures are stored as ``drafter.calibration``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from . import metrics
+from .drafter import DflashDrafter
+from .engine import GenerationConfig, generate
+from .errors import DsparkError
+from .events import RoundEvent
+from .target import Target
+
+GRID = tuple(float(t) for t in np.geomspace(0.05, 20.0, 81))
+BINS = 20
+
+
+@dataclass(frozen=True)
+class Round:
+    """One speculative round: raw confidence logits of the drafted positions (None without a
+    confidence head), how many drafts were verified and how many were accepted."""
+
+    logits: tuple[float, ...] | None
+    width: int
+    accepted: int
+
+
+@dataclass
+class Calibration:
+    temperatures: list[float]
+    ece_before: float  # pooled over positions, raw logits (all T = 1)
+    ece_after: float
+    per_position_before: list[float] = field(default_factory=list)
+    per_position_after: list[float] = field(default_factory=list)
+    fit_rounds: int = 0
+    check_rounds: int = 0
+
+
+def expected_calibration_error(pred: Sequence[float], label: Sequence[float], bins: int = BINS) -> float:
+    """ECE with ``bins`` equal-width bins on [0, 1]: sum over bins of (bin share) x
+    |mean predicted - mean observed|. 0 for no samples."""
+    p = np.asarray(pred, np.float64)
+    y = np.asarray(label, np.float64)
+    if p.size == 0:
+        return 0.0
+    idx = np.minimum((p * bins).astype(np.int64), bins - 1)
+    # Per bin, |sum p - sum y| / N equals (bin share) x |mean p - mean y|.
+    gap = np.abs(np.bincount(idx, p, bins) - np.bincount(idx, y, bins))
+    return float(gap.sum() / p.size)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.exp(-np.logaddexp(0.0, -x))
+
+
+def survival_pairs(rounds: Sequence[Round], temperatures: Sequence[float], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(a_k, label) over the rounds that verified position k (1-based)."""
+    rows = [r for r in rounds if r.logits is not None and r.width >= k]
+    if not rows:
+        return np.zeros(0), np.zeros(0)
+    z = np.array([r.logits[:k] for r in rows], np.float64)
+    t = np.array([temperatures[i] if i < len(temperatures) else 1.0 for i in range(k)], np.float64)
+    pred = np.prod(_sigmoid(z / t), axis=1)
+    label = np.array([r.accepted >= k for r in rows], np.float64)
+    return pred, label
+
+
+def ece_by_position(rounds: Sequence[Round], temperatures: Sequence[float], block_size: int) -> tuple[float, list[float]]:
+    """(pooled ECE over all verified positions, ECE per position 1..G)."""
+    preds, labels, per = [], [], []
+    for k in range(1, block_size + 1):
+        p, y = survival_pairs(rounds, temperatures, k)
+        per.append(expected_calibration_error(p, y))
+        preds.append(p), labels.append(y)
+    return expected_calibration_error(np.concatenate(preds), np.concatenate(labels)), per
+
+
+def fit_temperatures(rounds: Sequence[Round], block_size: int, grid: Sequence[float] = GRID) -> list[float]:
+    """STS: T_k for k = 1..G in order, each minimising the ECE of a_k with T_<k fixed.
+    Positions no round verified keep T = 1; among equally good values the one nearest 1 wins."""
+    temps: list[float] = []
+    order = sorted(grid, key=lambda t: abs(np.log(t)))  # ties go to the mildest change
+    for k in range(1, block_size + 1):
+        best_t, best_e = 1.0, None
+        if survival_pairs(rounds, temps + [1.0], k)[0].size:
+            for t in order:
+                e = expected_calibration_error(*survival_pairs(rounds, temps + [t], k))
+                if best_e is None or e < best_e - 1e-12:
+                    best_t, best_e = t, e
+        temps.append(float(best_t))
+    return temps
+
+
+class _RecordingSession:
+    """A drafter session that keeps each round's raw confidence logits z_k (the engine's events
+    carry calibrated confidences; inverting a float32 sigmoid loses everything beyond z ~ 17)."""
+
+    def __init__(self, session, sink: list):
+        self.session, self.sink = session, sink
+        self.tap_layers, self.block_size = session.tap_layers, session.block_size
+
+    def propose(self, *args):
+        rows = self.session.propose(*args)
+        self.sink.append(rows.conf_logits)
+        return rows
+
+    def state(self) -> list:
+        return self.session.state()
+
+
+class _Recording:
+    """Drafts with ``drafter`` through the ordinary proposer protocol, recording z_k."""
+
+    def __init__(self, drafter: DflashDrafter):
+        self.drafter, self.logits = drafter, []
+
+    def start(self, target: Target) -> _RecordingSession:
+        return _RecordingSession(self.drafter.start(target), self.logits)
+
+
+def collect_rounds(
+    target: Target,
+    drafter: DflashDrafter,
+    prompts: Sequence[str | Sequence[int]],
+    *,
+    max_rounds: int | None = None,
+    max_tokens: int = 128,
+    block_size: int | None = None,
+) -> tuple[list[Round], list]:
+    """Run the real greedy loop (verify every drafted token) on ``prompts``; return its rounds
+    with raw confidence logits, and per prompt its (RoundEvents, Rounds) for tau and acceptance."""
+    rounds: list[Round] = []
+    events: list[list[RoundEvent]] = []
+    cfg = GenerationConfig(max_tokens=max_tokens, temperature=0.0, block_size=block_size or drafter.cfg.block_size,
+                           verify="all", stop_at_eos=False)
+    for prompt in prompts:
+        rec, evs = _Recording(drafter), []
+        for ev in generate(target, rec, prompt, cfg):
+            if isinstance(ev, RoundEvent):
+                z = rec.logits[len(evs)]
+                evs.append(ev)
+                rounds.append(Round(tuple(z[0].tolist()) if z is not None else None, ev.verify_width, ev.accepted))
+        events.append((evs, rounds[len(rounds) - len(evs):]))
+        if max_rounds is not None and len(rounds) >= max_rounds:
+            break
+    return rounds, events
+
+
+def calibrate_rounds(fit: Sequence[Round], check: Sequence[Round], block_size: int) -> Calibration:
+    """Fit STS temperatures on ``fit`` and measure ECE before/after on ``check``."""
+    temps = fit_temperatures(fit, block_size)
+    before, per_before = ece_by_position(check, [1.0] * block_size, block_size)
+    after, per_after = ece_by_position(check, temps, block_size)
+    return Calibration(temps, before, after, per_before, per_after, len(fit), len(check))
+
+
+def calibrate_drafter(target: Target, drafter: DflashDrafter, prompts: Sequence, *, rounds: int = 200,
+                      max_tokens: int = 128, holdout: bool = True) -> Calibration:
+    """Collect held-out rounds, fit STS and store the temperatures in ``drafter.calibration``.
+    With ``holdout`` the ECE is measured on every other prompt's rounds, fitted on the rest."""
+    if not drafter.cfg.confidence:
+        raise DsparkError("this drafter has no confidence head: nothing to calibrate")
+    _, per_prompt = collect_rounds(target, drafter, prompts, max_rounds=rounds, max_tokens=max_tokens)
+    result = _fit_on_even_check_on_odd(per_prompt, drafter.cfg.block_size, holdout)
+    drafter.calibration = result.temperatures
+    return result
+
+
+def _fit_on_even_check_on_odd(per_prompt: list[tuple[list[RoundEvent], list[Round]]], block_size: int,
+                              holdout: bool = True) -> Calibration:
+    # Split by prompt, not by round: rounds of one generation are correlated.
+    rounds = [rs for _, rs in per_prompt]
+    fit = [r for i, rs in enumerate(rounds) for r in rs if not holdout or i % 2 == 0]
+    check = [r for i, rs in enumerate(rounds) for r in rs if holdout and i % 2 == 1] or fit
+    return calibrate_rounds(fit, check, block_size)
+
+
+def evaluate_drafter(target: Target, drafter: DflashDrafter, prompts, max_tokens: int = 128, say=lambda s: None) -> dict:
+    """tau and per-position acceptance from the real greedy loop on held-out prompts, and STS
+    calibration fitted on every other prompt's rounds and checked on the others."""
+    t0 = time.perf_counter()
+    _, per_prompt = collect_rounds(target, drafter, prompts, max_tokens=max_tokens)
+    evs = [e for es, _ in per_prompt for e in es]
+    accepted, widths = [e.accepted for e in evs], [e.verify_width for e in evs]
+    result = {
+        "prompts": len(prompts),
+        "rounds": len(evs),
+        "tokens": sum(len(e.committed) for e in evs),
+        "tau": metrics.tau([len(e.committed) for e in evs]),
+        "acceptance_rate": metrics.acceptance_rate(accepted, widths),
+        "per_position_acceptance": metrics.per_position_acceptance(accepted, widths),
+        "max_tokens_per_prompt": max_tokens,
+    }
+    say(f"held-out ({len(prompts)} prompts, {len(evs)} rounds): tau {result['tau']:.3f}, acceptance by position "
+        + " ".join(f"{x:.2f}" for x in result["per_position_acceptance"]))
+    if drafter.cfg.confidence and evs:
+        cal = _fit_on_even_check_on_odd(per_prompt, drafter.cfg.block_size)
+        drafter.calibration = cal.temperatures
+        result["calibration"] = asdict(cal)
+        say("calibration: " + format_calibration(cal))
+    result["seconds"] = time.perf_counter() - t0
+    return result
+
+
+def format_calibration(c: Calibration) -> str:
+    per = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    return (f"ECE before {c.ece_before:.4f} -> after {c.ece_after:.4f} "
+            f"({c.check_rounds} rounds checked, {c.fit_rounds} fitted)\n"
+            f"  per position before: {per(c.per_position_before)}\n"
+            f"  per position after:  {per(c.per_position_after)}\n"
+            f"  temperatures:        {per(c.temperatures)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .target import load_target
+
+    ap = argparse.ArgumentParser(prog="dspark calibrate", description="Fit STS temperatures of a drafter's confidence head.")
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--drafter", required=True, help="drafter directory (the temperatures are saved into it)")
+    ap.add_argument("--prompts", nargs="+", help="prompt files (.txt/.py/.md, or .jsonl with text/prompt); default: held-out corpus prompts")
+    ap.add_argument("--rounds", type=int, default=200, help="speculative rounds to collect")
+    ap.add_argument("--max-tokens", type=int, default=128, help="tokens generated per prompt")
+    ap.add_argument("--prompt-len", type=int, default=64, help="prompt tokens cut from each stretch of a prompt file")
+    ap.add_argument("--out", help="save the calibrated drafter here instead of over --drafter")
+    a = ap.parse_args(argv)
+    try:
+        target = load_target(a.target)
+        drafter = DflashDrafter.load(a.drafter, target=target)
+        if a.prompts:
+            from .corpus import read_texts
+            from .train_data import cut_prompts, encode_all
+
+            prompts = cut_prompts(encode_all(target, read_texts(a.prompts)), a.max_tokens + a.prompt_len, a.prompt_len)
+        else:
+            from .corpus import heldout_prompts
+
+            prompts = heldout_prompts(max(4, a.rounds // 8))
+        if not prompts:
+            raise DsparkError("no prompts to calibrate on")
+        result = calibrate_drafter(target, drafter, prompts, rounds=a.rounds, max_tokens=a.max_tokens)
+        drafter.save(a.out or a.drafter)
+    except (DsparkError, ValueError) as e:
+        print(f"dspark: error: {e}", file=sys.stderr)
+        return 2
+    print(format_calibration(result))
+    print(f"saved calibration to {Path(a.out or a.drafter)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

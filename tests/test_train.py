@@ -1,0 +1,186 @@
+"""Drafter training: the loss, the batch layout (DSpark slot convention), that training lowers
+the loss, exact resume, and ``dspark train`` end to end on a tiny target saved to disk."""
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+
+from dspark import DflashConfig, DflashDrafter, load_target
+from dspark.losses import dspark_loss, position_weights
+from dspark.train import DrafterTrainer, TrainSettings, main, train_drafter
+from dspark.train_data import greedy_continuations
+from tiny import tiny_args, tiny_model, tiny_target
+
+CFG = DflashConfig(block_size=4, num_layers=1, tap_layers=(1, 3), markov_rank=16)
+WORDS = ("def class return self if else for in while import from as with try except print value name "
+         "list dict data item result index count total number first last next open close read write").split()
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_target(seed=0, vocab=96)
+
+
+@pytest.fixture(scope="module")
+def seqs(target):
+    rng = np.random.default_rng(0)
+    prompts = [[int(x) for x in rng.integers(5, 96, size=8)] for _ in range(16)]
+    return greedy_continuations(target, prompts, 48)
+
+
+def settings(**kw):
+    base = dict(steps=30, batch_anchors=16, lr=3e-3, seq_len=48, ctx_len=32, anchors_per_seq=4)
+    return TrainSettings(**{**base, **kw})
+
+
+def test_loss_terms_match_their_definitions():
+    mx.random.seed(0)
+    A, G, V = 3, 4, 11
+    t_logits = mx.random.normal((A, G, V))
+    labels = mx.random.randint(0, V, (A, G))
+    valid = mx.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    w = position_weights(G, 4.0)
+    assert np.allclose(np.array(w), np.exp(-np.arange(G) / 4.0))
+    # A drafter equal to the target: TV 0, confidence target 1, CE = the target's own CE.
+    same = dspark_loss(t_logits, mx.zeros((A, G)), t_logits, labels, valid, w)
+    assert float(same.tv) < 1e-6
+    logp = np.array(t_logits - mx.logsumexp(t_logits, axis=-1, keepdims=True))
+    ce = -np.take_along_axis(logp, np.array(labels)[..., None], -1)[..., 0]
+    wv = np.array(w)[None] * np.array(valid)
+    assert np.isclose(float(same.ce), (wv * ce).sum() / wv.sum(), atol=1e-5)
+    assert np.isclose(float(same.conf), np.log(2.0), atol=1e-5)  # BCE(sigmoid(0), 1)
+    # Disjoint one-hot distributions: TV is 2 (no 1/2 factor), the survival target 0.
+    a = mx.where(mx.arange(V) == 0, 50.0, -50.0)[None, None].astype(mx.float32) * mx.ones((A, G, 1))
+    b = mx.where(mx.arange(V) == 1, 50.0, -50.0)[None, None].astype(mx.float32) * mx.ones((A, G, 1))
+    far = dspark_loss(a, mx.full((A, G), -30.0), b, labels, valid, w)
+    assert np.isclose(float(far.tv), 2.0, atol=1e-4) and float(far.conf) < 1e-6
+    heads_off = dspark_loss(a, None, b, labels, valid, w)
+    assert np.isclose(float(heads_off.total), 0.1 * float(heads_off.ce) + 0.9 * float(heads_off.tv), rtol=1e-6)
+
+
+def test_batch_follows_the_slot_convention(target, seqs):
+    drafter = DflashDrafter.init(target, CFG, seed=0)
+    tr = DrafterTrainer(target, drafter, seqs, settings(), seed=3)
+    h_ctx, ctx_mask, anchors, prev, labels, valid, t_hidden = (np.array(x) for x in tr.sample_batch())
+    L, G = 32, 4
+    for a in range(len(anchors)):
+        # Find the anchor's sequence and position from the taps of the last real context row.
+        n_ctx = int(ctx_mask[a].sum())
+        assert ctx_mask[a, L - n_ctx:].all() and not ctx_mask[a, : L - n_ctx].any()  # right-aligned
+        candidates = [(i, p) for i in range(len(seqs)) for p in range(int(seqs.first_anchor[i]), int(seqs.lengths[i]) - 1)
+                      if seqs.tokens[i, p] == anchors[a] and min(p, L) == n_ctx]
+
+        def consistent(i, p):
+            taps, hidden = (np.array(x) for x in tr.features.get(i))
+            n = int(valid[a].sum())  # blocks near the end of a sequence keep only slots with a label
+            return (
+                np.array_equal(valid[a], np.arange(G) + p + 1 <= seqs.lengths[i] - 1)
+                and np.array_equal(prev[a, :n], seqs.tokens[i, p : p + n])  # teacher forcing: x_p ..
+                and np.array_equal(labels[a, :n], seqs.tokens[i, p + 1 : p + 1 + n])  # slot k predicts p+k+1
+                and np.allclose(t_hidden[a, :n], hidden[p : p + n])  # p_t for label k: the target at p+k
+                # the context is the taps of positions < p, ending just before the anchor
+                and np.allclose(h_ctx[a, L - n_ctx :], taps[p - n_ctx : p])
+                and p >= seqs.first_anchor[i] == 7  # self-distilled: every label is target output
+            )
+
+        assert any(consistent(i, p) for i, p in candidates), f"anchor {a} is not laid out as DSpark expects"
+    assert valid[:, 0].all() and not valid.all()  # partial blocks at sequence ends are used too
+
+
+@pytest.mark.parametrize("heads", [True, False], ids=["dspark", "dflash-style"])
+def test_training_lowers_the_loss_on_a_fixed_batch(target, seqs, heads):
+    cfg = CFG if heads else DflashConfig(block_size=4, num_layers=1, tap_layers=(1, 3), markov=False, confidence=False)
+    drafter = DflashDrafter.init(target, cfg, seed=0)
+    tr = DrafterTrainer(target, drafter, seqs, settings(), seed=0)
+    fixed = tr.sample_batch()
+    before = tr.loss(fixed)
+    for _ in range(30):
+        tr.train_step(tr.sample_batch())
+    after = tr.loss(fixed)
+    assert after["loss"] < 0.75 * before["loss"], (before, after)
+    assert after["tv"] < before["tv"] and after["ce"] < before["ce"]
+    assert (after["conf"] > 0) == heads
+    # Only the drafter trained: the target's weights are untouched.
+    assert np.array_equal(np.array(target.lm.model.embed_tokens.weight), np.array(tiny_target(seed=0, vocab=96).lm.model.embed_tokens.weight))
+
+
+def test_resume_continues_exactly(target, seqs, tmp_path):
+    def fresh():
+        return DrafterTrainer(target, DflashDrafter.init(target, CFG, seed=0), seqs, settings(steps=8), seed=5)
+
+    straight = fresh()
+    for _ in range(8):
+        straight.train_step(straight.sample_batch())
+    first = fresh()
+    for _ in range(4):
+        first.train_step(first.sample_batch())
+    first.save_state(tmp_path)
+    second = fresh()
+    second.load_state(tmp_path)
+    assert second.step == 4
+    for _ in range(4):
+        second.train_step(second.sample_batch())
+    a, b = dict(tree_flatten(straight.drafter.net.parameters())), dict(tree_flatten(second.drafter.net.parameters()))
+    assert all(np.allclose(np.array(a[k]), np.array(b[k]), atol=1e-6) for k in a)
+
+
+def test_train_drafter_resumes_from_its_checkpoint(target, tmp_path):
+    rng = np.random.default_rng(1)
+    texts = [[int(x) for x in rng.integers(5, 96, size=40)] for _ in range(12)]
+    kw = dict(batch_anchors=8, seq_len=32, prompt_len=6, self_distill=True, eval_prompts=2, eval_tokens=10, progress=False, log=lambda s: None)
+    train_drafter(target, texts, tmp_path, CFG, steps=6, **kw)
+    data_mtime = (tmp_path / "train_data.safetensors").stat().st_mtime_ns
+    train_drafter(target, texts, tmp_path, CFG, steps=9, resume=True, **kw)
+    report = json.loads((tmp_path / "train_report.json").read_text())
+    assert report["steps_done"] == 9
+    assert (tmp_path / "train_data.safetensors").stat().st_mtime_ns == data_mtime  # not regenerated
+    _, meta = mx.load(str(tmp_path / "train_state.safetensors"), return_metadata=True)
+    assert json.loads(meta["meta"])["step"] == 9
+    assert report["heldout"]["tau"] >= 1.0 and len(report["heldout"]["per_position_acceptance"]) == 4
+
+
+def _save_tiny_target(path, vocab_words):
+    """A tiny Gemma-4 target directory mlx-lm can load: config, weights and a word-level tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+    vocab = {w: i for i, w in enumerate(specials + list(vocab_words))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    path.mkdir()
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<eos>", "pad_token": "<pad>",
+        "bos_token": "<bos>", "unk_token": "<unk>", "mask_token": "<mask>", "add_bos_token": False}))
+    n = 64
+    assert len(vocab) <= n
+    config = {**vars(tiny_args(vocab=n)), "eos_token_id": 1}
+    (path / "config.json").write_text(json.dumps(config))
+    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(tiny_model(seed=0, vocab=n).parameters())))
+
+
+def test_dspark_train_cli_end_to_end(tmp_path):
+    from dspark.calibrate import main as calibrate_main
+
+    _save_tiny_target(tmp_path / "target", WORDS)
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data.txt"
+    data.write_text("\n".join(" ".join(rng.choice(WORDS, size=12)) for _ in range(40)))
+    out = tmp_path / "drafter"
+    args = ["--target", str(tmp_path / "target"), "--data", str(data), "--out", str(out), "--block-size", "3",
+            "--layers", "1", "--taps", "1,3", "--markov-rank", "8", "--steps", "6", "--batch", "8", "--seq-len", "32",
+            "--prompt-len", "8", "--self-distill", "--eval-prompts", "2", "--eval-tokens", "12", "--no-progress"]
+    assert main(args) == 0
+    target = load_target(tmp_path / "target")
+    drafter = DflashDrafter.load(out, target=target)
+    assert drafter.cfg.block_size == 3 and drafter.cfg.tap_layers == (1, 3)
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["steps_done"] == 6 and report["heldout"]["rounds"] > 0
+    assert drafter.calibration == report["heldout"]["calibration"]["temperatures"]
+    assert main(args) == 2  # refuses to overwrite a finished run without --resume/--force
+    assert calibrate_main(["--target", str(tmp_path / "target"), "--drafter", str(out), "--prompts", str(data),
+                           "--rounds", "20", "--max-tokens", "12"]) == 0
+    assert len(DflashDrafter.load(out).calibration) == 3
