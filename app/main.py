@@ -39,6 +39,10 @@ def choose_models(args, prefs) -> tuple[str | None, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        from dspark.blas import ensure_fast_blas
+
+        ensure_fast_blas("app")
     args = build_parser().parse_args(argv)
     if args.screenshot and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

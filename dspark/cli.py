@@ -184,14 +184,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: Subcommands whose modules own their option parsers: ``dspark X ...`` calls ``X.main(rest)``.
-DELEGATED = {"train": "dspark.train", "calibrate": "dspark.calibrate"}
+DELEGATED = {"train": "dspark.train", "calibrate": "dspark.calibrate", "make-demo": "dspark.demo"}
 HELP = {
     "train": "train a drafter against a target (dspark train --help)",
     "calibrate": "fit a drafter's confidence temperatures (dspark calibrate --help)",
+    "make-demo": "rebuild and measure the bundled demo models (dspark make-demo --help)",
 }
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        from .blas import ensure_fast_blas
+
+        ensure_fast_blas("dspark.cli")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in DELEGATED:
         import importlib

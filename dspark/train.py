@@ -223,11 +223,13 @@ def train_drafter(
     checkpoint_minutes: float = 5.0,
     compile: bool = True,
     log: Callable[[str], None] | None = None,
+    data_file: str | Path | None = None,
 ) -> DflashDrafter:
     """Train a drafter for ``target`` on ``texts`` (strings, or token-id lists) into
     ``out_dir``; see the module docstring. ``warmup`` is a fraction of ``steps``; ``ctx_len``
     0 means ``seq_len``; ``max_sequences`` caps the sequences (and so the self-distillation
-    cost), by default at one per ``ANCHORS_PER_SEQUENCE`` anchors the run will draw. Returns the trained drafter."""
+    cost), by default at one per ``ANCHORS_PER_SEQUENCE`` anchors the run will draw. ``data_file``
+    reuses the sequences another run saved (its ``train_data.safetensors``). Returns the trained drafter."""
     t_start = time.perf_counter()
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -246,9 +248,14 @@ def train_drafter(
     rng = np.random.default_rng(seed)
     distill_seconds = 0.0
     held = held_out_prompts(target, heldout_texts, seq_len) if heldout_texts is not None else None
-    if resuming and (out / DATA_FILE).is_file():
-        seqs, saved_held = Sequences.load(out / DATA_FILE)  # the first run's data and split
+    source = Path(data_file) if data_file else (out / DATA_FILE if resuming else None)
+    if source is not None and source.is_file():
+        # The first run's data and split (on --resume), or another run's (to compare drafters
+        # on identical data, as the demo does).
+        seqs, saved_held = Sequences.load(source)
         held = held if held is not None else saved_held
+        if data_file:
+            seqs.save(out / DATA_FILE, held)
     else:
         cap = max_sequences or max(64, math.ceil(steps * batch_anchors / ANCHORS_PER_SEQUENCE))
         t0 = time.perf_counter()
