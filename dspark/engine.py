@@ -172,18 +172,29 @@ def generate(
             finish = "cancelled"
             break
         key, k_draft, k_accept = mx.random.split(key, 3)
+        remaining = config.max_tokens - len(out)
         t0 = perf_counter()
         draft = session.propose(anchor, position, new_rows, gamma, sp, k_draft) if gamma > 0 else None
+        n_draft = 0 if draft is None else draft.tokens.shape[1]
+        drafted, dprobs, conf = [], [], None
+        if draft is not None:
+            mx.async_eval(draft.tokens, draft.draft_probs, draft.q, draft.confidences, session.state())
+        width = min(n_draft, remaining - 1)
+        fixed = config.verify == "all" or draft is None or draft.confidences is None
+        if fixed and width > 0:
+            # The width does not depend on the draft's values: build the verify graph on the
+            # lazy draft tokens while the draft computes, instead of after a host round trip.
+            verify_ids = mx.concatenate([mx.array([anchor], mx.int32), draft.tokens[0, :width].astype(mx.int32)])
+            logits, new_taps = target.forward(verify_ids[None], cache, taps)
         if draft is not None:
             mx.eval(draft.tokens, draft.draft_probs, draft.q, draft.confidences, session.state())
             drafted = draft.tokens[0].tolist()
             dprobs = draft.draft_probs[0].tolist()
             conf = draft.confidences[0].tolist() if draft.confidences is not None else None
-        else:
-            drafted, dprobs, conf = [], [], None
         t1 = perf_counter()
-        width = _verify_width(conf, len(drafted), config.max_tokens - len(out), config)
-        logits, new_taps = target.forward(mx.array([[anchor] + drafted[:width]]), cache, taps)
+        if not (fixed and width > 0):
+            width = _verify_width(conf, n_draft, remaining, config)
+            logits, new_taps = target.forward(mx.array([[anchor] + drafted[:width]]), cache, taps)
         logits = logits[0]
         if sp.greedy:
             best = mx.argmax(logits, axis=-1)
@@ -196,13 +207,14 @@ def generate(
             final, probs = best[a], shown[: a + 1]
         else:
             p = distribution(logits, sp)
-            ok, fallback = accept_sampled(p, draft.q[0, :width] if width else None, mx.array(drafted[:width], mx.int32), k_accept)
-            mx.eval(ok, fallback, new_taps)
+            d = mx.array(drafted[:width], mx.int32)
+            ok, fallback = accept_sampled(p, draft.q[0, :width] if width else None, d, k_accept)
+            p_drafted, p_fallback = p[mx.arange(width), d], p[mx.arange(width + 1), fallback]
+            mx.eval(ok, fallback, p_drafted, p_fallback, new_taps)
             ok = ok.tolist()
             a = ok.index(False) if False in ok else width
             final = fallback.tolist()[a]
-            shown = p[mx.arange(a + 1), mx.array(drafted[:a] + [final])]
-            probs = shown.tolist()
+            probs = p_drafted.tolist()[:a] + [p_fallback.tolist()[a]]
         rollback(cache, width - a)
         new_rows = new_taps[:, : a + 1]
         t2 = perf_counter()
