@@ -23,7 +23,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
 from .backbone import ConfidenceHead, ContextKV, DraftLayer, MarkovHead
-from .errors import DrafterMismatchError, DsparkError
+from .errors import DrafterMismatchError, DsparkError, read_config
 from .sampling import SamplingParams, distribution, token_probs
 from .target import DraftProjection, Target, TargetDims
 
@@ -123,8 +123,6 @@ class DflashDrafter:
 
     @classmethod
     def init(cls, target: Target, cfg: DflashConfig, target_id: str | None = None, seed: int = 0):
-        cfg = cfg if cfg.tap_layers else _with(cfg, tap_layers=default_taps(target.dims.num_layers))
-        target.check_taps(cfg.tap_layers)
         return cls.init_from_dims(target.dims, cfg, target_id or target.target_id, seed)
 
     @classmethod
@@ -359,13 +357,7 @@ def _check_cfg(cfg: DflashConfig, dims: TargetDims) -> None:
 
 
 def _read_meta(p: Path) -> dict:
-    c = p / "config.json"
-    if not c.is_file():
-        raise DsparkError(f"{p} has no config.json: not a drafter directory")
-    try:
-        meta = json.loads(c.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DsparkError(f"{c} is not valid JSON ({e})") from None
+    meta = read_config(p, "a drafter")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise DsparkError(f"{p} is not a dspark drafter (config.json has no format {FORMAT!r})")
     if meta.get("version") != VERSION:

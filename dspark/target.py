@@ -18,7 +18,7 @@ from typing import Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from .errors import DsparkError, NotGemma4Error
+from .errors import DsparkError, NotGemma4Error, read_config
 
 
 @dataclass(frozen=True)
@@ -118,15 +118,6 @@ class Target:
     def make_cache(self) -> list:
         return self.model.make_cache()
 
-    def check_taps(self, tap_layers: Sequence[int]) -> None:
-        n = self.dims.num_layers
-        bad = [t for t in tap_layers if not 0 <= t < n - 1]
-        if bad or not tap_layers:
-            raise DsparkError(
-                f"tap layers {list(tap_layers)} must be distinct layer indices in 0..{n - 2} "
-                f"(the target has {n} layers and its last one is never tapped)"
-            )
-
     @contextmanager
     def _recording(self, tap_layers: Sequence[int]):
         sink: dict[int, mx.array] = {}
@@ -199,13 +190,7 @@ def load_target(path: str | Path) -> Target:
     p = Path(path).expanduser()
     if not p.is_dir():
         raise DsparkError(f"target directory not found: {p}")
-    cfg_path = p / "config.json"
-    if not cfg_path.is_file():
-        raise DsparkError(f"{p} has no config.json: not a model directory")
-    try:
-        config = json.loads(cfg_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DsparkError(f"{cfg_path} is not valid JSON ({e})") from None
+    config = read_config(p, "a model")
     try:  # an architecture mlx-lm does not know is not Gemma-4: say so before reading weights
         _get_classes(config)
     except ValueError:
