@@ -72,3 +72,27 @@ def test_speculative_sampling_matches_target_distribution(target, name):
     for i in range(3):
         tv = 0.5 * np.abs(counts[i] / N - exact[i]).sum()
         assert tv <= tv_bound(exact[i], N), f"token {i}: TV {tv:.4f} > bound {tv_bound(exact[i], N):.4f}"
+
+
+def test_the_bound_catches_a_sampler_that_skips_the_ratio_test(target, monkeypatch):
+    """The check has power: accepting every draft (no ratio test) fails it by a wide margin."""
+    import dspark.engine as engine
+
+    real = engine.accept_sampled
+
+    def accept_all(p, q, drafted, key):
+        ok, fallback = real(p, q, drafted, key)
+        return mx.ones_like(ok), fallback
+
+    monkeypatch.setattr(engine, "accept_sampled", accept_all)
+    n = 300
+    cfg = GenerationConfig(max_tokens=2, stop_at_eos=False, temperature=1.0)
+    exact = exact_marginals(target, cfg.sampling, steps=2)
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=3, num_layers=1, markov_rank=8), seed=1)
+    counts = np.zeros((2, VOCAB))
+    for seed in range(n):
+        s = run_to_summary(generate(target, drafter, PROMPT, GenerationConfig(**{**cfg.__dict__, "seed": seed})))
+        for i, tok in enumerate(s.tokens):
+            counts[i, tok] += 1
+    tv = 0.5 * np.abs(counts[0] / n - exact[0]).sum()
+    assert tv > 2 * tv_bound(exact[0], n)
