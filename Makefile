@@ -6,7 +6,7 @@ OPENBLAS := /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3
 # mlx[cpu] on Linux links a slow reference BLAS; Debian's OpenBLAS is 20-40x faster when preloaded.
 PRELOAD := $(if $(wildcard $(OPENBLAS)),LD_PRELOAD=$(OPENBLAS),)
 
-PYTHON ?= $(shell for c in python3.13 python3.12 $$HOME/.pyenv/versions/3.13*/bin/python3 $$HOME/.pyenv/versions/3.12*/bin/python3 python3; do \
+PYTHON ?= $(shell for c in python3.12 python3.13 $$HOME/.pyenv/versions/3.12*/bin/python3 $$HOME/.pyenv/versions/3.13*/bin/python3 python3; do \
 	$$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$c; break; }; done)
 
 .PHONY: run test setup demo clean
