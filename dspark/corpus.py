@@ -1,0 +1,226 @@
+"""Text corpora: the built-in demo corpus, and the user's own data files.
+
+The demo target model is trained from scratch here because no model hub is reachable. Its
+corpus must exist offline on every machine and be redistributable, so it is the standard
+library source (``.py`` files) of the running Python interpreter (PSF licence). The corpus
+therefore depends on the interpreter version; ``corpus_info()`` records which one was used.
+
+Everything here is deterministic: files are listed in sorted order of their path relative to
+the stdlib root, and each file's split (train / held-out) comes from a stable hash of that
+relative path, so the same interpreter always gives the same corpus and the same prompts.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+import sys
+import sysconfig
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from dspark.errors import DsparkError
+
+#: Directories skipped anywhere in the stdlib tree: installed third-party code, the test
+#: suite (huge, full of deliberately odd code), and a few rarely representative packages.
+SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib",
+                       "lib2to3", "turtledemo", "__pycache__"})
+#: Files larger than this are mostly generated tables (e.g. unicode data); skip them.
+MAX_FILE_BYTES = 200_000
+#: Percentage of files held out for evaluation and prompts.
+HELDOUT_PERCENT = 5
+
+SPLITS = ("train", "heldout")
+
+
+class DataFileError(DsparkError, ValueError):
+    """A user data file is missing, empty or unreadable (one clear sentence)."""
+
+
+def stdlib_root() -> Path:
+    """The running interpreter's standard-library directory."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def split_of(rel_path: str) -> str:
+    """'train' or 'heldout' for a path relative to the stdlib root (stable across runs and
+    machines: sha256 of the POSIX path, unlike Python's salted ``hash``)."""
+    digest = hashlib.sha256(rel_path.encode("utf-8")).digest()
+    return "heldout" if int.from_bytes(digest[:4], "big") % 100 < HELDOUT_PERCENT else "train"
+
+
+def _all_files(root: Path | None = None) -> tuple[tuple[str, Path], ...]:
+    return _scan(root or stdlib_root())
+
+
+@functools.lru_cache(maxsize=4)
+def _scan(root: Path) -> tuple[tuple[str, Path], ...]:
+    """Walk the tree once per process (the stdlib does not change while we run)."""
+    found = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root)
+        if any(part in SKIP_DIRS for part in rel.parts[:-1]):
+            continue
+        try:
+            if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
+                continue
+        except OSError:
+            continue
+        found.append((rel.as_posix(), path))
+    found.sort(key=lambda item: item[0])
+    return tuple(found)
+
+
+def corpus_files(split: str, root: Path | None = None) -> list[Path]:
+    """The corpus files of one split ('train' or 'heldout'), sorted by relative path."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+    return [path for rel, path in _all_files(root) if split_of(rel) == split]
+
+
+def _read_source(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # a few stdlib files use other encodings
+        return None
+
+
+def iter_texts(split: str, root: Path | None = None) -> Iterator[str]:
+    """The text of each non-empty file of a split, in corpus order."""
+    for path in corpus_files(split, root):
+        text = _read_source(path)
+        if text and text.strip():
+            yield text
+
+
+def corpus_info() -> dict:
+    """What the corpus was built from (recorded next to the trained model)."""
+    files = _all_files()
+    n_held = sum(split_of(rel) == "heldout" for rel, _ in files)
+    return {
+        "source": "Python standard library .py files (PSF License)",
+        "python_version": sys.version.split()[0],
+        "files_train": len(files) - n_held,
+        "files_heldout": n_held,
+        "skip_dirs": sorted(SKIP_DIRS),
+        "max_file_bytes": MAX_FILE_BYTES,
+        "heldout_percent": HELDOUT_PERCENT,
+    }
+
+
+_HEADER = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+\w")
+
+
+def _prompt_sites(text: str, max_lines: int, max_chars: int) -> list[str]:
+    """Prompts cut from one file: each ``def``/``class`` header with the lines that follow
+    it (its docstring start), at most ``max_lines`` lines and ``max_chars`` characters."""
+    lines = text.splitlines(keepends=True)
+    prompts = []
+    for i, line in enumerate(lines):
+        if _HEADER.match(line):
+            prompt = "".join(lines[i:i + max_lines])[:max_chars]
+            if prompt.strip():
+                prompts.append(prompt)
+    return prompts
+
+
+def heldout_prompts(n: int, max_lines: int = 6, max_chars: int = 400) -> list[str]:
+    """``n`` short prompts from held-out files, deterministic.
+
+    A prompt is a function or class header plus the next few lines (typically the start of
+    its docstring), so a model has something to continue. Prompts are taken round-robin over
+    the held-out files (first header of every file, then the second, ...) so they are
+    varied. A file without any header contributes its first ``max_lines`` lines instead.
+    """
+    if n <= 0:
+        return []
+    per_file = []
+    for text in iter_texts("heldout"):
+        sites = _prompt_sites(text, max_lines, max_chars)
+        if not sites:
+            sites = ["".join(text.splitlines(keepends=True)[:max_lines])[:max_chars]]
+        per_file.append(sites)
+    prompts: list[str] = []
+    depth = 0
+    while len(prompts) < n and any(depth < len(s) for s in per_file):
+        for sites in per_file:
+            if depth < len(sites):
+                prompts.append(sites[depth])
+                if len(prompts) == n:
+                    break
+        depth += 1
+    return prompts
+
+
+#: Extensions read as plain UTF-8 text; ``.jsonl`` is read as JSON lines.
+TEXT_SUFFIXES = (".txt", ".py", ".md")
+
+
+def _read_jsonl(path: Path, raw: str) -> list[str]:
+    texts = []
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFileError(f"{path}: line {lineno} is not valid JSON ({e.msg}).") from None
+        value = None
+        if isinstance(record, dict):
+            value = record.get("text", record.get("prompt"))
+        if not isinstance(value, str):
+            raise DataFileError(
+                f"{path}: line {lineno} has no string \"text\" or \"prompt\" field.")
+        if value.strip():
+            texts.append(value)
+    return texts
+
+
+def read_texts(paths: Iterable[str | Path]) -> list[str]:
+    """Read user data files into a list of texts (one per text file, one per JSONL record).
+
+    Accepted: ``.txt``/``.py``/``.md`` files (UTF-8, whole file is one text) and ``.jsonl``
+    files (one JSON object per line with a ``"text"`` or ``"prompt"`` string). A directory
+    stands for the accepted files inside it, recursively, in sorted order. Anything missing,
+    empty, not UTF-8 or malformed raises :class:`DataFileError` (a ``ValueError``) naming the
+    file, because drafter training should stop before it starts on bad data.
+    """
+    files: list[Path] = []
+    for p in paths:
+        path = Path(p).expanduser()
+        if path.is_dir():
+            inside = sorted(f for f in path.rglob("*") if f.is_file()
+                            and f.suffix.lower() in TEXT_SUFFIXES + (".jsonl",))
+            if not inside:
+                raise DataFileError(f"{path}: folder holds no .txt, .py, .md or .jsonl files.")
+            files.extend(inside)
+        elif not path.exists():
+            raise DataFileError(f"{path}: file not found.")
+        elif path.suffix.lower() not in TEXT_SUFFIXES + (".jsonl",):
+            raise DataFileError(
+                f"{path}: unsupported file type; use .txt, .py, .md or .jsonl.")
+        else:
+            files.append(path)
+    if not files:
+        raise DataFileError("No data files given.")
+
+    texts: list[str] = []
+    for path in files:
+        try:
+            raw = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise DataFileError(f"{path}: not UTF-8 text.") from None
+        except OSError as e:
+            raise DataFileError(f"{path}: cannot be read ({e.strerror}).") from None
+        if "\x00" in raw:
+            raise DataFileError(f"{path}: looks like a binary file, not text.")
+        if path.suffix.lower() == ".jsonl":
+            found = _read_jsonl(path, raw)
+        else:
+            found = [raw] if raw.strip() else []
+        if not found:
+            raise DataFileError(f"{path}: file is empty.")
+        texts.extend(found)
+    return texts
