@@ -195,26 +195,7 @@ def generate(
         if not (fixed and width > 0):
             width = _verify_width(conf, n_draft, remaining, config)
             logits, new_taps = target.forward(mx.array([[anchor] + drafted[:width]]), cache, taps)
-        logits = logits[0]
-        if sp.greedy:
-            best = mx.argmax(logits, axis=-1)
-            shown = token_probs(logits, best)
-            mx.eval(best, shown, new_taps)
-            best, shown = best.tolist(), shown.tolist()
-            a = 0
-            while a < width and drafted[a] == best[a]:
-                a += 1
-            final, probs = best[a], shown[: a + 1]
-        else:
-            p = distribution(logits, sp)
-            d = mx.array(drafted[:width], mx.int32)
-            ok, fallback = accept_sampled(p, draft.q[0, :width] if width else None, d, k_accept)
-            p_drafted, p_fallback = p[mx.arange(width), d], p[mx.arange(width + 1), fallback]
-            mx.eval(ok, fallback, p_drafted, p_fallback, new_taps)
-            ok = ok.tolist()
-            a = ok.index(False) if False in ok else width
-            final = fallback.tolist()[a]
-            probs = p_drafted.tolist()[:a] + [p_fallback.tolist()[a]]
+        a, final, probs = _accept(logits[0], drafted, width, draft, sp, k_accept, new_taps)
         rollback(cache, width - a)
         new_rows = new_taps[:, : a + 1]
         t2 = perf_counter()
@@ -222,7 +203,7 @@ def generate(
         tokens = drafted[:a] + [final]
         round_tokens = []
         for k, tok in enumerate(tokens):
-            src = Source.ACCEPTED if k < a else (Source.BONUS if a == width and width > 0 else Source.CORRECTION)
+            src = Source.ACCEPTED if k < a else _source_of_target_token(a, width)
             round_tokens.append(
                 CommittedToken(tok, text.piece(tok), src, len(widths), k, probs[k], dprobs[k] if k < a else None)
             )
@@ -257,6 +238,35 @@ def generate(
             break
     text.flush()
     yield _summary("speculative", target, ids, out, accepted_n, widths, committed_n, clock, prefill_seconds, draft_total, verify_total, finish)
+
+
+def _accept(logits, drafted: list[int], width: int, draft, sp: SamplingParams, key, new_taps):
+    """How many of the ``width`` verified drafts the target accepts, the target's own token
+    after them, and the target's probabilities of every committed token. One host sync, which
+    also evaluates ``new_taps``."""
+    if sp.greedy:
+        best = mx.argmax(logits, axis=-1)
+        shown = token_probs(logits, best)
+        mx.eval(best, shown, new_taps)
+        best, shown = best.tolist(), shown.tolist()
+        a = 0
+        while a < width and drafted[a] == best[a]:
+            a += 1
+        return a, best[a], shown[: a + 1]
+    p = distribution(logits, sp)
+    d = mx.array(drafted[:width], mx.int32)
+    ok, fallback = accept_sampled(p, draft.q[0, :width] if width else None, d, key)
+    p_drafted, p_fallback = p[mx.arange(width), d], p[mx.arange(width + 1), fallback]
+    mx.eval(ok, fallback, p_drafted, p_fallback, new_taps)
+    ok = ok.tolist()
+    a = ok.index(False) if False in ok else width
+    return a, fallback.tolist()[a], p_drafted.tolist()[:a] + [p_fallback.tolist()[a]]
+
+
+def _source_of_target_token(accepted: int, width: int) -> Source:
+    if width == 0:
+        return Source.TARGET  # nothing was drafted or verified: a plain decoding step
+    return Source.BONUS if accepted == width else Source.CORRECTION
 
 
 def generate_baseline(
