@@ -132,7 +132,8 @@ def heldout_prompts(n: int, max_lines: int = 6, max_chars: int = 400) -> list[st
     A prompt is a function or class header plus the next few lines (typically the start of
     its docstring), so a model has something to continue. Prompts are taken round-robin over
     the held-out files (first header of every file, then the second, ...) so they are
-    varied. A file without any header contributes its first ``max_lines`` lines instead.
+    varied, and a prompt identical to an earlier one is skipped. A file without any header
+    contributes its first ``max_lines`` lines instead.
     """
     if n <= 0:
         return []
@@ -146,7 +147,9 @@ def heldout_prompts(n: int, max_lines: int = 6, max_chars: int = 400) -> list[st
     depth = 0
     while len(prompts) < n and any(depth < len(s) for s in per_file):
         for sites in per_file:
-            if depth < len(sites):
+            # Identical boilerplate (the codec modules share their class headers) would make an
+            # evaluation set look larger and easier than it is: keep one copy.
+            if depth < len(sites) and sites[depth] not in prompts:
                 prompts.append(sites[depth])
                 if len(prompts) == n:
                     break
