@@ -33,8 +33,9 @@ def test_heldout_prompts_deterministic():
 def test_read_texts(tmp_path):
     (tmp_path / "a.txt").write_text("hello\n")
     (tmp_path / "b.jsonl").write_text('{"text": "one"}\n\n{"prompt": "two"}\n')
-    assert corpus.read_texts([tmp_path / "a.txt", tmp_path / "b.jsonl"]) == ["hello\n", "one", "two"]
-    assert corpus.read_texts([tmp_path]) == ["hello\n", "one", "two"]
+    expected = ["hello\n", "one", "two"]
+    assert corpus.read_texts([tmp_path / "a.txt", tmp_path / "b.jsonl"]) == expected
+    assert corpus.read_texts([tmp_path]) == expected
 
 
 @pytest.mark.parametrize("name,content,message", [
