@@ -252,6 +252,9 @@ class MainWindow(QMainWindow):
             self.controls.mark_drafter(p, info["errors"].get(p))
         if not info["errors"] and not self.busy:
             self.message.hide()
+        notes = [f"{Path(p).name}: {d['note']}" for p, d in info["drafters"].items() if d.get("note")]
+        if notes:
+            self.statusBar().showMessage("; ".join(notes))
 
     @Slot(dict)
     def on_run_started(self, info: dict) -> None:

@@ -152,7 +152,8 @@ class Worker(QObject):
                     errors[p] = f"drafter {Path(p).name}: {e}"
                     continue
             d = self._drafters[p]
-            infos[p] = {"block_size": d.cfg.block_size, "confidence": bool(d.cfg.confidence), "params": d.num_params()}
+            infos[p] = {"block_size": d.cfg.block_size, "confidence": bool(d.cfg.confidence), "params": d.num_params(),
+                        "note": d.weights_note(self._target)}
         self.loaded.emit({
             "target": target_path, "target_id": self._target.target_id,
             "dims": self._target.dims.to_dict(), "drafters": infos, "errors": errors,

@@ -78,6 +78,9 @@ def cmd_generate(a) -> int:
     # Without --drafter: plain decoding, except on the demo target, whose demo drafter is the default.
     drafter_dir = a.drafter or (None if a.plain or a.target else _default(None, "dspark"))
     drafter = DflashDrafter.load(drafter_dir, target=target) if drafter_dir else None
+    note = drafter.weights_note(target) if drafter else None
+    if note:
+        print(f"dspark: warning: {note}", file=sys.stderr)
     cfg = GenerationConfig(
         max_tokens=a.max_tokens,
         temperature=a.temperature,

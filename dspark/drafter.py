@@ -6,7 +6,8 @@ drafter in DSpark's slot convention: block position k (0-based) predicts the tok
 position + k + 1, so the anchor slot predicts too and a block of ``G`` positions drafts ``G``
 tokens.
 
-Directory format: ``config.json`` (format, version, target_id, dims, cfg, calibration) and
+Directory format: ``config.json`` (format, version, target_id, target_weights, dims, cfg,
+calibration) and
 ``model.safetensors``. Nothing in a drafter directory is ever executed.
 """
 
@@ -115,6 +116,8 @@ class DflashDrafter:
         self.names = [name for name, _ in tree_flatten(net.parameters())]
         # Per-position temperatures of the confidence logits (sequential temperature scaling).
         self.calibration: list[float] | None = list(calibration) if calibration else None
+        # Fingerprint of the target weights it was trained against (None: unknown).
+        self.target_weights: str | None = None
 
     # --- construction -----------------------------------------------------------------
     @staticmethod
@@ -123,7 +126,9 @@ class DflashDrafter:
 
     @classmethod
     def init(cls, target: Target, cfg: DflashConfig, target_id: str | None = None, seed: int = 0):
-        return cls.init_from_dims(target.dims, cfg, target_id or target.target_id, seed)
+        drafter = cls.init_from_dims(target.dims, cfg, target_id or target.target_id, seed)
+        drafter.target_weights = target.weights_fingerprint
+        return drafter
 
     @classmethod
     def init_from_dims(cls, dims: TargetDims, cfg: DflashConfig, target_id: str, seed: int = 0):
@@ -256,6 +261,13 @@ class DflashDrafter:
                 f"drafter was made for target {self.target_id!r}, not {target.target_id!r}"
             )
 
+    def weights_note(self, target: Target) -> str | None:
+        """A warning when the drafter was trained against other weights of the same architecture
+        (another checkpoint or fine-tune): still lossless, but acceptance may be poor."""
+        if self.target_weights and self.target_weights != target.weights_fingerprint:
+            return "this drafter was trained against different weights of this target (acceptance may be low)"
+        return None
+
     # --- files ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
         p = Path(path)
@@ -264,6 +276,7 @@ class DflashDrafter:
             "format": FORMAT,
             "version": VERSION,
             "target_id": self.target_id,
+            "target_weights": self.target_weights,
             "dims": self.dims.to_dict(),
             "cfg": asdict(self.cfg),
             "calibration": self.calibration,
@@ -306,6 +319,7 @@ class DflashDrafter:
         net.load_weights(list(weights.items()))
         mx.eval(net.parameters())
         drafter = cls(net, dims, cfg, meta["target_id"], meta.get("calibration"))
+        drafter.target_weights = meta.get("target_weights")
         if target is not None:
             drafter.check_target(target)
         return drafter

@@ -109,6 +109,7 @@ class Target:
         )
         self.projection = DraftProjection(self.lm)
         self.target_id = _target_id(self.dims, args, tokenizer)
+        self.weights_fingerprint = _weights_fingerprint(self.lm)
         self.eos_token_ids = set(getattr(tokenizer, "eos_token_ids", None) or [])
 
     @property
@@ -181,6 +182,17 @@ def _target_id(dims: TargetDims, args, tokenizer) -> str:
         vocab = getattr(tokenizer, "get_vocab", lambda: {})()
         h.update(json.dumps(sorted(vocab.items()), default=str).encode())
     return f"gemma4-{dims.num_layers}L-{dims.hidden_size}d-{dims.vocab_size}v-{h.hexdigest()[:10]}"
+
+
+def _weights_fingerprint(lm: nn.Module) -> str:
+    """Tells checkpoints of one architecture apart, whatever their quantization: norm weights
+    stay in floating point when mlx-lm quantizes a model, so they are hashed (rounded)."""
+    import numpy as np
+
+    h = hashlib.sha256()
+    for norm in [lm.model.norm] + [layer.input_layernorm for layer in lm.model.layers]:
+        h.update(np.round(np.array(norm.weight.astype(mx.float32)), 3).tobytes())
+    return h.hexdigest()[:16]
 
 
 def load_target(path: str | Path) -> Target:

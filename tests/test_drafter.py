@@ -6,7 +6,8 @@ import pytest
 
 from dspark import DflashConfig, DflashDrafter, DraftOpts, DrafterMismatchError, DsparkError, SamplingParams
 from dspark.backbone import ContextKV
-from tiny import tiny_target
+from dspark import Target
+from tiny import tiny_model, tiny_target
 
 CFG = DflashConfig(block_size=5, num_layers=2, tap_layers=(1, 3), markov_rank=16)
 
@@ -118,3 +119,13 @@ def test_heads_off_is_dflash_style(target):
     assert not any(n.startswith(("markov_head", "confidence_head")) for n in d.names)
     rows = d.forward_rows(target.projection, mx.random.normal((1, 3, d.m * 64)), [2], 4)
     assert rows.tokens.shape == (1, 4) and rows.confidences is None
+
+
+def test_weights_note_tells_checkpoints_apart(tmp_path, target, drafter):
+    drafter.save(tmp_path / "d")
+    back = DflashDrafter.load(tmp_path / "d", target=target)
+    assert back.target_weights == target.weights_fingerprint and back.weights_note(target) is None
+    model = tiny_model(1, vocab=96)
+    model.model.norm.weight = model.model.norm.weight * 1.5
+    retrained = Target(model)
+    assert back.weights_note(retrained) is not None  # same architecture, other weights: a warning
