@@ -180,7 +180,7 @@ def calibrate_drafter(target: Target, drafter: DflashDrafter, prompts: Sequence,
         raise DsparkError("this drafter has no confidence head: nothing to calibrate")
     _, per_prompt = collect_rounds(target, drafter, prompts, max_rounds=rounds, max_tokens=max_tokens)
     result = _fit_on_even_check_on_odd(per_prompt, drafter.cfg.block_size, holdout)
-    drafter.calibration = result.temperatures
+    drafter.calibration = _keep_if_better(result)
     return result
 
 
@@ -191,6 +191,12 @@ def _fit_on_even_check_on_odd(per_prompt: list[tuple[list[RoundEvent], list[Roun
     fit = [r for i, rs in enumerate(rounds) for r in rs if not holdout or i % 2 == 0]
     check = [r for i, rs in enumerate(rounds) for r in rs if holdout and i % 2 == 1] or fit
     return calibrate_rounds(fit, check, block_size)
+
+
+def _keep_if_better(c: Calibration) -> list[float] | None:
+    """The fitted temperatures, or None (raw confidences) when they did not lower the ECE on
+    the rounds held out from the fit: with few or very uneven prompts a fit can overfit."""
+    return c.temperatures if c.ece_after < c.ece_before else None
 
 
 def evaluate_drafter(target: Target, drafter: DflashDrafter, prompts, max_tokens: int = 128, say=lambda s: None) -> dict:
@@ -213,7 +219,7 @@ def evaluate_drafter(target: Target, drafter: DflashDrafter, prompts, max_tokens
         + " ".join(f"{x:.2f}" for x in result["per_position_acceptance"]))
     if drafter.cfg.confidence and evs:
         cal = _fit_on_even_check_on_odd(per_prompt, drafter.cfg.block_size)
-        drafter.calibration = cal.temperatures
+        drafter.calibration = _keep_if_better(cal)
         result["calibration"] = asdict(cal)
         say("calibration: " + format_calibration(cal))
     result["seconds"] = time.perf_counter() - t0
