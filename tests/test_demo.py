@@ -1,0 +1,44 @@
+"""The shipped demo models: the DSpark drafter's acceptance, and losslessness over 600 tokens."""
+
+from pathlib import Path
+
+import pytest
+
+from dspark import DflashDrafter, GenerationConfig, generate, generate_baseline, load_target, run_to_summary
+from dspark.corpus import heldout_prompts
+
+DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo"
+
+
+@pytest.fixture(scope="module")
+def target():
+    return load_target(DEMO / "target")
+
+
+def test_demo_target_loads_with_plain_mlx_lm():
+    from mlx_lm import load
+
+    model, tokenizer = load(str(DEMO / "target"))
+    assert model.model_type == "gemma4_text" and model.args.sliding_window <= 128
+    assert tokenizer.decode(tokenizer.encode("def f(x):\n    return x")) .endswith("def f(x):\n    return x")
+
+
+def test_dspark_drafter_accepts_on_held_out_prompts(target):
+    drafter = DflashDrafter.load(DEMO / "dspark", target=target)
+    cfg = GenerationConfig(max_tokens=96, block_size=7, stop_at_eos=False)
+    committed = []
+    for prompt in heldout_prompts(3):
+        s = run_to_summary(generate(target, drafter, prompt, cfg))
+        committed += [a + 1 for a in s.accepted_lengths]
+    tau = sum(committed) / len(committed)
+    assert tau >= 3.5, f"tau {tau:.2f} on three held-out prompts"
+
+
+@pytest.mark.parametrize("kind", ["dspark", "dflash"])
+def test_demo_pair_is_lossless_for_600_tokens(target, kind):
+    drafter = DflashDrafter.load(DEMO / kind, target=target)
+    prompt = heldout_prompts(1)[0]
+    cfg = GenerationConfig(max_tokens=600, stop_at_eos=False)
+    spec = run_to_summary(generate(target, drafter, prompt, cfg))
+    base = run_to_summary(generate_baseline(target, prompt, cfg))
+    assert len(base.tokens) == 600 and list(spec.tokens) == list(base.tokens)
