@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=["target", "drafters", "eval"], help="run one stage only")
     ap.add_argument("--target-steps", type=int, default=360)
     ap.add_argument("--target-minutes", type=float, default=50.0, help="time budget of the target's training")
-    ap.add_argument("--drafter-steps", type=int, default=1200)
+    ap.add_argument("--drafter-steps", type=int, default=2000)
     ap.add_argument("--drafter-minutes", type=float, default=40.0, help="time budget of each drafter's training")
     ap.add_argument("--fresh", action="store_true", help="start over instead of resuming checkpoints")
     a = ap.parse_args(argv)
