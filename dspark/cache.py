@@ -82,16 +82,3 @@ def _rollback_rotating(c: RotatingKVCache, n: int) -> None:
         )
         kept += pad
     c.keys, c.values, c._idx = keys, values, kept
-
-
-def cache_offset(caches: list) -> int:
-    """Positions the caches have seen (they all advance together)."""
-    for c in caches:
-        if isinstance(c, CacheList):
-            return cache_offset(c.caches)
-        return c.offset
-    return 0
-
-
-def eval_caches(caches: list) -> None:
-    mx.eval([c.state for c in caches])

@@ -32,17 +32,6 @@ def per_position_acceptance(accepted: Sequence[int], widths: Sequence[int]) -> l
     return out
 
 
-def conditional_acceptance(accepted: Sequence[int], widths: Sequence[int]) -> list[float]:
-    """For k = 1, 2, ..: P(draft k accepted | drafts 1..k-1 accepted and k verified).
-    Denominator: rounds with width >= k that accepted at least k-1 drafts."""
-    out = []
-    for k in range(1, max(widths, default=0) + 1):
-        reached = sum(1 for a, w in zip(accepted, widths) if w >= k and a >= k - 1)
-        survived = sum(1 for a, w in zip(accepted, widths) if w >= k and a >= k)
-        out.append(survived / reached if reached else 0.0)
-    return out
-
-
 def accepted_length_histogram(accepted: Sequence[int], max_len: int | None = None) -> list[int]:
     """Count of rounds by number of accepted drafts, index 0..max_len."""
     top = max(accepted, default=0) if max_len is None else max_len
