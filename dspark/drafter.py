@@ -191,10 +191,30 @@ class DflashDrafter:
         if ctx_mask is not None:
             mask = mx.concatenate([ctx_mask.astype(mx.bool_), mx.ones((A, G), mx.bool_)], axis=1)[:, None, None, :]
         h = self._backbone(self._block(proj, anchor_emb, G), self.project_context_rows(h_ctx, 0), L, mask)
+        return self._train_heads(proj, h, prev_toks)
+
+    def forward_train_packed(self, proj: DraftProjection, h_seq, owner, positions, prev_toks, ctx_len: int = 0) -> TrainOut:
+        """``forward_train`` for anchors that share sequences (the trainer's fast path): each
+        sequence's tap rows ``h_seq`` [N, S, m*H] are projected once, not once per anchor.
+        Anchor ``a`` sits at position ``positions[a]`` of sequence ``owner[a]`` and attends to
+        that sequence's rows strictly before it (the last ``ctx_len`` of them when > 0). Rows
+        keep their absolute positions and the block starts at the anchor's, as in generation;
+        RoPE is relative, so this equals ``forward_train`` on right-aligned windows."""
+        S, (A, G) = h_seq.shape[1], prev_toks.shape
+        row, pos = mx.arange(S)[None, :], positions[:, None]
+        seen = row < pos
+        if ctx_len > 0:
+            seen = seen & (row >= pos - ctx_len)
+        mask = mx.concatenate([seen, mx.ones((A, G), mx.bool_)], axis=1)[:, None, None, :]
+        ctx = [(k[owner], v[owner]) for k, v in self.project_context_rows(h_seq, 0)]
+        h = self._backbone(self._block(proj, proj.embed(prev_toks[:, 0]), G), ctx, positions, mask)
+        return self._train_heads(proj, h, prev_toks)
+
+    def _train_heads(self, proj: DraftProjection, h: mx.array, prev_toks: mx.array) -> TrainOut:
         base = proj.logits(h)
         logits, e = base, None
         if self.cfg.markov:
-            bias, e = self.net.markov_head(prev_toks)
+            bias, e = self.net.markov_head(prev_toks)  # teacher-forced with the true previous tokens
             logits = base + bias
         conf = self._conf(h, e) if self.cfg.confidence else None
         return TrainOut(logits, base, conf, h)

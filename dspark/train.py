@@ -85,7 +85,7 @@ class TrainSettings:
     anchors_per_seq: int = 8  # anchors drawn from one sequence per batch
     loss_decay: float = 0.0  # 0: default_decay(block size)
     compile: bool = True
-    feature_cache_mb: int = 2048
+    feature_cache_mb: int = 4096
 
 
 class DrafterTrainer:
@@ -95,7 +95,6 @@ class DrafterTrainer:
         self.target, self.drafter, self.seqs, self.s = target, drafter, seqs, settings
         self.proj = target.projection
         self.G = drafter.cfg.block_size
-        self.L = settings.ctx_len or settings.seq_len
         S, H, m = seqs.tokens.shape[1], target.dims.hidden_size, drafter.m
         per_seq_mb = S * (m + 1) * H * 4 / 2**20
         self.features = TargetFeatures(target, drafter.cfg.tap_layers, seqs, int(settings.feature_cache_mb / per_seq_mb))
@@ -109,9 +108,10 @@ class DrafterTrainer:
 
     # --- batches ------------------------------------------------------------------------
     def sample_batch(self) -> tuple[mx.array, ...]:
-        """``batch_anchors`` random anchors: (h_ctx, ctx_mask, anchor ids, prev_toks, labels,
-        valid, target hidden rows p..p+G-1)."""
-        A, G, L, seqs = self.s.batch_anchors, self.G, self.L, self.seqs
+        """``batch_anchors`` random anchors, ``anchors_per_seq`` from each of a few sequences:
+        (tap rows of those sequences [N, S, m*H], owner sequence [A], anchor position [A],
+        prev_toks [A, G], labels [A, G], valid [A, G], target hidden rows p..p+G-1 [A, G, H])."""
+        A, G, seqs = self.s.batch_anchors, self.G, self.seqs
         n_seq = math.ceil(A / self.s.anchors_per_seq)
         chosen = self.rng.choice(len(seqs), size=n_seq, replace=n_seq > len(seqs))
         S = seqs.tokens.shape[1]
@@ -119,28 +119,26 @@ class DrafterTrainer:
         lo = seqs.first_anchor[chosen][owner]
         hi = seqs.lengths[chosen][owner] - 2  # the anchor needs at least one label
         p = lo + (self.rng.random(A) * (hi - lo + 1)).astype(np.int64)
-        base = owner * S
-        ctx_pos = p[:, None] - L + np.arange(L)[None, :]
         block_pos = p[:, None] + np.arange(G)[None, :]  # slot k: anchor-side position p+k
         valid = block_pos + 1 <= (seqs.lengths[chosen][owner] - 1)[:, None]
         toks = seqs.tokens[chosen].reshape(-1)
-        feats = [self.features.get(int(i)) for i in chosen]
-        taps = mx.concatenate([f[0] for f in feats], axis=0)
+        feats = self.features.get_many(chosen)
+        taps = mx.stack([f[0] for f in feats])
         hidden = mx.concatenate([f[1] for f in feats], axis=0)
-        clip = lambda pos: base[:, None] + np.clip(pos, 0, S - 1)  # noqa: E731
+        flat = owner[:, None] * S + np.clip(block_pos, 0, S - 1)
         return (
-            taps[mx.array(clip(ctx_pos))],
-            mx.array(ctx_pos >= 0),
-            mx.array(toks[base + p], mx.int32),
-            mx.array(toks[clip(block_pos)], mx.int32),
-            mx.array(toks[clip(block_pos + 1)], mx.int32),
+            taps,
+            mx.array(owner, mx.int32),
+            mx.array(p, mx.int32),
+            mx.array(toks[flat], mx.int32),
+            mx.array(toks[np.minimum(flat + 1, owner[:, None] * S + S - 1)], mx.int32),
             mx.array(valid),
-            hidden[mx.array(clip(block_pos))],
+            hidden[mx.array(flat)],
         )
 
     # --- loss and update ----------------------------------------------------------------
-    def _loss(self, h_ctx, ctx_mask, anchors, prev, labels, valid, t_hidden):
-        out = self.drafter.forward_train(self.proj, h_ctx, ctx_mask, self.proj.embed(anchors), prev)
+    def _loss(self, taps, owner, positions, prev, labels, valid, t_hidden):
+        out = self.drafter.forward_train_packed(self.proj, taps, owner, positions, prev, self.s.ctx_len)
         parts = dspark_loss(out.logits, out.conf_logits, self.proj.logits(t_hidden), labels, valid, self.weights)
         return parts.total, parts.ce, parts.tv, parts.conf
 

@@ -131,21 +131,28 @@ class TargetFeatures:
         self.seconds = 0.0
 
     def get(self, i: int) -> tuple[mx.array, mx.array]:
-        if i not in self.store:
+        return self.get_many([i])[0]
+
+    def get_many(self, indices: Sequence[int]) -> list[tuple[mx.array, mx.array]]:
+        """Features of several sequences; the missing ones come from one batched target pass."""
+        found = {int(i): self.store[int(i)] for i in indices if int(i) in self.store}
+        missing = list(dict.fromkeys(int(i) for i in indices if int(i) not in found))
+        if missing:
             t0 = time.perf_counter()
             # Tapping the last layer too gives the final hidden (its output, normed) from the
             # same pass, without materialising [S, V] logits.
-            _, rows = self.target.forward(mx.array(self.seqs.tokens[i][None]), None, self.taps + (self.last,), logits=False)
-            rows = mx.stop_gradient(rows[0])
+            _, rows = self.target.forward(mx.array(self.seqs.tokens[missing]), None, self.taps + (self.last,), logits=False)
+            rows = mx.stop_gradient(rows)
             H = self.target.dims.hidden_size
-            feats = (rows[:, : len(self.taps) * H], self.target.lm.model.norm(rows[:, len(self.taps) * H :]))
-            mx.eval(feats)
-            if len(self.store) >= self.capacity:
-                self.store.pop(next(iter(self.store)))
-            self.store[i] = feats
-            self.forwards += 1
+            taps, final = rows[..., : len(self.taps) * H], self.target.lm.model.norm(rows[..., len(self.taps) * H :])
+            mx.eval(taps, final)
+            for j, i in enumerate(missing):
+                while len(self.store) >= self.capacity:
+                    self.store.pop(next(iter(self.store)))
+                self.store[i] = found[i] = (taps[j], final[j])
+            self.forwards += len(missing)
             self.seconds += time.perf_counter() - t0
-        return self.store[i]
+        return [found[int(i)] for i in indices]
 
 
 def progress_bar(total: int, progress: bool, desc: str, unit: str):

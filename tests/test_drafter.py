@@ -84,6 +84,33 @@ def test_forward_train_shapes_and_gradients(target, drafter):
         assert np.array_equal(a, np.array(b))
 
 
+@pytest.mark.parametrize("ctx_len", [0, 4])
+def test_packed_training_forward_matches_generation_and_windows(target, drafter, ctx_len):
+    """The trainer's packed forward (context projected once per sequence, absolute positions)
+    equals ``forward_train`` on right-aligned windows and ``forward_rows`` at generation."""
+    mx.random.seed(2)
+    N, S, G, H = 2, 10, CFG.block_size, target.dims.hidden_size
+    h_seq = mx.random.normal((N, S, 2 * H))
+    owner, positions = [0, 1, 1, 0], [3, 9, 1, 6]
+    prev = mx.random.randint(0, 96, (len(owner), G))
+    packed = drafter.forward_train_packed(target.projection, h_seq, mx.array(owner), mx.array(positions), prev, ctx_len)
+    L = ctx_len or S
+    window = mx.zeros((len(owner), L, 2 * H))
+    mask = np.zeros((len(owner), L), bool)
+    for a, (i, p) in enumerate(zip(owner, positions)):
+        n = min(p, L)
+        if n:
+            window[a, L - n :] = h_seq[i, p - n : p]
+        mask[a, L - n :] = True
+    windowed = drafter.forward_train(target.projection, window, mx.array(mask), target.projection.embed(prev[:, 0]), prev)
+    assert np.allclose(np.array(packed.logits), np.array(windowed.logits), atol=1e-4)
+    assert np.allclose(np.array(packed.conf_logits), np.array(windowed.conf_logits), atol=1e-4)
+    if ctx_len == 0:
+        for a, (i, p) in enumerate(zip(owner, positions)):
+            rows = drafter.forward_rows(target.projection, h_seq[i : i + 1, :p], prev[a : a + 1, 0], G)
+            assert np.allclose(np.array(rows.hidden[0]), np.array(packed.hidden[a]), atol=1e-4)
+
+
 def test_install_param(drafter):
     i = drafter.names.index("norm.weight")
     old = drafter.flat_params()[i]

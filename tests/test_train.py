@@ -64,29 +64,21 @@ def test_loss_terms_match_their_definitions():
 def test_batch_follows_the_slot_convention(target, seqs):
     drafter = DflashDrafter.init(target, CFG, seed=0)
     tr = DrafterTrainer(target, drafter, seqs, settings(), seed=3)
-    h_ctx, ctx_mask, anchors, prev, labels, valid, t_hidden = (np.array(x) for x in tr.sample_batch())
-    L, G = 32, 4
-    for a in range(len(anchors)):
-        # Find the anchor's sequence and position from the taps of the last real context row.
-        n_ctx = int(ctx_mask[a].sum())
-        assert ctx_mask[a, L - n_ctx:].all() and not ctx_mask[a, : L - n_ctx].any()  # right-aligned
-        candidates = [(i, p) for i in range(len(seqs)) for p in range(int(seqs.first_anchor[i]), int(seqs.lengths[i]) - 1)
-                      if seqs.tokens[i, p] == anchors[a] and min(p, L) == n_ctx]
-
-        def consistent(i, p):
-            taps, hidden = (np.array(x) for x in tr.features.get(i))
-            n = int(valid[a].sum())  # blocks near the end of a sequence keep only slots with a label
-            return (
-                np.array_equal(valid[a], np.arange(G) + p + 1 <= seqs.lengths[i] - 1)
-                and np.array_equal(prev[a, :n], seqs.tokens[i, p : p + n])  # teacher forcing: x_p ..
-                and np.array_equal(labels[a, :n], seqs.tokens[i, p + 1 : p + 1 + n])  # slot k predicts p+k+1
-                and np.allclose(t_hidden[a, :n], hidden[p : p + n])  # p_t for label k: the target at p+k
-                # the context is the taps of positions < p, ending just before the anchor
-                and np.allclose(h_ctx[a, L - n_ctx :], taps[p - n_ctx : p])
-                and p >= seqs.first_anchor[i] == 7  # self-distilled: every label is target output
-            )
-
-        assert any(consistent(i, p) for i, p in candidates), f"anchor {a} is not laid out as DSpark expects"
+    taps, owner, positions, prev, labels, valid, t_hidden = (np.array(x) for x in tr.sample_batch())
+    G = 4
+    assert len(taps) == 16 // 4 and np.bincount(owner).tolist() == [4] * 4  # anchors share sequences
+    for a, (o, p) in enumerate(zip(owner, positions)):
+        # Which training sequence the batch row ``o`` holds: the one whose tap rows it carries.
+        matches = [i for i in range(len(seqs)) if np.allclose(taps[o], np.array(tr.features.get(i)[0]))]
+        assert len(matches) == 1
+        i = matches[0]
+        hidden = np.array(tr.features.get(i)[1])
+        n = int(valid[a].sum())  # blocks near the end of a sequence keep only slots with a label
+        assert np.array_equal(valid[a], np.arange(G) + p + 1 <= seqs.lengths[i] - 1)
+        assert np.array_equal(prev[a, :n], seqs.tokens[i, p : p + n])  # teacher forcing: x_p ..
+        assert np.array_equal(labels[a, :n], seqs.tokens[i, p + 1 : p + 1 + n])  # slot k predicts p+k+1
+        assert np.allclose(t_hidden[a, :n], hidden[p : p + n])  # p_t for label k: the target at p+k
+        assert p >= seqs.first_anchor[i] == 7  # self-distilled: every label is target output
     assert valid[:, 0].all() and not valid.all()  # partial blocks at sequence ends are used too
 
 
