@@ -126,6 +126,22 @@ def _prompt_sites(text: str, max_lines: int, max_chars: int) -> list[str]:
     return prompts
 
 
+def prompt_sites(split: str, max_lines: int = 6, max_chars: int = 400) -> list[str]:
+    """Every distinct ``def``/``class`` prompt of a split, in file order: prompts of the kind
+    :func:`heldout_prompts` evaluates on, for drafter training data from the train split.
+
+    Boilerplate repeats across files (every ``encodings`` module has the same ``Codec``
+    class), so a site of the train split that also occurs verbatim in another split is left
+    out: an evaluation prompt is never a training prompt."""
+    others = {site for s in SPLITS if s != split for text in iter_texts(s) for site in _prompt_sites(text, max_lines, max_chars)}
+    seen: dict[str, None] = {}
+    for text in iter_texts(split):
+        for site in _prompt_sites(text, max_lines, max_chars):
+            if site not in others:
+                seen.setdefault(site)
+    return list(seen)
+
+
 def heldout_prompts(n: int, max_lines: int = 6, max_chars: int = 400) -> list[str]:
     """``n`` short prompts from held-out files, deterministic.
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from .errors import DsparkError
 
 DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo"
+SEQUENCES = 3000  # self-distilled training sequences shared by both drafters
 DRAFTERS = {
     "dspark": dict(markov=True, confidence=True),
     "dflash": dict(markov=False, confidence=False),
@@ -44,19 +45,21 @@ def build_target(out: Path, steps: int, minutes: float | None, resume: bool) -> 
 
 
 def build_drafters(out: Path, steps: int, minutes: float | None, resume: bool, kinds=("dspark", "dflash")) -> None:
-    from .corpus import heldout_prompts, iter_texts
+    from .corpus import heldout_prompts, iter_texts, prompt_sites
     from .target import load_target
     from .train import DATA_FILE, train_drafter
 
     target = load_target(out / "target")
-    texts = list(iter_texts("train"))
+    # Prompts: stretches of the train files, and def/class headers of the train files (the
+    # kind of prompt the held-out evaluation uses, from files it never sees).
+    texts = list(iter_texts("train")) + prompt_sites("train")
     held = heldout_prompts(8)
     for kind in kinds:
         # The second drafter trains on the first one's self-distilled sequences: same data.
         shared = out / kinds[0] / DATA_FILE if kind != kinds[0] else None
         train_drafter(target, texts, out / kind, drafter_config(kind), steps=steps, self_distill=True,
                       heldout_texts=held, resume=resume, time_budget_minutes=minutes, data_file=shared,
-                      eval_prompts=8, eval_tokens=128)
+                      max_sequences=SEQUENCES, eval_prompts=8, eval_tokens=128)
 
 
 def blas() -> str:

@@ -30,6 +30,15 @@ def test_heldout_prompts_deterministic():
     assert all(p.strip() and len(p) <= 400 for p in prompts)
 
 
+def test_training_prompt_sites_are_headers_from_train_files_only():
+    sites = corpus.prompt_sites("train")
+    assert len(sites) > 1000 and len(set(sites)) == len(sites)
+    assert all(corpus._HEADER.match(s) and len(s) <= 400 for s in sites[:200])
+    # The drafters train on these; the evaluation prompts must not be among them.
+    held = corpus.heldout_prompts(8)
+    assert not set(held) & set(sites)
+
+
 def test_read_texts(tmp_path):
     (tmp_path / "a.txt").write_text("hello\n")
     (tmp_path / "b.jsonl").write_text('{"text": "one"}\n\n{"prompt": "two"}\n')
