@@ -7,8 +7,10 @@ anchors then start at the last prompt token, so every label is target output.
 
 Samples (DSpark slot convention, ``reference/drafters.md`` 5.1): for an anchor at position p
 the block input is ``[x_p, MASK x (G-1)]``, slot k predicts ``x_{p+k+1}``, the context is the
-target's tap rows of positions < p (a right-aligned window of ``ctx_len`` rows, left-padded and
-masked), and the Markov head is teacher-forced with ``x_p .. x_{p+G-1}``. The frozen target runs
+target's tap rows of positions < p (the last ``ctx_len`` of them when set), and the Markov head
+is teacher-forced with ``x_p .. x_{p+G-1}``. A batch draws ``anchors_per_seq`` anchors from each
+of a few sequences, whose context rows are projected once and shared by their anchors
+(``DflashDrafter.forward_train_packed``). The frozen target runs
 once per sequence; its tap rows and final normed hidden states are cached and reused for every
 anchor drawn from that sequence (the target's logits for p^t are recomputed from the hidden
 rows a batch needs, which is far smaller than caching [S, V] logits).

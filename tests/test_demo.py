@@ -23,15 +23,21 @@ def test_demo_target_loads_with_plain_mlx_lm():
     assert tokenizer.decode(tokenizer.encode("def f(x):\n    return x")) .endswith("def f(x):\n    return x")
 
 
-def test_dspark_drafter_accepts_on_held_out_prompts(target):
-    drafter = DflashDrafter.load(DEMO / "dspark", target=target)
+def held_out_tau(target, kind: str) -> float:
+    drafter = DflashDrafter.load(DEMO / kind, target=target)
     cfg = GenerationConfig(max_tokens=96, block_size=7, stop_at_eos=False)
     committed = []
     for prompt in heldout_prompts(3):
         s = run_to_summary(generate(target, drafter, prompt, cfg))
         committed += [a + 1 for a in s.accepted_lengths]
-    tau = sum(committed) / len(committed)
+    return sum(committed) / len(committed)
+
+
+def test_dspark_drafter_accepts_on_held_out_prompts_and_beats_dflash(target):
+    tau = held_out_tau(target, "dspark")
     assert tau >= 3.5, f"tau {tau:.2f} on three held-out prompts"
+    baseline = held_out_tau(target, "dflash")
+    assert tau > baseline, f"DSpark tau {tau:.2f} is not above the DFlash-style drafter's {baseline:.2f}"
 
 
 @pytest.mark.parametrize("kind", ["dspark", "dflash"])
