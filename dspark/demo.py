@@ -60,7 +60,7 @@ def build_drafters(out: Path, steps: int, minutes: float | None, resume: bool, k
         shared = out / kinds[0] / DATA_FILE if kind != kinds[0] else None
         train_drafter(target, texts, out / kind, drafter_config(kind), steps=steps, self_distill=True,
                       heldout_texts=held, resume=resume, time_budget_minutes=minutes, data_file=shared,
-                      max_sequences=SEQUENCES, eval_prompts=8, eval_tokens=128)
+                      max_sequences=SEQUENCES, eval_prompts=8, eval_tokens=128, feature_cache_mb=4096)
 
 
 def blas() -> str:

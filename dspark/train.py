@@ -87,7 +87,7 @@ class TrainSettings:
     anchors_per_seq: int = 8  # anchors drawn from one sequence per batch
     loss_decay: float = 0.0  # 0: default_decay(block size)
     compile: bool = True
-    feature_cache_mb: int = 4096
+    feature_cache_mb: int = 2048  # cap on cached target features (they cost (m+1)*H*4 bytes per token)
 
 
 class DrafterTrainer:
@@ -224,6 +224,7 @@ def train_drafter(
     compile: bool = True,
     log: Callable[[str], None] | None = None,
     data_file: str | Path | None = None,
+    feature_cache_mb: int = 2048,
 ) -> DflashDrafter:
     """Train a drafter for ``target`` on ``texts`` (strings, or token-id lists) into
     ``out_dir``; see the module docstring. ``warmup`` is a fraction of ``steps``; ``ctx_len``
@@ -236,7 +237,7 @@ def train_drafter(
     say = log or (lambda s: print(s, file=sys.stderr))
     settings = TrainSettings(steps=steps, batch_anchors=batch_anchors, lr=lr, warmup=warmup, weight_decay=weight_decay,
                              grad_clip=grad_clip, seq_len=seq_len, ctx_len=ctx_len, anchors_per_seq=anchors_per_seq,
-                             loss_decay=loss_decay, compile=compile)
+                             loss_decay=loss_decay, compile=compile, feature_cache_mb=feature_cache_mb)
     if steps < 1 or batch_anchors < 1 or seq_len < 3 or prompt_len < 1:
         raise DsparkError("steps, batch and prompt length must be at least 1, and the sequence length at least 3")
     resuming = resume and (out / STATE_FILE).is_file()
@@ -374,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--self-distill", action="store_true", help="train on the target's own greedy continuations of the data's prompts")
     s.add_argument("--max-sequences", type=int, help=f"cap on training sequences (default: one per {ANCHORS_PER_SEQUENCE} anchors drawn)")
     s.add_argument("--anchors-per-seq", type=int, default=8, help="anchors drawn from one sequence in a batch")
+    s.add_argument("--feature-cache-mb", type=int, default=2048, help="memory for cached target features; sequences beyond it are recomputed")
     r = ap.add_argument_group("run")
     r.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     r.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
@@ -410,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
                       progress=not a.no_progress, time_budget_minutes=a.time_budget_minutes, prompt_len=a.prompt_len,
                       max_sequences=a.max_sequences, anchors_per_seq=a.anchors_per_seq, loss_decay=a.loss_decay,
                       eval_prompts=a.eval_prompts, eval_tokens=a.eval_tokens, checkpoint_minutes=a.checkpoint_minutes,
-                      compile=not a.no_compile)
+                      compile=not a.no_compile, feature_cache_mb=a.feature_cache_mb)
     except (DsparkError, ValueError) as e:
         print(f"dspark: error: {e}", file=sys.stderr)
         return 2
