@@ -127,15 +127,15 @@ class DrafterTrainer:
         feats = self.features.get_many(chosen)
         taps = mx.stack([f[0] for f in feats])
         hidden = mx.concatenate([f[1] for f in feats], axis=0)
-        flat = owner[:, None] * S + np.clip(block_pos, 0, S - 1)
+        flat = lambda pos: owner[:, None] * S + np.clip(pos, 0, S - 1)  # noqa: E731  (index into the batch's rows)
         return (
             taps,
             mx.array(owner, mx.int32),
             mx.array(p, mx.int32),
-            mx.array(toks[flat], mx.int32),
-            mx.array(toks[np.minimum(flat + 1, owner[:, None] * S + S - 1)], mx.int32),
+            mx.array(toks[flat(block_pos)], mx.int32),
+            mx.array(toks[flat(block_pos + 1)], mx.int32),
             mx.array(valid),
-            hidden[mx.array(flat)],
+            hidden[mx.array(flat(block_pos))],
         )
 
     # --- loss and update ----------------------------------------------------------------

@@ -6,6 +6,7 @@ import pytest
 
 from dspark import DflashDrafter, GenerationConfig, generate, generate_baseline, load_target, run_to_summary
 from dspark.corpus import heldout_prompts
+from dspark.demo import acceptance
 
 DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo"
 
@@ -24,13 +25,9 @@ def test_demo_target_loads_with_plain_mlx_lm():
 
 
 def held_out_tau(target, kind: str) -> float:
+    """tau as ``make-demo`` measures it, on three held-out prompts of 96 tokens."""
     drafter = DflashDrafter.load(DEMO / kind, target=target)
-    cfg = GenerationConfig(max_tokens=96, block_size=7, stop_at_eos=False)
-    committed = []
-    for prompt in heldout_prompts(3):
-        s = run_to_summary(generate(target, drafter, prompt, cfg))
-        committed += [a + 1 for a in s.accepted_lengths]
-    return sum(committed) / len(committed)
+    return acceptance(target, drafter, heldout_prompts(3), tokens=96)["tau"]
 
 
 def test_dspark_drafter_accepts_on_held_out_prompts_and_beats_dflash(target):
