@@ -1,10 +1,10 @@
 # `make run` and `make test` set up .venv with a Python >= 3.12 they find, then run.
 # PySide6 6.12 on Python 3.11 aborts after a few hundred signal emits, hence >= 3.12.
 
+# On Linux the entry points load Debian's OpenBLAS themselves when it is installed (dspark.blas):
+# mlx[cpu] links a slow reference BLAS.
+
 VENV := .venv
-OPENBLAS := /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3
-# mlx[cpu] on Linux links a slow reference BLAS; Debian's OpenBLAS is 20-40x faster when preloaded.
-PRELOAD := $(if $(wildcard $(OPENBLAS)),LD_PRELOAD=$(OPENBLAS),)
 
 PYTHON ?= $(shell for c in python3.12 python3.13 $$HOME/.pyenv/versions/3.12*/bin/python3 $$HOME/.pyenv/versions/3.13*/bin/python3 python3; do \
 	$$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$c; break; }; done)
@@ -21,13 +21,13 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 run: setup
-	$(PRELOAD) $(VENV)/bin/dspark-studio $(ARGS)
+	$(VENV)/bin/dspark-studio $(ARGS)
 
 test: setup
-	QT_QPA_PLATFORM=offscreen PYTHONFAULTHANDLER=1 $(PRELOAD) $(VENV)/bin/python -m pytest -q -p no:cacheprovider $(ARGS)
+	QT_QPA_PLATFORM=offscreen PYTHONFAULTHANDLER=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider $(ARGS)
 
 demo: setup
-	$(PRELOAD) $(VENV)/bin/dspark make-demo $(ARGS)
+	$(VENV)/bin/dspark make-demo $(ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -8,9 +8,10 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QHBoxLayout, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
-from app.panes.plots import TIP_POSITION, TIP_TPS, integer_ticks, make_plot, style_plot
-from app.runs import BASELINE, RunRecord, compare_rows
-from app.theme import NORMAL, Theme
+from .panes.plots import TIP_POSITION, TIP_TPS, integer_ticks, make_plot, style_plot
+from .runs import BASELINE
+from .session import View
+from .theme import NORMAL, Theme
 
 COLUMNS = [
     ("label", "Drafter", "The drafter directory's name, or plain decoding"),
@@ -92,8 +93,11 @@ class CompareView(QWidget):
     def colour(self, i: int, label: str) -> str:
         return self.theme.base if label == BASELINE else self.theme.series[i % len(self.theme.series)]
 
-    def show_runs(self, runs: list[RunRecord]) -> None:
-        self.rows = compare_rows(runs)
+    def show_view(self, view: View) -> None:
+        if view.kind != "compare":
+            return  # keeps the last comparison on its tab
+        runs = view.runs
+        self.rows = list(view.rows)
         self.table.setRowCount(len(self.rows))
         rows_h = sum(self.table.rowHeight(i) for i in range(len(self.rows)))
         self.table.setMaximumHeight(self.table.horizontalHeader().sizeHint().height() + rows_h + 12)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QWidget
 
-from app.runs import RunRecord, compare_rows
+from .runs import RunRecord, compare_rows
 from dspark import __version__
 from dspark.events import event_to_dict
 
@@ -54,16 +54,16 @@ def write_json(path: str | Path, runs: list[RunRecord], target: str | None, comp
 
 
 def _run_row(run: RunRecord) -> dict:
-    s = run.summary
+    s, f = run.summary, run.figures()
     return {
         "label": run.label, "method": run.method, "prompt_index": run.prompt_index,
-        "tokens": len(run.tokens()), "rounds": len(run.rounds), "tau": round(run.tau(), 4),
-        "acceptance_rate": round(run.acceptance_rate(), 4),
+        "tokens": f.tokens, "rounds": f.rounds, "tau": round(f.tau, 4),
+        "acceptance_rate": round(f.acceptance_rate, 4),
         "tokens_per_sec": round(run.tokens_per_sec(), 3),
         "ttft_seconds": round(s.ttft_seconds, 4) if s else "",
         "peak_memory_bytes": s.peak_memory_bytes if s else "",
         "finish_reason": s.finish_reason if s else "running",
-        "per_position_acceptance": " ".join(f"{x:.4f}" for x in run.per_position()),
+        "per_position_acceptance": " ".join(f"{x:.4f}" for x in f.per_position_acceptance),
         "drafter": run.drafter or "", "prompt": run.prompt, "text": s.text if s else "",
     }
 

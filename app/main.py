@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def choose_models(args, prefs) -> tuple[str | None, list[str]]:
     """Command line first; then (not for screenshots) the last used; then the demo models."""
-    from app import settings
+    from . import settings
 
     if args.target:
         return args.target, list(args.drafter)
@@ -39,10 +39,9 @@ def choose_models(args, prefs) -> tuple[str | None, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:
-        from dspark.blas import ensure_fast_blas
+    from dspark.blas import use_fast_blas
 
-        ensure_fast_blas("app")
+    use_fast_blas()  # before mlx is imported (by the worker module)
     args = build_parser().parse_args(argv)
     if args.screenshot and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -50,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app import settings
-    from app.window import MainWindow
+    from . import settings
+    from .window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName(settings.ORG)
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.prompt is not None:
         win.controls.prompt.setPlainText(args.prompt)
     if args.max_tokens:
-        win.controls.max_tokens.setValue(args.max_tokens)
+        win.controls.set_config({**win.controls.config(), "max_tokens": args.max_tokens})
     if target is None:
         win.on_failed("no target model: choose one with File ▸ Open target (the demo models are not built yet)")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 
-from app.theme import NORMAL, PRESENTATION
+from .theme import NORMAL, PRESENTATION
 
 
 class Presenter(QObject):
@@ -32,9 +32,7 @@ class Presenter(QObject):
             return
         self.active = True
         self._was_maximized = self.w.isMaximized()
-        self.w.controls_scroll.hide()
-        self.w.menuBar().hide()
-        self.w.prompt_label.show()
+        self.w.set_presenting(True)
         self.w.apply_theme(PRESENTATION)
         for sc in self.keys:
             sc.setEnabled(True)
@@ -49,9 +47,7 @@ class Presenter(QObject):
         self.active = False
         for sc in self.keys:
             sc.setEnabled(False)
-        self.w.controls_scroll.show()
-        self.w.menuBar().show()
-        self.w.prompt_label.hide()
+        self.w.set_presenting(False)
         self.w.apply_theme(NORMAL)
         if self.fullscreen:
             self.w.showMaximized() if self._was_maximized else self.w.showNormal()

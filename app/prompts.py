@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.settings import REPO
-
-PROMPT_DIR = REPO / "resources" / "prompts"
+from dspark import resources
 
 BUILTIN = {
     "Python snippets": [
@@ -35,9 +33,10 @@ def _read_json(path: Path) -> tuple[str, list[str]]:
     return path.stem, [str(p) for p in data]
 
 
-def prompt_sets(folder: Path = PROMPT_DIR) -> dict[str, list[str]]:
+def prompt_sets(folder: Path | None = None) -> dict[str, list[str]]:
     """Name -> prompts. Unreadable files are skipped (the built-in set is always there)."""
     sets = dict(BUILTIN)
+    folder = resources.prompts_dir() if folder is None else folder
     if folder.is_dir():
         for path in sorted(folder.iterdir()):
             try:

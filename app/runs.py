@@ -1,5 +1,5 @@
-"""What the window keeps of a run: the events the worker sent, and the figures derived from
-them by ``dspark.metrics`` (plain Python, no Qt, no MLX)."""
+"""What the app keeps of a run: the events the worker sent, and the figures derived from them
+by ``dspark.metrics`` (plain Python, no Qt, no MLX)."""
 
 from __future__ import annotations
 
@@ -24,33 +24,14 @@ class RunRecord:
     drafted_text: list[tuple[str, ...]] = field(default_factory=list)  # per round, per draft
     summary: Summary | None = None
 
-    # per-round counts, the inputs of dspark.metrics
-    def accepted(self) -> list[int]:
-        return [r.accepted for r in self.rounds]
-
-    def widths(self) -> list[int]:
-        return [r.verify_width for r in self.rounds]
-
-    def committed(self) -> list[int]:
-        return [len(r.committed) for r in self.rounds]
+    def figures(self) -> metrics.Figures:
+        return metrics.summarize(self.rounds)
 
     def tokens(self) -> list[int]:
         return [t.id for r in self.rounds for t in r.committed]
 
     def block_size(self) -> int:
         return max((len(r.drafted) for r in self.rounds), default=0)
-
-    def tau(self) -> float:
-        return metrics.tau(self.committed())
-
-    def acceptance_rate(self) -> float:
-        return metrics.acceptance_rate(self.accepted(), self.widths())
-
-    def per_position(self) -> list[float]:
-        return metrics.per_position_acceptance(self.accepted(), self.widths())
-
-    def histogram(self) -> list[int]:
-        return metrics.accepted_length_histogram(self.accepted(), max_len=self.block_size())
 
     def tokens_per_sec(self) -> float:
         if self.summary is not None:
@@ -76,7 +57,7 @@ def identical(run: RunRecord, baseline: RunRecord | None) -> bool | None:
         return None
     if "cancelled" in (run.summary.finish_reason, baseline.summary.finish_reason):
         return None
-    return list(run.summary.tokens) == list(baseline.summary.tokens)
+    return metrics.first_difference(run.summary.tokens, baseline.summary.tokens) is None
 
 
 def compare_rows(runs: list[RunRecord]) -> list[dict]:
@@ -91,9 +72,7 @@ def compare_rows(runs: list[RunRecord]) -> list[dict]:
     base_tps = _pooled_tps(labels.get(BASELINE, []))
     rows = []
     for label, rs in labels.items():
-        acc = [a for r in rs for a in r.accepted()]
-        wid = [w for r in rs for w in r.widths()]
-        com = [c for r in rs for c in r.committed()]
+        f = metrics.summarize(e for r in rs for e in r.rounds)
         tps = _pooled_tps(rs)
         same = [identical(r, bases.get(r.prompt_index)) for r in rs] if label != BASELINE else []
         rows.append({
@@ -102,11 +81,11 @@ def compare_rows(runs: list[RunRecord]) -> list[dict]:
             "drafter": rs[0].drafter,
             "runs": len(rs),
             "finished": sum(r.done for r in rs),
-            "tokens": sum(len(r.tokens()) for r in rs),
-            "rounds": len(com),
-            "tau": metrics.tau(com),
-            "acceptance_rate": metrics.acceptance_rate(acc, wid),
-            "per_position_acceptance": metrics.per_position_acceptance(acc, wid),
+            "tokens": f.tokens,
+            "rounds": f.rounds,
+            "tau": f.tau,
+            "acceptance_rate": f.acceptance_rate,
+            "per_position_acceptance": list(f.per_position_acceptance),
             "tokens_per_sec": tps,
             "speedup": metrics.speedup(tps, base_tps) if base_tps else None,
             "identical": (all(same) if same and None not in same else None),

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
+from dspark import resources
+
 ORG, APP = "DSpark", "DSpark Studio"
-REPO = Path(__file__).resolve().parent.parent
-DEMO = REPO / "resources" / "demo"
 RECENT_MAX = 8
 
 
@@ -47,16 +47,13 @@ def exports_dir() -> Path:
     return p
 
 
-def _is_model_dir(p: Path) -> bool:
-    return (p / "config.json").is_file()
-
-
 def demo_target() -> str | None:
-    return str(DEMO / "target") if _is_model_dir(DEMO / "target") else None
+    p = resources.demo_model("target")
+    return str(p) if p else None
 
 
 def demo_drafters() -> list[str]:
-    return [str(DEMO / n) for n in ("dspark", "dflash") if _is_model_dir(DEMO / n)]
+    return [str(p) for p in map(resources.demo_model, ("dspark", "dflash")) if p]
 
 
 class Settings:
@@ -80,6 +77,17 @@ class Settings:
 
     def set(self, key: str, value) -> None:
         self.q.setValue(key, value)
+
+    def section(self, name: str) -> dict[str, str]:
+        """Every ``name/key`` value, as the strings the file holds (empty ones left out)."""
+        prefix = name + "/"
+        out = {}
+        for k in self.q.allKeys():
+            if k.startswith(prefix):
+                v = self.get(k, "", str)
+                if v not in (None, ""):
+                    out[k[len(prefix):]] = v
+        return out
 
     def recent(self, kind: str) -> list[str]:
         return [p for p in self.get(f"recent/{kind}", [], list) if isinstance(p, str)]

@@ -1,9 +1,10 @@
-"""The main window: wires the panes to the worker thread.
+"""The main window: wires the panes to the session and the session to the worker thread.
 
-Threading (see shared/reference/app.md): one long-lived QThread runs ``app.worker.Worker``;
-the window talks to it through queued signals and gets plain data back, always into bound
-methods of this GUI-thread object. Those slots only store events; a 40 ms timer redraws the
-panes from what was stored. Stop sets the worker's ``threading.Event`` directly.
+Threading (see shared/reference/app.md): one long-lived QThread runs ``Worker``; the window
+talks to it through queued signals and gets ``app.messages`` back, always into a bound method
+of this GUI-thread object. That slot only hands the message to the Qt-free ``Session``; a 40 ms
+timer redraws every pane from ``session.view()`` when something changed. Stop sets the
+worker's ``threading.Event`` directly.
 """
 
 from __future__ import annotations
@@ -16,25 +17,27 @@ from PySide6.QtWidgets import (
     QFileDialog, QLabel, QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget,
 )
 
-from app import export, settings
-from app.compare import CompareView
-from app.panes.controls import ControlPanel, drafter_label
-from app.panes.draft_grid import DraftPane
-from app.panes.header import HeaderStrip
-from app.panes.plots import PlotsPane
-from app.panes.text_view import TextPane
-from app.presentation import Presenter
-from app.prompts import prompt_sets
-from app.runs import BASELINE, RunRecord
-from app.theme import NORMAL, Theme, palette, stylesheet
-from app.worker import Worker
+from . import export, settings
+from .compare import CompareView
+from .messages import Failed, JobDone, Loaded, LoadRequest, RunSpec, RunStarted, Status
+from .panes.controls import ControlPanel, drafter_label
+from .panes.draft_grid import DraftPane
+from .panes.header import HeaderStrip
+from .panes.plots import PlotsPane
+from .panes.text_view import TextPane
+from .presentation import Presenter
+from .prompts import prompt_sets
+from .runs import BASELINE, RunRecord
+from .session import Session
+from .theme import NORMAL, Theme, palette, stylesheet
+from .worker import Worker
 
 REFRESH_MS = 40
 
 
 class MainWindow(QMainWindow):
-    request_load = Signal(dict)
-    request_job = Signal(dict)
+    request_load = Signal(object)
+    request_job = Signal(object)
     request_shutdown = Signal()
     job_finished = Signal(dict)  # {"job", "ok", "cancelled"}, emitted on the GUI thread
 
@@ -43,12 +46,9 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("DSpark Studio")
         self.prefs = prefs
         self.theme = NORMAL
-        self.runs: list[RunRecord] = []
-        self.by_key: dict[int, RunRecord] = {}
-        self.job_id, self.job_kind, self.busy = 0, "run", False
+        self.session = Session()
         self.loaded_target: str | None = None
-        self._dirty = False
-        self._text_key, self._text_rounds = None, 0
+        self._drawn = -1  # the session version the panes show
         self._build()
         self._start_worker()
         self.presenter = Presenter(self)
@@ -83,6 +83,8 @@ class MainWindow(QMainWindow):
         self.text = TextPane()
         self.drafts = DraftPane()
         self.plots = PlotsPane()
+        self.compare = CompareView()
+        self.panes = [self.header, self.text, self.drafts, self.plots, self.compare]
         top = QSplitter(Qt.Horizontal)
         top.addWidget(self.text)
         top.addWidget(self.drafts)
@@ -91,7 +93,6 @@ class MainWindow(QMainWindow):
         self.run_split.addWidget(top)
         self.run_split.addWidget(self.plots)
         self.run_split.setSizes([430, 300])
-        self.compare = CompareView()
         self.tabs = QTabWidget()
         self.tabs.addTab(self.run_split, "Run")
         self.tabs.addTab(self.compare, "Compare")
@@ -117,14 +118,14 @@ class MainWindow(QMainWindow):
             a = QAction(text, self)
             if key:
                 a.setShortcut(QKeySequence(key))
-            a.triggered.connect(slot)
+            a.triggered.connect(lambda _checked=False: slot())
             menu.addAction(a)
             self.addAction(a)  # shortcuts keep working while the menu bar is hidden
             return a
 
         m = self.menuBar().addMenu("&File")
-        act(m, "Open target…", self.controls._browse_target, "Ctrl+O")
-        act(m, "Add drafter…", self.controls._browse_drafter, "Ctrl+D")
+        act(m, "Open target…", self.controls.browse_target, "Ctrl+O")
+        act(m, "Add drafter…", self.controls.browse_drafter, "Ctrl+D")
         m.addSeparator()
         act(m, "Export run as JSON…", lambda: self.export_data("json", False))
         act(m, "Export run as CSV…", lambda: self.export_data("csv", False))
@@ -145,11 +146,16 @@ class MainWindow(QMainWindow):
         self.theme = t
         self.setPalette(palette(t))
         self.setStyleSheet(stylesheet(t))
-        for pane in (self.text, self.drafts, self.plots, self.compare):
+        for pane in self.panes:
             pane.set_theme(t)
-        self._text_key = None  # re-render the text in the new colours
-        self._dirty = True
+        self._drawn = -1
         self.refresh()
+
+    def set_presenting(self, on: bool) -> None:
+        """Presentation mode's chrome: no controls or menus, the prompt shown large."""
+        self.controls_scroll.setVisible(not on)
+        self.menuBar().setVisible(not on)
+        self.prompt_label.setVisible(on)
 
     # --- worker ---------------------------------------------------------------------------
     def _start_worker(self) -> None:
@@ -160,13 +166,7 @@ class MainWindow(QMainWindow):
         self.request_load.connect(self.worker.load)
         self.request_job.connect(self.worker.run_job)
         self.request_shutdown.connect(self.worker.shutdown)
-        self.worker.status.connect(self.on_status)
-        self.worker.failed.connect(self.on_failed)
-        self.worker.loaded.connect(self.on_loaded)
-        self.worker.run_started.connect(self.on_run_started)
-        self.worker.round_done.connect(self.on_round)
-        self.worker.run_done.connect(self.on_run_done)
-        self.worker.job_done.connect(self.on_job_done)
+        self.worker.message.connect(self.on_message)
         self.thread_.start()
 
     def shutdown_worker(self) -> None:
@@ -181,9 +181,13 @@ class MainWindow(QMainWindow):
     def load_models(self) -> None:
         target = self.controls.target_path()
         if target:
-            self.request_load.emit({"target": target, "drafters": self.controls.drafter_paths()})
+            self.request_load.emit(LoadRequest(target, tuple(self.controls.drafter_paths())))
 
     # --- user actions ---------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self.session.busy
+
     @Slot(str)
     def on_target_chosen(self, path: str) -> None:
         if self.prefs is not None:
@@ -200,140 +204,96 @@ class MainWindow(QMainWindow):
 
     def start_run(self) -> None:
         drafter = self.controls.run_drafter()
-        runs = [{"label": drafter_label(drafter), "drafter": drafter}] if drafter else []
-        self._submit("run", runs + [{"label": BASELINE, "drafter": None}], [self.controls.prompt_text()])
+        runs = [RunSpec(drafter_label(drafter), drafter)] if drafter else []
+        self._submit("run", runs + [RunSpec(BASELINE, None)], [self.controls.prompt_text()])
 
     def start_compare(self) -> None:
-        runs = [{"label": drafter_label(p), "drafter": p} for p in self.controls.checked_drafters()]
+        runs = [RunSpec(drafter_label(p), p) for p in self.controls.checked_drafters()]
         prompts = self.controls.prompts() if self.controls.all_prompts.isChecked() else [self.controls.prompt_text()]
-        self._submit("compare", runs + [{"label": BASELINE, "drafter": None}], prompts)
-        self.tabs.setCurrentWidget(self.compare)
+        if self._submit("compare", runs + [RunSpec(BASELINE, None)], prompts):
+            self.tabs.setCurrentWidget(self.compare)
 
-    def _submit(self, kind: str, runs: list[dict], prompts: list[str]) -> None:
-        if self.busy:
-            return
-        if not self.controls.target_path():
+    def _submit(self, kind: str, runs: list[RunSpec], prompts: list[str]) -> bool:
+        target = self.controls.target_path()
+        if not target:
             self.on_failed("no target model chosen: pick a target directory")
-            return
-        self.job_id += 1
-        self.job_kind, self.busy = kind, True
-        self.runs, self.by_key = [], {}
-        self._text_key = None
+            return False
+        job = self.session.new_job(kind, target, prompts, runs, self.controls.config())
+        if job is None:
+            return False
         self.message.hide()
         self.prompt_label.setText(prompts[0].strip().splitlines()[0][:120] if prompts and prompts[0].strip() else "")
         self.controls.set_busy(True)
         self.worker.cancel_event.clear()
-        self.request_job.emit({
-            "id": self.job_id, "target": self.controls.target_path(), "prompts": prompts,
-            "runs": runs, "config": self.controls.config(),
-        })
-        self._dirty = True
+        self.request_job.emit(job)
+        return True
 
     def stop(self) -> None:
         if self.busy:
             self.worker.cancel()
             self.statusBar().showMessage("stopping …")
 
-    # --- worker signals (GUI thread; store only, the timer redraws) ------------------------
-    @Slot(str)
-    def on_status(self, text: str) -> None:
-        self.statusBar().showMessage(text)
+    # --- worker messages (GUI thread; the session stores, the timer redraws) ---------------
+    @Slot(object)
+    def on_message(self, msg) -> None:
+        if isinstance(msg, Status):
+            self.statusBar().showMessage(msg.text)
+        elif isinstance(msg, Failed):
+            self.on_failed(msg.text)
+        elif isinstance(msg, Loaded):
+            self.on_loaded(msg)
+        elif self.session.apply(msg):
+            if isinstance(msg, RunStarted):
+                self.message.hide()  # earlier load errors stay marked (⚠) in the drafter list
+            elif isinstance(msg, JobDone):
+                self.on_job_done(msg)
 
-    @Slot(str)
     def on_failed(self, text: str) -> None:
         self.message.setText(text)
         self.message.show()
         self.statusBar().showMessage(text)
 
-    @Slot(dict)
-    def on_loaded(self, info: dict) -> None:
-        self.loaded_target = info["target"]
+    def on_loaded(self, info: Loaded) -> None:
+        self.loaded_target = info.target
         for p in self.controls.drafter_paths():
-            self.controls.mark_drafter(p, info["errors"].get(p))
-        if not info["errors"] and not self.busy:
+            self.controls.mark_drafter(p, info.errors.get(p))
+        if not info.errors and not self.busy:
             self.message.hide()
-        notes = [f"{Path(p).name}: {d['note']}" for p, d in info["drafters"].items() if d.get("note")]
+        notes = [f"{Path(p).name}: {d.note}" for p, d in info.drafters.items() if d.note]
         if notes:
             self.statusBar().showMessage("; ".join(notes))
 
-    @Slot(dict)
-    def on_run_started(self, info: dict) -> None:
-        if info["job"] != self.job_id:
-            return
-        rec = RunRecord(info["key"], info["label"], info["method"], info["prompt"], info["prompt_index"],
-                        info["drafter"], info["config"])
-        self.runs.append(rec)
-        self.by_key[rec.key] = rec
-        self.message.hide()  # earlier load errors stay marked (⚠) in the drafter list
-        self._dirty = True
-
-    @Slot(object)
-    def on_round(self, payload) -> None:
-        key, ev, texts = payload
-        rec = self.by_key.get(key)
-        if rec is not None:
-            rec.rounds.append(ev)
-            rec.drafted_text.append(texts)
-            self._dirty = True
-
-    @Slot(object)
-    def on_run_done(self, payload) -> None:
-        key, summary = payload
-        rec = self.by_key.get(key)
-        if rec is not None:
-            rec.summary = summary
-            self._dirty = True
-
-    @Slot(dict)
-    def on_job_done(self, info: dict) -> None:
-        if info["job"] != self.job_id:
-            return
-        self.busy = False
+    def on_job_done(self, msg: JobDone) -> None:
         self.controls.set_busy(False)
-        self._dirty = True
         self.refresh()
-        if self.runs and any(r.done for r in self.runs):
-            export.save_history(settings.history_dir(), self.runs, self.loaded_target, self.job_kind == "compare")
-        if info["cancelled"]:
+        runs = self.session.runs
+        if runs and any(r.done for r in runs):
+            export.save_history(settings.history_dir(), runs, self.loaded_target, self.session.shown_kind == "compare")
+        if msg.cancelled:
             self.statusBar().showMessage("stopped: kept what was generated")
-        self.job_finished.emit(info)
+        self.job_finished.emit({"job": msg.job, "ok": msg.ok, "cancelled": msg.cancelled})
 
     # --- drawing --------------------------------------------------------------------------
     def shown_runs(self) -> tuple[RunRecord | None, RunRecord | None]:
-        """The speculative run the Run tab shows (the latest), and the baseline of its prompt."""
-        spec = next((r for r in reversed(self.runs) if r.method == "speculative"), None)
-        bases = [r for r in self.runs if r.method == "baseline"]
-        if spec is not None:
-            base = next((r for r in bases if r.prompt_index == spec.prompt_index), None)
-        else:
-            base = bases[-1] if bases else None
-        return spec, base
+        return self.session.shown_runs()
+
+    @property
+    def runs(self) -> list[RunRecord]:
+        return self.session.runs
 
     @Slot()
     def refresh(self) -> None:
-        if not self._dirty:
+        if self._drawn == self.session.version:
             return
-        self._dirty = False
-        spec, base = self.shown_runs()
-        shown = spec if spec is not None else base
-        if shown is None or shown.key != self._text_key:
-            self._text_key = shown.key if shown else None
-            self._text_rounds = 0
-            self.text.text.clear_tokens(shown.prompt if shown else "")
-        if shown is not None and len(shown.rounds) > self._text_rounds:
-            new = shown.rounds[self._text_rounds:]
-            self.text.text.append_tokens([t for r in new for t in r.committed])
-            self._text_rounds += len(new)
-        self.drafts.set_rounds(spec.rounds if spec else [], spec.drafted_text if spec else [])
-        self.plots.show_runs(spec, base)
-        self.header.show_runs(spec, base)
-        if self.job_kind == "compare":
-            self.compare.show_runs(self.runs)
+        self._drawn = self.session.version
+        view = self.session.view()
+        for pane in self.panes:
+            pane.show_view(view)
 
     # --- export ---------------------------------------------------------------------------
     def export_data(self, fmt: str, comparison: bool, path: str | None = None) -> Path | None:
-        """The last job's runs (a run, or a comparison with its table rows) as JSON or CSV."""
-        runs = self.runs
+        """The shown runs (a run, or a comparison with its table rows) as JSON or CSV."""
+        runs = self.session.runs
         if not runs:
             self.on_failed("nothing to export yet: run or compare first")
             return None
@@ -354,8 +314,10 @@ class MainWindow(QMainWindow):
         return out
 
     def plot_widgets(self) -> dict[str, QWidget]:
-        return {**self.plots.plots(), "draft_rows": self.drafts, "text": self.text,
-                **self.compare.plots(), "window": self}
+        out = {}
+        for pane in self.panes:
+            out.update(pane.plots())
+        return {**out, "window": self}
 
     def export_pngs(self, folder: str | None = None) -> list[Path]:
         if folder is None:
@@ -374,8 +336,7 @@ class MainWindow(QMainWindow):
             geo = p.get("window/geometry", QByteArray(), QByteArray)
             if not geo.isEmpty():
                 self.restoreGeometry(geo)
-            self.controls.set_config({k[7:]: p.get(k, None, str) for k in p.q.allKeys()
-                                      if k.startswith("config/") and p.get(k, None, str) not in (None, "")})
+            self.controls.set_config(p.section("config"))
             self.controls.recent_drafters = p.recent("drafters")
         self.controls.set_target(target, p.recent("targets") if p else [])
         for d in drafters:

@@ -2,9 +2,9 @@
 
 A single ``Worker`` lives in one long-lived QThread. It loads, warms up, runs and frees every
 MLX object there (MLX streams belong to the thread that made them). The GUI calls its slots
-through queued signals and gets back plain Python data only: dicts, lists, and the frozen
-dataclasses of ``dspark.events``. Stop is a ``threading.Event`` the GUI sets directly
-(``Worker.cancel``), checked by the engine before every round.
+through queued signals and gets back the frozen dataclasses of ``app.messages`` on one signal.
+Stop is a ``threading.Event`` the GUI sets directly (``Worker.cancel``), checked by the engine
+before every round.
 """
 
 from __future__ import annotations
@@ -21,17 +21,15 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from dspark import DflashDrafter, DsparkError, GenerationConfig, Summary, generate, generate_baseline, load_target
 from dspark.engine import run_to_summary
 
+from .messages import (
+    DrafterInfo, Failed, Job, JobDone, Loaded, LoadRequest, RoundDone, RunDone, RunSpec, RunStarted, Status,
+)
+
 WARMUP_IDS = [2, 3, 4, 5]
 
 
 class Worker(QObject):
-    status = Signal(str)
-    failed = Signal(str)  # one line for the person at the screen
-    loaded = Signal(dict)  # {"target": path, "target_id", "drafters": {path: info}, "errors": {path: msg}}
-    run_started = Signal(dict)  # {"job", "key", "label", "method", "drafter", "prompt", "prompt_index", "config"}
-    round_done = Signal(object)  # (key, RoundEvent, drafted token texts)
-    run_done = Signal(object)  # (key, Summary)
-    job_done = Signal(dict)  # {"job", "ok", "cancelled"}
+    message = Signal(object)  # one of app.messages' worker -> GUI dataclasses
 
     def __init__(self):
         super().__init__()
@@ -47,35 +45,31 @@ class Worker(QObject):
         self.cancel_event.set()
 
     # --- slots, run on the worker thread --------------------------------------------------
-    @Slot(dict)
-    def load(self, spec: dict) -> None:
-        """Load ``spec["target"]`` and the drafters in ``spec["drafters"]``; report each error."""
+    @Slot(object)
+    def load(self, req: LoadRequest) -> None:
+        """Load the target and drafters of ``req``; report each error."""
         try:
-            errors = self._ensure(spec.get("target"), spec.get("drafters", []))
-            for path, msg in errors.items():
-                self.failed.emit(msg)
+            for msg in self._ensure(req.target, list(req.drafters)).values():
+                self.message.emit(Failed(msg))
         except DsparkError as e:
-            self.failed.emit(str(e))
+            self.message.emit(Failed(str(e)))
         except Exception as e:  # never let a load take the app down
             self._unexpected(e)
 
-    @Slot(dict)
-    def run_job(self, job: dict) -> None:
-        """Run every (prompt, run) pair of ``job`` in turn on the loaded target.
-
-        ``job``: {"id", "target", "prompts": [str], "runs": [{"label", "drafter": path|None}],
-        "config": GenerationConfig fields}. Speculative runs and plain decoding share the
-        target; a stop ends the current run within one round and skips the rest.
-        """
+    @Slot(object)
+    def run_job(self, job: Job) -> None:
+        """Run every (prompt, run) pair of ``job`` in turn on the loaded target. Speculative
+        runs and plain decoding share the target; a stop ends the current run within one round
+        and skips the rest."""
         ok, cancelled = True, False
         try:
-            errors = self._ensure(job["target"], [r["drafter"] for r in job["runs"] if r["drafter"]])
+            errors = self._ensure(job.target, [r.drafter for r in job.runs if r.drafter])
             if errors:
                 raise DsparkError(next(iter(errors.values())))
-            config = GenerationConfig(**job["config"])
-            config.check()
-            for pi, prompt in enumerate(job["prompts"]):
-                for spec in job["runs"]:
+            config = GenerationConfig(**job.config)
+            config.check(self._target.dims.vocab_size)
+            for pi, prompt in enumerate(job.prompts):
+                for spec in job.runs:
                     if self.cancel_event.is_set():
                         cancelled = True
                         break
@@ -83,13 +77,13 @@ class Worker(QObject):
             cancelled = cancelled or self.cancel_event.is_set()
         except DsparkError as e:
             ok = False
-            self.failed.emit(str(e))
+            self.message.emit(Failed(str(e)))
         except Exception as e:
             ok = False
             self._unexpected(e)
         finally:
-            self.status.emit("stopped" if cancelled else ("done" if ok else "failed"))
-            self.job_done.emit({"job": job.get("id"), "ok": ok, "cancelled": cancelled})
+            self.message.emit(Status("stopped" if cancelled else ("done" if ok else "failed")))
+            self.message.emit(JobDone(job.id, ok, cancelled))
 
     @Slot()
     def shutdown(self) -> None:
@@ -98,26 +92,22 @@ class Worker(QObject):
         QThread.currentThread().quit()
 
     # --- internals ------------------------------------------------------------------------
-    def _run_one(self, job: dict, spec: dict, prompt_index: int, prompt: str, config: GenerationConfig) -> None:
+    def _run_one(self, job: Job, spec: RunSpec, prompt_index: int, prompt: str, config: GenerationConfig) -> None:
         self._key += 1
-        key, drafter_path = self._key, spec["drafter"]
-        method = "speculative" if drafter_path else "baseline"
-        self.run_started.emit({
-            "job": job.get("id"), "key": key, "label": spec["label"], "method": method,
-            "drafter": drafter_path, "prompt": prompt, "prompt_index": prompt_index,
-            "config": dict(job["config"]),
-        })
-        self.status.emit(f"{spec['label']}: generating")
+        key = self._key
+        method = "speculative" if spec.drafter else "baseline"
+        self.message.emit(RunStarted(job.id, key, spec.label, method, spec.drafter, prompt, prompt_index, dict(job.config)))
+        self.message.emit(Status(f"{spec.label}: generating"))
         cancel = self.cancel_event.is_set
-        if drafter_path:
-            events = generate(self._target, self._drafters[drafter_path], prompt, config, cancel=cancel)
+        if spec.drafter:
+            events = generate(self._target, self._drafters[spec.drafter], prompt, config, cancel=cancel)
         else:
             events = generate_baseline(self._target, prompt, config, cancel=cancel)
         for ev in events:
             if isinstance(ev, Summary):
-                self.run_done.emit((key, ev))
+                self.message.emit(RunDone(key, ev))
             else:
-                self.round_done.emit((key, ev, tuple(self._piece(t) for t in ev.drafted)))
+                self.message.emit(RoundDone(key, ev, tuple(self._piece(t) for t in ev.drafted)))
 
     def _piece(self, token: int) -> str:
         """A drafted token's text, for the draft grid (tokenizer lookup, no model work)."""
@@ -135,16 +125,16 @@ class Worker(QObject):
         target_path = str(Path(target_path).expanduser())
         if target_path != self._target_path or self._target is None:
             self._free_all()
-            self.status.emit(f"loading target {Path(target_path).name} ...")
+            self.message.emit(Status(f"loading target {Path(target_path).name} ..."))
             self._target = load_target(target_path)
             self._target_path = target_path
-            self.status.emit("warming up ...")
+            self.message.emit(Status("warming up ..."))
             run_to_summary(generate_baseline(self._target, self._warm_ids(), self._warm_cfg()))
         errors, infos = {}, {}
         for p in drafter_paths:
             if p not in self._drafters:
                 try:
-                    self.status.emit(f"loading drafter {Path(p).name} ...")
+                    self.message.emit(Status(f"loading drafter {Path(p).name} ..."))
                     d = DflashDrafter.load(p, target=self._target)
                     run_to_summary(generate(self._target, d, self._warm_ids(), self._warm_cfg()))
                     self._drafters[p] = d
@@ -152,13 +142,9 @@ class Worker(QObject):
                     errors[p] = f"drafter {Path(p).name}: {e}"
                     continue
             d = self._drafters[p]
-            infos[p] = {"block_size": d.cfg.block_size, "confidence": bool(d.cfg.confidence), "params": d.num_params(),
-                        "note": d.weights_note(self._target)}
-        self.loaded.emit({
-            "target": target_path, "target_id": self._target.target_id,
-            "dims": self._target.dims.to_dict(), "drafters": infos, "errors": errors,
-        })
-        self.status.emit("ready")
+            infos[p] = DrafterInfo(d.cfg.block_size, bool(d.cfg.confidence), d.num_params(), d.weights_note(self._target))
+        self.message.emit(Loaded(target_path, self._target.target_id, infos, errors))
+        self.message.emit(Status("ready"))
         return errors
 
     def _warm_ids(self) -> list[int]:
@@ -180,4 +166,4 @@ class Worker(QObject):
 
     def _unexpected(self, e: Exception) -> None:
         traceback.print_exc(file=sys.stderr)
-        self.failed.emit(f"unexpected error: {type(e).__name__}: {e}")
+        self.message.emit(Failed(f"unexpected error: {type(e).__name__}: {e}"))

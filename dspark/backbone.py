@@ -123,3 +123,42 @@ class ContextKV:
 
     def state(self) -> list[mx.array]:
         return [a for a in self.keys + self.values if a is not None]
+
+
+class DraftNet(nn.Module):
+    """The drafter's network for target dims ``dims`` and drafter config ``cfg``."""
+
+    def __init__(self, dims, cfg):
+        super().__init__()
+        H, m = dims.hidden_size, len(cfg.tap_layers)
+        ffn = cfg.intermediate_size or dims.intermediate_size
+        self.fc = nn.Linear(m * H, H, bias=False)
+        self.hidden_norm = nn.RMSNorm(H, eps=dims.rms_norm_eps)
+        self.layers = [
+            DraftLayer(H, dims.num_heads, dims.num_kv_heads, dims.head_dim, ffn, dims.rms_norm_eps, cfg.rope_theta)
+            for _ in range(cfg.num_layers)
+        ]
+        self.norm = nn.RMSNorm(H, eps=dims.rms_norm_eps)
+        if cfg.markov:
+            self.markov_head = MarkovHead(dims.vocab_size, cfg.markov_rank)
+        if cfg.confidence:
+            self.confidence_head = ConfidenceHead(H + (cfg.markov_rank if cfg.markov else 0))
+
+
+def init_params(net: nn.Module, key: mx.array) -> None:
+    """Draw every weight from ``key`` (MLX's default schemes: uniform +-1/sqrt(fan-in) for
+    linear layers, normal with std 1/sqrt(dims) for embeddings), so a seed gives the same
+    drafter without touching the global random state. Norms start at one; the Markov head's
+    W2 stays zero so an untrained head leaves the backbone's logits unchanged."""
+    modules = [(name, m) for name, m in net.named_modules() if isinstance(m, (nn.Linear, nn.Embedding))]
+    keys = mx.random.split(key, max(2 * len(modules), 2))
+    for i, (name, m) in enumerate(sorted(modules, key=lambda nm: nm[0])):
+        if name.endswith("markov_w2"):
+            continue
+        if isinstance(m, nn.Embedding):
+            m.weight = mx.random.normal(m.weight.shape, scale=m.weight.shape[1] ** -0.5, key=keys[2 * i])
+            continue
+        s = m.weight.shape[1] ** -0.5
+        m.weight = mx.random.uniform(-s, s, m.weight.shape, key=keys[2 * i])
+        if "bias" in m:
+            m.bias = mx.random.uniform(-s, s, m.bias.shape, key=keys[2 * i + 1])

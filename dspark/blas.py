@@ -1,28 +1,79 @@
 """Fast matrix products on Linux CPUs: the ``mlx[cpu]`` wheel links a slow reference BLAS, and
-preloading Debian's OpenBLAS made matrix products 20-40x faster on the project's machines.
+Debian's OpenBLAS made matrix products 20-40x faster on the project's machines.
 
-A library cannot change what the dynamic linker already loaded, so the command-line entry
-points restart themselves once with ``LD_PRELOAD`` set when that library is installed. Set
-``DSPARK_NO_OPENBLAS=1`` to keep the wheel's own BLAS.
+Loading OpenBLAS into the process with ``RTLD_GLOBAL`` before mlx is first imported makes
+libmlx's BLAS calls bind to it (as ``LD_PRELOAD`` would, without a restart, and also inside a
+frozen bundle). The entry points call :func:`use_fast_blas` first thing. Set
+``DSPARK_NO_OPENBLAS=1`` to keep the wheel's own BLAS. Nothing here imports mlx.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
+from pathlib import Path
 
-OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
+CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
+    "/usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3",
+    "/usr/lib64/libopenblas.so.0",
+)
+INSTALL_HINT = "apt-get install libopenblas0-pthread"
+
+_loaded: dict = {"path": None, "lib": None, "late": False}
 
 
-def ensure_fast_blas(module: str) -> None:
-    """Re-execute ``python -m module argv...`` with OpenBLAS preloaded, if that helps here."""
-    if not sys.platform.startswith("linux") or os.environ.get("DSPARK_NO_OPENBLAS"):
-        return
+def _candidates() -> list[str]:
+    frozen = getattr(sys, "_MEIPASS", None)
+    found = [str(Path(frozen) / "openblas" / "libblas.so.3")] if frozen else []
+    return found + list(CANDIDATES)
+
+
+def use_fast_blas() -> str | None:
+    """Load OpenBLAS (Linux only) before mlx is imported; returns its path, or None when it is
+    not installed, not wanted, or not needed (macOS uses Accelerate / Metal)."""
+    if _loaded["path"] or not sys.platform.startswith("linux") or os.environ.get("DSPARK_NO_OPENBLAS"):
+        return _loaded["path"]
     preload = os.environ.get("LD_PRELOAD", "")
-    if "openblas" in preload or not os.path.exists(OPENBLAS) or "mlx" in sys.modules:
-        return
-    env = dict(os.environ, LD_PRELOAD=f"{OPENBLAS}:{preload}" if preload else OPENBLAS)
-    try:
-        os.execve(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]], env)
-    except OSError:
-        pass  # keep running on the slow BLAS rather than fail
+    _loaded["late"] = "mlx.core" in sys.modules and "openblas" not in preload
+    for path in _candidates():
+        if os.path.exists(path):
+            try:
+                _loaded["lib"] = ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
+            except OSError:
+                continue
+            _loaded["path"] = path
+            break
+    return _loaded["path"]
+
+
+def threads() -> int | None:
+    """OpenBLAS's thread count, when it is loaded."""
+    fn = getattr(_loaded["lib"], "openblas_get_num_threads", None)
+    return int(fn()) if fn is not None else None
+
+
+def set_threads(n: int) -> None:
+    """Set OpenBLAS's thread count (no-op when it is not loaded)."""
+    fn = getattr(_loaded["lib"], "openblas_set_num_threads", None)
+    if fn is not None:
+        fn(int(n))
+
+
+def is_slow() -> bool:
+    """True on Linux when matrix products run on the wheel's reference BLAS."""
+    return sys.platform.startswith("linux") and (_loaded["path"] is None or _loaded["late"])
+
+
+def describe() -> str:
+    """Which BLAS this process uses, for benchmark records and the app's status bar."""
+    if sys.platform == "darwin":
+        return "Accelerate / Metal"
+    if not sys.platform.startswith("linux"):
+        return "the BLAS linked by the mlx wheel"
+    if _loaded["path"] is None:
+        return f"reference BLAS of the mlx wheel (slow; {INSTALL_HINT})"
+    if _loaded["late"]:
+        return f"reference BLAS (OpenBLAS at {_loaded['path']} was loaded after mlx)"
+    return f"OpenBLAS ({_loaded['path']}, {threads()} threads)"

@@ -1,4 +1,5 @@
-"""The ``dspark`` command line: init, generate (and, as they land, train / calibrate / make-demo).
+"""The ``dspark`` command line. Options come from the settings dataclasses
+(``GenerationConfig``, ``DflashConfig``, ``TrainSettings``; see :mod:`dspark.options`).
 
 Every error a user can cause prints one line on stderr and exits with status 2.
 """
@@ -12,59 +13,25 @@ from pathlib import Path
 
 from .errors import DsparkError
 
-DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo"
-
-
-def _default(path: str | None, demo_name: str) -> str | None:
-    """A path the user gave, else the bundled demo model if it exists."""
-    if path:
-        return path
-    demo = DEMO / demo_name
-    return str(demo) if (demo / "config.json").is_file() else None
-
-
-def _taps(text: str | None) -> tuple[int, ...]:
-    if not text:
-        return ()
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise DsparkError(f"--taps must be comma-separated layer indices, got {text!r}") from None
-
 
 def cmd_init(a) -> int:
     from .drafter import DflashConfig, DflashDrafter
+    from .options import check_options, from_args
     from .target import load_target
 
-    target = load_target(a.target)
-    cfg = DflashConfig(
-        block_size=a.block_size,
-        num_layers=a.layers,
-        tap_layers=_taps(a.taps),
-        mask_token_id=a.mask_token_id,
-        markov=not a.no_markov,
-        markov_rank=a.markov_rank,
-        confidence=not a.no_confidence,
-    )
+    cfg = from_args(DflashConfig, a)
+    check_options(cfg)
     out = Path(a.out)
     if out.exists() and any(out.iterdir()) and not a.force:
         raise DsparkError(f"{out} exists and is not empty (use --force to overwrite)")
+    target = load_target(a.target)
     drafter = DflashDrafter.init(target, cfg, seed=a.seed)
     drafter.save(out)
     print(f"wrote an untrained drafter ({drafter.num_params():,} parameters, taps {list(drafter.cfg.tap_layers)}) to {out}")
     return 0
 
 
-def cmd_generate(a) -> int:
-    from . import metrics
-    from .drafter import DflashDrafter
-    from .engine import GenerationConfig, generate, generate_baseline
-    from .events import RoundEvent, Summary
-    from .target import load_target
-
-    target_dir = _default(a.target, "target")
-    if target_dir is None:
-        raise DsparkError("no --target given and no demo target in resources/demo/target")
+def _prompt(a) -> str:
     if a.prompt_file:
         pf = Path(a.prompt_file)
         if not pf.is_file():
@@ -74,31 +41,38 @@ def cmd_generate(a) -> int:
         prompt = a.prompt
     if prompt is None or not prompt.strip():
         raise DsparkError("the prompt is empty")
+    return prompt
+
+
+def cmd_generate(a) -> int:
+    from . import metrics, resources
+    from .drafter import DflashDrafter
+    from .engine import GenerationConfig, generate, generate_baseline, run_to_summary
+    from .events import RoundEvent, Summary
+    from .options import from_args
+    from .target import load_target
+
+    cfg = from_args(GenerationConfig, a)
+    cfg.check()
+    demo_target = resources.demo_model("target")
+    target_dir = a.target or (str(demo_target) if demo_target else None)
+    if target_dir is None:
+        raise DsparkError("no --target given and no demo target in resources/demo/target")
+    prompt = _prompt(a)
     target = load_target(target_dir)
     # Without --drafter: plain decoding, except on the demo target, whose demo drafter is the default.
-    drafter_dir = a.drafter or (None if a.plain or a.target else _default(None, "dspark"))
+    demo_drafter = resources.demo_model("dspark")
+    drafter_dir = a.drafter or (None if a.plain or a.target or demo_drafter is None else str(demo_drafter))
     drafter = DflashDrafter.load(drafter_dir, target=target) if drafter_dir else None
     note = drafter.weights_note(target) if drafter else None
     if note:
         print(f"dspark: warning: {note}", file=sys.stderr)
-    cfg = GenerationConfig(
-        max_tokens=a.max_tokens,
-        temperature=a.temperature,
-        top_p=a.top_p,
-        top_k=a.top_k,
-        seed=a.seed,
-        block_size=a.block_size,
-        verify=a.verify,
-        confidence_threshold=a.confidence_threshold,
-    )
     if a.baseline:
         # Warm both paths up first (kernel compilation, allocations) so neither pays it in the timed run.
-        warm = GenerationConfig(max_tokens=8, seed=a.seed)
-        for ev in generate_baseline(target, prompt, warm):
-            pass
+        warm = GenerationConfig(max_tokens=8, seed=cfg.seed)
+        run_to_summary(generate_baseline(target, prompt, warm))
         if drafter:
-            for ev in generate(target, drafter, prompt, warm):
-                pass
+            run_to_summary(generate(target, drafter, prompt, warm))
     events = generate(target, drafter, prompt, cfg) if drafter else generate_baseline(target, prompt, cfg)
     summary = None
     for ev in events:
@@ -107,58 +81,38 @@ def cmd_generate(a) -> int:
             sys.stdout.flush()
         elif isinstance(ev, Summary):
             summary = ev
-    result = {
-        "method": summary.method,
-        "tokens": list(summary.tokens),
-        "text": summary.text,
-        "rounds": summary.rounds,
-        "tau": summary.tau,
-        "acceptance_rate": summary.acceptance_rate,
-        "per_position_acceptance": list(summary.per_position_acceptance),
-        "tokens_per_sec": summary.tokens_per_sec,
-        "ttft_seconds": summary.ttft_seconds,
-        "draft_seconds": summary.draft_seconds,
-        "verify_seconds": summary.verify_seconds,
-        "finish_reason": summary.finish_reason,
-        "target": target_dir,
-        "drafter": drafter_dir,
-    }
+    result = {**summary.to_dict(), "target": target_dir, "drafter": drafter_dir}
     if a.baseline:
-        base = None
-        for ev in generate_baseline(target, prompt, cfg):
-            if isinstance(ev, Summary):
-                base = ev
+        base = run_to_summary(generate_baseline(target, prompt, cfg))
         result["baseline_tokens_per_sec"] = base.tokens_per_sec
         result["speedup"] = metrics.speedup(summary.tokens_per_sec, base.tokens_per_sec)
-        result["identical_to_baseline"] = list(base.tokens) == list(summary.tokens)
+        result["identical_to_baseline"] = metrics.first_difference(summary.tokens, base.tokens) is None
     if a.json:
         print(json.dumps(result))
-    else:
-        pos = " ".join(f"{x:.2f}" for x in summary.per_position_acceptance)
-        print(f"\n\n{len(summary.tokens)} tokens, {summary.rounds} rounds, tau {summary.tau:.2f}, "
-              f"{summary.tokens_per_sec:.1f} tok/s" + (f", acceptance by position {pos}" if pos else ""), file=sys.stderr)
-        if a.baseline:
-            print(f"plain mlx-lm decoding {result['baseline_tokens_per_sec']:.1f} tok/s, speedup "
-                  f"{result['speedup']:.2f}x, identical output: {result['identical_to_baseline']}", file=sys.stderr)
+        return 0
+    pos = " ".join(f"{x:.2f}" for x in summary.per_position_acceptance)
+    print(f"\n\n{len(summary.tokens)} tokens, {summary.rounds} rounds, tau {summary.tau:.2f}, "
+          f"{summary.tokens_per_sec:.1f} tok/s" + (f", acceptance by position {pos}" if pos else ""), file=sys.stderr)
+    if a.baseline:
+        print(f"plain mlx-lm decoding {result['baseline_tokens_per_sec']:.1f} tok/s, speedup "
+              f"{result['speedup']:.2f}x, identical output: {result['identical_to_baseline']}", file=sys.stderr)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .drafter import DflashConfig
+    from .engine import GenerationConfig
+    from .options import add_options
+
     p = argparse.ArgumentParser(prog="dspark", description="Speculative decoding with block drafters on MLX.")
     sub = p.add_subparsers(dest="command", required=True)
 
     i = sub.add_parser("init", help="write an untrained drafter for a target")
     i.add_argument("--target", required=True)
     i.add_argument("--out", required=True)
-    i.add_argument("--block-size", type=int, default=7)
-    i.add_argument("--layers", type=int, default=2)
-    i.add_argument("--taps", help="comma-separated target layer indices (default: evenly spaced)")
-    i.add_argument("--mask-token-id", type=int, default=4)
-    i.add_argument("--markov-rank", type=int, default=256)
-    i.add_argument("--no-markov", action="store_true", help="DFlash-style: no Markov head")
-    i.add_argument("--no-confidence", action="store_true", help="no confidence head")
-    i.add_argument("--seed", type=int, default=0)
-    i.add_argument("--force", action="store_true")
+    add_options(i, DflashConfig)
+    i.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
+    i.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
     i.set_defaults(fn=cmd_init)
 
     g = sub.add_parser("generate", help="generate text, speculatively if a drafter is given")
@@ -168,56 +122,49 @@ def build_parser() -> argparse.ArgumentParser:
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt")
     src.add_argument("--prompt-file")
-    g.add_argument("--max-tokens", type=int, default=256)
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--block-size", type=int, help="drafted tokens per round (default: the drafter's)")
-    g.add_argument("--verify", choices=["all", "confidence"], default="all")
-    g.add_argument("--confidence-threshold", type=float, default=0.3)
+    add_options(g, GenerationConfig)
     g.add_argument("--baseline", action="store_true", help="also run plain mlx-lm decoding and report the speedup")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.set_defaults(fn=cmd_generate)
 
     # Listed for --help only: main() hands these to their own modules' parsers.
-    for name, text in HELP.items():
+    for name, (_module, text) in DELEGATED.items():
         sub.add_parser(name, add_help=False, help=text)
     return p
 
 
-#: Subcommands whose modules own their option parsers: ``dspark X ...`` calls ``X.main(rest)``.
-DELEGATED = {"train": "dspark.train", "calibrate": "dspark.calibrate", "make-demo": "dspark.demo"}
-HELP = {
-    "train": "train a drafter against a target (dspark train --help)",
-    "calibrate": "fit a drafter's confidence temperatures (dspark calibrate --help)",
-    "make-demo": "rebuild and measure the bundled demo models (dspark make-demo --help)",
+#: Subcommands whose modules own their option parsers: ``dspark X ...`` calls ``module.fn(rest)``.
+DELEGATED = {
+    "train": ("dspark.training.cli:train_main", "train a drafter against a target (dspark train --help)"),
+    "calibrate": ("dspark.training.cli:calibrate_main", "fit a drafter's confidence temperatures (dspark calibrate --help)"),
+    "make-demo": ("dspark.demo.build:main", "rebuild and measure the bundled demo models (dspark make-demo --help)"),
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    if argv is None:
-        from .blas import ensure_fast_blas
-
-        ensure_fast_blas("dspark.cli")
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in DELEGATED:
-        import importlib
-
-        try:
-            return importlib.import_module(DELEGATED[argv[0]]).main(argv[1:])
-        except DsparkError as e:
-            print("dspark: error: " + " ".join(str(e).split()), file=sys.stderr)
-            return 2
-    args = build_parser().parse_args(argv)
+def _run(fn, arg) -> int:
     try:
-        return args.fn(args)
+        return fn(arg)
     except DsparkError as e:
         print("dspark: error: " + " ".join(str(e).split()), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("dspark: interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        from .blas import use_fast_blas
+
+        use_fast_blas()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in DELEGATED:
+        import importlib
+
+        module, name = DELEGATED[argv[0]][0].split(":")
+        return _run(getattr(importlib.import_module(module), name), argv[1:])
+    args = build_parser().parse_args(argv)
+    return _run(args.fn, args)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
 import mlx.core as mx
-import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
-from .backbone import ConfidenceHead, ContextKV, DraftLayer, MarkovHead
+from .backbone import ContextKV, DraftNet, init_params
 from .errors import DrafterMismatchError, DsparkError, read_config
+from .options import option
 from .sampling import SamplingParams, distribution, token_probs
 from .target import DraftProjection, Target, TargetDims
 
@@ -43,15 +43,19 @@ def default_taps(num_layers: int, n: int = 3) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class DflashConfig:
-    block_size: int = 7  # G: tokens drafted per round
-    num_layers: int = 2
-    tap_layers: tuple[int, ...] = ()  # empty: default_taps(target layers)
-    mask_token_id: int = 4  # Gemma's <mask>
-    markov: bool = True
-    markov_rank: int = 256
-    confidence: bool = True
-    rope_theta: float = 10000.0
-    intermediate_size: int = 0  # 0: the target's
+    """The drafter's shape (``dspark init`` and ``dspark train`` build their options from it)."""
+
+    block_size: int = option(7, "tokens drafted per round (G)", lo=1, hi=64)
+    num_layers: int = option(2, "drafter transformer layers", flag="--layers", lo=1, hi=64)
+    tap_layers: tuple[int, ...] = option((), "comma-separated target layer indices whose outputs the drafter reads",
+                                         flag="--taps", none="evenly spaced")
+    mask_token_id: int = option(4, "the mask token filling the block after the anchor (Gemma's <mask> is 4)",
+                                lo=0, hi=10_000_000)
+    markov: bool = option(True, "DSpark's Markov head (--no-markov: DFlash-style)")
+    markov_rank: int = option(256, "rank of the Markov head", lo=1, hi=65_536)
+    confidence: bool = option(True, "the confidence head")
+    rope_theta: float = option(10000.0, "RoPE base of the drafter's attention", lo=1.0, hi=1e12)
+    intermediate_size: int = option(0, "MLP width (0: the target's)", lo=0, hi=1_000_000)
 
     @classmethod
     def from_dict(cls, d: dict) -> "DflashConfig":
@@ -91,26 +95,19 @@ class DraftOpts:
     key: mx.array | None = None
 
 
-class _Net(nn.Module):
-    def __init__(self, dims: TargetDims, cfg: DflashConfig):
-        super().__init__()
-        H, m = dims.hidden_size, len(cfg.tap_layers)
-        ffn = cfg.intermediate_size or dims.intermediate_size
-        self.fc = nn.Linear(m * H, H, bias=False)
-        self.hidden_norm = nn.RMSNorm(H, eps=dims.rms_norm_eps)
-        self.layers = [
-            DraftLayer(H, dims.num_heads, dims.num_kv_heads, dims.head_dim, ffn, dims.rms_norm_eps, cfg.rope_theta)
-            for _ in range(cfg.num_layers)
-        ]
-        self.norm = nn.RMSNorm(H, eps=dims.rms_norm_eps)
-        if cfg.markov:
-            self.markov_head = MarkovHead(dims.vocab_size, cfg.markov_rank)
-        if cfg.confidence:
-            self.confidence_head = ConfidenceHead(H + (cfg.markov_rank if cfg.markov else 0))
-
-
 class DflashDrafter:
-    def __init__(self, net: _Net, dims: TargetDims, cfg: DflashConfig, target_id: str, calibration=None):
+    """A drafter for one target. Public attributes (the seed's API, in Python names):
+
+    - ``net``: the network (an ``mlx.nn.Module``: ``fc``, ``hidden_norm``, ``layers``, ``norm``,
+      and ``markov_head`` / ``confidence_head`` when enabled). Training loops differentiate and
+      update it (``nn.value_and_grad(drafter.net, ...)``); ``flat_params`` / ``install_param`` /
+      ``use_params`` are the same parameters by index, in ``names`` order.
+    - ``cfg``, ``dims``, ``m`` (tapped target layers), ``names``, ``target_id``;
+    - ``calibration``: per-position temperatures of the confidence logits (None: raw);
+    - ``target_weights``: fingerprint of the target weights it was trained against.
+    """
+
+    def __init__(self, net: DraftNet, dims: TargetDims, cfg: DflashConfig, target_id: str, calibration=None):
         self.net, self.dims, self.cfg, self.target_id = net, dims, cfg, target_id
         self.m = len(cfg.tap_layers)
         self.names = [name for name, _ in tree_flatten(net.parameters())]
@@ -134,8 +131,8 @@ class DflashDrafter:
     def init_from_dims(cls, dims: TargetDims, cfg: DflashConfig, target_id: str, seed: int = 0):
         cfg = cfg if cfg.tap_layers else _with(cfg, tap_layers=default_taps(dims.num_layers))
         _check_cfg(cfg, dims)
-        mx.random.seed(seed)
-        net = _Net(dims, cfg)
+        net = DraftNet(dims, cfg)
+        init_params(net, mx.random.key(seed))
         mx.eval(net.parameters())
         return cls(net, dims, cfg, target_id)
 
@@ -180,7 +177,8 @@ class DflashDrafter:
     def _conf(self, h: mx.array, e: mx.array | None) -> mx.array:
         return self.net.confidence_head(h if e is None else mx.concatenate([h, e], axis=-1))
 
-    def forward_train(self, proj: DraftProjection, h_ctx, ctx_mask, anchor_emb, prev_toks) -> TrainOut:
+    def forward_train(self, proj: DraftProjection, h_ctx: mx.array, ctx_mask: mx.array | None, anchor_emb: mx.array,
+                      prev_toks: mx.array) -> TrainOut:
         """Teacher-forced parallel forward. ``h_ctx`` [A, L, m*H] are the tap rows strictly
         before each anchor (right-aligned), ``ctx_mask`` [A, L] marks real rows (or None),
         ``anchor_emb`` [A, H] is ``proj.embed(anchor)``, ``prev_toks`` [A, G] are the true
@@ -193,7 +191,8 @@ class DflashDrafter:
         h = self._backbone(self._block(proj, anchor_emb, G), self.project_context_rows(h_ctx, 0), L, mask)
         return self._train_heads(proj, h, prev_toks)
 
-    def forward_train_packed(self, proj: DraftProjection, h_seq, owner, positions, prev_toks, ctx_len: int = 0) -> TrainOut:
+    def forward_train_packed(self, proj: DraftProjection, h_seq: mx.array, owner: mx.array, positions: mx.array,
+                             prev_toks: mx.array, ctx_len: int = 0) -> TrainOut:
         """``forward_train`` for anchors that share sequences (the trainer's fast path): each
         sequence's tap rows ``h_seq`` [N, S, m*H] are projected once, not once per anchor.
         Anchor ``a`` sits at position ``positions[a]`` of sequence ``owner[a]`` and attends to
@@ -219,7 +218,8 @@ class DflashDrafter:
         conf = self._conf(h, e) if self.cfg.confidence else None
         return TrainOut(logits, base, conf, h)
 
-    def forward_rows(self, proj, h_ctx, anchors, gamma: int, opts: DraftOpts | None = None, context: ContextKV | None = None) -> DraftRows:
+    def forward_rows(self, proj: DraftProjection, h_ctx: mx.array | None, anchors: mx.array | Sequence[int], gamma: int,
+                     opts: DraftOpts | None = None, context: ContextKV | None = None) -> DraftRows:
         """Draft ``gamma`` tokens after each anchor. New committed tap rows ``h_ctx``
         [A, n, m*H] (or None) are projected and appended to ``context`` first."""
         opts = opts or DraftOpts()
@@ -327,7 +327,7 @@ class DflashDrafter:
             weights = mx.load(str(w))
         except Exception as e:  # mlx raises RuntimeError/ValueError for damaged files
             raise DsparkError(f"{w} is not a readable safetensors file ({e})") from None
-        net = _Net(dims, cfg)
+        net = DraftNet(dims, cfg)
         expected = dict(tree_flatten(net.parameters()))
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))
@@ -359,8 +359,9 @@ class DrafterSession:
         self.tap_layers = drafter.cfg.tap_layers
         self.block_size = drafter.cfg.block_size
 
-    def propose(self, anchor: int, position: int, new_rows, gamma: int, sampling: SamplingParams, key) -> DraftRows:
-        rows = self.drafter.forward_rows(self.proj, new_rows, [anchor], gamma, DraftOpts(sampling, key), self.context)
+    def propose(self, anchor: int, position: int, new_rows: mx.array | None, block_size: int,
+                sampling: SamplingParams, key: mx.array) -> DraftRows:
+        rows = self.drafter.forward_rows(self.proj, new_rows, [anchor], block_size, DraftOpts(sampling, key), self.context)
         assert self.context.offset == position, "drafter context out of step with the target"
         return rows
 

@@ -20,7 +20,7 @@ class Source(str, Enum):
     ACCEPTED = "accepted"  # a drafted token the target accepted
     CORRECTION = "correction"  # the target's own token where a draft was rejected
     BONUS = "bonus"  # the target's token after every verified draft was accepted
-    TARGET = "target"  # plain decoding: no draft involved
+    TARGET = "target"  # plain decoding, or a round that verified no draft
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,11 @@ class RoundEvent:
     accepted: int  # how many verified drafts were accepted (<= verify_width)
     committed: tuple[CommittedToken, ...]  # accepted drafts then one target token
     draft_seconds: float
-    verify_seconds: float
+    verify_seconds: float  # the verify forward, acceptance and cache rollback
     elapsed_seconds: float  # since generation started
     tokens_generated: int  # cumulative committed tokens
     tokens_per_sec: float  # cumulative decode throughput (see Summary.tokens_per_sec)
+    confidence_logits: tuple[float, ...] | None = None  # raw z_k before calibration (what STS fits)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class Summary:
     total_seconds: float
     finish_reason: str  # "length", "stop" or "cancelled"
     peak_memory_bytes: int = 0
+    accepted_histogram: tuple[int, ...] = ()  # rounds by accepted drafts, 0..max verify width
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:

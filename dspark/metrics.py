@@ -1,12 +1,15 @@
 """Speculative-decoding metrics as pure functions of per-round counts.
 
 Inputs are per round: ``accepted[i]`` drafted tokens the target accepted, ``widths[i]`` drafted
-tokens it verified, ``committed[i]`` tokens the round added to the output.
+tokens it verified, ``committed[i]`` tokens the round added to the output. :func:`summarize`
+computes every figure at once from a run's rounds; the engine, the CLI, the app, calibration,
+the demo and the benchmark all report through it.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Iterable, Sequence
 
 
 def tau(committed: Sequence[int]) -> float:
@@ -44,3 +47,43 @@ def accepted_length_histogram(accepted: Sequence[int], max_len: int | None = Non
 def speedup(spec_tokens_per_sec: float, baseline_tokens_per_sec: float) -> float:
     """Ratio of decode throughputs measured in the same run (0 when the baseline is 0)."""
     return spec_tokens_per_sec / baseline_tokens_per_sec if baseline_tokens_per_sec else 0.0
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first token at which two outputs differ, None when they are identical.
+    When one output is a strict prefix of the other, the shorter one's length."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The acceptance figures of a set of rounds (one run, or several pooled)."""
+
+    rounds: int
+    tokens: int  # committed tokens
+    tau: float
+    acceptance_rate: float
+    per_position_acceptance: tuple[float, ...]
+    accepted_histogram: tuple[int, ...]  # rounds by accepted drafts, 0..max verify width
+
+
+def figures(accepted: Sequence[int], widths: Sequence[int], committed: Sequence[int]) -> Figures:
+    """:class:`Figures` from per-round counts (see the module docstring)."""
+    return Figures(
+        rounds=len(committed),
+        tokens=sum(committed),
+        tau=tau(committed),
+        acceptance_rate=acceptance_rate(accepted, widths),
+        per_position_acceptance=tuple(per_position_acceptance(accepted, widths)),
+        accepted_histogram=tuple(accepted_length_histogram(accepted, max(widths, default=0))),
+    )
+
+
+def summarize(rounds: Iterable) -> Figures:
+    """:class:`Figures` of ``rounds``: anything with ``accepted``, ``verify_width`` and
+    ``committed`` (``dspark.events.RoundEvent``)."""
+    rounds = list(rounds)
+    return figures([r.accepted for r in rounds], [r.verify_width for r in rounds], [len(r.committed) for r in rounds])

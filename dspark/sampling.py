@@ -7,21 +7,17 @@ filters, so speculative sampling and plain mlx-lm sampling target the same distr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_top_k, apply_top_p
 
+from .config import SamplingParams
 
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.0  # 0 means greedy
-    top_p: float = 1.0  # 1 (or 0) means off
-    top_k: int = 0  # 0 means off
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0
+def greedy_choice(logits: mx.array) -> mx.array:
+    """The greedy token of each row of ``logits`` [..., V], by mlx-lm's own rule: the argmax of
+    the log-probabilities computed in the logits' dtype. In bf16, near-ties round to equal
+    log-probabilities and the lowest id wins, exactly as in plain mlx-lm decoding."""
+    return mx.argmax(logits - mx.logsumexp(logits, axis=-1, keepdims=True), axis=-1)
 
 
 def distribution(logits: mx.array, sp: SamplingParams) -> mx.array:

@@ -1,9 +1,9 @@
 """The Gemma-4 target: loading through mlx-lm, hidden-state taps, and the frozen projection.
 
 ``Target`` wraps an mlx-lm Gemma-4 model without copying its forward loop. Taps are recorded
-by swapping each tapped decoder layer's class for a subclass whose ``__call__`` stores the
-layer's output (the residual stream after ``layer_scalar``, before the final norm), only for
-the duration of one of our calls; plain mlx-lm decoding on the same model never sees the hook.
+by putting a small proxy in place of each tapped decoder layer that stores the layer's output
+(the residual stream after ``layer_scalar``, before the final norm), only for the duration of
+one of our calls; plain mlx-lm decoding on the same model never sees it.
 """
 
 from __future__ import annotations
@@ -121,27 +121,33 @@ class Target:
 
     @contextmanager
     def _recording(self, tap_layers: Sequence[int]):
+        """Put a recording proxy in place of each tapped layer for the duration of one call."""
         sink: dict[int, mx.array] = {}
         layers = self.layers
-        originals = {i: type(layers[i]) for i in tap_layers}
+        originals = {i: layers[i] for i in tap_layers}
         try:
-            for i, cls in originals.items():
-                layers[i].__class__ = _tapped_class(cls, i, sink)
+            for i, layer in originals.items():
+                layers[i] = _Tap(layer, i, sink)
             yield sink
         finally:
-            for i, cls in originals.items():
-                layers[i].__class__ = cls
+            for i, layer in originals.items():
+                layers[i] = layer
 
-    def forward(self, tokens: mx.array, cache: list, tap_layers: Sequence[int], logits: bool = True):
-        """Run ``tokens`` ([1, S] ids) through the target, appending to ``cache``.
+    def forward(self, tokens: mx.array, cache: list | None, tap_layers: Sequence[int], logits: bool = True):
+        """Run ``tokens`` ([B, S] ids) through the target, appending to ``cache``.
 
-        Returns ``(logits [1, S, V] or None, taps [1, S, m*H])``: taps are the tapped layers'
-        outputs concatenated in the order of ``tap_layers``.
+        Returns ``(logits [B, S, V] or None, taps [B, S, m*H])``: taps are the tapped layers'
+        outputs concatenated in the order of ``tap_layers``. Logits come from the model's own
+        head, so they round exactly as in plain mlx-lm decoding.
         """
         with self._recording(tap_layers) as sink:
-            h = self.lm.model(tokens, cache=cache)
+            out = self.lm(tokens, cache=cache) if logits else self.lm.model(tokens, cache=cache)
         taps = mx.concatenate([sink[i] for i in tap_layers], axis=-1)
-        return (self.projection.logits(h) if logits else None), taps
+        return (out if logits else None), taps
+
+    def final_norm(self, h: mx.array) -> mx.array:
+        """The target's final norm: the last layer's output [.., H] to what its head reads."""
+        return self.lm.model.norm(h)
 
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
@@ -152,25 +158,21 @@ class Target:
         return self.tokenizer.decode(list(ids)) if self.tokenizer is not None else ""
 
 
-_TAPPED: dict[tuple[type, int], type] = {}
+class _Tap:
+    """Stands in for a decoder layer during one call and keeps its output (the residual
+    stream after ``layer_scalar``, before the final norm) in ``sink``. mlx-lm's loop reads
+    layer attributes (``layer_type``), so they are passed through."""
 
+    def __init__(self, layer: nn.Module, index: int, sink: dict):
+        self._layer, self._index, self._sink = layer, index, sink
 
-def _tapped_class(cls: type, index: int, sink: dict) -> type:
-    # One subclass per (layer class, index); the sink of the current call is a class attribute
-    # so that nothing is stored on the module itself (mlx modules treat attributes as params).
-    key = (cls, index)
-    sub = _TAPPED.get(key)
-    if sub is None:
+    def __call__(self, *args, **kwargs):
+        out = self._layer(*args, **kwargs)
+        self._sink[self._index] = out[0] if isinstance(out, tuple) else out
+        return out
 
-        def __call__(self, *args, **kwargs):
-            out = cls.__call__(self, *args, **kwargs)
-            type(self)._sink[index] = out[0] if isinstance(out, tuple) else out
-            return out
-
-        sub = type(f"Tapped{cls.__name__}{index}", (cls,), {"__call__": __call__, "_sink": None})
-        _TAPPED[key] = sub
-    sub._sink = sink
-    return sub
+    def __getattr__(self, name):
+        return getattr(self._layer, name)
 
 
 def _target_id(dims: TargetDims, args, tokenizer) -> str:

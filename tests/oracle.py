@@ -14,6 +14,7 @@ class Proposal:
     draft_probs: mx.array
     q: mx.array | None
     confidences: mx.array | None = None
+    conf_logits: mx.array | None = None
 
 
 class OracleDrafter:
@@ -30,8 +31,8 @@ class OracleDrafter:
         self.rng = random.Random(self.seed)
         return self
 
-    def propose(self, anchor, position, new_rows, gamma, sampling, key):
-        g = self.rng.choice([0, 1] + [gamma] * 4)
+    def propose(self, anchor, position, new_rows, block_size, sampling, key):
+        g = self.rng.choice([0, 1] + [block_size] * 4)
         toks = []
         for k in range(g):
             i = position + 1 + k

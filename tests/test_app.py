@@ -16,8 +16,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
 
-from app.runs import BASELINE  # noqa: E402
-from app.window import MainWindow  # noqa: E402
+from dspark_studio.runs import BASELINE  # noqa: E402
+from dspark_studio.window import MainWindow  # noqa: E402
 from test_app_support import make_tiny_dirs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def window(qtbot, dirs, tmp_path, monkeypatch):
 def setup(w, dirs, drafters=("drafter",), max_tokens=12, prompt=PROMPT):
     w.restore(str(dirs["target"]), [str(dirs[d]) for d in drafters])
     w.controls.prompt.setPlainText(prompt)
-    w.controls.max_tokens.setValue(max_tokens)
+    w.controls.form.widget("max_tokens").setValue(max_tokens)
 
 
 def run_job(qtbot, w, start):
@@ -151,7 +151,7 @@ def _env(tmp_path):
 
 def test_screenshot_writes_window_png(dirs, tmp_path):
     out = tmp_path / "shot.png"
-    cmd = [sys.executable, "-m", "app", "--screenshot", str(out), "--target", str(dirs["target"]),
+    cmd = [sys.executable, "-m", "dspark_studio", "--screenshot", str(out), "--target", str(dirs["target"]),
            "--drafter", str(dirs["drafter"]), "--prompt", PROMPT, "--max-tokens", "8"]
     r = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -163,12 +163,12 @@ QUIT_DURING_RUN = r"""
 import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-from app.window import MainWindow
+from dspark_studio.window import MainWindow
 app = QApplication(sys.argv[:1])
 w = MainWindow(prefs=None)
 w.restore(sys.argv[1], [sys.argv[2]])
 w.controls.prompt.setPlainText("the a of and")
-w.controls.max_tokens.setValue(3000)
+w.controls.form.widget("max_tokens").setValue(3000)
 w.show()
 def check():
     if w.runs and len(w.runs[0].rounds) >= 2:

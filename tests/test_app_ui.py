@@ -10,8 +10,8 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import Qt  # noqa: E402
 
-from app import prompts, settings  # noqa: E402
-from app.window import MainWindow  # noqa: E402
+from dspark_studio import prompts, settings  # noqa: E402
+from dspark_studio.window import MainWindow  # noqa: E402
 from test_app import LONG, PROMPT, dirs, run_job, setup  # noqa: E402,F401  (dirs: the shared fixture)
 
 
@@ -47,7 +47,7 @@ def test_token_tooltip_and_presentation_keys(qtbot, dirs, home):
     w.presenter.enter()
     assert w.theme.name == "presentation" and not w.controls_scroll.isVisible()
     before = w.controls.prompt_index
-    w.controls.max_tokens.setValue(4)
+    w.controls.form.widget("max_tokens").setValue(4)
     with qtbot.waitSignal(w.job_finished, timeout=LONG):
         qtbot.keyClick(w, Qt.Key_Space)
     assert w.controls.prompt_index == before + 1
@@ -64,22 +64,22 @@ def test_settings_and_recent_dirs_persist(qtbot, dirs, home):
     w.restore(str(dirs["target"]), [])
     w.controls.add_drafter(str(dirs["drafter"]))
     w.on_target_chosen(str(dirs["target"]))
-    w.controls.max_tokens.setValue(77)
-    w.controls.verify.setCurrentText("confidence")
+    w.controls.form.widget("max_tokens").setValue(77)
+    w.controls.form.widget("verify").setCurrentText("confidence")
     w.controls.prompt.setPlainText("the of")
     w.close()
 
     prefs2 = settings.Settings()
     assert prefs2.recent("targets")[0] == str(dirs["target"])
     assert str(dirs["drafter"]) in prefs2.recent("drafters")
-    from app.main import build_parser, choose_models
+    from dspark_studio.main import build_parser, choose_models
 
     target, drafters = choose_models(build_parser().parse_args([]), prefs2)
     assert (target, drafters) == (str(dirs["target"]), [str(dirs["drafter"])])
     w2 = make_window(qtbot, prefs2)
     w2.restore(target, drafters)
-    assert w2.controls.max_tokens.value() == 77
-    assert w2.controls.verify.currentText() == "confidence" and w2.controls.threshold.isEnabled()
+    assert w2.controls.form.widget("max_tokens").value() == 77
+    assert w2.controls.form.widget("verify").currentText() == "confidence" and w2.controls.form.widget("confidence_threshold").isEnabled()
     assert w2.controls.prompt_text() == "the of"
     assert w2.controls.drafter_paths() == [str(dirs["drafter"])]
     w2.close()

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from dspark import corpus
+from dspark.demo import corpus
+from dspark.training.texts import read_texts
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "resources" / "demo" / "target"
@@ -43,8 +44,8 @@ def test_read_texts(tmp_path):
     (tmp_path / "a.txt").write_text("hello\n")
     (tmp_path / "b.jsonl").write_text('{"text": "one"}\n\n{"prompt": "two"}\n')
     expected = ["hello\n", "one", "two"]
-    assert corpus.read_texts([tmp_path / "a.txt", tmp_path / "b.jsonl"]) == expected
-    assert corpus.read_texts([tmp_path]) == expected
+    assert read_texts([tmp_path / "a.txt", tmp_path / "b.jsonl"]) == expected
+    assert read_texts([tmp_path]) == expected
 
 
 @pytest.mark.parametrize("name,content,message", [
@@ -61,7 +62,7 @@ def test_read_texts_errors(tmp_path, name, content, message):
     elif content is not None:
         path.write_text(content)
     with pytest.raises(ValueError, match=message):
-        corpus.read_texts([path])
+        read_texts([path])
 
 
 @pytest.mark.skipif(not (TARGET / "tokenizer.json").exists(), reason="demo target not built")

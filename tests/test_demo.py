@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from dspark import DflashDrafter, GenerationConfig, generate, generate_baseline, load_target, run_to_summary
-from dspark.corpus import heldout_prompts
-from dspark.demo import acceptance
+from dspark.demo.build import acceptance
+from dspark.demo.corpus import heldout_prompts
 
 DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo"
 

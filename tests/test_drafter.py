@@ -32,18 +32,21 @@ def test_attributes(target, drafter):
 
 def test_save_load_identical(tmp_path, target, drafter):
     drafter.calibration = [1.0, 1.5, 2.0, 1.0, 0.5]
-    drafter.save(tmp_path / "d")
+    try:
+        drafter.save(tmp_path / "d")
+    finally:
+        drafter.calibration = None  # the module's shared drafter stays as it was
     back = DflashDrafter.load(tmp_path / "d", target=target)
-    assert back.names == drafter.names and back.cfg == drafter.cfg and back.calibration == drafter.calibration
+    assert back.names == drafter.names and back.cfg == drafter.cfg and back.calibration == [1.0, 1.5, 2.0, 1.0, 0.5]
     for a, b in zip(drafter.flat_params(), back.flat_params()):
         assert np.array_equal(np.array(a), np.array(b))
+    back.calibration = None
     hidden = mx.random.normal((1, 9, 2 * target.dims.hidden_size))
     for sp in (SamplingParams(), SamplingParams(temperature=1.0)):
         r1 = drafter.forward_rows(target.projection, hidden, [5], 5, DraftOpts(sp, mx.random.key(3)))
         r2 = back.forward_rows(target.projection, hidden, [5], 5, DraftOpts(sp, mx.random.key(3)))
         assert r1.tokens.tolist() == r2.tokens.tolist()
         assert np.allclose(np.array(r1.confidences), np.array(r2.confidences))
-    drafter.calibration = None
 
 
 def test_context_cache_equals_recomputing(target, drafter):
@@ -115,8 +118,23 @@ def test_install_param(drafter):
     i = drafter.names.index("norm.weight")
     old = drafter.flat_params()[i]
     drafter.install_param(i, old * 2)
-    assert np.allclose(np.array(drafter.get("norm.weight")), 2 * np.array(old))
-    drafter.install_param(i, old)
+    try:
+        assert np.allclose(np.array(drafter.get("norm.weight")), 2 * np.array(old))
+    finally:
+        drafter.install_param(i, old)
+
+
+def test_init_is_seeded_without_touching_the_global_random_state(target):
+    mx.random.seed(5)
+    reseeded = mx.random.uniform(shape=(3,)).tolist()
+    mx.random.seed(11)
+    a = DflashDrafter.init(target, CFG, seed=5)
+    assert mx.random.uniform(shape=(3,)).tolist() != reseeded  # the caller's seed was not replaced
+    b = DflashDrafter.init(target, CFG, seed=5)
+    c = DflashDrafter.init(target, CFG, seed=6)
+    same = [np.array_equal(np.array(x), np.array(y)) for x, y in zip(a.flat_params(), b.flat_params())]
+    assert all(same)
+    assert not all(np.array_equal(np.array(x), np.array(y)) for x, y in zip(a.flat_params(), c.flat_params()))
 
 
 def test_load_refuses_other_target(tmp_path, drafter):

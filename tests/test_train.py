@@ -1,6 +1,7 @@
 """Drafter training: the loss, the batch layout (DSpark slot convention), that training lowers
 the loss, exact resume, and ``dspark train`` end to end on a tiny target saved to disk."""
 
+import dataclasses
 import json
 
 import mlx.core as mx
@@ -9,9 +10,11 @@ import pytest
 from mlx.utils import tree_flatten
 
 from dspark import DflashConfig, DflashDrafter, load_target
-from dspark.losses import dspark_loss, position_weights
-from dspark.train import DrafterTrainer, TrainSettings, main, train_drafter
-from dspark.train_data import greedy_continuations
+from dspark.cli import main as dspark
+from dspark.training.data import greedy_continuations
+from dspark.training.losses import dspark_loss, position_weights
+from dspark.training.run import train_drafter
+from dspark.training.trainer import DrafterTrainer, TrainSettings
 from tiny import tiny_args, tiny_model, tiny_target
 
 CFG = DflashConfig(block_size=4, num_layers=1, tap_layers=(1, 3), markov_rank=16)
@@ -63,7 +66,7 @@ def test_loss_terms_match_their_definitions():
 
 def test_batch_follows_the_slot_convention(target, seqs):
     drafter = DflashDrafter.init(target, CFG, seed=0)
-    tr = DrafterTrainer(target, drafter, seqs, settings(), seed=3)
+    tr = DrafterTrainer(target, drafter, seqs, settings(seed=3))
     taps, owner, positions, prev, labels, valid, t_hidden = (np.array(x) for x in tr.sample_batch())
     G = 4
     assert len(taps) == 16 // 4 and np.bincount(owner).tolist() == [4] * 4  # anchors share sequences
@@ -86,7 +89,7 @@ def test_batch_follows_the_slot_convention(target, seqs):
 def test_training_lowers_the_loss_on_a_fixed_batch(target, seqs, heads):
     cfg = CFG if heads else DflashConfig(block_size=4, num_layers=1, tap_layers=(1, 3), markov=False, confidence=False)
     drafter = DflashDrafter.init(target, cfg, seed=0)
-    tr = DrafterTrainer(target, drafter, seqs, settings(), seed=0)
+    tr = DrafterTrainer(target, drafter, seqs, settings(seed=0))
     fixed = tr.sample_batch()
     before = tr.loss(fixed)
     for _ in range(30):
@@ -101,7 +104,7 @@ def test_training_lowers_the_loss_on_a_fixed_batch(target, seqs, heads):
 
 def test_resume_continues_exactly(target, seqs, tmp_path):
     def fresh():
-        return DrafterTrainer(target, DflashDrafter.init(target, CFG, seed=0), seqs, settings(steps=8), seed=5)
+        return DrafterTrainer(target, DflashDrafter.init(target, CFG, seed=0), seqs, settings(steps=8, seed=5))
 
     straight = fresh()
     for _ in range(8):
@@ -122,10 +125,11 @@ def test_resume_continues_exactly(target, seqs, tmp_path):
 def test_train_drafter_resumes_from_its_checkpoint(target, tmp_path):
     rng = np.random.default_rng(1)
     texts = [[int(x) for x in rng.integers(5, 96, size=40)] for _ in range(12)]
-    kw = dict(batch_anchors=8, seq_len=32, prompt_len=6, self_distill=True, eval_prompts=2, eval_tokens=10, progress=False, log=lambda s: None)
-    train_drafter(target, texts, tmp_path, CFG, steps=6, **kw)
+    s = TrainSettings(batch_anchors=8, seq_len=32, prompt_len=6, self_distill=True, eval_prompts=2, eval_tokens=10)
+    quiet = dict(progress=False, log=lambda s: None)
+    train_drafter(target, texts, tmp_path, CFG, dataclasses.replace(s, steps=6), **quiet)
     data_mtime = (tmp_path / "train_data.safetensors").stat().st_mtime_ns
-    train_drafter(target, texts, tmp_path, CFG, steps=9, resume=True, **kw)
+    train_drafter(target, texts, tmp_path, CFG, dataclasses.replace(s, steps=9), resume=True, **quiet)
     report = json.loads((tmp_path / "train_report.json").read_text())
     assert report["steps_done"] == 9
     assert (tmp_path / "train_data.safetensors").stat().st_mtime_ns == data_mtime  # not regenerated
@@ -155,8 +159,6 @@ def _save_tiny_target(path, vocab_words):
 
 
 def test_dspark_train_cli_end_to_end(tmp_path):
-    from dspark.calibrate import main as calibrate_main
-
     _save_tiny_target(tmp_path / "target", WORDS)
     rng = np.random.default_rng(0)
     data = tmp_path / "data.txt"
@@ -165,14 +167,14 @@ def test_dspark_train_cli_end_to_end(tmp_path):
     args = ["--target", str(tmp_path / "target"), "--data", str(data), "--out", str(out), "--block-size", "3",
             "--layers", "1", "--taps", "1,3", "--markov-rank", "8", "--steps", "6", "--batch", "8", "--seq-len", "32",
             "--prompt-len", "8", "--self-distill", "--eval-prompts", "2", "--eval-tokens", "12", "--no-progress"]
-    assert main(args) == 0
+    assert dspark(["train", *args]) == 0
     target = load_target(tmp_path / "target")
     drafter = DflashDrafter.load(out, target=target)
     assert drafter.cfg.block_size == 3 and drafter.cfg.tap_layers == (1, 3)
     report = json.loads((out / "train_report.json").read_text())
     assert report["steps_done"] == 6 and report["heldout"]["rounds"] > 0
     assert drafter.calibration == report["heldout"]["calibration"]["temperatures"]
-    assert main(args) == 2  # refuses to overwrite a finished run without --resume/--force
-    assert calibrate_main(["--target", str(tmp_path / "target"), "--drafter", str(out), "--prompts", str(data),
+    assert dspark(["train", *args]) == 2  # refuses to overwrite a finished run without --resume/--force
+    assert dspark(["calibrate", "--target", str(tmp_path / "target"), "--drafter", str(out), "--prompts", str(data),
                            "--rounds", "20", "--max-tokens", "12"]) == 0
     assert len(DflashDrafter.load(out).calibration) == 3

@@ -7,10 +7,13 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
-    QListWidget, QListWidgetItem, QMenu, QPlainTextEdit, QPushButton, QSpinBox, QToolButton,
-    QVBoxLayout, QWidget,
+    QCheckBox, QComboBox, QFileDialog, QGroupBox, QHBoxLayout, QListWidget, QListWidgetItem, QMenu,
+    QPlainTextEdit, QPushButton, QToolButton, QVBoxLayout, QWidget,
 )
+
+from dspark.config import GenerationConfig
+
+from .settings_form import SettingsForm
 
 PATH_ROLE = Qt.UserRole
 
@@ -44,7 +47,7 @@ class ControlPanel(QWidget):
         self.target.lineEdit().editingFinished.connect(self._target_activated)
         browse = QPushButton("…")
         browse.setToolTip("Choose a target directory")
-        browse.clicked.connect(self._browse_target)
+        browse.clicked.connect(self.browse_target)
         gl.addWidget(self.target, 1)
         gl.addWidget(browse)
         lay.addWidget(g)
@@ -60,7 +63,7 @@ class ControlPanel(QWidget):
         add = QToolButton()
         add.setText("Add…")
         add.setPopupMode(QToolButton.MenuButtonPopup)
-        add.clicked.connect(self._browse_drafter)
+        add.clicked.connect(self.browse_drafter)
         self.recent_menu = QMenu(add)
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         add.setMenu(self.recent_menu)
@@ -96,39 +99,14 @@ class ControlPanel(QWidget):
         lay.addWidget(g, 1)
 
         g = QGroupBox("Generation")
-        form = QFormLayout(g)
-        self.block = QSpinBox()
-        self.block.setRange(0, 32)
-        self.block.setSpecialValueText("drafter's")
-        self.block.setToolTip("Drafted tokens per round (0: the drafter's own block size)")
-        self.verify = QComboBox()
-        self.verify.addItems(["all", "confidence"])
-        self.verify.setToolTip("all: verify every drafted token.\nconfidence: verify the prefix whose predicted\n"
-                               "survival (product of confidences) stays above the threshold.")
-        self.threshold = QDoubleSpinBox()
-        self.threshold.setRange(0.0, 1.0)
-        self.threshold.setSingleStep(0.05)
-        self.threshold.setValue(0.3)
-        self.verify.currentTextChanged.connect(lambda v: self.threshold.setEnabled(v == "confidence"))
-        self.threshold.setEnabled(False)
-        self.temperature = QDoubleSpinBox()
-        self.temperature.setRange(0.0, 5.0)
-        self.temperature.setSingleStep(0.1)
-        self.temperature.setToolTip("0 = greedy (output equals plain decoding token for token)")
-        self.top_p = QDoubleSpinBox()
-        self.top_p.setRange(0.0, 1.0)
-        self.top_p.setSingleStep(0.05)
-        self.top_p.setValue(1.0)
-        self.max_tokens = QSpinBox()
-        self.max_tokens.setRange(1, 8192)
-        self.max_tokens.setValue(128)
-        self.seed = QSpinBox()
-        self.seed.setRange(0, 2**31 - 1)
-        for label, w in (("Block size", self.block), ("Verify", self.verify), ("Threshold", self.threshold),
-                         ("Temperature", self.temperature), ("Top-p", self.top_p),
-                         ("Max tokens", self.max_tokens), ("Seed", self.seed)):
-            form.addRow(label, w)
+        gl = QVBoxLayout(g)
+        self.form = SettingsForm(GenerationConfig)
+        gl.addWidget(self.form)
         lay.addWidget(g)
+        # The threshold only matters to the confidence policy.
+        verify, threshold = self.form.widget("verify"), self.form.widget("confidence_threshold")
+        verify.currentTextChanged.connect(lambda v: threshold.setEnabled(v == "confidence"))
+        threshold.setEnabled(verify.currentText() == "confidence")
 
         row = QHBoxLayout()
         self.run_b = QPushButton("Run")
@@ -164,7 +142,7 @@ class ControlPanel(QWidget):
         if self.target_path():
             self.target_chosen.emit(self.target_path())
 
-    def _browse_target(self) -> None:
+    def browse_target(self) -> None:
         d = QFileDialog.getExistingDirectory(self, "Target model directory", self.target_path())
         if d:
             self.target.setEditText(d)
@@ -209,7 +187,7 @@ class ControlPanel(QWidget):
                 item.setToolTip(path + (f"\n{error}" if error else ""))
                 self.drafters.blockSignals(False)
 
-    def _browse_drafter(self) -> None:
+    def browse_drafter(self) -> None:
         start = self.run_drafter() or self.target_path()
         d = QFileDialog.getExistingDirectory(self, "Drafter directory", start)
         if d:
@@ -247,24 +225,10 @@ class ControlPanel(QWidget):
     # --- settings -------------------------------------------------------------------------
     def config(self) -> dict:
         """GenerationConfig fields."""
-        return {
-            "max_tokens": self.max_tokens.value(),
-            "temperature": self.temperature.value(),
-            "top_p": self.top_p.value(),
-            "seed": self.seed.value(),
-            "block_size": self.block.value() or None,
-            "verify": self.verify.currentText(),
-            "confidence_threshold": self.threshold.value(),
-        }
+        return self.form.values()
 
-    def set_config(self, c: dict) -> None:
-        self.max_tokens.setValue(int(c.get("max_tokens", self.max_tokens.value())))
-        self.temperature.setValue(float(c.get("temperature", self.temperature.value())))
-        self.top_p.setValue(float(c.get("top_p", self.top_p.value())))
-        self.seed.setValue(int(c.get("seed", self.seed.value())))
-        self.block.setValue(int(c.get("block_size") or 0))
-        self.verify.setCurrentText(str(c.get("verify", self.verify.currentText())))
-        self.threshold.setValue(float(c.get("confidence_threshold", self.threshold.value())))
+    def set_config(self, raw: dict, on_error=None) -> None:
+        self.form.set_values(raw, on_error)
 
     def set_busy(self, busy: bool) -> None:
         self.run_b.setEnabled(not busy)

@@ -8,7 +8,8 @@ from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter
 from PySide6.QtWidgets import QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
-from app.theme import NORMAL, Theme
+from ..session import View
+from ..theme import NORMAL, Theme
 
 STATES = ("accepted", "rejected", "discarded", "unverified")
 STATE_NAMES = {
@@ -194,6 +195,13 @@ class DraftPane(QWidget):
         ]))
         self.legend.setToolTip("One row per round: the drafted tokens d1..dG and the target's own token.\n"
                                "Cells beyond the verify width were drafted but not sent to the target.")
+
+    def plots(self) -> dict:
+        return {"draft_rows": self}
+
+    def show_view(self, view: View) -> None:
+        spec = view.spec
+        self.set_rounds(spec.rounds if spec else [], spec.drafted_text if spec else [])
 
     def set_rounds(self, rounds: list, texts: list) -> None:
         if not rounds:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel
 
-from app.runs import RunRecord, identical
 from dspark import metrics
+
+from ..runs import identical
+from ..session import View
 
 FIELDS = [
     ("spec", "speculative", "Decode tokens/sec of the speculative run (tokens / seconds after the prompt)."),
@@ -44,7 +46,14 @@ class HeaderStrip(QFrame):
             self.captions[key] = c
         lay.setColumnStretch(len(FIELDS), 1)
 
-    def show_runs(self, spec: RunRecord | None, base: RunRecord | None) -> None:
+    def plots(self) -> dict:
+        return {}
+
+    def set_theme(self, _theme) -> None:
+        pass  # styled by the window's stylesheet
+
+    def show_view(self, view: View) -> None:
+        spec, base = view.spec, view.base
         v = self.values
         spec_tps = spec.tokens_per_sec() if spec and spec.rounds else 0.0
         base_tps = base.tokens_per_sec() if base and base.rounds else 0.0
@@ -53,8 +62,9 @@ class HeaderStrip(QFrame):
         v["base"].setText(f"{base_tps:.1f} tok/s" if base_tps else "–")
         both_done = spec is not None and base is not None and spec.done and base.done
         v["speedup"].setText(f"{metrics.speedup(spec_tps, base_tps):.2f}×" if both_done and base_tps else "–")
-        v["tau"].setText(f"{spec.tau():.2f}" if spec and spec.rounds else "–")
-        v["rate"].setText(f"{spec.acceptance_rate():.0%}" if spec and spec.rounds else "–")
+        f = spec.figures() if spec and spec.rounds else None
+        v["tau"].setText(f"{f.tau:.2f}" if f else "–")
+        v["rate"].setText(f"{f.acceptance_rate:.0%}" if f else "–")
         first = spec if spec is not None else base
         v["ttft"].setText(f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "–")
         mem = first.summary.peak_memory_bytes if first and first.done else 0

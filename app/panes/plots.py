@@ -8,8 +8,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QWidget
 
-from app.runs import RunRecord
-from app.theme import NORMAL, Theme
+from ..session import View
+from ..theme import NORMAL, Theme
 
 pg.setConfigOptions(antialias=True)
 
@@ -103,18 +103,20 @@ class PlotsPane(QWidget):
         self.spec_curve.setPen(pg.mkPen(t.spec, width=2.5))
         self.base_curve.setPen(pg.mkPen(t.base, width=2.5, style=pg.QtCore.Qt.DashLine))
 
-    def show_runs(self, spec: RunRecord | None, base: RunRecord | None) -> None:
+    def show_view(self, view: View) -> None:
         """Redraw from the speculative run and the baseline run (either may be None)."""
+        spec, base = view.spec, view.base
         if spec is not None and spec.rounds:
-            rates = spec.per_position()
+            f = spec.figures()
+            rates = f.per_position_acceptance
             self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1, dtype=float), height=np.array(rates, float))
             self.position.setXRange(0.4, max(len(rates), 1) + 0.6, padding=0)
             integer_ticks(self.position, range(1, len(rates) + 1))
-            hist = spec.histogram()
+            hist = f.accepted_histogram
             self.hist_bars.setOpts(x=np.arange(len(hist), dtype=float), height=np.array(hist, float))
             self.hist.setXRange(-0.6, max(len(hist) - 1, 1) + 0.6, padding=0)
             integer_ticks(self.hist, range(len(hist)))
-            self.hist.setTitle(f"Accepted length  (τ = {spec.tau():.2f})", color=self.theme.fg,
+            self.hist.setTitle(f"Accepted length  (τ = {f.tau:.2f})", color=self.theme.fg,
                                size=f"{self.theme.font_pt + 1}pt")
             x, y = spec.curve()
             self.spec_curve.setData(np.array(x, float), np.array(y, float))

@@ -9,7 +9,8 @@ from PySide6.QtCore import QEvent
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
-from app.theme import NORMAL, Theme
+from ..session import View
+from ..theme import NORMAL, Theme
 
 SOURCE_NAMES = {
     "accepted": "accepted draft",
@@ -88,10 +89,26 @@ class TextPane(QWidget):
         self.text = TokenText()
         lay.addWidget(self.legend)
         lay.addWidget(self.text, 1)
+        self._key, self._rounds = None, 0  # the run shown, and how many of its rounds
         self.set_theme(NORMAL)
+
+    def plots(self) -> dict:
+        return {"text": self}
+
+    def show_view(self, view: View) -> None:
+        """Show the speculative run (else the baseline), appending only its new rounds."""
+        shown = view.spec if view.spec is not None else view.base
+        if shown is None or shown.key != self._key:
+            self._key, self._rounds = (shown.key if shown else None), 0
+            self.text.clear_tokens(shown.prompt if shown else "")
+        if shown is not None and len(shown.rounds) > self._rounds:
+            new = shown.rounds[self._rounds:]
+            self.text.append_tokens([t for r in new for t in r.committed])
+            self._rounds += len(new)
 
     def set_theme(self, t: Theme) -> None:
         self.text.theme = t
+        self._key = None  # re-render the text in the new colours
 
         def chip(colour: str, name: str) -> str:
             return f'<span style="background:{colour}; color:{t.fg}">&nbsp;{escape(name)}&nbsp;</span>'

@@ -1,4 +1,4 @@
-"""Text corpora: the built-in demo corpus, and the user's own data files.
+"""The demo corpus: the Python standard library's source.
 
 The demo target model is trained from scratch here because no model hub is reachable. Its
 corpus must exist offline on every machine and be redistributable, so it is the standard
@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import re
 import sys
 import sysconfig
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-
-from dspark.errors import DsparkError
 
 #: Directories skipped anywhere in the stdlib tree: installed third-party code, the test
 #: suite (huge, full of deliberately odd code), and a few rarely representative packages.
@@ -33,10 +30,6 @@ MAX_FILE_BYTES = 200_000
 HELDOUT_PERCENT = 5
 
 SPLITS = ("train", "heldout")
-
-
-class DataFileError(DsparkError, ValueError):
-    """A user data file is missing, empty or unreadable (one clear sentence)."""
 
 
 def stdlib_root() -> Path:
@@ -171,75 +164,3 @@ def heldout_prompts(n: int, max_lines: int = 6, max_chars: int = 400) -> list[st
                     break
         depth += 1
     return prompts
-
-
-#: Extensions read as plain UTF-8 text; ``.jsonl`` is read as JSON lines.
-TEXT_SUFFIXES = (".txt", ".py", ".md")
-
-
-def _read_jsonl(path: Path, raw: str) -> list[str]:
-    texts = []
-    for lineno, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataFileError(f"{path}: line {lineno} is not valid JSON ({e.msg}).") from None
-        value = None
-        if isinstance(record, dict):
-            value = record.get("text", record.get("prompt"))
-        if not isinstance(value, str):
-            raise DataFileError(
-                f"{path}: line {lineno} has no string \"text\" or \"prompt\" field.")
-        if value.strip():
-            texts.append(value)
-    return texts
-
-
-def read_texts(paths: Iterable[str | Path]) -> list[str]:
-    """Read user data files into a list of texts (one per text file, one per JSONL record).
-
-    Accepted: ``.txt``/``.py``/``.md`` files (UTF-8, whole file is one text) and ``.jsonl``
-    files (one JSON object per line with a ``"text"`` or ``"prompt"`` string). A directory
-    stands for the accepted files inside it, recursively, in sorted order. Anything missing,
-    empty, not UTF-8 or malformed raises :class:`DataFileError` (a ``ValueError``) naming the
-    file, because drafter training should stop before it starts on bad data.
-    """
-    files: list[Path] = []
-    for p in paths:
-        path = Path(p).expanduser()
-        if path.is_dir():
-            inside = sorted(f for f in path.rglob("*") if f.is_file()
-                            and f.suffix.lower() in TEXT_SUFFIXES + (".jsonl",))
-            if not inside:
-                raise DataFileError(f"{path}: folder holds no .txt, .py, .md or .jsonl files.")
-            files.extend(inside)
-        elif not path.exists():
-            raise DataFileError(f"{path}: file not found.")
-        elif path.suffix.lower() not in TEXT_SUFFIXES + (".jsonl",):
-            raise DataFileError(
-                f"{path}: unsupported file type; use .txt, .py, .md or .jsonl.")
-        else:
-            files.append(path)
-    if not files:
-        raise DataFileError("No data files given.")
-
-    texts: list[str] = []
-    for path in files:
-        try:
-            raw = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError:
-            raise DataFileError(f"{path}: not UTF-8 text.") from None
-        except OSError as e:
-            raise DataFileError(f"{path}: cannot be read ({e.strerror}).") from None
-        if "\x00" in raw:
-            raise DataFileError(f"{path}: looks like a binary file, not text.")
-        if path.suffix.lower() == ".jsonl":
-            found = _read_jsonl(path, raw)
-        else:
-            found = [raw] if raw.strip() else []
-        if not found:
-            raise DataFileError(f"{path}: file is empty.")
-        texts.extend(found)
-    return texts

@@ -8,26 +8,24 @@ for every round that verified position k, the observed label "drafts 1..k were a
 For k = 1..G in order, T_k is the grid value (log-spaced 0.05..20) that minimises the
 expected calibration error of ``a_k`` against that label, with T_1..T_{k-1} already fixed.
 Dividing a logit by a positive temperature never changes the order of confidences, so only
-their scale is corrected. The temperatures are stored as ``drafter.calibration``.
+their scale is corrected. The caller stores the temperatures as ``drafter.calibration``
+(``Calibration.kept()``: only when they lowered the ECE on rounds held out from the fit).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from . import metrics
-from .drafter import DflashDrafter
-from .engine import GenerationConfig, generate
-from .errors import DsparkError
-from .events import RoundEvent
-from .target import Target
+from .. import metrics
+from ..drafter import DflashDrafter
+from ..engine import GenerationConfig, generate
+from ..errors import DsparkError
+from ..events import RoundEvent
+from ..target import Target
 
 GRID = tuple(float(t) for t in np.geomspace(0.05, 20.0, 81))
 BINS = 20
@@ -52,6 +50,11 @@ class Calibration:
     per_position_after: list[float] = field(default_factory=list)
     fit_rounds: int = 0
     check_rounds: int = 0
+
+    def kept(self) -> list[float] | None:
+        """The fitted temperatures, or None (raw confidences) when they did not lower the ECE
+        on the rounds held out from the fit: with few or very uneven prompts a fit can overfit."""
+        return self.temperatures if self.ece_after < self.ece_before else None
 
 
 def expected_calibration_error(pred: Sequence[float], label: Sequence[float], bins: int = BINS) -> float:
@@ -109,33 +112,6 @@ def fit_temperatures(rounds: Sequence[Round], block_size: int, grid: Sequence[fl
     return temps
 
 
-class _RecordingSession:
-    """A drafter session that keeps each round's raw confidence logits z_k (the engine's events
-    carry calibrated confidences; inverting a float32 sigmoid loses everything beyond z ~ 17)."""
-
-    def __init__(self, session, sink: list):
-        self.session, self.sink = session, sink
-        self.tap_layers, self.block_size = session.tap_layers, session.block_size
-
-    def propose(self, *args):
-        rows = self.session.propose(*args)
-        self.sink.append(rows.conf_logits)
-        return rows
-
-    def state(self) -> list:
-        return self.session.state()
-
-
-class _Recording:
-    """Drafts with ``drafter`` through the ordinary proposer protocol, recording z_k."""
-
-    def __init__(self, drafter: DflashDrafter):
-        self.drafter, self.logits = drafter, []
-
-    def start(self, target: Target) -> _RecordingSession:
-        return _RecordingSession(self.drafter.start(target), self.logits)
-
-
 def collect_rounds(
     target: Target,
     drafter: DflashDrafter,
@@ -148,16 +124,12 @@ def collect_rounds(
     """Run the real greedy loop (verify every drafted token) on ``prompts``; return its rounds
     with raw confidence logits, and per prompt its (RoundEvents, Rounds) for tau and acceptance."""
     rounds: list[Round] = []
-    events: list[list[RoundEvent]] = []
+    events: list[tuple[list[RoundEvent], list[Round]]] = []
     cfg = GenerationConfig(max_tokens=max_tokens, temperature=0.0, block_size=block_size or drafter.cfg.block_size,
                            verify="all", stop_at_eos=False)
     for prompt in prompts:
-        rec, evs = _Recording(drafter), []
-        for ev in generate(target, rec, prompt, cfg):
-            if isinstance(ev, RoundEvent):
-                z = rec.logits[len(evs)]
-                evs.append(ev)
-                rounds.append(Round(tuple(z[0].tolist()) if z is not None else None, ev.verify_width, ev.accepted))
+        evs = [ev for ev in generate(target, drafter, prompt, cfg) if isinstance(ev, RoundEvent)]
+        rounds.extend(Round(ev.confidence_logits, ev.verify_width, ev.accepted) for ev in evs)
         events.append((evs, rounds[len(rounds) - len(evs):]))
         if max_rounds is not None and len(rounds) >= max_rounds:
             break
@@ -174,14 +146,15 @@ def calibrate_rounds(fit: Sequence[Round], check: Sequence[Round], block_size: i
 
 def calibrate_drafter(target: Target, drafter: DflashDrafter, prompts: Sequence, *, rounds: int = 200,
                       max_tokens: int = 128, holdout: bool = True) -> Calibration:
-    """Collect held-out rounds, fit STS and store the temperatures in ``drafter.calibration``.
-    With ``holdout`` the ECE is measured on every other prompt's rounds, fitted on the rest."""
+    """Collect rounds of the real loop and fit STS temperatures (``result.kept()`` are the
+    ones to store in ``drafter.calibration``). With ``holdout`` the ECE is measured on every
+    other prompt's rounds, fitted on the rest. The drafter is not changed: the rounds carry
+    the raw confidence logits whatever its current calibration."""
     if not drafter.cfg.confidence:
         raise DsparkError("this drafter has no confidence head: nothing to calibrate")
     _, per_prompt = collect_rounds(target, drafter, prompts, max_rounds=rounds, max_tokens=max_tokens)
-    result = _fit_on_even_check_on_odd(per_prompt, drafter.cfg.block_size, holdout)
-    drafter.calibration = _keep_if_better(result)
-    return result
+    return _fit_on_even_check_on_odd(per_prompt, drafter.cfg.block_size, holdout)
+
 
 
 def _fit_on_even_check_on_odd(per_prompt: list[tuple[list[RoundEvent], list[Round]]], block_size: int,
@@ -193,37 +166,31 @@ def _fit_on_even_check_on_odd(per_prompt: list[tuple[list[RoundEvent], list[Roun
     return calibrate_rounds(fit, check, block_size)
 
 
-def _keep_if_better(c: Calibration) -> list[float] | None:
-    """The fitted temperatures, or None (raw confidences) when they did not lower the ECE on
-    the rounds held out from the fit: with few or very uneven prompts a fit can overfit."""
-    return c.temperatures if c.ece_after < c.ece_before else None
-
-
-def evaluate_drafter(target: Target, drafter: DflashDrafter, prompts, max_tokens: int = 128, say=lambda s: None) -> dict:
-    """tau and per-position acceptance from the real greedy loop on held-out prompts, and STS
-    calibration fitted on every other prompt's rounds and checked on the others."""
+def evaluate_drafter(target: Target, drafter: DflashDrafter, prompts, max_tokens: int = 128,
+                     say=lambda s: None) -> tuple[dict, Calibration | None]:
+    """(figures of the real greedy loop on held-out prompts, an STS calibration fitted on
+    every other prompt's rounds and checked on the others, or None without a confidence head)."""
     t0 = time.perf_counter()
     _, per_prompt = collect_rounds(target, drafter, prompts, max_tokens=max_tokens)
-    evs = [e for es, _ in per_prompt for e in es]
-    accepted, widths = [e.accepted for e in evs], [e.verify_width for e in evs]
+    f = metrics.summarize(e for es, _ in per_prompt for e in es)
     result = {
         "prompts": len(prompts),
-        "rounds": len(evs),
-        "tokens": sum(len(e.committed) for e in evs),
-        "tau": metrics.tau([len(e.committed) for e in evs]),
-        "acceptance_rate": metrics.acceptance_rate(accepted, widths),
-        "per_position_acceptance": metrics.per_position_acceptance(accepted, widths),
+        "rounds": f.rounds,
+        "tokens": f.tokens,
+        "tau": f.tau,
+        "acceptance_rate": f.acceptance_rate,
+        "per_position_acceptance": list(f.per_position_acceptance),
         "max_tokens_per_prompt": max_tokens,
     }
-    say(f"held-out ({len(prompts)} prompts, {len(evs)} rounds): tau {result['tau']:.3f}, acceptance by position "
-        + " ".join(f"{x:.2f}" for x in result["per_position_acceptance"]))
-    if drafter.cfg.confidence and evs:
+    say(f"held-out ({len(prompts)} prompts, {f.rounds} rounds): tau {f.tau:.3f}, acceptance by position "
+        + " ".join(f"{x:.2f}" for x in f.per_position_acceptance))
+    cal = None
+    if drafter.cfg.confidence and f.rounds:
         cal = _fit_on_even_check_on_odd(per_prompt, drafter.cfg.block_size)
-        drafter.calibration = _keep_if_better(cal)
         result["calibration"] = asdict(cal)
         say("calibration: " + format_calibration(cal))
     result["seconds"] = time.perf_counter() - t0
-    return result
+    return result, cal
 
 
 def format_calibration(c: Calibration) -> str:
@@ -233,43 +200,3 @@ def format_calibration(c: Calibration) -> str:
             f"  per position before: {per(c.per_position_before)}\n"
             f"  per position after:  {per(c.per_position_after)}\n"
             f"  temperatures:        {per(c.temperatures)}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .target import load_target
-
-    ap = argparse.ArgumentParser(prog="dspark calibrate", description="Fit STS temperatures of a drafter's confidence head.")
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--drafter", required=True, help="drafter directory (the temperatures are saved into it)")
-    ap.add_argument("--prompts", nargs="+", help="prompt files (.txt/.py/.md, or .jsonl with text/prompt); default: held-out corpus prompts")
-    ap.add_argument("--rounds", type=int, default=200, help="speculative rounds to collect")
-    ap.add_argument("--max-tokens", type=int, default=128, help="tokens generated per prompt")
-    ap.add_argument("--prompt-len", type=int, default=64, help="prompt tokens cut from each stretch of a prompt file")
-    ap.add_argument("--out", help="save the calibrated drafter here instead of over --drafter")
-    a = ap.parse_args(argv)
-    try:
-        target = load_target(a.target)
-        drafter = DflashDrafter.load(a.drafter, target=target)
-        if a.prompts:
-            from .corpus import read_texts
-            from .train_data import cut_prompts, encode_all
-
-            prompts = cut_prompts(encode_all(target, read_texts(a.prompts)), a.max_tokens + a.prompt_len, a.prompt_len)
-        else:
-            from .corpus import heldout_prompts
-
-            prompts = heldout_prompts(max(4, a.rounds // 8))
-        if not prompts:
-            raise DsparkError("no prompts to calibrate on")
-        result = calibrate_drafter(target, drafter, prompts, rounds=a.rounds, max_tokens=a.max_tokens)
-        drafter.save(a.out or a.drafter)
-    except (DsparkError, ValueError) as e:
-        print(f"dspark: error: {e}", file=sys.stderr)
-        return 2
-    print(format_calibration(result))
-    print(f"saved calibration to {Path(a.out or a.drafter)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

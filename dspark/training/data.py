@@ -1,5 +1,5 @@
 """Training data for drafters: sequences (optionally written by the target itself) and the
-frozen target's features for them, cached per sequence. See ``dspark.train``."""
+frozen target's features for them, cached per sequence. See ``dspark.training.run``."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from typing import Sequence
 import mlx.core as mx
 import numpy as np
 
-from .errors import DsparkError
-from .target import Target
+from ..errors import DsparkError
+from ..sampling import greedy_choice
+from ..target import Target
 
 # ----------------------------------------------------------------------------- data
 @dataclass
@@ -98,10 +99,10 @@ def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int,
             idx = members[b : b + batch]
             x = mx.array(np.array([prompts[i][:n] for i in idx], np.int32))
             cache = target.make_cache()
-            tok = mx.argmax(target.model(x, cache=cache)[:, -1], axis=-1)
+            tok = greedy_choice(target.model(x, cache=cache)[:, -1])
             out = [tok]
             for _ in range(seq_len - n - 1):
-                tok = mx.argmax(target.model(tok[:, None], cache=cache)[:, -1], axis=-1)
+                tok = greedy_choice(target.model(tok[:, None], cache=cache)[:, -1])
                 mx.async_eval(tok)
                 out.append(tok)
             gen = np.array(mx.stack(out, axis=1))
@@ -144,7 +145,7 @@ class TargetFeatures:
             _, rows = self.target.forward(mx.array(self.seqs.tokens[missing]), None, self.taps + (self.last,), logits=False)
             rows = mx.stop_gradient(rows)
             H = self.target.dims.hidden_size
-            taps, final = rows[..., : len(self.taps) * H], self.target.lm.model.norm(rows[..., len(self.taps) * H :])
+            taps, final = rows[..., : len(self.taps) * H], self.target.final_norm(rows[..., len(self.taps) * H :])
             mx.eval(taps, final)
             for j, i in enumerate(missing):
                 while len(self.store) >= self.capacity:

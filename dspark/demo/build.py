@@ -1,7 +1,7 @@
 """``dspark make-demo``: rebuild the bundled demo models and measure them.
 
 1. the target: a small Gemma-4 (``gemma4_text``) trained on the Python standard library's
-   source (``dspark.pretrain``);
+   source (``dspark.demo.pretrain``);
 2. a DSpark drafter (Markov + confidence heads) trained against it by self-distillation;
 3. a DFlash-style drafter (heads off) trained on exactly the same sequences, same steps;
 4. the figures for ``resources/demo/README.md``: tau and per-position acceptance on held-out
@@ -14,6 +14,7 @@ Every stage resumes from its checkpoints, so an interrupted rebuild continues wh
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -22,21 +23,21 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import DsparkError
+from ..drafter import DflashConfig
+from ..errors import DsparkError
+from ..resources import demo_dir
+from ..training.trainer import TrainSettings
 
-DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo"
-SEQUENCES = 3000  # self-distilled training sequences shared by both drafters
-DRAFTER_STEPS = 5000  # x 32 anchors
+#: The demo recipe, as data: both drafters share one shape except their heads, and train
+#: with the same settings on the same self-distilled sequences.
 DRAFTERS = {
-    "dspark": dict(markov=True, confidence=True),
-    "dflash": dict(markov=False, confidence=False),
+    "dspark": DflashConfig(block_size=7, num_layers=2, tap_layers=(1, 3, 4), mask_token_id=4, markov_rank=256),
+    "dflash": DflashConfig(block_size=7, num_layers=2, tap_layers=(1, 3, 4), mask_token_id=4, markov=False,
+                           confidence=False),
 }
-
-
-def drafter_config(kind: str):
-    from .drafter import DflashConfig
-
-    return DflashConfig(block_size=7, num_layers=2, tap_layers=(1, 3, 4), mask_token_id=4, markov_rank=256, **DRAFTERS[kind])
+TRAINING = TrainSettings(steps=5000, self_distill=True, max_sequences=3000, eval_prompts=8, eval_tokens=128,
+                         feature_cache_mb=4096)
+TARGET_STEPS = 360
 
 
 def build_target(out: Path, steps: int, minutes: float | None, resume: bool) -> None:
@@ -45,47 +46,38 @@ def build_target(out: Path, steps: int, minutes: float | None, resume: bool) -> 
     train_target(out / "target", steps, time_budget_minutes=minutes, resume=resume)
 
 
-def build_drafters(out: Path, steps: int, minutes: float | None, resume: bool, kinds=("dspark", "dflash")) -> None:
+def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple(DRAFTERS)) -> None:
+    from ..target import load_target
+    from ..training.run import DATA_FILE, train_drafter
     from .corpus import heldout_prompts, iter_texts, prompt_sites
-    from .target import load_target
-    from .train import DATA_FILE, train_drafter
 
     target = load_target(out / "target")
     # Prompts: stretches of the train files, and def/class headers of the train files (the
     # kind of prompt the held-out evaluation uses, from files it never sees).
     texts = list(iter_texts("train")) + prompt_sites("train")
-    held = heldout_prompts(8)
+    held = heldout_prompts(settings.eval_prompts)
     for kind in kinds:
         # The second drafter trains on the first one's self-distilled sequences: same data.
         shared = out / kinds[0] / DATA_FILE if kind != kinds[0] else None
-        train_drafter(target, texts, out / kind, drafter_config(kind), steps=steps, self_distill=True,
-                      heldout_texts=held, resume=resume, time_budget_minutes=minutes, data_file=shared,
-                      max_sequences=SEQUENCES, eval_prompts=8, eval_tokens=128, feature_cache_mb=4096)
-
-
-def blas() -> str:
-    pre = os.environ.get("LD_PRELOAD", "")
-    if "openblas" in pre:
-        return f"OpenBLAS (preloaded: {pre})"
-    return "the BLAS linked by the mlx wheel" if sys.platform != "darwin" else "Accelerate / Metal"
+        train_drafter(target, texts, out / kind, DRAFTERS[kind], settings, heldout_texts=held, resume=resume,
+                      data_file=shared)
 
 
 def acceptance(target, drafter, prompts: list[str], tokens: int = 128) -> dict:
     """tau and acceptance of ``drafter`` over ``prompts`` (greedy, block 7, ``tokens`` each)."""
-    from . import metrics
-    from .engine import GenerationConfig, generate, run_to_summary
+    from .. import metrics
+    from ..engine import GenerationConfig, generate
 
     cfg = GenerationConfig(max_tokens=tokens, stop_at_eos=False, block_size=7)
-    runs = [run_to_summary(generate(target, drafter, p, cfg)) for p in prompts]
-    accepted = [a for s in runs for a in s.accepted_lengths]
-    widths = [w for s in runs for w in s.verify_widths]
+    runs = [list(generate(target, drafter, p, cfg)) for p in prompts]
+    f = metrics.summarize(ev for run in runs for ev in run[:-1])
     return {
         "prompts": len(prompts),
         "tokens_per_prompt": tokens,
-        "tau": metrics.tau([a + 1 for a in accepted]),
-        "tau_per_prompt": [s.tau for s in runs],
-        "acceptance_rate": metrics.acceptance_rate(accepted, widths),
-        "per_position_acceptance": metrics.per_position_acceptance(accepted, widths),
+        "tau": f.tau,
+        "tau_per_prompt": [run[-1].tau for run in runs],
+        "acceptance_rate": f.acceptance_rate,
+        "per_position_acceptance": list(f.per_position_acceptance),
     }
 
 
@@ -94,11 +86,12 @@ def evaluate(out: Path, prompts: int = 8, wide_prompts: int = 32, speed_prompts:
     """Measure the demo pair as the README reports it (greedy, block size 7)."""
     import mlx.core as mx
 
-    from . import metrics
+    from .. import metrics
+    from ..blas import describe as blas
+    from ..drafter import DflashDrafter
+    from ..engine import GenerationConfig, generate, generate_baseline, run_to_summary
+    from ..target import load_target
     from .corpus import heldout_prompts
-    from .drafter import DflashDrafter
-    from .engine import GenerationConfig, generate, generate_baseline, run_to_summary
-    from .target import load_target
 
     target = load_target(out / "target")
     held = heldout_prompts(prompts)
@@ -130,7 +123,7 @@ def evaluate(out: Path, prompts: int = 8, wide_prompts: int = 32, speed_prompts:
                 "baseline_tokens_per_sec": base.tokens_per_sec,
                 "speedup": metrics.speedup(spec.tokens_per_sec, base.tokens_per_sec),
                 "tau": spec.tau,
-                "identical": list(spec.tokens) == list(base.tokens),
+                "identical": metrics.first_difference(spec.tokens, base.tokens) is None,
             })
         entry["speed"] = speed
         entry["speedup_median"] = statistics.median(s["speedup"] for s in speed) if speed else None
@@ -138,7 +131,7 @@ def evaluate(out: Path, prompts: int = 8, wide_prompts: int = 32, speed_prompts:
         spec = run_to_summary(generate(target, drafter, held[0], long_cfg))
         base = run_to_summary(generate_baseline(target, held[0], long_cfg))
         entry["lossless_tokens"] = lossless_tokens
-        entry["lossless"] = list(spec.tokens) == list(base.tokens)
+        entry["lossless"] = metrics.first_difference(spec.tokens, base.tokens) is None
         result["drafters"][kind] = entry
         print(f"{kind}: tau {entry['tau']:.2f} ({entry['wide']['tau']:.2f} on {wide_prompts} prompts), per position {' '.join(f'{x:.2f}' for x in entry['per_position_acceptance'])}, "
               f"speedup (median of {len(speed)}) {entry['speedup_median']:.2f}x, lossless {lossless_tokens}: {entry['lossless']}",
@@ -149,11 +142,11 @@ def evaluate(out: Path, prompts: int = 8, wide_prompts: int = 32, speed_prompts:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="dspark make-demo", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=str(DEMO), help="where the demo models go (default: resources/demo)")
+    ap.add_argument("--out", default=str(demo_dir()), help="where the demo models go (default: resources/demo)")
     ap.add_argument("--only", choices=["target", "drafters", "eval"], help="run one stage only")
-    ap.add_argument("--target-steps", type=int, default=360)
+    ap.add_argument("--target-steps", type=int, default=TARGET_STEPS)
     ap.add_argument("--target-minutes", type=float, help="time budget of the target's training (default: none)")
-    ap.add_argument("--drafter-steps", type=int, default=DRAFTER_STEPS)
+    ap.add_argument("--drafter-steps", type=int, default=TRAINING.steps)
     ap.add_argument("--drafter-minutes", type=float, help="time budget of each drafter's training (default: none)")
     ap.add_argument("--fresh", action="store_true", help="start over instead of resuming checkpoints")
     a = ap.parse_args(argv)
@@ -164,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (out / "target" / "config.json").is_file():
         raise DsparkError(f"no demo target in {out / 'target'}: run the target stage first")
     if "drafters" in stages:
-        build_drafters(out, a.drafter_steps, a.drafter_minutes, resume=not a.fresh)
+        settings = dataclasses.replace(TRAINING, steps=a.drafter_steps, time_budget_minutes=a.drafter_minutes)
+        build_drafters(out, settings, resume=not a.fresh)
     if "eval" in stages:
         evaluate(out)
     return 0

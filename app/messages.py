@@ -1,0 +1,93 @@
+"""What the window and the model-owner thread say to each other: frozen dataclasses of plain
+data (the engine's own ``dspark.events`` inside), so nothing that crosses the thread boundary
+is an MLX object or a mutable structure both sides could touch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dspark.events import RoundEvent, Summary
+
+
+# --- GUI -> worker --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunSpec:
+    label: str  # the drafter's name, or "plain decoding"
+    drafter: str | None  # drafter directory; None for plain decoding
+
+
+@dataclass(frozen=True)
+class Job:
+    """Every (prompt, run) pair in turn, on one loaded target."""
+
+    id: int
+    kind: str  # "run" or "compare"
+    target: str
+    prompts: tuple[str, ...]
+    runs: tuple[RunSpec, ...]
+    config: dict = field(default_factory=dict)  # GenerationConfig fields
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    target: str
+    drafters: tuple[str, ...] = ()
+
+
+# --- worker -> GUI --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Status:
+    text: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    text: str  # one line for the person at the screen
+
+
+@dataclass(frozen=True)
+class DrafterInfo:
+    block_size: int
+    confidence: bool
+    params: int
+    note: str | None = None  # e.g. trained against other weights of this target
+
+
+@dataclass(frozen=True)
+class Loaded:
+    target: str
+    target_id: str
+    drafters: dict  # path -> DrafterInfo, for the drafters that loaded
+    errors: dict  # path -> one-line reason, for those that did not
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    job: int
+    key: int  # identifies the run in RoundDone / RunDone
+    label: str
+    method: str  # "speculative" or "baseline"
+    drafter: str | None
+    prompt: str
+    prompt_index: int
+    config: dict
+
+
+@dataclass(frozen=True)
+class RoundDone:
+    key: int
+    event: RoundEvent
+    drafted_text: tuple[str, ...]  # each drafted token's text, for the draft grid
+
+
+@dataclass(frozen=True)
+class RunDone:
+    key: int
+    summary: Summary
+
+
+@dataclass(frozen=True)
+class JobDone:
+    job: int
+    ok: bool
+    cancelled: bool

@@ -1,0 +1,52 @@
+"""The settings of one generation, without MLX: the app's GUI thread builds its form from
+``GenerationConfig`` (see :mod:`dspark.options`) and never loads a model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import DsparkError
+from .options import check_options, option
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0  # 1 (or 0) means off
+    top_k: int = 0  # 0 means off
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+
+VERIFY_POLICIES = ("all", "confidence")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = option(256, "tokens to generate", lo=1, hi=1_000_000)
+    temperature: float = option(0.0, "sampling temperature; 0 is greedy (output equals plain greedy decoding)",
+                                lo=0.0, hi=100.0, step=0.1)
+    top_p: float = option(1.0, "nucleus sampling: keep the most likely tokens up to this probability (1: off)",
+                          lo=0.0, hi=1.0, label="Top-p", step=0.05)
+    top_k: int = option(0, "keep only the k most likely tokens (0: off)", lo=0, hi=10_000_000, label="Top-k")
+    seed: int = option(0, "random seed of sampling", lo=0, hi=2**31 - 1)
+    block_size: int | None = option(None, "drafted tokens per round", lo=0, hi=64, none="the drafter's own")
+    verify: str = option("all", "which drafted tokens the target verifies: all, or (confidence) the prefix "
+                         "whose predicted survival stays above the threshold", choices=VERIFY_POLICIES)
+    confidence_threshold: float = option(0.3, "survival threshold of the confidence policy", lo=0.0, hi=1.0,
+                                         label="Threshold", step=0.05)
+    stop_at_eos: bool = option(True, "stop at the target's end-of-sequence token", flag="--ignore-eos",
+                               label="Stop at EOS")
+    prefill_step_size: int = option(2048, "prompt tokens per forward while processing the prompt",
+                                    lo=1, hi=1_000_000, form=False)
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_p, self.top_k)
+
+    def check(self, vocab_size: int | None = None) -> None:
+        check_options(self)
+        if vocab_size is not None and self.top_k > vocab_size:
+            raise DsparkError(f"top-k {self.top_k} is larger than the target's vocabulary ({vocab_size})")

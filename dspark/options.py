@@ -1,0 +1,180 @@
+"""Settings dataclasses are the one source of every knob (nanoGPT's config-as-data).
+
+A field declared with :func:`option` carries its help text, its command-line flag and its
+legal range. From that one declaration:
+
+- :func:`add_options` builds the argparse arguments (defaults and help read from the field);
+- :func:`from_args` turns the parsed namespace back into the dataclass;
+- :func:`check_options` validates a value before anything is allocated (one clear sentence);
+- :func:`describe` lists the fields for a settings form (the app builds its form from it).
+
+A new field therefore appears in the CLI, the app and the validation at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Sequence
+
+from .errors import DsparkError
+
+
+def option(default: Any, help: str, *, flag: str | None = None, choices: Sequence[str] | None = None,
+           lo: float | None = None, hi: float | None = None, label: str | None = None,
+           form: bool = True, none: str | None = None, step: float | None = None):
+    """A dataclass field with its help, ``--flag`` (default: from the name), legal values
+    (``choices`` or the closed range ``lo``..``hi``), a form ``label`` and whether the app's
+    form shows it. ``none`` names what a None value means (shown by forms and help)."""
+    meta = dict(help=help, flag=flag, choices=tuple(choices) if choices else None, lo=lo, hi=hi,
+                label=label, form=form, none=none, step=step)
+    return field(default=default, metadata={"option": meta})
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One field of a settings dataclass, as a form or a parser sees it."""
+
+    name: str
+    kind: type  # int, float, str, bool or tuple (of ints)
+    optional: bool  # None is allowed
+    default: Any
+    help: str
+    flag: str
+    choices: tuple[str, ...] | None
+    lo: float | None
+    hi: float | None
+    label: str
+    form: bool
+    none: str | None
+    step: float | None
+
+
+def _kind(hint) -> tuple[type, bool]:
+    """(base type, None allowed) of a field annotation such as ``int | None``."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _kind(inner[0])[0], True
+    if typing.get_origin(hint) is tuple:
+        return tuple, False
+    return hint, False
+
+
+def describe(cls) -> list[OptionSpec]:
+    """The option fields of ``cls`` in declaration order."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in fields(cls):
+        meta = f.metadata.get("option")
+        if meta is None:
+            continue
+        kind, optional = _kind(hints[f.name])
+        flag = meta["flag"] or "--" + f.name.replace("_", "-")
+        if kind is bool and f.default is True and not meta["flag"]:
+            flag = "--no-" + f.name.replace("_", "-")
+        label = meta["label"] or f.name.replace("_", " ").capitalize()
+        out.append(OptionSpec(f.name, kind, optional, f.default, meta["help"], flag, meta["choices"],
+                              meta["lo"], meta["hi"], label, meta["form"], meta["none"], meta["step"]))
+    return out
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def add_options(parser, cls, only: Sequence[str] | None = None, skip: Sequence[str] = ()) -> None:
+    """Add an argument per option field of ``cls`` to ``parser`` (or an argument group)."""
+    for spec in describe(cls):
+        if (only is not None and spec.name not in only) or spec.name in skip:
+            continue
+        help_text = spec.help
+        if spec.kind is bool:
+            action = "store_false" if spec.default else "store_true"
+            parser.add_argument(spec.flag, dest=spec.name, action=action, default=spec.default, help=help_text)
+            continue
+        if spec.default not in (None, ()):
+            shown = ",".join(map(str, spec.default)) if spec.kind is tuple else spec.default
+            help_text += f" (default: {shown})"
+        elif spec.none:
+            help_text += f" (default: {spec.none})"
+        kind = _int_list if spec.kind is tuple else spec.kind
+        parser.add_argument(spec.flag, dest=spec.name, type=kind, choices=spec.choices, default=spec.default,
+                            help=help_text, metavar=None if spec.choices else spec.name.upper())
+
+
+def from_args(cls, namespace, **overrides):
+    """``cls`` built from the option fields found in an argparse namespace."""
+    values = {s.name: getattr(namespace, s.name) for s in describe(cls) if hasattr(namespace, s.name)}
+    return cls(**{**values, **overrides})
+
+
+def check_options(value) -> None:
+    """Raise a DsparkError naming the first option of ``value`` outside its legal values."""
+    for spec in describe(type(value)):
+        v = getattr(value, spec.name)
+        name = spec.flag.lstrip("-") if spec.kind is not bool else spec.name
+        if v is None:
+            if not spec.optional:
+                raise DsparkError(f"{name} must be set")
+            continue
+        if spec.kind in (int, float):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or (spec.kind is int and not isinstance(v, int)):
+                raise DsparkError(f"{name} must be {'an integer' if spec.kind is int else 'a number'}, not {v!r}")
+            if not math.isfinite(v):
+                raise DsparkError(f"{name} must be a finite number, not {v}")
+            if (spec.lo is not None and v < spec.lo) or (spec.hi is not None and v > spec.hi):
+                raise DsparkError(f"{name} must be {_range(spec)}, not {v:g}")
+        elif spec.kind is tuple:
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+                raise DsparkError(f"{name} must be integers, not {list(v)!r}")
+        elif spec.kind is bool:
+            if not isinstance(v, bool):
+                raise DsparkError(f"{name} must be true or false, not {v!r}")
+        elif spec.choices is not None and v not in spec.choices:
+            raise DsparkError(f"{name} must be one of {', '.join(spec.choices)}, not {v!r}")
+
+
+def _range(spec: OptionSpec) -> str:
+    if spec.lo is not None and spec.hi is not None:
+        return f"between {spec.lo:g} and {spec.hi:g}"
+    return f"at least {spec.lo:g}" if spec.lo is not None else f"at most {spec.hi:g}"
+
+
+def replace(value, **changes):
+    """``dataclasses.replace`` that validates the result."""
+    out = dataclasses.replace(value, **changes)
+    check_options(out)
+    return out
+
+
+def coerce(cls, raw: dict, on_error: Callable[[str, Any], None] | None = None):
+    """``cls`` from loosely typed values (strings from a settings file): each field that
+    cannot be read or is out of range keeps its default, and ``on_error(name, value)`` is told."""
+    good = {}
+    for spec in describe(cls):
+        if spec.name not in raw:
+            continue
+        v = raw[spec.name]
+        try:
+            if v in (None, "") and spec.optional:
+                v = None
+            elif spec.kind is bool:
+                v = v if isinstance(v, bool) else str(v).strip().lower() in ("1", "true", "yes", "on")
+            elif spec.kind is tuple:
+                v = tuple(v) if isinstance(v, (list, tuple)) else _int_list(str(v))
+            else:
+                v = spec.kind(v)
+            check_options(dataclasses.replace(cls(**good), **{spec.name: v}))
+            good[spec.name] = v
+        except (ValueError, TypeError, DsparkError, argparse.ArgumentTypeError):
+            if on_error is not None:
+                on_error(spec.name, raw[spec.name])
+    return cls(**good)

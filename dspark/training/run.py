@@ -1,0 +1,174 @@
+"""A whole drafter training run: data, the training loop, checkpoints, the final evaluation.
+
+Data. Texts are tokenized and cut into sequences of ``seq_len`` tokens. With self-distillation
+(the recommended mode: a drafter should learn what the *target* writes) each sequence keeps
+only its first ``prompt_len`` tokens as a prompt and the target writes the rest greedily;
+anchors then start at the last prompt token, so every label is target output.
+
+The output directory holds the drafter (native format), ``train_state.safetensors`` (see
+:mod:`dspark.training.trainer`) and, for the sequences, ``train_data.safetensors``, so
+``--resume`` continues exactly where the run stopped. At the end the drafter is evaluated with
+the real generation loop on held-out prompts, its confidence head calibrated (STS), and the
+figures written to ``train_report.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+import mlx.core as mx
+import numpy as np
+
+from ..drafter import DflashConfig, DflashDrafter
+from ..errors import DsparkError
+from ..target import Target
+from .data import Sequences, build_training_data, encode_all, held_out_prompts, progress_bar
+from .trainer import STATE_FILE, DrafterTrainer, TrainSettings
+
+DATA_FILE = "train_data.safetensors"
+REPORT_FILE = "train_report.json"
+
+
+def train_drafter(
+    target: Target,
+    texts: Sequence[str | Sequence[int]],
+    out_dir: str | Path,
+    cfg: DflashConfig,
+    settings: TrainSettings = TrainSettings(),
+    *,
+    heldout_texts: Sequence[str | Sequence[int]] | None = None,
+    data_file: str | Path | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> DflashDrafter:
+    """Train a drafter for ``target`` on ``texts`` (strings, or token-id lists) into
+    ``out_dir``; see the module docstring. ``heldout_texts`` are the evaluation prompts (by
+    default some of the data is held out); ``data_file`` reuses the sequences another run
+    saved (its ``train_data.safetensors``). Returns the trained drafter."""
+    s = settings
+    t_start = time.perf_counter()
+    out = Path(out_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    say = log or (lambda m: print(m, file=sys.stderr))
+    resuming = resume and (out / STATE_FILE).is_file()
+    if resume and not resuming:
+        say(f"nothing to resume in {out}: starting a new run")
+    drafter = DflashDrafter.load(out, target) if resuming else DflashDrafter.init(target, cfg, seed=s.seed)
+    if resuming and drafter.cfg.block_size != cfg.block_size:
+        say(f"note: resuming the saved drafter (block {drafter.cfg.block_size}); its shape options win")
+    seqs, held, distill_seconds = _training_data(target, texts, heldout_texts, out, s, data_file, resuming, progress, say)
+    trainer = DrafterTrainer(target, drafter, seqs, s)
+    if resuming:
+        meta = trainer.load_state(out)
+        say(f"resumed at step {trainer.step} of {s.steps}")
+        if meta["settings"]["steps"] != s.steps:
+            say(f"note: the first run planned {meta['settings']['steps']} steps; the schedule now spans {s.steps}")
+    say(f"drafter: {drafter.num_params():,} parameters, taps {list(drafter.cfg.tap_layers)}, block {drafter.cfg.block_size}, "
+        f"markov {drafter.cfg.markov}, confidence {drafter.cfg.confidence}; {len(seqs)} sequences of {seqs.tokens.shape[1]}")
+
+    first_step, loop_start = trainer.step, time.perf_counter()
+    stopped, recent = _train_loop(trainer, out, t_start, progress, say)
+    train_seconds = time.perf_counter() - loop_start
+    drafter.save(out)
+    trainer.save_state(out)
+    done = trainer.step - first_step
+    report = {
+        "target_id": drafter.target_id,
+        "drafter": asdict(drafter.cfg),
+        "parameters": drafter.num_params(),
+        "settings": asdict(s),
+        "sequences": len(seqs),
+        "steps_done": trainer.step,
+        "stopped_by": stopped,
+        "final_loss": dict(zip(("loss", "ce", "tv", "conf"), np.mean(recent, axis=0).tolist())) if recent else None,
+        "train_seconds": train_seconds,
+        "anchors_per_sec": done * s.batch_anchors / train_seconds if done else 0.0,
+        "block_tokens_per_sec": done * s.batch_anchors * drafter.cfg.block_size / train_seconds if done else 0.0,
+        "target_forward_seconds": trainer.features.seconds,
+        "self_distill_seconds": distill_seconds,
+        "device": str(mx.default_device()),
+    }
+    say(f"trained {done} steps in {train_seconds:.0f}s ({report['anchors_per_sec']:.1f} anchors/s, "
+        f"{report['block_tokens_per_sec']:.0f} block tokens/s; target forwards {trainer.features.seconds:.0f}s of it)")
+    if s.eval_prompts > 0 and held:
+        from .calibrate import evaluate_drafter
+
+        report["heldout"], calibration = evaluate_drafter(target, drafter, held[: s.eval_prompts], s.eval_tokens, say)
+        if calibration is not None:
+            drafter.calibration = calibration.kept()
+            drafter.save(out)
+    tmp = out / (REPORT_FILE + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(tmp, out / REPORT_FILE)
+    return drafter
+
+
+def _training_data(target, texts, heldout_texts, out: Path, s: TrainSettings, data_file, resuming: bool, progress, say):
+    """(sequences, held-out prompts, self-distillation seconds): the first run's data on
+    ``--resume``, another run's with ``data_file`` (to compare drafters on identical data, as
+    the demo does), else built now and saved for a later resume."""
+    held = held_out_prompts(target, heldout_texts, s.seq_len) if heldout_texts is not None else None
+    source = Path(data_file) if data_file else (out / DATA_FILE if resuming else None)
+    if source is not None and source.is_file():
+        seqs, saved_held = Sequences.load(source)
+        held = held if held is not None else saved_held
+        if data_file:
+            seqs.save(out / DATA_FILE, held)
+        return seqs, held, 0.0
+    t0 = time.perf_counter()
+    seqs, auto_held = build_training_data(target, encode_all(target, texts), seq_len=s.seq_len, prompt_len=s.prompt_len,
+                                          self_distill=s.self_distill, max_sequences=s.sequences_cap(),
+                                          heldout=s.eval_prompts if held is None else 0,
+                                          rng=np.random.default_rng(s.seed), progress=progress, say=say)
+    held = held if held is not None else auto_held
+    seqs.save(out / DATA_FILE, held)
+    return seqs, held, time.perf_counter() - t0
+
+
+def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bool, say) -> tuple[str, list]:
+    """Train to ``settings.steps`` (or the time budget), checkpointing as it goes; returns
+    (what stopped it, the last losses). An interrupt saves a checkpoint and re-raises."""
+    s, drafter = trainer.s, trainer.drafter
+    budget = s.time_budget_minutes * 60 if s.time_budget_minutes else None
+    bar = progress_bar(s.steps, progress, "train", "step")
+    if bar:
+        bar.update(trainer.step)
+    stopped, last_ckpt, recent = "steps", time.perf_counter(), []
+    loop_start, first_step = time.perf_counter(), trainer.step
+    try:
+        batch = trainer.sample_batch() if trainer.step < s.steps else None
+        while trainer.step < s.steps:
+            if budget is not None and time.perf_counter() - t_start > budget:
+                stopped = "time budget"
+                break
+            outs = trainer.train_step(batch)
+            batch = trainer.sample_batch() if trainer.step < s.steps else None  # overlaps the update
+            loss, ce, tv, conf, norm = (float(x) for x in outs)
+            if not math.isfinite(loss):
+                raise DsparkError(f"the loss became {loss} at step {trainer.step}; try a lower --lr")
+            recent = (recent + [(loss, ce, tv, conf)])[-50:]
+            if bar:
+                rate = (trainer.step - first_step) * s.batch_anchors / max(time.perf_counter() - loop_start, 1e-9)
+                bar.set_postfix(loss=f"{loss:.3f}", tv=f"{tv:.3f}", anchors_s=f"{rate:.0f}", refresh=False)
+                bar.update(1)
+            if time.perf_counter() - last_ckpt > s.checkpoint_minutes * 60:
+                drafter.save(out)
+                trainer.save_state(out)
+                last_ckpt = time.perf_counter()
+    except KeyboardInterrupt:
+        drafter.save(out)
+        trainer.save_state(out)
+        say(f"\ninterrupted: checkpoint saved at step {trainer.step}; continue with --resume")
+        raise
+    finally:
+        if bar:
+            bar.close()
+    return stopped, recent

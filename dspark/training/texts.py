@@ -1,0 +1,85 @@
+"""The user's own text files for drafter training and calibration (``--data``, ``--prompts``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..errors import DsparkError
+
+
+class DataFileError(DsparkError, ValueError):
+    """A user data file is missing, empty or unreadable (one clear sentence)."""
+
+
+#: Extensions read as plain UTF-8 text; ``.jsonl`` is read as JSON lines.
+TEXT_SUFFIXES = (".txt", ".py", ".md")
+
+
+def _read_jsonl(path: Path, raw: str) -> list[str]:
+    texts = []
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFileError(f"{path}: line {lineno} is not valid JSON ({e.msg}).") from None
+        value = None
+        if isinstance(record, dict):
+            value = record.get("text", record.get("prompt"))
+        if not isinstance(value, str):
+            raise DataFileError(
+                f"{path}: line {lineno} has no string \"text\" or \"prompt\" field.")
+        if value.strip():
+            texts.append(value)
+    return texts
+
+
+def read_texts(paths: Iterable[str | Path]) -> list[str]:
+    """Read user data files into a list of texts (one per text file, one per JSONL record).
+
+    Accepted: ``.txt``/``.py``/``.md`` files (UTF-8, whole file is one text) and ``.jsonl``
+    files (one JSON object per line with a ``"text"`` or ``"prompt"`` string). A directory
+    stands for the accepted files inside it, recursively, in sorted order. Anything missing,
+    empty, not UTF-8 or malformed raises :class:`DataFileError` (a ``ValueError``) naming the
+    file, because drafter training should stop before it starts on bad data.
+    """
+    files: list[Path] = []
+    for p in paths:
+        path = Path(p).expanduser()
+        if path.is_dir():
+            inside = sorted(f for f in path.rglob("*") if f.is_file()
+                            and f.suffix.lower() in TEXT_SUFFIXES + (".jsonl",))
+            if not inside:
+                raise DataFileError(f"{path}: folder holds no .txt, .py, .md or .jsonl files.")
+            files.extend(inside)
+        elif not path.exists():
+            raise DataFileError(f"{path}: file not found.")
+        elif path.suffix.lower() not in TEXT_SUFFIXES + (".jsonl",):
+            raise DataFileError(
+                f"{path}: unsupported file type; use .txt, .py, .md or .jsonl.")
+        else:
+            files.append(path)
+    if not files:
+        raise DataFileError("No data files given.")
+
+    texts: list[str] = []
+    for path in files:
+        try:
+            raw = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise DataFileError(f"{path}: not UTF-8 text.") from None
+        except OSError as e:
+            raise DataFileError(f"{path}: cannot be read ({e.strerror}).") from None
+        if "\x00" in raw:
+            raise DataFileError(f"{path}: looks like a binary file, not text.")
+        if path.suffix.lower() == ".jsonl":
+            found = _read_jsonl(path, raw)
+        else:
+            found = [raw] if raw.strip() else []
+        if not found:
+            raise DataFileError(f"{path}: file is empty.")
+        texts.extend(found)
+    return texts

@@ -1,0 +1,190 @@
+"""One drafter's training step: the anchor sampler, the loss, AdamW and checkpoints.
+
+Samples (DSpark slot convention, ``reference/drafters.md`` 5.1): for an anchor at position p
+the block input is ``[x_p, MASK x (G-1)]``, slot k predicts ``x_{p+k+1}``, the context is the
+target's tap rows of positions < p (the last ``ctx_len`` of them when set), and the Markov head
+is teacher-forced with ``x_p .. x_{p+G-1}``. A batch draws ``anchors_per_seq`` anchors from each
+of a few sequences, whose context rows are projected once and shared by their anchors
+(``DflashDrafter.forward_train_packed``). The frozen target runs once per sequence; its tap
+rows and final normed hidden states are cached (``dspark.training.data.TargetFeatures``).
+
+Loss: :func:`dspark.training.losses.dspark_loss`. Only ``drafter.net`` gets gradients (the
+target's embedding and head are borrowed through ``target.projection`` and stay frozen).
+Checkpoints (``train_state.safetensors``): drafter weights, AdamW state, step and the numpy
+RNG state as JSON metadata; never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+from ..drafter import DflashDrafter
+from ..options import option
+from ..target import Target
+from .data import Sequences, TargetFeatures
+from .losses import default_decay, dspark_loss, position_weights
+
+STATE_FILE = "train_state.safetensors"
+#: Default data budget: one training sequence per this many anchors the run draws. Each
+#: sequence offers ~seq_len anchor positions; reusing it this often keeps self-distillation
+#: (the target writing the data) cheaper than training on it.
+ANCHORS_PER_SEQUENCE = 64
+
+
+# ----------------------------------------------------------------------------- trainer
+def lr_schedule(lr: float, steps: int, warmup: float) -> Callable:
+    """Linear warm-up over ``warmup`` (a fraction of ``steps``), then cosine decay to 0."""
+    warm = max(1, round(warmup * steps))
+    if warm >= steps:
+        return optim.linear_schedule(lr / warm, lr, steps)
+    return optim.join_schedules([optim.linear_schedule(lr / warm, lr, warm), optim.cosine_decay(lr, steps - warm)], [warm])
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Every knob of a training run (``dspark train`` builds its options from these fields)."""
+
+    # optimisation
+    steps: int = option(2000, "optimizer steps", lo=1, hi=10_000_000)
+    batch_anchors: int = option(32, "anchors (blocks) per step", flag="--batch", lo=1, hi=65_536)
+    lr: float = option(6e-4, "peak learning rate (AdamW)", lo=0.0, hi=10.0)
+    warmup: float = option(0.04, "warm-up as a fraction of the steps", lo=0.0, hi=1.0)
+    weight_decay: float = option(0.0, "AdamW weight decay", lo=0.0, hi=10.0)
+    grad_clip: float = option(1.0, "global gradient-norm clip (0: off)", lo=0.0, hi=1e6)
+    loss_decay: float = option(0.0, "position weight decay of the loss (0: 4.0 x block/7)", lo=0.0, hi=1e6)
+    compile: bool = option(True, "mx.compile the update step")
+    # data
+    seq_len: int = option(256, "tokens per training sequence", lo=3, hi=1_000_000)
+    ctx_len: int = option(0, "context rows per anchor (0: the sequence length)", lo=0, hi=1_000_000)
+    prompt_len: int = option(64, "prompt tokens kept per sequence under --self-distill", lo=1, hi=1_000_000)
+    self_distill: bool = option(False, "train on the target's own greedy continuations of the data's prompts")
+    max_sequences: int | None = option(None, "cap on training sequences", lo=1, hi=100_000_000,
+                                       none=f"one per {ANCHORS_PER_SEQUENCE} anchors drawn")
+    anchors_per_seq: int = option(8, "anchors drawn from one sequence in a batch", lo=1, hi=65_536)
+    feature_cache_mb: int = option(2048, "memory for cached target features; sequences beyond it are recomputed",
+                                   lo=1, hi=10_000_000)
+    # the run
+    time_budget_minutes: float | None = option(None, "stop training after this long (and still write the drafter)",
+                                               lo=0.0, hi=1e7, none="no budget")
+    checkpoint_minutes: float = option(5.0, "minutes between checkpoints", lo=0.0, hi=1e7)
+    eval_prompts: int = option(8, "held-out prompts for the final evaluation (0: skip)", lo=0, hi=100_000)
+    eval_tokens: int = option(128, "tokens generated per evaluation prompt", lo=1, hi=1_000_000)
+    seed: int = option(0, "random seed (initial weights, data, anchors)", lo=0, hi=2**31 - 1)
+
+    def sequences_cap(self) -> int:
+        """``max_sequences``, or the default data budget for this many steps."""
+        return self.max_sequences or max(64, math.ceil(self.steps * self.batch_anchors / ANCHORS_PER_SEQUENCE))
+
+
+class DrafterTrainer:
+    """One drafter, its AdamW state and the anchor sampler; ``train_step`` does one update."""
+
+    def __init__(self, target: Target, drafter: DflashDrafter, seqs: Sequences, settings: TrainSettings):
+        self.target, self.drafter, self.seqs, self.s = target, drafter, seqs, settings
+        self.proj = target.projection
+        self.G = drafter.cfg.block_size
+        S, H, m = seqs.tokens.shape[1], target.dims.hidden_size, drafter.m
+        per_seq_mb = S * (m + 1) * H * 4 / 2**20
+        self.features = TargetFeatures(target, drafter.cfg.tap_layers, seqs, int(settings.feature_cache_mb / per_seq_mb))
+        self.weights = position_weights(self.G, settings.loss_decay or default_decay(self.G))
+        self.rng = np.random.default_rng(settings.seed)
+        self.step = 0
+        self.optimizer = optim.AdamW(learning_rate=lr_schedule(settings.lr, settings.steps, settings.warmup), weight_decay=settings.weight_decay)
+        self.optimizer.init(drafter.net.trainable_parameters())
+        self._loss_and_grad = nn.value_and_grad(drafter.net, self._loss)
+        self._update = None  # built lazily so a resumed optimizer state is the one compiled in
+
+    # --- batches ------------------------------------------------------------------------
+    def sample_batch(self) -> tuple[mx.array, ...]:
+        """``batch_anchors`` random anchors, ``anchors_per_seq`` from each of a few sequences:
+        (tap rows of those sequences [N, S, m*H], owner sequence [A], anchor position [A],
+        prev_toks [A, G], labels [A, G], valid [A, G], target hidden rows p..p+G-1 [A, G, H])."""
+        A, G, seqs = self.s.batch_anchors, self.G, self.seqs
+        n_seq = math.ceil(A / self.s.anchors_per_seq)
+        chosen = self.rng.choice(len(seqs), size=n_seq, replace=n_seq > len(seqs))
+        S = seqs.tokens.shape[1]
+        owner = np.repeat(np.arange(n_seq), math.ceil(A / n_seq))[:A]
+        lo = seqs.first_anchor[chosen][owner]
+        hi = seqs.lengths[chosen][owner] - 2  # the anchor needs at least one label
+        p = lo + (self.rng.random(A) * (hi - lo + 1)).astype(np.int64)
+        block_pos = p[:, None] + np.arange(G)[None, :]  # slot k: anchor-side position p+k
+        valid = block_pos + 1 <= (seqs.lengths[chosen][owner] - 1)[:, None]
+        toks = seqs.tokens[chosen].reshape(-1)
+        feats = self.features.get_many(chosen)
+        taps = mx.stack([f[0] for f in feats])
+        hidden = mx.concatenate([f[1] for f in feats], axis=0)
+        flat = lambda pos: owner[:, None] * S + np.clip(pos, 0, S - 1)  # noqa: E731  (index into the batch's rows)
+        return (
+            taps,
+            mx.array(owner, mx.int32),
+            mx.array(p, mx.int32),
+            mx.array(toks[flat(block_pos)], mx.int32),
+            mx.array(toks[flat(block_pos + 1)], mx.int32),
+            mx.array(valid),
+            hidden[mx.array(flat(block_pos))],
+        )
+
+    # --- loss and update ----------------------------------------------------------------
+    def _loss(self, taps, owner, positions, prev, labels, valid, t_hidden):
+        out = self.drafter.forward_train_packed(self.proj, taps, owner, positions, prev, self.s.ctx_len)
+        parts = dspark_loss(out.logits, out.conf_logits, self.proj.logits(t_hidden), labels, valid, self.weights)
+        return parts.total, parts.ce, parts.tv, parts.conf
+
+    def loss(self, batch) -> dict[str, float]:
+        """The loss terms on ``batch`` without updating anything."""
+        return dict(zip(("loss", "ce", "tv", "conf"), (float(x) for x in self._loss(*batch))))
+
+    def _build_update(self):
+        net, opt, clip = self.drafter.net, self.optimizer, self.s.grad_clip
+
+        def update(*batch):
+            (total, ce, tv, conf), grads = self._loss_and_grad(*batch)
+            grads, norm = optim.clip_grad_norm(grads, clip) if clip > 0 else (grads, mx.array(0.0))
+            opt.update(net, grads)
+            return total, ce, tv, conf, norm
+
+        if not self.s.compile:
+            return update
+        state = [net.state, opt.state]
+        return mx.compile(update, inputs=state, outputs=state)
+
+    def train_step(self, batch) -> list[mx.array]:
+        """One AdamW update; returns (loss, ce, tv, conf, grad norm), not yet evaluated."""
+        if self._update is None:
+            self._update = self._build_update()
+        out = self._update(*batch)
+        self.step += 1
+        mx.async_eval(out, self.drafter.net.parameters(), self.optimizer.state)
+        return out
+
+    # --- checkpoints --------------------------------------------------------------------
+    def save_state(self, out_dir: Path, extra: dict | None = None) -> None:
+        arrays = {f"net.{k}": v for k, v in tree_flatten(self.drafter.net.parameters())}
+        arrays.update({f"opt.{k}": v for k, v in tree_flatten(self.optimizer.state)})
+        meta = {"format": "dspark-train-state", "step": self.step, "rng": self.rng.bit_generator.state,
+                "settings": asdict(self.s), **(extra or {})}
+        tmp = out_dir / "train_state.tmp.safetensors"
+        mx.save_safetensors(str(tmp), arrays, metadata={"meta": json.dumps(meta)})
+        os.replace(tmp, out_dir / STATE_FILE)
+
+    def load_state(self, out_dir: Path) -> dict:
+        arrays, metadata = mx.load(str(out_dir / STATE_FILE), return_metadata=True)
+        meta = json.loads(metadata["meta"])
+        self.drafter.net.update(tree_unflatten([(k[4:], v) for k, v in arrays.items() if k.startswith("net.")]))
+        self.optimizer.state = tree_unflatten([(k[4:], v) for k, v in arrays.items() if k.startswith("opt.")])
+        self.optimizer.init(self.drafter.net.trainable_parameters())
+        self.rng.bit_generator.state = meta["rng"]
+        self.step = int(meta["step"])
+        self._update = None
+        return meta

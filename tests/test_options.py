@@ -1,0 +1,65 @@
+"""Settings dataclasses are the one source of every knob: the CLI's options, validation, the
+app's form and the demo recipe all come from their fields."""
+
+import argparse
+
+import pytest
+
+from dspark.config import GenerationConfig
+from dspark.drafter import DflashConfig
+from dspark.errors import DsparkError
+from dspark.options import add_options, check_options, coerce, describe, from_args
+from dspark.training.trainer import TrainSettings
+
+
+def parse(cls, argv):
+    ap = argparse.ArgumentParser()
+    add_options(ap, cls)
+    return from_args(cls, ap.parse_args(argv))
+
+
+def test_every_field_is_an_option_with_help():
+    for cls in (GenerationConfig, DflashConfig, TrainSettings):
+        specs = describe(cls)
+        assert [s.name for s in specs] == list(cls.__dataclass_fields__)
+        assert all(s.help for s in specs)
+
+
+def test_cli_defaults_and_flags_come_from_the_fields():
+    assert parse(GenerationConfig, []) == GenerationConfig()
+    g = parse(GenerationConfig, ["--max-tokens", "9", "--top-k", "3", "--block-size", "4", "--ignore-eos",
+                                 "--verify", "confidence"])
+    assert (g.max_tokens, g.top_k, g.block_size, g.stop_at_eos, g.verify) == (9, 3, 4, False, "confidence")
+    d = parse(DflashConfig, ["--layers", "3", "--taps", "1,4,7", "--no-markov"])
+    assert (d.num_layers, d.tap_layers, d.markov, d.confidence) == (3, (1, 4, 7), False, True)
+    t = parse(TrainSettings, ["--batch", "8", "--self-distill", "--no-compile", "--max-sequences", "5"])
+    assert (t.batch_anchors, t.self_distill, t.compile, t.max_sequences) == (8, True, False, 5)
+
+
+@pytest.mark.parametrize("value, message", [
+    (GenerationConfig(max_tokens=0), "max-tokens must be between 1"),
+    (GenerationConfig(temperature=float("nan")), "temperature must be a finite number"),
+    (GenerationConfig(top_p=1.5), "top-p must be between 0 and 1"),
+    (GenerationConfig(seed=-1), "seed must be between 0"),
+    (GenerationConfig(block_size=10**6), "block-size must be between 0 and 64"),
+    (GenerationConfig(verify="sometimes"), "verify must be one of all, confidence"),
+    (DflashConfig(markov_rank=-1), "markov-rank must be between 1"),
+    (DflashConfig(num_layers=10**6), "layers must be between 1 and 64"),
+    (TrainSettings(steps=0), "steps must be between 1"),
+])
+def test_out_of_range_values_are_refused_in_one_sentence(value, message):
+    with pytest.raises(DsparkError, match=message):
+        check_options(value)
+
+
+def test_top_k_beyond_the_vocabulary_is_refused():
+    with pytest.raises(DsparkError, match="larger than the target's vocabulary"):
+        GenerationConfig(top_k=500).check(vocab_size=300)
+
+
+def test_coerce_keeps_defaults_for_bad_values_and_says_which():
+    bad = []
+    g = coerce(GenerationConfig, {"max_tokens": "abc", "temperature": "0.7", "top_p": "7", "block_size": "",
+                                  "stop_at_eos": "false"}, lambda name, value: bad.append(name))
+    assert g == GenerationConfig(temperature=0.7, stop_at_eos=False)
+    assert sorted(bad) == ["max_tokens", "top_p"]
