@@ -1,2 +1,2 @@
 """Drafter training and calibration (like mlx-lm's ``tuner/``): data, losses, the trainer, the
-whole run, STS calibration, and their command lines (``dspark train``, ``dspark calibrate``)."""
+whole run and STS calibration. ``dspark train`` and ``dspark calibrate`` live in ``dspark.cli``."""
