@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dspark.events import RoundEvent, Summary
+from dspark.lossless import Verdict
 
 
 # --- GUI -> worker --------------------------------------------------------------------------
@@ -84,6 +85,14 @@ class RoundDone:
 class RunDone:
     key: int
     summary: Summary
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A greedy speculative run (``key``) checked against plain decoding of its prompt."""
+
+    key: int
+    verdict: Verdict
 
 
 @dataclass(frozen=True)

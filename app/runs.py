@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from dspark import metrics
 from dspark.events import RoundEvent, Summary
+from dspark.lossless import Verdict
 
 BASELINE = "plain decoding"
 
@@ -23,6 +24,7 @@ class RunRecord:
     rounds: list[RoundEvent] = field(default_factory=list)
     drafted_text: list[tuple[str, ...]] = field(default_factory=list)  # per round, per draft
     summary: Summary | None = None
+    verdict: Verdict | None = None  # a greedy speculative run against plain decoding (app.messages.Checked)
 
     def figures(self) -> metrics.Figures:
         return metrics.summarize(self.rounds)
@@ -51,13 +53,18 @@ class RunRecord:
         return float(self.config.get("temperature", 0.0)) == 0.0
 
 
-def identical(run: RunRecord, baseline: RunRecord | None) -> bool | None:
-    """True when a finished greedy run's tokens equal the baseline's, None when it can't tell."""
-    if baseline is None or not (run.done and baseline.done) or not run.greedy:
+def same_as_plain(verdicts: list[Verdict | None]) -> str | None:
+    """One mark for one or more greedy runs checked against plain decoding: ✓ all identical,
+    "≈ N ties" when every difference is a numerical tie, ✗ when any is a mismatch, None when
+    some run was not checked (sampled, cancelled, or still running)."""
+    if not verdicts or None in verdicts:
         return None
-    if "cancelled" in (run.summary.finish_reason, baseline.summary.finish_reason):
-        return None
-    return metrics.first_difference(run.summary.tokens, baseline.summary.tokens) is None
+    if not all(v.lossless for v in verdicts):
+        return "✗"
+    ties = sum(not v.identical for v in verdicts)
+    if not ties:
+        return "✓"
+    return verdicts[0].label() if len(verdicts) == 1 else f"≈ {ties} tie{'s' * (ties > 1)}"
 
 
 def compare_rows(runs: list[RunRecord]) -> list[dict]:
@@ -68,13 +75,11 @@ def compare_rows(runs: list[RunRecord]) -> list[dict]:
     labels: dict[str, list[RunRecord]] = {}
     for r in runs:
         labels.setdefault(r.label, []).append(r)
-    bases = {r.prompt_index: r for r in labels.get(BASELINE, [])}
     base_tps = _pooled_tps(labels.get(BASELINE, []))
     rows = []
     for label, rs in labels.items():
         f = metrics.summarize(e for r in rs for e in r.rounds)
         tps = _pooled_tps(rs)
-        same = [identical(r, bases.get(r.prompt_index)) for r in rs] if label != BASELINE else []
         rows.append({
             "label": label,
             "method": rs[0].method,
@@ -88,7 +93,7 @@ def compare_rows(runs: list[RunRecord]) -> list[dict]:
             "per_position_acceptance": list(f.per_position_acceptance),
             "tokens_per_sec": tps,
             "speedup": metrics.speedup(tps, base_tps) if base_tps else None,
-            "identical": (all(same) if same and None not in same else None),
+            "identical": same_as_plain([r.verdict for r in rs]) if label != BASELINE else None,
         })
     return rows
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .messages import Job, JobDone, RoundDone, RunDone, RunStarted
+from .messages import Checked, Job, JobDone, RoundDone, RunDone, RunStarted
 from .runs import BASELINE, RunRecord, compare_rows
 
 
@@ -70,6 +70,11 @@ class Session:
             if rec is None:
                 return False
             rec.summary = msg.summary
+        elif isinstance(msg, Checked):
+            rec = self.by_key.get(msg.key)
+            if rec is None:
+                return False
+            rec.verdict = msg.verdict
         elif isinstance(msg, JobDone):
             if msg.job != job:
                 return False

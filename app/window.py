@@ -49,6 +49,7 @@ class MainWindow(QMainWindow):
         self.session = Session()
         self.loaded_target: str | None = None
         self._drawn = -1  # the session version the panes show
+        self.download = None  # the Download dialog, once opened
         self._build()
         self._start_worker()
         self.presenter = Presenter(self)
@@ -126,6 +127,7 @@ class MainWindow(QMainWindow):
         m = self.menuBar().addMenu("&File")
         act(m, "Open target…", self.controls.browse_target, "Ctrl+O")
         act(m, "Add drafter…", self.controls.browse_drafter, "Ctrl+D")
+        act(m, "Download…", self.open_download)
         m.addSeparator()
         act(m, "Export run as JSON…", lambda: self.export_data("json", False))
         act(m, "Export run as CSV…", lambda: self.export_data("csv", False))
@@ -150,6 +152,24 @@ class MainWindow(QMainWindow):
             pane.set_theme(t)
         self._drawn = -1
         self.refresh()
+
+    def open_download(self):
+        """The Download dialog (made once; a download finishes even if it is closed)."""
+        if self.download is None:
+            from .download import DownloadDialog
+
+            self.download = DownloadDialog(self)
+            self.download.chosen.connect(self.on_downloaded)
+        self.download.show()
+        return self.download
+
+    @Slot(str, str)
+    def on_downloaded(self, kind: str, path: str) -> None:
+        if kind == "drafter":
+            self.controls.add_drafter(path, select=True)
+        else:
+            self.controls.set_target(path, self.prefs.recent("targets") if self.prefs else [])
+            self.on_target_chosen(path)
 
     def set_presenting(self, on: bool) -> None:
         """Presentation mode's chrome: no controls or menus, the prompt shown large."""
@@ -368,5 +388,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, e) -> None:
         self.timer.stop()
         self.save_settings()
+        if self.download is not None:
+            self.download.shutdown()
         self.shutdown_worker()
         super().closeEvent(e)

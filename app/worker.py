@@ -19,10 +19,11 @@ import mlx.core as mx
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from dspark import DflashDrafter, DsparkError, GenerationConfig, Summary, generate, generate_baseline, load_target
+from dspark import lossless
 from dspark.engine import run_to_summary
 
 from .messages import (
-    DrafterInfo, Failed, Job, JobDone, Loaded, LoadRequest, RoundDone, RunDone, RunSpec, RunStarted, Status,
+    Checked, DrafterInfo, Failed, Job, JobDone, Loaded, LoadRequest, RoundDone, RunDone, RunSpec, RunStarted, Status,
 )
 
 WARMUP_IDS = [2, 3, 4, 5]
@@ -69,11 +70,13 @@ class Worker(QObject):
             config = GenerationConfig(**job.config)
             config.check(self._target.dims.vocab_size)
             for pi, prompt in enumerate(job.prompts):
+                done = []
                 for spec in job.runs:
                     if self.cancel_event.is_set():
                         cancelled = True
                         break
-                    self._run_one(job, spec, pi, prompt, config)
+                    done.append((spec, *self._run_one(job, spec, pi, prompt, config)))
+                self._check(done, config)
             cancelled = cancelled or self.cancel_event.is_set()
         except DsparkError as e:
             ok = False
@@ -92,7 +95,7 @@ class Worker(QObject):
         QThread.currentThread().quit()
 
     # --- internals ------------------------------------------------------------------------
-    def _run_one(self, job: Job, spec: RunSpec, prompt_index: int, prompt: str, config: GenerationConfig) -> None:
+    def _run_one(self, job: Job, spec: RunSpec, prompt_index: int, prompt: str, config: GenerationConfig):
         self._key += 1
         key = self._key
         method = "speculative" if spec.drafter else "baseline"
@@ -103,11 +106,24 @@ class Worker(QObject):
             events = generate(self._target, self._drafters[spec.drafter], prompt, config, cancel=cancel)
         else:
             events = generate_baseline(self._target, prompt, config, cancel=cancel)
+        summary = None
         for ev in events:
             if isinstance(ev, Summary):
+                summary = ev
                 self.message.emit(RunDone(key, ev))
             else:
                 self.message.emit(RoundDone(key, ev, tuple(self._piece(t) for t in ev.drafted)))
+        return key, summary
+
+    def _check(self, done: list, config: GenerationConfig) -> None:
+        """Check each greedy speculative run of one prompt ((spec, key, summary) of each run)
+        against plain decoding of it."""
+        base = next((s for spec, _, s in done if not spec.drafter), None)
+        if base is None or not config.sampling.greedy or base.finish_reason == "cancelled":
+            return
+        for spec, key, s in done:
+            if spec.drafter and s is not None and s.finish_reason != "cancelled":
+                self.message.emit(Checked(key, lossless.compare(self._target, s.prompt_tokens, s.tokens, base.tokens)))
 
     def _piece(self, token: int) -> str:
         """A drafted token's text, for the draft grid (tokenizer lookup, no model work)."""

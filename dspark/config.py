@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .errors import DsparkError
@@ -39,6 +40,12 @@ class GenerationConfig:
                                          label="Threshold", step=0.05)
     stop_at_eos: bool = option(True, "stop at the target's end-of-sequence token", flag="--ignore-eos",
                                label="Stop at EOS")
+    chat_template: bool = option(True, "wrap a text prompt in the tokenizer's chat template as one user turn, "
+                                 "when the tokenizer has one (instruction-tuned -it models)",
+                                 flag="--ignore-chat-template", label="Chat template")
+    system_prompt: str = option("", "a system turn before the prompt (with the chat template)", label="System prompt")
+    chat_template_config: str = option("", "JSON object of extra chat-template options, as mlx-lm's; thinking is off "
+                                       "unless it says {\"enable_thinking\": true}", form=False)
     prefill_step_size: int = option(2048, "prompt tokens per forward while processing the prompt",
                                     lo=1, hi=1_000_000, form=False)
 
@@ -48,5 +55,19 @@ class GenerationConfig:
 
     def check(self, vocab_size: int | None = None) -> None:
         check_options(self)
+        self.template_options()
         if vocab_size is not None and self.top_k > vocab_size:
             raise DsparkError(f"top-k {self.top_k} is larger than the target's vocabulary ({vocab_size})")
+
+    def template_options(self) -> dict:
+        """Keyword options for the chat template: thinking off unless asked for (Gemma-4's own
+        default, and how the published drafters were trained; mlx-lm turns it on)."""
+        if not self.chat_template_config.strip():
+            return {"enable_thinking": False}
+        try:
+            extra = json.loads(self.chat_template_config)
+        except json.JSONDecodeError as e:
+            raise DsparkError(f"chat-template-config is not valid JSON ({e.msg})") from None
+        if not isinstance(extra, dict):
+            raise DsparkError("chat-template-config must be a JSON object")
+        return {"enable_thinking": False, **extra}

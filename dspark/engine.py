@@ -50,9 +50,19 @@ class Session(Protocol):
     def state(self) -> list: ...
 
 
-def prompt_ids(target: Target, prompt: str | Sequence[int]) -> list[int]:
-    ids = target.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-    if not ids or (isinstance(prompt, str) and not prompt.strip()):
+def prompt_ids(target: Target, prompt: str | Sequence[int], config: GenerationConfig = GenerationConfig()) -> list[int]:
+    """The ids fed to the target: a text prompt in the chat template when the config asks for it
+    and the tokenizer has one (else as it is); token ids pass through."""
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise DsparkError("the prompt is empty")
+        if config.chat_template and target.has_chat_template:
+            ids = target.encode_chat(prompt, config.system_prompt, config.template_options())
+        else:
+            ids = target.encode(prompt)
+    else:
+        ids = [int(t) for t in prompt]
+    if not ids:
         raise DsparkError("the prompt is empty")
     bad = [t for t in ids if not 0 <= t < target.dims.vocab_size]
     if bad:
@@ -164,7 +174,7 @@ def generate(
 ) -> Iterator[RoundEvent | Summary]:
     """Speculative generation: yields a ``RoundEvent`` per round, then a ``Summary``."""
     config.check(target.dims.vocab_size)
-    ids = prompt_ids(target, prompt)
+    ids = prompt_ids(target, prompt, config)
     session = drafter.start(target)
     block_size = session.block_size if config.block_size is None else config.block_size
     run = _Run("speculative", target, ids, config, cancel)
@@ -192,7 +202,7 @@ def generate_baseline(
     from mlx_lm.sample_utils import make_sampler
 
     config.check(target.dims.vocab_size)
-    ids = prompt_ids(target, prompt)
+    ids = prompt_ids(target, prompt, config)
     sp = config.sampling
     sampler = make_sampler(sp.temperature, top_p=sp.top_p if sp.top_p < 1 else 0.0, top_k=sp.top_k)
     mx.random.seed(config.seed)
@@ -301,7 +311,7 @@ class _Run:
             method=self.method,
             tokens=tuple(self.out),
             text=self.target.decode(self.out),
-            prompt_tokens=len(self.ids),
+            prompt_tokens=tuple(self.ids),
             rounds=f.rounds,
             accepted_lengths=tuple(e.accepted for e in self.events),
             verify_widths=tuple(e.verify_width for e in self.events),

@@ -61,7 +61,7 @@ class Summary:
     method: str  # "speculative" or "baseline"
     tokens: tuple[int, ...]
     text: str
-    prompt_tokens: int
+    prompt_tokens: tuple[int, ...]  # the ids fed to the target (chat template applied)
     rounds: int
     accepted_lengths: tuple[int, ...]  # accepted drafts per round
     verify_widths: tuple[int, ...]  # verified drafts per round

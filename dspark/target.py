@@ -90,8 +90,11 @@ class Target:
     """A Gemma-4 target model ready for speculative decoding."""
 
     def __init__(self, model: nn.Module, tokenizer=None, path: str | None = None, config: dict | None = None):
+        from .checkpoint import cpu_safe_experts
+
         self.model = model  # what mlx-lm's own generate_step is given
         self.lm = _language_model(model)
+        cpu_safe_experts(model)  # bf16 MoE experts cannot run on MLX's CPU backend otherwise
         self.tokenizer = tokenizer
         self.path = path
         args = self.lm.args
@@ -149,10 +152,25 @@ class Target:
         """The target's final norm: the last layer's output [.., H] to what its head reads."""
         return self.lm.model.norm(h)
 
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "has_chat_template", False))
+
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
             raise DsparkError("this target has no tokenizer: pass token ids instead of text")
         return list(self.tokenizer.encode(text))
+
+    def encode_chat(self, text: str, system: str = "", options: dict | None = None) -> list[int]:
+        """``text`` as one user turn (after an optional system turn) in the tokenizer's chat
+        template, with the generation prompt, tokenized as mlx-lm does it."""
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        try:
+            rendered = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                          **(options or {}))
+        except Exception as e:  # jinja raises many kinds; the template comes from the model directory
+            raise DsparkError(f"the target's chat template failed on this prompt ({type(e).__name__}: {e})") from None
+        return list(self.tokenizer.encode(rendered, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids)) if self.tokenizer is not None else ""
@@ -197,22 +215,28 @@ def _weights_fingerprint(lm: nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
-def load_target(path: str | Path) -> Target:
-    """Load an mlx-lm Gemma-4 directory (text or multimodal wrapper, any quantization)."""
+def load_target(path: str | Path, say=None) -> Target:
+    """Load a Gemma-4 target: a directory, or a Hugging Face name (from the local cache, else
+    downloaded), text model or multimodal wrapper, any quantization. ``say`` gets warnings
+    (memory) and progress lines."""
     from mlx_lm.utils import _get_classes, load_model, load_tokenizer
 
-    p = Path(path).expanduser()
+    from . import checkpoint, hub
+
+    p = hub.resolve(str(path), say=say)
     if not p.is_dir():
         raise DsparkError(f"target directory not found: {p}")
     config = read_config(p, "a model")
     try:  # an architecture mlx-lm does not know is not Gemma-4: say so before reading weights
         _get_classes(config)
-    except ValueError:
+    except (ValueError, KeyError, TypeError):
         raise NotGemma4Error(f"{p} is not a Gemma-4 model (model type {config.get('model_type')!r})") from None
     if not list(p.glob("*.safetensors")):
         raise DsparkError(f"{p} has no .safetensors weights")
+    checkpoint.check_fits(f"the target {p.name}", checkpoint.estimate_target_bytes(p, config), say=say)
+    overrides = checkpoint.model_config_overrides(config)
     try:
-        model, config = load_model(p, lazy=False, trust_remote_code=False)
+        model, config = load_model(p, lazy=False, model_config=overrides, trust_remote_code=False)
     except ValueError as e:
         if "not supported" in str(e):
             raise NotGemma4Error(

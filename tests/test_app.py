@@ -135,7 +135,7 @@ def test_compare_one_row_per_drafter_plus_baseline(qtbot, window, dirs, tmp_path
     rows = w.compare.rows
     assert [r["label"] for r in rows] == ["drafter", "drafter2", BASELINE]
     assert w.compare.table.rowCount() == 3
-    assert all(r["identical"] is True for r in rows[:2])  # greedy: same tokens as plain decoding
+    assert all(r["identical"] == "✓" for r in rows[:2])  # greedy: same tokens as plain decoding
     assert w.compare.table.item(0, 7).text() == "✓"
     assert rows[0]["speedup"] > 0 and len(rows[1]["per_position_acceptance"]) == 3
     doc = json.loads(w.export_data("json", True, str(tmp_path / "c.json")).read_text())

@@ -85,6 +85,30 @@ def test_settings_and_recent_dirs_persist(qtbot, dirs, home):
     w2.close()
 
 
+def test_download_dialog_opens_a_cached_model_by_name(qtbot, dirs, home, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from miniatures import populate_hub_cache
+
+    snap = populate_hub_cache(tmp_path / "hub", "someone/tiny-gemma-4", dirs["target"])
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the hub is never contacted
+    w = make_window(qtbot)
+    dialog = w.open_download()
+    assert dialog.list.count() >= 10 and str(tmp_path / "hub") in dialog.info.text()
+    dialog.name.setText("someone/not-cached")
+    with qtbot.waitSignal(dialog.fetcher.failed, timeout=LONG):
+        dialog.start()
+    assert "not in the local Hugging Face cache" in dialog.info.text() and dialog.download_b.isEnabled()
+    dialog.name.setText("someone/tiny-gemma-4")
+    with qtbot.waitSignal(dialog.chosen, timeout=LONG) as sig:
+        dialog.start()
+    assert sig.args == ["target", str(snap)]
+    assert w.controls.target_path() == str(snap)
+    w.close()
+    assert not dialog.thread_.isRunning()
+
+
 def test_prompt_sets_read_json_and_txt(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps({"name": "Set A", "prompts": ["x = 1\n", "y = 2\n"]}))
     (tmp_path / "b.txt").write_text("first\n---\nsecond\n")

@@ -83,7 +83,7 @@ def bad_cases(dirs, tmp_path):
         "target directory not found": ["--target", str(tmp_path / "nope"), *p],
         "not a Gemma-4 model": ["--target", str(write_llama(tmp_path / "llama")), *p],
         "is not a Gemma-4 model": ["--target", str(unknown), *p],
-        "cannot load the target weights": ["--target", str(corrupt), *p],
+        "is not a readable safetensors file": ["--target", str(corrupt), *p],
         "drafter was made for different target": ["--target", str(dirs / "other"), "--drafter", d, *p],
         "not a readable safetensors": ["--target", t, "--drafter", str(bad_drafter), *p],
         "drafter directory not found": ["--target", t, "--drafter", str(tmp_path / "nodrafter"), *p],

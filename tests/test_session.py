@@ -1,7 +1,8 @@
 """The app's Qt-free session model, driven by plain worker messages (no window, no models)."""
 
 from dspark.events import CommittedToken, RoundEvent, Source, Summary
-from dspark_studio.messages import JobDone, RoundDone, RunDone, RunSpec, RunStarted
+from dspark.lossless import Difference, Verdict
+from dspark_studio.messages import Checked, JobDone, RoundDone, RunDone, RunSpec, RunStarted
 from dspark_studio.runs import BASELINE
 from dspark_studio.session import Session
 
@@ -16,7 +17,7 @@ def event(index: int, accepted: int, width: int, tokens: list[int], source=Sourc
 
 
 def summary(method: str, tokens: list[int], rounds: int) -> Summary:
-    return Summary(method, tuple(tokens), "", 3, rounds, (), (), 1.0, 0.0, (), 100.0 if method == "baseline" else 150.0,
+    return Summary(method, tuple(tokens), "", (2, 3, 4), rounds, (), (), 1.0, 0.0, (), 100.0 if method == "baseline" else 150.0,
                    0.01, 0.01, 0, 0, 1.0, "length")
 
 
@@ -28,6 +29,7 @@ def play(s: Session, job, prompt_index=0, key0=1, tokens=(1, 2, 3)):
     for i, t in enumerate(tokens):
         s.apply(RoundDone(key0 + 1, event(i, 0, 0, [t], Source.TARGET), ()))
     s.apply(RunDone(key0 + 1, summary("baseline", list(tokens), len(tokens))))
+    s.apply(Checked(key0, Verdict(True)))
 
 
 def test_a_run_job_fills_the_view():
@@ -64,5 +66,15 @@ def test_compare_rows_pool_prompts_and_check_identity():
     s.apply(JobDone(job.id, True, False))
     rows = {r["label"]: r for r in s.view().rows}
     assert set(rows) == {"d1", BASELINE}
-    assert rows["d1"]["runs"] == 2 and rows["d1"]["identical"] is True
+    assert rows["d1"]["runs"] == 2 and rows["d1"]["identical"] == "✓"
     assert rows["d1"]["speedup"] == 1.5 and rows["d1"]["tau"] == 3.0
+
+
+def test_same_as_plain_marks_ties_and_mismatches():
+    from dspark_studio.runs import same_as_plain
+
+    tie = Verdict(False, Difference(7, "tie", 3, 4, (-2.0, -2.0)))
+    bad = Verdict(False, Difference(2, "mismatch", 3, 4, (-9.0, -0.5)))
+    assert same_as_plain([Verdict(True)]) == "✓" and same_as_plain([tie]) == "≈ tie at token 7"
+    assert same_as_plain([Verdict(True), tie, tie]) == "≈ 2 ties" and same_as_plain([tie, bad]) == "✗"
+    assert same_as_plain([Verdict(True), None]) is None and same_as_plain([]) is None

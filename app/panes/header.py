@@ -6,7 +6,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QLabel
 
 from dspark import metrics
 
-from ..runs import identical
+from ..runs import same_as_plain
 from ..session import View
 
 FIELDS = [
@@ -20,8 +20,13 @@ FIELDS = [
     ("ttft", "first token", "Time to first token: from the start of the run (prompt processing\n"
                             "included) to the first committed token."),
     ("mem", "peak memory", "Peak MLX memory during the speculative run (mx.get_peak_memory)."),
-    ("same", "same as plain", "✓ when a greedy run's output equals plain decoding token for token."),
+    ("same", "same as plain", "SAME"),
 ]
+SAME_TIP = ("✓: the greedy run's output equals plain mlx-lm decoding token for token.\n"
+            "≈ tie at token N: it first differs where the target's two best tokens are equal within the\n"
+            "rounding of its dtype (bf16 / quantised targets; the many-row verify and one-row decoding round\n"
+            "differently), which is not a bug. ✗: a real difference. Hover after a run for the numbers.")
+FIELDS[-1] = ("same", "same as plain", SAME_TIP)
 
 
 class HeaderStrip(QFrame):
@@ -69,5 +74,6 @@ class HeaderStrip(QFrame):
         v["ttft"].setText(f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "–")
         mem = first.summary.peak_memory_bytes if first and first.done else 0
         v["mem"].setText(f"{mem / 2**20:.0f} MB" if mem else "–")
-        same = identical(spec, base) if spec is not None else None
-        v["same"].setText({True: "✓", False: "✗", None: "–"}[same])
+        verdict = spec.verdict if spec is not None else None
+        v["same"].setText(same_as_plain([verdict]) or "–")
+        v["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
