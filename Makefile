@@ -9,7 +9,9 @@ VENV := .venv
 PYTHON ?= $(shell for c in python3.12 python3.13 $$HOME/.pyenv/versions/3.12*/bin/python3 $$HOME/.pyenv/versions/3.13*/bin/python3 python3; do \
 	$$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$c; break; }; done)
 
-.PHONY: run test setup demo clean
+PEERS := .venv-peers
+
+.PHONY: run test setup peers demo clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python >= 3.12 not found: install python3.12 or python3.13"; exit 1; }
@@ -20,14 +22,26 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# A second, test-only environment with the peer packages (z-lab dflash, mlx-dspark, mlx-vlm) on
+# the project's own mlx / mlx-lm versions: the formats tests run them as references. They are
+# never installed into .venv.
+$(PEERS)/.installed: tests/peers/requirements.txt $(VENV)/.installed
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/pip install -q --upgrade pip
+	$(PEERS)/bin/pip install -q $$($(VENV)/bin/pip freeze | grep -iE '^(mlx|mlx-cpu|mlx-metal|mlx-lm|numpy|transformers|tokenizers|huggingface[-_]hub|safetensors|jinja2|pyyaml|protobuf|sentencepiece)==')
+	$(PEERS)/bin/pip install -q --no-deps -r tests/peers/requirements.txt
+	touch $@
+
+peers: $(PEERS)/.installed
+
 run: setup
 	$(VENV)/bin/dspark-studio $(ARGS)
 
-test: setup
+test: setup peers
 	QT_QPA_PLATFORM=offscreen PYTHONFAULTHANDLER=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider $(ARGS)
 
 demo: setup
 	$(VENV)/bin/dspark make-demo $(ARGS)
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) $(PEERS) *.egg-info

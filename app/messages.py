@@ -52,6 +52,7 @@ class DrafterInfo:
     confidence: bool
     params: int
     note: str | None = None  # e.g. trained against other weights of this target
+    format: str = "dspark-drafter"  # the checkpoint format (dspark.formats)
 
 
 @dataclass(frozen=True)

@@ -276,7 +276,10 @@ class MainWindow(QMainWindow):
     def on_loaded(self, info: Loaded) -> None:
         self.loaded_target = info.target
         for p in self.controls.drafter_paths():
-            self.controls.mark_drafter(p, info.errors.get(p))
+            d = info.drafters.get(p)
+            detail = (f"{d.format} drafter, {d.block_size} drafts per round, {d.params:,} parameters"
+                      + (", confidence head" if d.confidence else "")) if d else None
+            self.controls.mark_drafter(p, info.errors.get(p), detail)
         if not info.errors and not self.busy:
             self.message.hide()
         notes = [f"{Path(p).name}: {d.note}" for p, d in info.drafters.items() if d.note]

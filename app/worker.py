@@ -123,7 +123,7 @@ class Worker(QObject):
             return
         for spec, key, s in done:
             if spec.drafter and s is not None and s.finish_reason != "cancelled":
-                self.message.emit(Checked(key, lossless.compare(self._target, s.prompt_tokens, s.tokens, base.tokens)))
+                self.message.emit(Checked(key, lossless.compare(self._target, s, base)))
 
     def _piece(self, token: int) -> str:
         """A drafted token's text, for the draft grid (tokenizer lookup, no model work)."""
@@ -158,7 +158,7 @@ class Worker(QObject):
                     errors[p] = f"drafter {Path(p).name}: {e}"
                     continue
             d = self._drafters[p]
-            infos[p] = DrafterInfo(d.cfg.block_size, bool(d.cfg.confidence), d.num_params(), d.weights_note(self._target))
+            infos[p] = DrafterInfo(d.block_size, d.has_confidence, d.num_params(), d.weights_note(self._target), d.format)
         self.message.emit(Loaded(target_path, self._target.target_id, infos, errors))
         self.message.emit(Status("ready"))
         return errors

@@ -11,8 +11,8 @@ __version__ = "0.1.0"
 _WHERE = {
     "DflashConfig": "drafter",
     "DflashDrafter": "drafter",
-    "DraftOpts": "drafter",
-    "DraftRows": "drafter",
+    "DraftOpts": "drafting",
+    "DraftRows": "drafting",
     "TrainOut": "drafter",
     "default_taps": "drafter",
     "GenerationConfig": "config",

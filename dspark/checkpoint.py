@@ -119,6 +119,13 @@ def machine_memory() -> int | None:
         return None
 
 
+def loaded_bytes() -> int:
+    """Memory MLX holds now (the models already loaded)."""
+    import mlx.core as mx
+
+    return int(mx.get_active_memory())
+
+
 def gib(n: float) -> str:
     return f"{n / 2**30:.1f} GB"
 

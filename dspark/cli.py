@@ -50,7 +50,7 @@ def _warn(text: str) -> None:
 
 def cmd_generate(a) -> int:
     from . import lossless, metrics, resources
-    from .drafter import DflashDrafter
+    from .formats import load_drafter
     from .engine import GenerationConfig, generate, generate_baseline, run_to_summary
     from .events import RoundEvent, Summary
     from .options import from_args
@@ -67,7 +67,7 @@ def cmd_generate(a) -> int:
     # Without --drafter: plain decoding, except on the demo target, whose demo drafter is the default.
     demo_drafter = resources.demo_model("dspark")
     drafter_dir = a.drafter or (None if a.plain or a.target or demo_drafter is None else str(demo_drafter))
-    drafter = DflashDrafter.load(drafter_dir, target=target) if drafter_dir else None
+    drafter = load_drafter(drafter_dir, target, say=_warn) if drafter_dir else None
     note = drafter.weights_note(target) if drafter else None
     if note:
         print(f"dspark: warning: {note}", file=sys.stderr)
@@ -92,7 +92,7 @@ def cmd_generate(a) -> int:
         result["baseline_tokens_per_sec"] = base.tokens_per_sec
         result["speedup"] = metrics.speedup(summary.tokens_per_sec, base.tokens_per_sec)
         if cfg.sampling.greedy:
-            verdict = lossless.compare(target, summary.prompt_tokens, summary.tokens, base.tokens)
+            verdict = lossless.compare(target, summary, base)
             result.update(verdict.to_dict())
     if a.json:
         print(json.dumps(result))
@@ -103,6 +103,39 @@ def cmd_generate(a) -> int:
     if a.baseline:
         print(f"plain mlx-lm decoding {result['baseline_tokens_per_sec']:.1f} tok/s, speedup {result['speedup']:.2f}x"
               + (f"; {verdict.explain()}" if verdict else " (sampled: outputs differ by design)"), file=sys.stderr)
+    return 0
+
+
+def cmd_inspect(a) -> int:
+    from .formats import describe
+
+    info = describe(a.dir)
+    if a.json:
+        print(json.dumps(info))
+        return 0
+    t = info["target"]
+    heads = [h for h, on in (("Markov", info["markov_head"]), ("confidence", info["confidence_head"])) if on]
+    lines = [
+        f"{info['path']}: {info['format']} drafter" + (f" ({info['variant']})" if info.get("variant") else ""),
+        f"  parameters {info['parameters']:,} ({info['bytes'] / 2**20:.1f} MiB, {info['dtype']}"
+        + (f", quantized {info['quantization']['bits']}-bit" if info.get("quantization") else "") + ")",
+        f"  block: {info['block_size']} slots, {info['drafts_per_round']} drafts per round; mask token {info['mask_token_id']}",
+        f"  layers {info['layers']}; heads: {', '.join(heads) or 'none (DFlash-style)'}; draft vocabulary {info['draft_vocab']}",
+        f"  taps target layers {info['tap_layers']}",
+        f"  needs a target with hidden size {t['hidden_size']}, vocabulary {t['vocab_size']}, "
+        + (f"{t['num_layers']} layers" if t.get("num_layers") else f"at least {t.get('min_layers')} layers"),
+    ]
+    lines += [f"  note: {n}" for n in info.get("notes", [])]
+    print("\n".join(lines))
+    return 0
+
+
+def cmd_quantize(a) -> int:
+    from .formats.quant import quantize_drafter
+
+    r = quantize_drafter(a.dir, a.out, a.bits, a.group_size)
+    print(f"wrote a {r['bits']}-bit {r['format']} drafter to {a.out}: {r['bytes_before'] / 2**20:.1f} MiB -> "
+          f"{r['bytes_after'] / 2**20:.1f} MiB")
     return 0
 
 
@@ -177,6 +210,10 @@ def calibrate_main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     target = load_target(a.target)
     drafter = DflashDrafter.load(a.drafter, target=target)
+    if not isinstance(drafter, DflashDrafter):
+        raise DsparkError(f"{a.drafter} is a {drafter.format} drafter: calibration writes this project's own format only")
+    if not drafter.has_confidence:
+        raise DsparkError("this drafter has no confidence head: nothing to calibrate")
     if a.prompts:
         from .training.data import cut_prompts, encode_all
         from .training.texts import read_texts
@@ -225,6 +262,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--baseline", action="store_true", help="also run plain mlx-lm decoding and report the speedup")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.set_defaults(fn=cmd_generate)
+
+    n = sub.add_parser("inspect", help="say what a drafter directory is, without loading a target")
+    n.add_argument("dir", help="drafter directory or Hugging Face name")
+    n.add_argument("--json", action="store_true", help="print one JSON object")
+    n.set_defaults(fn=cmd_inspect)
+
+    q = sub.add_parser("quantize", help="write a 4- or 8-bit copy of a drafter (any format, same format)")
+    q.add_argument("dir", help="drafter directory or Hugging Face name")
+    q.add_argument("--bits", type=int, choices=[4, 8], required=True)
+    q.add_argument("--group-size", type=int, choices=[32, 64, 128], default=64)
+    q.add_argument("--out", required=True, help="directory to write (new or empty)")
+    q.set_defaults(fn=cmd_quantize)
 
     # Listed for --help only: main() hands these to their own modules' parsers.
     for name, (_module, text) in DELEGATED.items():

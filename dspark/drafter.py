@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
-from .backbone import ContextKV, DraftNet, init_params
-from .errors import DrafterMismatchError, DsparkError, read_config
+from .backbone import DraftNet, init_params
+from .drafting import BlockDrafter, DraftOpts, DraftRows
+from .errors import DrafterMismatchError, DsparkError
 from .options import option
-from .sampling import SamplingParams, distribution, token_probs
 from .target import DraftProjection, Target, TargetDims
 
 FORMAT = "dspark-drafter"
@@ -70,18 +70,6 @@ class DflashConfig:
 
 
 @dataclass
-class DraftRows:
-    """What one ``forward_rows`` call drafted, per anchor row."""
-
-    tokens: mx.array  # [A, G] int32
-    q: mx.array | None  # [A, G, V] the exact distributions sampled from (None when greedy)
-    draft_probs: mx.array  # [A, G] q(token) (temperature-1 softmax when greedy)
-    confidences: mx.array | None  # [A, G] calibrated c_k
-    hidden: mx.array  # [A, G, H]
-    conf_logits: mx.array | None = None  # [A, G] raw confidence logits z_k (what calibration fits)
-
-
-@dataclass
 class TrainOut:
     logits: mx.array  # [A, G, V] with the Markov bias (teacher-forced)
     base_logits: mx.array  # [A, G, V] the backbone's alone
@@ -89,13 +77,7 @@ class TrainOut:
     hidden: mx.array  # [A, G, H]
 
 
-@dataclass
-class DraftOpts:
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    key: mx.array | None = None
-
-
-class DflashDrafter:
+class DflashDrafter(BlockDrafter):
     """A drafter for one target. Public attributes (the seed's API, in Python names):
 
     - ``net``: the network (an ``mlx.nn.Module``: ``fc``, ``hidden_norm``, ``layers``, ``norm``,
@@ -110,11 +92,13 @@ class DflashDrafter:
     def __init__(self, net: DraftNet, dims: TargetDims, cfg: DflashConfig, target_id: str, calibration=None):
         self.net, self.dims, self.cfg, self.target_id = net, dims, cfg, target_id
         self.m = len(cfg.tap_layers)
+        self.tap_layers, self.block_size, self.mask_token_id = cfg.tap_layers, cfg.block_size, cfg.mask_token_id
         self.names = [name for name, _ in tree_flatten(net.parameters())]
         # Per-position temperatures of the confidence logits (sequential temperature scaling).
         self.calibration: list[float] | None = list(calibration) if calibration else None
         # Fingerprint of the target weights it was trained against (None: unknown).
         self.target_weights: str | None = None
+        self.quantization: dict | None = None  # mlx quantization block when stored quantized
 
     # --- construction -----------------------------------------------------------------
     @staticmethod
@@ -160,17 +144,7 @@ class DflashDrafter:
         return sum(p.size for p in self.flat_params())
 
     # --- forward passes ---------------------------------------------------------------
-    def project_context_rows(self, hidden: mx.array, offset: int = 0) -> list[tuple[mx.array, mx.array]]:
-        """Per-layer (k, v) of context rows ``hidden`` [A, L, m*H] placed at ``offset``."""
-        c = self.net.hidden_norm(self.net.fc(hidden))
-        return [layer.kv(c, offset) for layer in self.net.layers]
-
-    def _backbone(self, x: mx.array, ctx: list, offset: int, mask=None) -> mx.array:
-        for layer, (k, v) in zip(self.net.layers, ctx):
-            x = layer(x, k, v, offset, mask)
-        return self.net.norm(x)
-
-    def _block(self, proj: DraftProjection, anchor_emb: mx.array, gamma: int) -> mx.array:
+    def _train_block(self, proj: DraftProjection, anchor_emb: mx.array, gamma: int) -> mx.array:
         masks = proj.embed(mx.full((anchor_emb.shape[0], gamma - 1), self.cfg.mask_token_id, mx.int32))
         return mx.concatenate([anchor_emb[:, None, :], masks], axis=1)
 
@@ -188,7 +162,7 @@ class DflashDrafter:
         mask = None
         if ctx_mask is not None:
             mask = mx.concatenate([ctx_mask.astype(mx.bool_), mx.ones((A, G), mx.bool_)], axis=1)[:, None, None, :]
-        h = self._backbone(self._block(proj, anchor_emb, G), self.project_context_rows(h_ctx, 0), L, mask)
+        h = self._backbone(self._train_block(proj, anchor_emb, G), self.project_context_rows(h_ctx, 0), L, mask)
         return self._train_heads(proj, h, prev_toks)
 
     def forward_train_packed(self, proj: DraftProjection, h_seq: mx.array, owner: mx.array, positions: mx.array,
@@ -206,7 +180,7 @@ class DflashDrafter:
             seen = seen & (row >= pos - ctx_len)
         mask = mx.concatenate([seen, mx.ones((A, G), mx.bool_)], axis=1)[:, None, None, :]
         ctx = [(k[owner], v[owner]) for k, v in self.project_context_rows(h_seq, 0)]
-        h = self._backbone(self._block(proj, proj.embed(prev_toks[:, 0]), G), ctx, positions, mask)
+        h = self._backbone(self._train_block(proj, proj.embed(prev_toks[:, 0]), G), ctx, positions, mask)
         return self._train_heads(proj, h, prev_toks)
 
     def _train_heads(self, proj: DraftProjection, h: mx.array, prev_toks: mx.array) -> TrainOut:
@@ -218,54 +192,7 @@ class DflashDrafter:
         conf = self._conf(h, e) if self.cfg.confidence else None
         return TrainOut(logits, base, conf, h)
 
-    def forward_rows(self, proj: DraftProjection, h_ctx: mx.array | None, anchors: mx.array | Sequence[int], gamma: int,
-                     opts: DraftOpts | None = None, context: ContextKV | None = None) -> DraftRows:
-        """Draft ``gamma`` tokens after each anchor. New committed tap rows ``h_ctx``
-        [A, n, m*H] (or None) are projected and appended to ``context`` first."""
-        opts = opts or DraftOpts()
-        context = context if context is not None else ContextKV(len(self.net.layers))
-        if h_ctx is not None and h_ctx.shape[1] > 0:
-            context.append(self.project_context_rows(h_ctx, context.offset))
-        prev = mx.array(anchors, mx.int32) if not isinstance(anchors, mx.array) else anchors
-        ctx = [context.layer(i) for i in range(len(self.net.layers))]
-        h = self._backbone(self._block(proj, proj.embed(prev), gamma), ctx, context.offset)
-        base = proj.logits(h)
-        sp = opts.sampling
-        keys = mx.random.split(opts.key if opts.key is not None else mx.random.key(0), gamma)
-        logits, e = base, None
-        if self.cfg.markov:
-            # Sequential: each position's bias depends on the token just drafted. Only the
-            # choice itself is in the loop; probabilities and confidences are batched after.
-            steps, embs, toks, qs = [], [], [], []
-            for k in range(gamma):
-                bias, e_k = self.net.markov_head(prev)
-                step = base[:, k] + bias
-                prev, q_k = _choose(step, sp, keys[k])
-                steps.append(step), embs.append(e_k), toks.append(prev), qs.append(q_k)
-            logits, e = mx.stack(steps, axis=1), mx.stack(embs, axis=1)
-            tokens, q = mx.stack(toks, axis=1), None if sp.greedy else mx.stack(qs, axis=1)
-        else:  # positions are independent: draft them all at once
-            tokens, q = _choose(logits, sp, keys[0])
-        if sp.greedy:
-            draft_probs = token_probs(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1)).reshape(tokens.shape)
-        else:
-            draft_probs = mx.take_along_axis(q, tokens[..., None], axis=-1)[..., 0]
-        z = self._conf(h, e) if self.cfg.confidence else None
-        conf = self._calibrated(z) if z is not None else None
-        return DraftRows(tokens=tokens, q=q, draft_probs=draft_probs, confidences=conf, hidden=h, conf_logits=z)
-
-    def _calibrated(self, z: mx.array) -> mx.array:
-        """Confidence logits [A, G] to survival estimates, through the calibration temperatures."""
-        G = z.shape[-1]
-        temps = (self.calibration or [])[:G]
-        temps = temps + [1.0] * (G - len(temps))
-        return mx.sigmoid(z / mx.array(temps, z.dtype))
-
-    # --- the engine's proposer protocol -------------------------------------------------
-    def start(self, target: Target) -> "DrafterSession":
-        self.check_target(target)
-        return DrafterSession(self, target.projection)
-
+    # --- the engine's proposer protocol (forward_rows, start: dspark.drafting) -----------
     def check_target(self, target: Target) -> None:
         if self.dims != target.dims:
             diff = [
@@ -300,6 +227,7 @@ class DflashDrafter:
             "dims": self.dims.to_dict(),
             "cfg": asdict(self.cfg),
             "calibration": self.calibration,
+            "quantization": self.quantization,
         }
         # Write then rename, so an interrupted save never leaves a half-written drafter.
         tmp_w, tmp_c = p / "model.safetensors.tmp.safetensors", p / "config.json.tmp"
@@ -309,72 +237,46 @@ class DflashDrafter:
         os.replace(tmp_c, p / "config.json")
 
     @classmethod
-    def load(cls, path: str | Path, target: Target | None = None) -> "DflashDrafter":
-        """Load a drafter directory; with ``target``, refuse one made for another target."""
-        p = Path(path).expanduser()
-        if not p.is_dir():
-            raise DsparkError(f"drafter directory not found: {p}")
-        meta = _read_meta(p)
-        try:
-            dims = TargetDims(**meta["dims"])
-            cfg = DflashConfig.from_dict(meta["cfg"])
-        except (TypeError, KeyError) as e:
-            raise DsparkError(f"{p / 'config.json'} has a malformed dims/cfg section ({e})") from None
+    def load(cls, path: str | Path, target: Target | None = None) -> BlockDrafter:
+        """Load a drafter directory (or Hugging Face name) of any supported format
+        (``dspark.formats``); with ``target``, refuse one that does not fit it."""
+        from .formats import load_drafter
+
+        return load_drafter(path, target)
+
+    @classmethod
+    def load_native(cls, p: Path, meta: dict, target: Target | None = None) -> "DflashDrafter":
+        """This project's own format: ``config.json`` (checked before anything is allocated)
+        and ``model.safetensors``, possibly quantized."""
+        from .checkpoint import read_header
+        from .formats.base import quantize
+        from .validate import check_shapes
+
+        dims, cfg = _read_native(p, meta)
         w = p / "model.safetensors"
         if not w.is_file():
             raise DsparkError(f"{p} has no model.safetensors")
-        try:
-            weights = mx.load(str(w))
-        except Exception as e:  # mlx raises RuntimeError/ValueError for damaged files
-            raise DsparkError(f"{w} is not a readable safetensors file ({e})") from None
+        header = read_header(w)
+        header.pop("__metadata__", None)
         net = DraftNet(dims, cfg)
-        expected = dict(tree_flatten(net.parameters()))
-        missing = sorted(set(expected) - set(weights))
-        extra = sorted(set(weights) - set(expected))
-        if missing or extra:
-            raise DsparkError(f"{w} does not match its config (missing {missing[:3]}, unexpected {extra[:3]})")
-        bad = [k for k in expected if expected[k].shape != weights[k].shape]
-        if bad:
-            raise DsparkError(f"{w}: {bad[0]} has shape {weights[bad[0]].shape}, expected {expected[bad[0]].shape}")
-        net.load_weights(list(weights.items()))
-        mx.eval(net.parameters())
+        quantize(net, header, meta.get("quantization"), p)
+        check_shapes(header, {k: v.shape for k, v in tree_flatten(net.parameters())}, w)
         drafter = cls(net, dims, cfg, meta["target_id"], meta.get("calibration"))
         drafter.target_weights = meta.get("target_weights")
         if target is not None:
             drafter.check_target(target)
+        try:
+            weights = mx.load(str(w))
+        except Exception as e:  # mlx raises RuntimeError/ValueError for damaged files
+            raise DsparkError(f"{w} is not a readable safetensors file ({e})") from None
+        net.load_weights(list(weights.items()))
+        mx.eval(net.parameters())
+        drafter.quantization = meta.get("quantization")
         return drafter
 
     def dispose(self) -> None:
-        self.net = None
+        super().dispose()
         self.names = []
-        mx.clear_cache()
-
-
-class DrafterSession:
-    """One generation's drafter state: the projected context K/V of committed rows."""
-
-    def __init__(self, drafter: DflashDrafter, proj: DraftProjection):
-        self.drafter, self.proj = drafter, proj
-        self.context = ContextKV(len(drafter.net.layers))
-        self.tap_layers = drafter.cfg.tap_layers
-        self.block_size = drafter.cfg.block_size
-
-    def propose(self, anchor: int, position: int, new_rows: mx.array | None, block_size: int,
-                sampling: SamplingParams, key: mx.array) -> DraftRows:
-        rows = self.drafter.forward_rows(self.proj, new_rows, [anchor], block_size, DraftOpts(sampling, key), self.context)
-        assert self.context.offset == position, "drafter context out of step with the target"
-        return rows
-
-    def state(self) -> list:
-        return self.context.state()
-
-
-def _choose(logits: mx.array, sp: SamplingParams, key: mx.array):
-    """Tokens from ``logits`` [..., V]: the argmax, or a draw from ``distribution`` (returned too)."""
-    if sp.greedy:
-        return mx.argmax(logits, axis=-1).astype(mx.int32), None
-    q = distribution(logits, sp)
-    return mx.random.categorical(mx.log(q), key=key).astype(mx.int32), q
 
 
 def _with(cfg: DflashConfig, **changes) -> DflashConfig:
@@ -391,13 +293,31 @@ def _check_cfg(cfg: DflashConfig, dims: TargetDims) -> None:
         raise DsparkError(f"mask token id {cfg.mask_token_id} is outside the vocabulary ({dims.vocab_size})")
 
 
-def _read_meta(p: Path) -> dict:
-    meta = read_config(p, "a drafter")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise DsparkError(f"{p} is not a dspark drafter (config.json has no format {FORMAT!r})")
+def _read_native(p: Path, meta: dict) -> tuple[TargetDims, DflashConfig]:
+    """The dims and cfg sections of a native config.json, validated (types, ranges, the taps
+    inside the target) before anything is allocated."""
+    from .options import check_options
+    from .validate import Fields
+
     if meta.get("version") != VERSION:
-        raise DsparkError(f"{p} is drafter format version {meta.get('version')}, this dspark reads {VERSION}")
-    return meta
+        raise DsparkError(f"{p} is drafter format version {meta.get('version')!r}, this dspark reads {VERSION}")
+    f = Fields(meta, p / "config.json")
+    if not isinstance(meta.get("target_id"), str):
+        raise DsparkError(f"{p / 'config.json'} has no target_id")
+    d = Fields(f.dict("dims"), p / "config.json (dims)")
+    try:
+        dims = TargetDims(
+            hidden_size=d.int("hidden_size"), num_layers=d.int("num_layers", "num_hidden_layers"),
+            vocab_size=d.int("vocab_size"), num_heads=d.int("num_heads", "num_attention_heads"),
+            num_kv_heads=d.int("num_kv_heads", "num_key_value_heads"), head_dim=d.int("head_dim"),
+            intermediate_size=d.int("intermediate_size"), rms_norm_eps=d.float("rms_norm_eps", "rms_norm_eps"),
+            final_logit_softcapping=d.float("final_logit_softcapping", "softcap") if d.has("final_logit_softcapping") else None)
+        cfg = DflashConfig.from_dict(f.dict("cfg"))
+    except TypeError as e:
+        raise DsparkError(f"{p / 'config.json'} has a malformed dims/cfg section ({e})") from None
+    check_options(cfg)
+    _check_cfg(cfg, dims)
+    return dims, cfg
 
 
 __all__ = ["DflashConfig", "DflashDrafter", "DraftOpts", "DraftRows", "TrainOut", "default_taps"]

@@ -17,6 +17,7 @@ shared with :func:`generate_baseline`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Callable, Iterator, Protocol, Sequence
@@ -327,6 +328,7 @@ class _Run:
             finish_reason=self.finish,
             peak_memory_bytes=int(mx.get_peak_memory()),
             accepted_histogram=f.accepted_histogram,
+            token_logprobs=tuple(math.log(max(t.target_prob, 1e-45)) for e in self.events for t in e.committed),
         )
 
 

@@ -77,6 +77,7 @@ class Summary:
     finish_reason: str  # "length", "stop" or "cancelled"
     peak_memory_bytes: int = 0
     accepted_histogram: tuple[int, ...] = ()  # rounds by accepted drafts, 0..max verify width
+    token_logprobs: tuple[float, ...] = ()  # the target's log-probability of each output token, as this run computed it
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:

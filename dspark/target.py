@@ -52,12 +52,20 @@ class DraftProjection:
         self.softcap = getattr(lm, "final_logit_softcapping", None)
         self.vocab_size = lm.model.embed_tokens.weight.shape[0]
 
+    def table(self, ids: mx.array) -> mx.array:
+        """Rows of the embedding table, unscaled."""
+        return self._lm.model.embed_tokens(ids)
+
     def embed(self, ids: mx.array) -> mx.array:
-        return self._lm.model.embed_tokens(ids) * self.embed_scale
+        return self.table(ids) * self.embed_scale
+
+    def head(self, h: mx.array) -> mx.array:
+        """The output head's logits, before the soft-cap."""
+        lm = self._lm
+        return lm.model.embed_tokens.as_linear(h) if lm.tie_word_embeddings else lm.lm_head(h)
 
     def logits(self, h: mx.array) -> mx.array:
-        lm = self._lm
-        out = lm.model.embed_tokens.as_linear(h) if lm.tie_word_embeddings else lm.lm_head(h)
+        out = self.head(h)
         if self.softcap:
             out = mx.tanh(out / self.softcap) * self.softcap
         return out

@@ -109,6 +109,22 @@ def test_download_dialog_opens_a_cached_model_by_name(qtbot, dirs, home, tmp_pat
     assert not dialog.thread_.isRunning()
 
 
+def test_a_published_format_drafter_runs_in_the_app(qtbot, dirs, home, tmp_path):
+    from drafter_checkpoints import write_zlab
+
+    zlab = write_zlab(tmp_path / "zlab", vocab=96)
+    w = make_window(qtbot)
+    setup(w, dirs, drafters=())
+    w.controls.add_drafter(str(zlab), select=True)
+    info = run_job(qtbot, w, w.start_run)
+    assert info["ok"], w.message.text()
+    spec, base = w.shown_runs()
+    assert spec.summary.tokens == base.summary.tokens and spec.block_size() == 7
+    item = w.controls.drafters.item(0)
+    assert "zlab-dflash drafter, 7 drafts per round" in item.toolTip()
+    w.close()
+
+
 def test_prompt_sets_read_json_and_txt(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps({"name": "Set A", "prompts": ["x = 1\n", "y = 2\n"]}))
     (tmp_path / "b.txt").write_text("first\n---\nsecond\n")

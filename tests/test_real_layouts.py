@@ -7,6 +7,7 @@ loading; a model opens by its Hugging Face name from a pre-populated local cache
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -68,7 +69,7 @@ def test_layout_loads_and_greedy_is_lossless(root, name):
     for drafter in (oracle, random):
         spec = run_to_summary(generate(target, drafter, PROMPT, cfg))
         assert spec.prompt_tokens == plain.prompt_tokens
-        v = lossless.compare(target, ids, spec.tokens, plain.tokens)
+        v = lossless.compare(target, spec, plain)
         assert v.lossless, v.explain()
         if drafter is oracle:
             assert max(spec.accepted_lengths) >= 3 and min(spec.accepted_lengths) == 0  # long accepts, rejections
@@ -80,11 +81,11 @@ def test_a_planted_mismatch_is_reported_as_one(root):
     ids, k = list(plain.prompt_tokens), 12
     logprobs, _ = lossless._plain_logprobs(target, ids, k, 2048)
     unlikely = min(range(len(logprobs)), key=lambda t: logprobs[t])
-    planted = list(plain.tokens[:k]) + [unlikely] + list(plain.tokens[k + 1:])
-    v = lossless.compare(target, ids, planted, plain.tokens)
+    planted = dataclasses.replace(plain, tokens=plain.tokens[:k] + (unlikely,) + plain.tokens[k + 1:])
+    v = lossless.compare(target, planted, plain)
     assert not v.lossless and v.first_difference.index == k and v.first_difference.kind == "mismatch"
     assert v.label() == "✗" and "mismatch" in v.explain()
-    assert lossless.compare(target, ids, plain.tokens, plain.tokens).label() == "✓"
+    assert lossless.compare(target, plain, plain).label() == "✓"
 
 
 def test_chat_template_wraps_the_prompt_as_one_user_turn(root):

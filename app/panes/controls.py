@@ -178,13 +178,14 @@ class ControlPanel(QWidget):
             return checked[0] if checked else None
         return item.data(PATH_ROLE)
 
-    def mark_drafter(self, path: str, error: str | None) -> None:
+    def mark_drafter(self, path: str, error: str | None, detail: str | None = None) -> None:
+        """Show a drafter's load result: ⚠ and the reason, or its format in the tooltip."""
         for i in range(self.drafters.count()):
             item = self.drafters.item(i)
             if item.data(PATH_ROLE) == path:
                 self.drafters.blockSignals(True)
                 item.setText(drafter_label(path) + ("  ⚠" if error else ""))
-                item.setToolTip(path + (f"\n{error}" if error else ""))
+                item.setToolTip(path + (f"\n{error}" if error else f"\n{detail}" if detail else ""))
                 self.drafters.blockSignals(False)
 
     def browse_drafter(self) -> None:

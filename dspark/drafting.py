@@ -1,0 +1,265 @@
+"""Drafting a block, for every drafter format: the math shared by the native ``DflashDrafter``
+and the published checkpoints (``dspark.formats``).
+
+A drafter's network has ``fc`` and ``hidden_norm`` (the tapped target rows -> context rows),
+``layers`` (each with ``kv(rows, offset)`` and ``__call__(x, ctx_k, ctx_v, offset, mask)``), a
+final ``norm``, and optionally ``markov_head`` (previous target id -> bias over the draft
+vocabulary, and W1's row) and ``confidence_head``. What differs between formats is declared,
+not coded: which block slot predicts first (``BlockLayout.anchor_predicts``), sliding windows,
+causal blocks, the embedding and the head (the target's, or the drafter's own), and a reduced
+draft vocabulary mapped to target ids (``draft_to_target``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import mlx.core as mx
+
+from .backbone import ContextKV
+from .config import SamplingParams
+from .errors import DrafterMismatchError
+from .sampling import distribution, token_probs
+from .target import DraftProjection, Target
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """How a drafter's block is read.
+
+    ``anchor_predicts``: DSpark's convention, block slot k predicts the token after anchor + k;
+    False is z-lab DFlash's, slot 0 (the anchor) is only an input and slot k predicts anchor + k.
+    ``windows``: per layer, a sliding window in positions (None: the whole context); ``causal``:
+    per layer, whether block slots see only earlier slots; ``window_from_anchor``: one window
+    ``[anchor - W, anchor)`` for every slot (vLLM speculators' training) instead of each slot's
+    own ``(slot - W, slot]``."""
+
+    anchor_predicts: bool = True
+    windows: tuple[int | None, ...] = ()
+    causal: tuple[bool, ...] = ()
+    window_from_anchor: bool = False
+
+
+@dataclass
+class DraftRows:
+    """What one ``forward_rows`` call drafted, per anchor row."""
+
+    tokens: mx.array  # [A, G] int32 target ids
+    q: mx.array | None  # [A, G, V] the exact distributions sampled from, over the target vocabulary (None: greedy)
+    draft_probs: mx.array  # [A, G] q(token) (temperature-1 softmax when greedy)
+    confidences: mx.array | None  # [A, G] calibrated c_k
+    hidden: mx.array  # [A, G, H]
+    conf_logits: mx.array | None = None  # [A, G] raw confidence logits z_k (what calibration fits)
+    logits: mx.array | None = None  # [A, G, V_draft] the logits drafted from, Markov bias included
+
+
+@dataclass
+class DraftOpts:
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    key: mx.array | None = None
+
+
+class BlockDrafter:
+    """The drafting half of every drafter. Subclasses set ``net``, ``layout``, ``tap_layers``,
+    ``block_size``, ``mask_token_id``, ``calibration`` and may override ``embed`` / ``head`` /
+    ``check_target``; ``draft_to_target`` maps a reduced draft vocabulary to target ids."""
+
+    net = None
+    layout = BlockLayout()
+    draft_to_target: mx.array | None = None
+    calibration: list[float] | None = None
+    confidence_with_markov = True  # the confidence head reads [h_k ; W1[x_{k-1}]], else h_k alone
+    format = "dspark-drafter"
+
+    # --- what a format may change --------------------------------------------------------
+    def embed(self, proj: DraftProjection, ids: mx.array) -> mx.array:
+        return proj.embed(ids)
+
+    def head(self, proj: DraftProjection, h: mx.array) -> mx.array:
+        return proj.logits(h)
+
+    @property
+    def has_markov(self) -> bool:
+        return "markov_head" in self.net
+
+    @property
+    def has_confidence(self) -> bool:
+        return "confidence_head" in self.net
+
+    # --- the forward ---------------------------------------------------------------------
+    def project_context_rows(self, hidden: mx.array, offset: int = 0) -> list[tuple[mx.array, mx.array]]:
+        """Per-layer (k, v) of context rows ``hidden`` [A, L, m*H] placed at ``offset``."""
+        c = self.net.hidden_norm(self.net.fc(hidden))
+        return [layer.kv(c, offset) for layer in self.net.layers]
+
+    def _backbone(self, x: mx.array, ctx: list, offset, masks) -> mx.array:
+        masks = masks if isinstance(masks, list) else [masks] * len(self.net.layers)
+        for layer, (k, v), mask in zip(self.net.layers, ctx, masks):
+            x = layer(x, k, v, offset, mask)
+        return self.net.norm(x)
+
+    def _block(self, proj: DraftProjection, anchors: mx.array, length: int) -> mx.array:
+        """Embeddings of ``[anchor, mask, .., mask]`` (``length`` slots) per anchor."""
+        ids = mx.concatenate([anchors[:, None], mx.full((anchors.shape[0], length - 1), self.mask_token_id, mx.int32)],
+                             axis=1)
+        return self.embed(proj, ids)
+
+    def _attention(self, context: ContextKV, length: int) -> tuple[list, list]:
+        """Per layer, the context K/V a block at ``context.offset`` attends to and its mask
+        ([length, context rows + length] booleans, or None for all of it)."""
+        P, n = context.offset, len(self.net.layers)
+        windows = self.layout.windows or (None,) * n
+        causal = self.layout.causal or (False,) * n
+        ctx, masks = [], []
+        for i in range(n):
+            k, v = context.layer(i)
+            W = windows[i]
+            first = 0 if W is None else max(0, P - (W if self.layout.window_from_anchor else W - 1))
+            if k is not None and first:
+                k, v = k[..., first:, :], v[..., first:, :]
+            ctx.append((k, v))
+            if W is None and not causal[i]:
+                masks.append(None)
+                continue
+            q_pos = mx.arange(P, P + length)[:, None]
+            k_pos = mx.concatenate([mx.arange(first, P), mx.arange(P, P + length)])[None, :]
+            ok = mx.ones((length, k_pos.shape[1]), mx.bool_)
+            if W is not None and not self.layout.window_from_anchor:
+                ok = ok & (k_pos > q_pos - W)
+            if causal[i]:
+                ok = ok & ((k_pos < P) | (k_pos <= q_pos))
+            masks.append(ok)
+        return ctx, masks
+
+    def forward_rows(self, proj: DraftProjection, h_ctx: mx.array | None, anchors: mx.array | Sequence[int],
+                     gamma: int, opts: DraftOpts | None = None, context: ContextKV | None = None) -> DraftRows:
+        """Draft ``gamma`` tokens after each anchor. New committed tap rows ``h_ctx``
+        [A, n, m*H] (or None) are projected and appended to ``context`` first."""
+        opts = opts or DraftOpts()
+        context = context if context is not None else ContextKV(len(self.net.layers))
+        if h_ctx is not None and h_ctx.shape[1] > 0:
+            context.append(self.project_context_rows(h_ctx, context.offset))
+        prev = mx.array(anchors, mx.int32) if not isinstance(anchors, mx.array) else anchors.astype(mx.int32)
+        start = 0 if self.layout.anchor_predicts else 1
+        ctx, masks = self._attention(context, gamma + start)
+        h = self._backbone(self._block(proj, prev, gamma + start), ctx, context.offset, masks)[:, start:]
+        base = self.head(proj, h)  # [A, G, V_draft]
+        sp = opts.sampling
+        keys = mx.random.split(opts.key if opts.key is not None else mx.random.key(0), max(gamma, 1))
+        e = None
+        if self.has_markov:
+            # Sequential: each position's bias depends on the token just drafted. Only the
+            # choice itself is in the loop; probabilities and confidences are batched after.
+            steps, embs, toks, qs = [], [], [], []
+            for k in range(gamma):
+                bias, e_k = self.net.markov_head(prev)  # W1 is indexed by target ids
+                step = base[:, k] + bias
+                choice, q_k = _choose(step, sp, keys[k])
+                prev = self.to_target(choice)
+                steps.append(step), embs.append(e_k), toks.append(choice), qs.append(q_k)
+            logits, e = mx.stack(steps, axis=1), mx.stack(embs, axis=1)
+            choice, q = mx.stack(toks, axis=1), None if sp.greedy else mx.stack(qs, axis=1)
+        else:  # positions are independent: draft them all at once
+            logits = base
+            choice, q = _choose(logits, sp, keys[0])
+        if sp.greedy:
+            draft_probs = token_probs(logits.reshape(-1, logits.shape[-1]), choice.reshape(-1)).reshape(choice.shape)
+        else:
+            draft_probs = mx.take_along_axis(q, choice[..., None], axis=-1)[..., 0]
+        z = None
+        if self.has_confidence:
+            z = self.net.confidence_head(h if e is None or not self.confidence_with_markov else mx.concatenate([h, e], -1))
+        return DraftRows(tokens=self.to_target(choice), q=self.widen(q, proj.vocab_size), draft_probs=draft_probs,
+                         confidences=self._calibrated(z) if z is not None else None, hidden=h, conf_logits=z,
+                         logits=logits)
+
+    def to_target(self, draft_ids: mx.array) -> mx.array:
+        return draft_ids if self.draft_to_target is None else self.draft_to_target[draft_ids]
+
+    def widen(self, q: mx.array | None, vocab: int) -> mx.array | None:
+        """Draft-vocabulary distributions [.., V_d] as target-vocabulary ones [.., V] (zero
+        outside the draft vocabulary), so the ratio test and its residual stay exact."""
+        if q is None or self.draft_to_target is None:
+            return q
+        idx = mx.broadcast_to(self.draft_to_target, q.shape)
+        return mx.put_along_axis(mx.zeros((*q.shape[:-1], vocab), q.dtype), idx, q, axis=-1)
+
+    def _calibrated(self, z: mx.array) -> mx.array:
+        """Confidence logits [A, G] to survival estimates, through the calibration temperatures."""
+        G = z.shape[-1]
+        temps = (self.calibration or [])[:G]
+        temps = temps + [1.0] * (G - len(temps))
+        return mx.sigmoid(z / mx.array(temps, z.dtype))
+
+    # --- the engine's proposer protocol -------------------------------------------------
+    def start(self, target: Target) -> "DrafterSession":
+        self.check_target(target)
+        return DrafterSession(self, target.projection)
+
+    def check_target(self, target: Target) -> None:
+        """Refuse a target this drafter cannot draft for, naming the value that does not fit."""
+        d = target.dims
+        bad = [t for t in self.tap_layers if not 0 <= t < d.num_layers]
+        if bad:
+            raise DrafterMismatchError(f"the drafter taps target layer {bad[0]}, but the target has {d.num_layers} layers")
+        if self.net.fc.weight.shape[-1] * _packing(self.net.fc) != len(self.tap_layers) * d.hidden_size:
+            raise DrafterMismatchError(f"the drafter reads {len(self.tap_layers)} target layers of width "
+                                       f"{self.net.fc.weight.shape[0]}, but the target's hidden size is {d.hidden_size}")
+        if not 0 <= self.mask_token_id < d.vocab_size:
+            raise DrafterMismatchError(f"the drafter's mask token {self.mask_token_id} is outside the target's "
+                                       f"vocabulary ({d.vocab_size})")
+
+    def weights_note(self, target: Target) -> str | None:
+        return None
+
+    def num_params(self) -> int:
+        """Weights, counted unpacked for quantized layers (their scales and biases left out)."""
+        total = 0
+        for _, m in self.net.named_modules():
+            own = {k: v for k, v in m.items() if isinstance(v, mx.array)}
+            if getattr(m, "bits", None):
+                total += own["weight"].size * _packing(m)
+            else:
+                total += sum(v.size for v in own.values())
+        return total
+
+    def dispose(self) -> None:
+        self.net = None
+        mx.clear_cache()
+
+
+class DrafterSession:
+    """One generation's drafter state: the projected context K/V of committed rows."""
+
+    def __init__(self, drafter: BlockDrafter, proj: DraftProjection):
+        self.drafter, self.proj = drafter, proj
+        self.context = ContextKV(len(drafter.net.layers))
+        self.tap_layers = drafter.tap_layers
+        self.block_size = drafter.block_size
+
+    def propose(self, anchor: int, position: int, new_rows: mx.array | None, block_size: int,
+                sampling: SamplingParams, key: mx.array) -> DraftRows:
+        rows = self.drafter.forward_rows(self.proj, new_rows, [anchor], block_size, DraftOpts(sampling, key), self.context)
+        assert self.context.offset == position, "drafter context out of step with the target"
+        return rows
+
+    def state(self) -> list:
+        return self.context.state()
+
+
+def _choose(logits: mx.array, sp: SamplingParams, key: mx.array):
+    """Tokens from ``logits`` [..., V]: the argmax, or a draw from ``distribution`` (returned too)."""
+    if sp.greedy:
+        return mx.argmax(logits, axis=-1).astype(mx.int32), None
+    q = distribution(logits, sp)
+    return mx.random.categorical(mx.log(q), key=key).astype(mx.int32), q
+
+
+def _packing(module) -> int:
+    """How many weights one stored element of ``module.weight`` holds (8 for 4-bit uint32)."""
+    bits = getattr(module, "bits", None)
+    return 32 // bits if bits else 1
+
+
+__all__ = ["BlockDrafter", "BlockLayout", "DraftOpts", "DraftRows", "DrafterSession"]

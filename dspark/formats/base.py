@@ -1,0 +1,174 @@
+"""What every published format reader produces: a ``Spec`` read from config.json (validated,
+nothing allocated), which checks a target and builds a ``CheckpointDrafter`` from the weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from ..drafting import BlockDrafter, BlockLayout
+from ..errors import DrafterMismatchError, DsparkError
+from ..validate import Fields, check_shapes
+from .layers import ConfidenceHead, DraftBody, MarkovHead
+
+
+@dataclass
+class Spec:
+    """A drafter checkpoint as its config describes it."""
+
+    format: str
+    variant: str  # e.g. "DSpark", "DFlash baseline", "DFlash"
+    hidden: int
+    vocab: int  # the target vocabulary the drafter works in
+    draft_vocab: int  # its output vocabulary (smaller with a d2t table)
+    taps: tuple[int, ...]
+    drafts: int  # drafted tokens per round
+    mask_token_id: int
+    layout: BlockLayout
+    make_layers: Callable[[], list]
+    eps: float
+    own_embedding: bool  # False: the target's table is used
+    embed_scale: float | None  # None: the target's own scale (sqrt(hidden) for Gemma)
+    own_head: bool  # False: the target's output head (tied embedding)
+    softcap: float | None = None
+    output_multiplier: float = 1.0
+    markov_rank: int = 0
+    confidence: bool = False
+    confidence_with_markov: bool = True
+    d2t: bool = False  # a draft->target offset table ships with the weights
+    num_target_layers: int | None = None
+    quantization: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    # --- the target ----------------------------------------------------------------------
+    def check_target(self, target) -> None:
+        d = target.dims
+        for name, mine, theirs in (("hidden size", self.hidden, d.hidden_size), ("vocabulary", self.vocab, d.vocab_size)):
+            if mine != theirs:
+                raise DrafterMismatchError(f"the drafter was made for a target of {name} {mine}, this target's is {theirs}")
+        bad = [t for t in self.taps if t >= d.num_layers]
+        if bad:
+            raise DrafterMismatchError(f"the drafter taps target layer {bad[0]}, but the target has {d.num_layers} layers")
+        if self.num_target_layers is not None and self.num_target_layers != d.num_layers:
+            raise DrafterMismatchError(f"the drafter was made for a target of {self.num_target_layers} layers, "
+                                       f"this target has {d.num_layers}")
+
+    # --- the weights ---------------------------------------------------------------------
+    def net(self) -> nn.Module:
+        """The network with lazy (never evaluated) initial weights: its shapes are what the
+        checkpoint must hold."""
+        net = DraftBody(self.make_layers(), self.hidden, len(self.taps), self.eps)
+        if self.own_embedding:
+            net.embed_tokens = nn.Embedding(self.vocab, self.hidden)
+        if self.own_head:
+            net.lm_head = nn.Linear(self.hidden, self.draft_vocab, bias=False)
+        if self.markov_rank:
+            net.markov_head = MarkovHead(self.vocab, self.draft_vocab, self.markov_rank)
+        if self.confidence:
+            net.confidence_head = ConfidenceHead(self.hidden + (self.markov_rank if self.confidence_with_markov else 0))
+        return net
+
+    def build(self, directory: Path) -> "CheckpointDrafter":
+        from ..checkpoint import read_header
+
+        header = {}
+        for f in sorted(directory.glob("*.safetensors")):
+            header.update(read_header(f))
+        header.pop("__metadata__", None)
+        tables = {k: header.pop(k) for k in ("d2t", "t2d") if k in header}
+        if self.d2t and "d2t" not in tables:
+            raise DsparkError(f"{directory}: draft_vocab_size is {self.draft_vocab} but the weights have no d2t table")
+        net = self.net()
+        quantize(net, header, self.quantization, directory)
+        check_shapes(header, {k: v.shape for k, v in tree_flatten(net.parameters())}, directory / "*.safetensors")
+        weights = {}
+        for f in sorted(directory.glob("*.safetensors")):
+            try:
+                weights.update(mx.load(str(f)))
+            except Exception as e:  # mlx raises RuntimeError/ValueError for damaged files
+                raise DsparkError(f"{f} is not a readable safetensors file ({e})") from None
+        floats = [k for k, v in weights.items() if k not in tables and v.dtype not in (mx.float32, mx.float16, mx.bfloat16, mx.uint32)]
+        if floats:
+            raise DsparkError(f"{directory}: {floats[0]} has dtype {weights[floats[0]].dtype}, expected a float")
+        net.load_weights([(k, v) for k, v in weights.items() if k not in tables])
+        mx.eval(net.parameters())
+        drafter = CheckpointDrafter(self, net)
+        if self.d2t:
+            d2t = weights["d2t"].astype(mx.int64)
+            if d2t.shape != (self.draft_vocab,):
+                raise DsparkError(f"{directory}: d2t has shape {list(d2t.shape)}, expected [{self.draft_vocab}]")
+            ids = (mx.arange(self.draft_vocab) + d2t).astype(mx.int32)
+            if int(ids.min()) < 0 or int(ids.max()) >= self.vocab:
+                raise DsparkError(f"{directory}: d2t maps a draft id outside the target vocabulary ({self.vocab})")
+            drafter.draft_to_target = ids
+        return drafter
+
+    def describe(self) -> dict:
+        return {
+            "variant": self.variant, "block_size": self.drafts + (0 if self.layout.anchor_predicts else 1),
+            "drafts_per_round": self.drafts, "anchor_predicts": self.layout.anchor_predicts,
+            "tap_layers": list(self.taps), "mask_token_id": self.mask_token_id, "draft_vocab": self.draft_vocab,
+            "layers": len(self.make_layers()), "markov_head": bool(self.markov_rank), "markov_rank": self.markov_rank,
+            "confidence_head": self.confidence, "own_embedding": self.own_embedding, "own_head": self.own_head,
+            "sliding_windows": [w for w in self.layout.windows if w], "notes": self.notes,
+            "target": {"hidden_size": self.hidden, "vocab_size": self.vocab, "num_layers": self.num_target_layers,
+                       "min_layers": max(self.taps) + 1},
+        }
+
+
+def quantize(net: nn.Module, header: dict, quantization: dict | None, where: Path) -> None:
+    """Turn the modules the checkpoint stores quantized (a ``<module>.scales`` tensor) into
+    quantized ones, with the group size and bits of the config's ``quantization`` block."""
+    quantized = {k[: -len(".scales")] for k in header if k.endswith(".scales")}
+    if not quantized:
+        return
+    if not quantization:
+        raise DsparkError(f"{where} has quantized weights but no quantization block in config.json")
+    f = Fields(quantization, where / "config.json")
+    default = (f.int("group_size", "group_size"), f.int("bits", "bits"))
+
+    def predicate(path: str, module) -> bool | dict:
+        if path not in quantized:
+            return False
+        own = quantization.get(path)
+        if isinstance(own, dict):
+            return {"group_size": f.int("group_size", "group_size", config=own), "bits": f.int("bits", "bits", config=own)}
+        return True
+
+    nn.quantize(net, group_size=default[0], bits=default[1], class_predicate=predicate)
+
+
+class CheckpointDrafter(BlockDrafter):
+    """A published drafter, running through ``dspark.drafting``'s shared math."""
+
+    def __init__(self, spec: Spec, net: nn.Module):
+        self.spec, self.net = spec, net
+        self.format, self.layout = spec.format, spec.layout
+        self.tap_layers, self.block_size, self.mask_token_id = spec.taps, spec.drafts, spec.mask_token_id
+        self.confidence_with_markov = spec.confidence_with_markov
+        self.calibration = None
+
+    def embed(self, proj, ids: mx.array) -> mx.array:
+        rows = self.net.embed_tokens(ids) if self.spec.own_embedding else proj.table(ids)
+        return rows * (proj.embed_scale if self.spec.embed_scale is None else self.spec.embed_scale)
+
+    def head(self, proj, h: mx.array) -> mx.array:
+        out = self.net.lm_head(h) if self.spec.own_head else proj.head(h)
+        if self.spec.output_multiplier != 1.0:
+            out = out * self.spec.output_multiplier
+        if self.spec.softcap:
+            out = mx.tanh(out / self.spec.softcap) * self.spec.softcap
+        return out
+
+    def check_target(self, target) -> None:
+        self.spec.check_target(target)
+        super().check_target(target)
+
+    def info(self) -> dict:
+        return {"format": self.format, "variant": self.spec.variant, "block_size": self.block_size,
+                "confidence": self.has_confidence}

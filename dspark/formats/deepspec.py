@@ -1,0 +1,55 @@
+"""DeepSeek DeepSpec ``Gemma4DSparkModel`` checkpoints (``deepseek-ai/dspark_gemma4_12b_block7``,
+and the same class with the heads off: the DFlash baseline ``deepseek-ai/dflash_gemma4_12b_block7``).
+
+config.json: a copy of the target's ``gemma4_text`` config with the drafter's
+``num_hidden_layers``, ``block_size``, ``mask_token_id``, ``target_layer_ids``, ``markov_rank``
+(0: no Markov head), ``enable_confidence_head``, ``confidence_head_with_markov``. Layers are
+stock Gemma-4 global-attention layers (``global_head_dim``, ``num_global_key_value_heads`` and
+K = V when ``attention_k_eq_v``, scale 1, the full-attention proportional RoPE), the drafter
+has its own ``embed_tokens`` (scaled by sqrt(hidden)) and untied ``lm_head`` (soft-capped),
+and the anchor slot predicts: a block of 7 drafts 7 tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..drafting import BlockLayout
+from ..validate import Fields
+from .base import Spec
+from .layers import Gemma4Layer
+
+
+def read_spec(directory: Path, config: dict) -> Spec:
+    f = Fields(config, directory / "config.json")
+    if config.get("enable_moe_block") or config.get("hidden_size_per_layer_input"):
+        raise Fields(config, directory / "config.json")._fail(
+            "enable_moe_block / hidden_size_per_layer_input", "set", "dense layers (DeepSpec's Gemma-4 drafter has no others)")
+    kind = config.get("markov_head_type", "vanilla")
+    if kind not in ("vanilla", None):
+        raise Fields(config, directory / "config.json")._fail("markov_head_type", kind, '"vanilla" (gated and rnn heads are not supported)')
+    H, L = f.int("hidden_size"), f.int("num_hidden_layers", "draft_layers")
+    heads = f.int("num_attention_heads")
+    k_eq_v = f.bool("attention_k_eq_v", default=False)
+    kv = f.int("num_global_key_value_heads", "num_key_value_heads") if k_eq_v and f.has("num_global_key_value_heads") \
+        else f.int("num_key_value_heads")
+    hd = f.int("global_head_dim", "head_dim", default=config.get("head_dim"))
+    ffn, eps = f.int("intermediate_size"), f.float("rms_norm_eps", "rms_norm_eps", default=1e-6)
+    rope = Fields(f.dict("rope_parameters"), directory / "config.json").dict("full_attention") or \
+        {"rope_theta": 1e6, "rope_type": "proportional", "partial_rotary_factor": 0.25}
+    Fields(rope, directory / "config.json").float("rope_theta", "rope_theta", default=1e6)
+    rank = f.int("markov_rank", default=0)
+    confidence = f.bool("enable_confidence_head", default=False)
+    vocab, block = f.int("vocab_size"), f.int("block_size")
+    softcap = f.float("final_logit_softcapping", "softcap", default=30.0)
+    max_pos = f.int("max_position_embeddings", default=262144)
+
+    def layers():
+        return [Gemma4Layer(H, heads, kv, hd, ffn, eps, rope, k_eq_v, max_pos) for _ in range(L)]
+
+    return Spec("deepspec", "DSpark" if rank or confidence else "DFlash baseline", H, vocab, vocab,
+                f.ints("target_layer_ids", "tap_layer"), block, f.int("mask_token_id"), BlockLayout(), layers, eps,
+                own_embedding=True, embed_scale=H**0.5, own_head=True, softcap=softcap or None, markov_rank=rank,
+                confidence=confidence, confidence_with_markov=f.bool("confidence_head_with_markov", default=True) and rank > 0,
+                num_target_layers=f.int("num_target_layers", "num_hidden_layers") if f.has("num_target_layers") else None,
+                quantization=config.get("quantization"))

@@ -1,0 +1,91 @@
+"""vLLM speculators DSpark / DFlash heads (``speculators_config``; e.g.
+``makora-ai/gemma4-26b-a4b-dspark``, ``rasyosef/gemma-4-E2B-it-dspark``).
+
+config.json: the backbone under ``transformer_layer_config`` (Qwen3 layers, even for Gemma
+targets), the taps as ``aux_hidden_state_layer_ids``, ``speculators_config.proposal_methods[0]
+.speculative_tokens`` drafts per round out of ``block_size`` slots (``block_size -
+speculative_tokens`` = 1: slot 0 is a pure anchor; 0: the anchor slot predicts, as
+``sample_from_anchor`` says), ``mask_token_id``, the DSpark heads' fields, and optionally
+``draft_vocab_size`` with a ``d2t`` offset table in the weights (draft id -> target id = id +
+d2t[id]). W1 of the Markov head is indexed by target ids; W2 and ``lm_head`` output draft ids.
+
+The drafter's own ``embed_tokens`` (when shipped) and the target's table otherwise are used as
+they were in training: unscaled. ``lm_head`` (shipped when the draft vocabulary is reduced) and
+the target's head otherwise give logits without a soft-cap unless the config sets
+``final_logit_softcapping``. Sliding-window layers take one window ``[anchor - W, anchor)`` for
+the whole block, as speculators trains them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..drafting import BlockLayout
+from ..errors import DsparkError
+from ..validate import Fields
+from .base import Spec
+from .layers import Qwen3Layer
+
+
+def read_spec(directory: Path, config: dict) -> Spec:
+    where = directory / "config.json"
+    f = Fields(config, where)
+    sc = f.dict("speculators_config")
+    algo = sc.get("algorithm", config.get("speculators_model_type"))
+    if algo not in ("dspark", "dflash"):
+        raise DsparkError(f"{where}: speculators algorithm {algo!r} is not a block drafter (dspark or dflash)")
+    tl = f.dict("transformer_layer_config")
+    t = Fields(tl, where)
+    H, L = t.int("hidden_size"), t.int("num_hidden_layers", "draft_layers")
+    heads = t.int("num_attention_heads")
+    kv = t.int("num_key_value_heads", default=heads)
+    hd, ffn = t.int("head_dim", default=H // heads), t.int("intermediate_size")
+    eps = t.float("rms_norm_eps", "rms_norm_eps", default=1e-6)
+    vocab = t.int("vocab_size")
+    rope = t.dict("rope_parameters") or t.dict("rope_scaling")
+    theta = t.float("rope_theta", "rope_theta", default=rope.get("rope_theta", 1e6))
+    block = f.int("block_size", default=8)
+    methods = sc.get("proposal_methods") or [{}]
+    default_drafts = block if config.get("sample_from_anchor", algo == "dspark") else block - 1
+    drafts = Fields(methods[0] if isinstance(methods[0], dict) else {}, where).int(
+        "speculative_tokens", "block_size", default=default_drafts)
+    if block - drafts not in (0, 1):
+        raise DsparkError(f"{where}: {drafts} speculative tokens from a block of {block} slots: expected "
+                          f"{block} (the anchor slot predicts) or {block - 1} (it does not)")
+    draft_vocab = f.int("draft_vocab_size", default=vocab)
+    if draft_vocab > vocab:
+        raise f._fail("draft_vocab_size", draft_vocab, f"at most the vocabulary size {vocab}")
+    kinds = tl.get("layer_types") or ["full_attention"] * L
+    if not isinstance(kinds, list) or len(kinds) != L:
+        raise t._fail("layer_types", kinds, f"{L} entries")
+    use_sliding = tl.get("use_sliding_window", True) and tl.get("sliding_window")
+    windows = tuple(t.int("sliding_window") if k == "sliding_attention" and use_sliding else None for k in kinds)
+    causal_sliding = not f.bool("sliding_window_non_causal", default=algo == "dspark")
+    causal = tuple(w is not None and causal_sliding for w in windows)
+    rank = f.int("markov_rank", default=0)
+    header = _tensor_names(directory)
+    max_pos = t.int("max_position_embeddings", default=131072)
+
+    def layers():
+        return [Qwen3Layer(H, heads, kv, hd, ffn, eps, theta, rope or None, max_pos) for _ in range(L)]
+
+    taps = f.ints("aux_hidden_state_layer_ids", "tap_layer")
+    notes = [] if "embed_tokens.weight" in header else ["no embed_tokens: the target's table, unscaled, as in training"]
+    return Spec("speculators", "DSpark" if algo == "dspark" else "DFlash", H, vocab, draft_vocab, taps, drafts,
+                f.int("mask_token_id"), BlockLayout(anchor_predicts=block == drafts, windows=windows, causal=causal,
+                                                    window_from_anchor=True), layers, eps,
+                own_embedding="embed_tokens.weight" in header, embed_scale=1.0,
+                own_head="lm_head.weight" in header or draft_vocab < vocab,
+                softcap=f.float("final_logit_softcapping", "softcap", default=0.0) or None, markov_rank=rank,
+                confidence=f.bool("enable_confidence_head", default=False),
+                confidence_with_markov=f.bool("confidence_head_with_markov", default=True) and rank > 0,
+                d2t=draft_vocab < vocab, quantization=config.get("quantization"), notes=notes)
+
+
+def _tensor_names(directory: Path) -> set[str]:
+    from ..checkpoint import read_header
+
+    names: set[str] = set()
+    for f in sorted(directory.glob("*.safetensors")):
+        names.update(k for k in read_header(f) if k != "__metadata__")
+    return names

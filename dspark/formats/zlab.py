@@ -1,0 +1,79 @@
+"""z-lab DFlash heads (``DFlashDraftModel``, e.g. ``z-lab/gemma-4-31B-it-DFlash``), as z-lab's own
+MLX loader (``dflash.model_mlx.load_draft``) reads them.
+
+config.json: Qwen3-style sizes at the top level; ``dflash_config{target_layer_ids,
+mask_token_id}`` (also accepted at the top level); ``block_size`` and
+``final_logit_softcapping`` in ``dflash_config`` or at the top level; RoPE from ``rope_theta``,
+else ``rope_parameters`` / ``rope_scaling``; ``layer_types`` with ``sliding_window`` and
+``is_causal``. Weights: ``fc``, ``hidden_norm``, ``layers.*``, ``norm``: no embedding or head;
+the target's are used.
+
+A block of B slots is ``[anchor, mask x (B-1)]``; slot 0's output is discarded and slot k
+predicts anchor + k, so a round drafts B - 1 tokens. The block embedding is the target's,
+times its sqrt(hidden) scale and ``input_embedding_scale``; logits are the target's head times
+``output_multiplier``, soft-capped with the drafter's own ``final_logit_softcapping``.
+Sliding-window draft layers see each slot's last ``sliding_window - 1`` positions and are
+causal inside the block unless ``is_causal`` says otherwise; full layers are bidirectional.
+Windows are taken by position, as z-lab's reference (Transformers) code does: z-lab's MLX code
+takes them by buffer index, which differs after a round that accepted nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..drafting import BlockLayout
+from ..validate import Fields
+from .base import Spec
+from .layers import Qwen3Layer
+
+
+def read_spec(directory: Path, config: dict) -> Spec:
+    f = Fields(config, directory / "config.json")
+    dc = f.dict("dflash_config")
+    inner = dc if "target_layer_ids" in dc else config
+    taps = f.ints("target_layer_ids", "tap_layer", config=inner)
+    mask = f.int("mask_token_id", config=dc if "mask_token_id" in dc else config)
+    block = f.int("block_size", config=dc if "block_size" in dc else config, default=16)
+    if block < 2:
+        raise Fields(config, directory / "config.json")._fail("block_size", block, "at least 2 (the anchor and a draft)")
+    H, L = f.int("hidden_size"), f.int("num_hidden_layers", "draft_layers")
+    heads, kv = f.int("num_attention_heads"), f.int("num_key_value_heads")
+    hd = f.int("head_dim", default=H // heads)
+    ffn, eps = f.int("intermediate_size"), f.float("rms_norm_eps", "rms_norm_eps", default=1e-6)
+    rope = f.dict("rope_parameters") or f.dict("rope_scaling")
+    theta = f.float("rope_theta", "rope_theta", default=rope.get("rope_theta", 10000.0))
+    kinds = config.get("layer_types") or ["full_attention"] * L
+    if not isinstance(kinds, list) or len(kinds) != L or set(kinds) - {"full_attention", "sliding_attention"}:
+        raise Fields(config, directory / "config.json")._fail("layer_types", kinds,
+                                                              f"{L} entries of full_attention / sliding_attention")
+    sliding = [k == "sliding_attention" for k in kinds]
+    window = f.int("sliding_window") if any(sliding) else None
+    forced = config.get("is_causal")
+    causal = tuple(bool(forced) if isinstance(forced, bool) else s for s in sliding)
+    softcap = f.float("final_logit_softcapping", "softcap", default=dc.get("final_logit_softcapping", 0.0))
+    out_mult = f.float("output_multiplier", "scale", default=1.0, config=dc)
+    ies = f.float("input_embedding_scale", "scale", default=1.0, config=dc)
+    notes, scale = [], None
+    if ies != 1.0:
+        # z-lab's MLX code multiplies the target's sqrt(H)-scaled embedding by this; its
+        # Transformers code multiplies the raw table. When the value is sqrt(H) itself, the two
+        # agree only if sqrt(H) is applied once.
+        if abs(ies - math.sqrt(H)) / math.sqrt(H) < 0.05:
+            scale = ies
+            notes.append("input_embedding_scale is sqrt(hidden): applied once")
+        else:
+            scale = math.sqrt(H) * ies
+    vocab = f.int("vocab_size")
+    num_target = f.int("num_target_layers", "num_hidden_layers") if f.has("num_target_layers") else None
+
+    def layers():
+        return [Qwen3Layer(H, heads, kv, hd, ffn, eps, theta, rope or None, f.int("max_position_embeddings", default=131072))
+                for _ in range(L)]
+
+    layout = BlockLayout(anchor_predicts=False, windows=tuple(window if s else None for s in sliding), causal=causal)
+    return Spec("zlab-dflash", "DFlash", H, vocab, vocab, taps, block - 1, mask, layout, layers, eps,
+                own_embedding=False, embed_scale=scale, own_head=False, softcap=softcap or None,
+                output_multiplier=out_mult, num_target_layers=num_target, quantization=config.get("quantization"),
+                notes=notes)

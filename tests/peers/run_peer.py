@@ -1,0 +1,120 @@
+"""Run a peer's own generation loop on local directories and print what it did, as JSON.
+
+    .venv-peers/bin/python tests/peers/run_peer.py zlab|mlx-dspark TARGET_DIR DRAFTER_DIR MAX_TOKENS PROMPT_IDS...
+
+Runs in the test-only environment ``.venv-peers`` (``make peers``), never in the project's own:
+- ``zlab``: z-lab's ``dflash.model_mlx`` (``load_draft`` + ``stream_generate``). ``load_draft``
+  only takes hub names, so ``snapshot_download`` is pointed at the local directory for the call;
+- ``mlx-dspark``: ``mlx_dspark.load.load_drafter(quantize=False)`` and
+  ``generate.speculative_generate(max_draft_tokens=None, lookup_drafts=False)`` (its defaults
+  quantize the drafter, cap verification at 2 drafts and mix in n-gram drafts). mlx-dspark runs
+  Gemma-4 only through mlx-vlm's model classes, so the same weights go into mlx-vlm's
+  ``gemma4.Model`` (its greedy output equals mlx-lm's).
+
+Output: {"tokens": [...], "tau": [committed per round], "round1_logits": [[...]], "first": int}.
+Every peer prefills the whole prompt and takes the first token from the target alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import mlx.core as mx
+import numpy as np
+
+
+def run_zlab(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int) -> dict:
+    import dflash.model_mlx as zl
+
+    model, tokenizer = zl.load(target_dir)
+    original = zl.snapshot_download
+    zl.snapshot_download = lambda repo, **kw: repo if os.path.isdir(repo) else original(repo, **kw)
+    try:
+        draft = zl.load_draft(drafter_dir)
+    finally:
+        zl.snapshot_download = original
+    calls, call = [], zl.DFlashDraftModel.__call__
+
+    def record(self, inputs, target_hidden, cache, logits_start=0):
+        logits = call(self, inputs, target_hidden, cache, logits_start)
+        calls.append(logits)
+        return logits
+
+    zl.DFlashDraftModel.__call__ = record
+    tokens, tau = [], []
+    try:
+        for r in zl.stream_generate(model, draft, tokenizer, mx.array(prompt), max_tokens=max_tokens, temperature=0.0):
+            tokens += r.tokens
+            if r.accepted is not None:
+                tau.append(r.accepted)
+    finally:
+        zl.DFlashDraftModel.__call__ = call
+    return {"tokens": tokens, "tau": tau, "round1_logits": np.array(calls[0][0].astype(mx.float32)).tolist()}
+
+
+def mlxvlm_target(target_dir: str):
+    """mlx-vlm's gemma4.Model holding the mlx-lm target's weights (a 1-layer unused vision tower)."""
+    from mlx.utils import tree_flatten
+    from mlx_lm import load
+    from mlx_vlm.models.gemma4 import Model
+    from mlx_vlm.models.gemma4.config import ModelConfig, TextConfig, VisionConfig
+
+    lm, tokenizer = load(target_dir)
+    cfg = {**vars(lm.args)}
+    vision = VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,
+                          num_key_value_heads=1, head_dim=16, global_head_dim=16)
+    vlm = Model(ModelConfig(text_config=TextConfig.from_dict(cfg), vision_config=vision,
+                            vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"]))
+    vlm.language_model.load_weights(list(tree_flatten(lm.parameters())))
+    mx.eval(vlm.parameters())
+    return vlm, tokenizer
+
+
+def run_mlx_dspark(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int) -> dict:
+    import mlx_dspark.generate as G
+    import mlx_dspark.model as M
+    from mlx_dspark.load import load_drafter
+    from mlx_dspark.target import Target
+
+    vlm, tokenizer = mlxvlm_target(target_dir)
+    drafter, _ = load_drafter(drafter_dir, quantize=False)
+    seen, compute_logits, sample_block = {}, M.DSparkDrafter.compute_logits, M.DSparkDrafter.sample_block
+
+    def logits(self, hidden):
+        out = compute_logits(self, hidden)
+        seen.setdefault("base", out)
+        return out
+
+    def sample(self, base, first_prev_token):
+        out = sample_block(self, base, first_prev_token)
+        seen.setdefault("tokens", out)
+        seen.setdefault("prev", first_prev_token)
+        return out
+
+    M.DSparkDrafter.compute_logits, M.DSparkDrafter.sample_block = logits, sample
+    try:
+        res = G.speculative_generate(Target(vlm, tokenizer), tokenizer, drafter, prompt_ids=prompt,
+                                     max_new_tokens=max_tokens, max_draft_tokens=None, lookup_drafts=False,
+                                     confidence_threshold=0.0, cap_controller=None, temperature=0.0)
+    finally:
+        M.DSparkDrafter.compute_logits, M.DSparkDrafter.sample_block = compute_logits, sample_block
+    base, prev, full = np.array(seen["base"][0].astype(mx.float32)), seen["prev"], []
+    for k, tok in enumerate(seen["tokens"].tolist()):
+        row = base[k].copy()
+        if drafter.markov_head is not None:  # the logits drafted from: U_k plus the Markov bias of the previous token
+            row += np.array(drafter.markov_head.step_bias(mx.array([prev]))[0].astype(mx.float32))
+        full.append(row.tolist())
+        prev = tok
+    return {"tokens": list(res.token_ids), "tau": list(res.accept_lengths), "round1_logits": full}
+
+
+def main() -> None:
+    kind, target_dir, drafter_dir, max_tokens, *prompt = sys.argv[1:]
+    run = {"zlab": run_zlab, "mlx-dspark": run_mlx_dspark}[kind]
+    print(json.dumps(run(target_dir, drafter_dir, [int(t) for t in prompt], int(max_tokens))))
+
+
+if __name__ == "__main__":
+    main()
