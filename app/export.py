@@ -96,11 +96,16 @@ def write_pngs(folder: str | Path, widgets: dict[str, QWidget]) -> list[Path]:
     return out
 
 
-def save_history(folder: Path, runs: list[RunRecord], target: str | None, comparison: bool) -> Path | None:
-    """Keep every finished job as JSON in the run history folder; never fail the app over it."""
+def save_history(runs: list[RunRecord], target: str | None, comparison: bool) -> str | None:
+    """Keep a finished job as JSON in the run history folder. Never fails the app: returns a
+    one-line problem to show instead (an unwritable or misplaced folder), or None."""
+    from . import settings
+
     try:
+        folder = settings.history_dir()
         stamp = time.strftime("%Y%m%d-%H%M%S")
         kind = "compare" if comparison else "run"
-        return write_json(folder / f"{stamp}-{kind}.json", runs, target, comparison)
-    except OSError:
-        return None
+        write_json(folder / f"{stamp}-{kind}.json", runs, target, comparison)
+    except OSError as e:
+        return f"the run was not kept in the history ({e.strerror or e}: {getattr(e, 'filename', '') or ''})"
+    return None

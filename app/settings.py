@@ -42,9 +42,13 @@ def history_dir() -> Path:
 
 
 def exports_dir() -> Path:
-    p = data_dir() / "exports"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    """Where export dialogs start (the home folder when the data folder cannot be made)."""
+    try:
+        p = data_dir() / "exports"
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+    except OSError:
+        return Path.home()
 
 
 def demo_target() -> str | None:
@@ -73,7 +77,8 @@ class Settings:
             v = self.q.value(key, default, type=kind)
         except (TypeError, ValueError):
             return default
-        return default if v is None else v
+        # A hand-edited file can hold anything: a value of another kind is treated as unset.
+        return v if isinstance(v, kind) else default
 
     def set(self, key: str, value) -> None:
         self.q.setValue(key, value)

@@ -287,14 +287,18 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("; ".join(notes))
 
     def on_job_done(self, msg: JobDone) -> None:
-        self.controls.set_busy(False)
-        self.refresh()
-        runs = self.session.runs
-        if runs and any(r.done for r in runs):
-            export.save_history(settings.history_dir(), runs, self.loaded_target, self.session.shown_kind == "compare")
-        if msg.cancelled:
-            self.statusBar().showMessage("stopped: kept what was generated")
-        self.job_finished.emit({"job": msg.job, "ok": msg.ok, "cancelled": msg.cancelled})
+        try:
+            self.controls.set_busy(False)
+            self.refresh()
+            runs = self.session.runs
+            if runs and any(r.done for r in runs):
+                problem = export.save_history(runs, self.loaded_target, self.session.shown_kind == "compare")
+                if problem:
+                    self.statusBar().showMessage(problem)
+            if msg.cancelled:
+                self.statusBar().showMessage("stopped: kept what was generated")
+        finally:  # whatever happened above, the job is over (a headless run waits for this)
+            self.job_finished.emit({"job": msg.job, "ok": msg.ok, "cancelled": msg.cancelled})
 
     # --- drawing --------------------------------------------------------------------------
     def shown_runs(self) -> tuple[RunRecord | None, RunRecord | None]:
@@ -359,7 +363,11 @@ class MainWindow(QMainWindow):
             geo = p.get("window/geometry", QByteArray(), QByteArray)
             if not geo.isEmpty():
                 self.restoreGeometry(geo)
-            self.controls.set_config(p.section("config"))
+            unreadable = []
+            self.controls.set_config(p.section("config"), lambda name, value: unreadable.append(name))
+            if unreadable:
+                self.statusBar().showMessage(f"the settings file had unreadable values for {', '.join(unreadable)}: "
+                                             f"defaults are used")
             self.controls.recent_drafters = p.recent("drafters")
         self.controls.set_target(target, p.recent("targets") if p else [])
         for d in drafters:

@@ -10,9 +10,7 @@ before every round.
 from __future__ import annotations
 
 import gc
-import sys
 import threading
-import traceback
 from pathlib import Path
 
 import mlx.core as mx
@@ -20,6 +18,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from dspark import DflashDrafter, DsparkError, GenerationConfig, Summary, generate, generate_baseline, load_target
 from dspark import lossless
+from dspark.errors import report_bug
 from dspark.engine import run_to_summary
 
 from .messages import (
@@ -181,5 +180,4 @@ class Worker(QObject):
         mx.clear_cache()
 
     def _unexpected(self, e: Exception) -> None:
-        traceback.print_exc(file=sys.stderr)
-        self.message.emit(Failed(f"unexpected error: {type(e).__name__}: {e}"))
+        self.message.emit(Failed(report_bug(e, "dspark-studio")))

@@ -22,6 +22,40 @@ REFUSE_SHARE, WARN_SHARE = 0.90, 0.70
 MAX_HEADER_BYTES = 100 * 2**20  # a safetensors JSON header larger than this is not a checkpoint
 
 
+# --------------------------------------------------------------------------- what a target directory may be
+TEXT_FIELDS = ("hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads", "num_key_value_heads",
+               "head_dim", "intermediate_size", "sliding_window", "max_position_embeddings")
+
+
+def check_target_dir(directory: Path, config: dict) -> None:
+    """Refuse, in one sentence and before anything is loaded, a target directory that asks to
+    run code (a model or tokenizer ``auto_map``, ``*.py`` files), that is a drafter, or whose
+    config has impossible values."""
+    import re
+
+    from . import hub
+    from .errors import read_config
+    from .formats import refuse_code
+    from .validate import LIMITS, Fields
+
+    refuse_code(directory, config)
+    if (directory / "tokenizer_config.json").is_file():
+        tokenizer = read_config(directory, "a model", "tokenizer_config.json")
+        if "auto_map" in tokenizer:
+            raise DsparkError(f"{directory}/tokenizer_config.json asks to run a custom tokenizer (auto_map); dspark "
+                              f"never runs code from a model directory")
+    if hub.kind_of(directory) == "drafter":
+        raise DsparkError(f"{directory} is a drafter, not a target model: give it as --drafter")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not re.fullmatch(r"[a-z0-9_]{1,64}", model_type):
+        raise DsparkError(f"{directory}/config.json has no valid model_type ({model_type!r}): not a model directory")
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    f = Fields(text, directory / "config.json")
+    for key in TEXT_FIELDS:
+        if key in text and text[key] is not None:
+            f.int(key, key if key in LIMITS else "hidden_size")
+
+
 # --------------------------------------------------------------------------- config forms
 def legacy_text_config(config: dict) -> dict | None:
     """transformers >= 5.15 re-saves Gemma-4 configs with ``per_layer_config`` instead of

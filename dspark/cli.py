@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from .errors import DsparkError
+from .options import Parser
 
 
 def cmd_init(a) -> int:
@@ -19,11 +20,11 @@ def cmd_init(a) -> int:
     from .options import check_options, from_args
     from .target import load_target
 
+    from .files import output_dir
+
     cfg = from_args(DflashConfig, a)
     check_options(cfg)
-    out = Path(a.out)
-    if out.exists() and any(out.iterdir()) and not a.force:
-        raise DsparkError(f"{out} exists and is not empty (use --force to overwrite)")
+    out = output_dir(a.out, allow_existing=a.force)
     target = load_target(a.target)
     drafter = DflashDrafter.init(target, cfg, seed=a.seed)
     drafter.save(out)
@@ -36,7 +37,12 @@ def _prompt(a) -> str:
         pf = Path(a.prompt_file)
         if not pf.is_file():
             raise DsparkError(f"prompt file not found: {pf}")
-        prompt = pf.read_text(errors="replace")
+        try:
+            prompt = pf.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DsparkError(f"{pf} is not UTF-8 text (byte {e.start}): convert it to UTF-8") from None
+        except OSError as e:
+            raise DsparkError(f"cannot read {pf} ({e.strerror or e})") from None
     else:
         prompt = a.prompt
     if prompt is None or not prompt.strip():
@@ -51,7 +57,7 @@ def _warn(text: str) -> None:
 def cmd_generate(a) -> int:
     from . import lossless, metrics, resources
     from .formats import load_drafter
-    from .engine import GenerationConfig, generate, generate_baseline, run_to_summary
+    from .engine import GenerationConfig, generate, generate_baseline, length_note, prompt_ids, run_to_summary
     from .events import RoundEvent, Summary
     from .options import from_args
     from .target import load_target
@@ -71,6 +77,9 @@ def cmd_generate(a) -> int:
     note = drafter.weights_note(target) if drafter else None
     if note:
         print(f"dspark: warning: {note}", file=sys.stderr)
+    note = length_note(target, len(prompt_ids(target, prompt, cfg)), cfg.max_tokens)
+    if note:
+        _warn(f"warning: {note}")
     if a.baseline:
         # Warm both paths up first (kernel compilation, allocations) so neither pays it in the timed run.
         warm = GenerationConfig(max_tokens=8, seed=cfg.seed)
@@ -150,7 +159,7 @@ def train_parser() -> argparse.ArgumentParser:
     from .options import add_options
     from .training.trainer import TrainSettings
 
-    ap = argparse.ArgumentParser(prog="dspark train", description="Train a DSpark drafter against a frozen Gemma-4 target.")
+    ap = Parser(prog="dspark train", description="Train a DSpark drafter against a frozen Gemma-4 target.")
     ap.add_argument("--target", required=True, help="target model directory")
     ap.add_argument("--data", nargs="+", help="text files (.txt/.py/.md), folders, or .jsonl with a text/prompt field; "
                     "default: the built-in corpus")
@@ -178,13 +187,27 @@ def train_main(argv: list[str] | None = None) -> int:
     from .options import check_options, from_args
     from .training.trainer import TrainSettings
 
-    a = train_parser().parse_args(argv)
-    cfg, settings = from_args(DflashConfig, a), from_args(TrainSettings, a)
+    from .files import output_dir
+    from .training.run import saved_run
+
+    parser = train_parser()
+    a = parser.parse_args(argv)
+    out = Path(a.out)
+    saved = saved_run(out) if a.resume and out.is_dir() else None
+    if saved:  # continue as the run was started: options not given again keep their saved values
+        given = _given_options(parser, argv)
+        cfg = DflashConfig.from_dict({**saved[0], **{k: getattr(a, k) for k in given if hasattr(DflashConfig(), k)}})
+        settings = TrainSettings(**{**{k: v for k, v in saved[1].items() if k in TrainSettings.__dataclass_fields__},
+                                    **{k: getattr(a, k) for k in given if k in TrainSettings.__dataclass_fields__}})
+    else:
+        cfg, settings = from_args(DflashConfig, a), from_args(TrainSettings, a)
     check_options(cfg)
     check_options(settings)
-    out = Path(a.out)
-    if out.exists() and any(out.iterdir()) and not (a.resume or a.force):
+    if out.exists() and not out.is_dir():
+        raise DsparkError(f"{out} is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (a.resume or a.force):
         raise DsparkError(f"{out} exists and is not empty (use --resume to continue it or --force to overwrite)")
+    output_dir(out, allow_existing=True)
     target = load_target(a.target)
     texts = read_texts(a.data) if a.data else list(iter_texts("train"))
     heldout = read_texts(a.heldout) if a.heldout else (None if a.data else heldout_prompts(settings.eval_prompts))
@@ -193,12 +216,28 @@ def train_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _given_options(parser: argparse.ArgumentParser, argv) -> set[str]:
+    """The destinations of the options actually written on the command line."""
+    probe = argparse.ArgumentParser(add_help=False)
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            kw = {"dest": action.dest, "default": argparse.SUPPRESS}
+            if action.nargs == 0:
+                kw["action"] = "store_const"
+                kw["const"] = True
+            else:
+                kw["nargs"] = action.nargs
+            probe.add_argument(*action.option_strings, **kw)
+    known, _ = probe.parse_known_args(argv)
+    return set(vars(known))
+
+
 def calibrate_main(argv: list[str] | None = None) -> int:
     from .drafter import DflashDrafter
     from .target import load_target
     from .training.calibrate import calibrate_drafter, format_calibration
 
-    ap = argparse.ArgumentParser(prog="dspark calibrate", description="Fit STS temperatures of a drafter's confidence head.")
+    ap = Parser(prog="dspark calibrate", description="Fit STS temperatures of a drafter's confidence head.")
     ap.add_argument("--target", required=True)
     ap.add_argument("--drafter", required=True, help="drafter directory (the temperatures are saved into it)")
     ap.add_argument("--prompts", nargs="+", help="prompt files (.txt/.py/.md, or .jsonl with text/prompt); "
@@ -240,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .engine import GenerationConfig
     from .options import add_options
 
-    p = argparse.ArgumentParser(prog="dspark", description="Speculative decoding with block drafters on MLX.")
+    p = Parser(prog="dspark", description="Speculative decoding with block drafters on MLX.")
     sub = p.add_subparsers(dest="command", required=True)
 
     i = sub.add_parser("init", help="write an untrained drafter for a target")
@@ -290,6 +329,8 @@ DELEGATED = {
 
 
 def _run(fn, arg) -> int:
+    """Exit status: 0 done, 2 a mistake the user can fix (one line), 130 interrupted, 1 a bug
+    (one line; the traceback goes to a log file)."""
     try:
         return fn(arg)
     except DsparkError as e:
@@ -298,6 +339,14 @@ def _run(fn, arg) -> int:
     except KeyboardInterrupt:
         print("dspark: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("dspark: error: out of memory: choose a smaller model, fewer tokens or a smaller block", file=sys.stderr)
+        return 2
+    except Exception as e:  # a bug: a short line here, the traceback in a file
+        from .errors import report_bug
+
+        print("dspark: " + report_bug(e), file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:

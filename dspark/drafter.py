@@ -14,7 +14,6 @@ calibration) and
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
@@ -217,8 +216,11 @@ class DflashDrafter(BlockDrafter):
 
     # --- files ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
-        p = Path(path)
-        p.mkdir(parents=True, exist_ok=True)
+        """``config.json`` + ``model.safetensors``, each written whole or not at all (weights
+        first: a config never names weights that are not there)."""
+        from .files import output_dir, save_safetensors, write_text
+
+        p = output_dir(path, allow_existing=True)
         meta = {
             "format": FORMAT,
             "version": VERSION,
@@ -229,12 +231,8 @@ class DflashDrafter(BlockDrafter):
             "calibration": self.calibration,
             "quantization": self.quantization,
         }
-        # Write then rename, so an interrupted save never leaves a half-written drafter.
-        tmp_w, tmp_c = p / "model.safetensors.tmp.safetensors", p / "config.json.tmp"
-        mx.save_safetensors(str(tmp_w), dict(tree_flatten(self.net.parameters())), metadata={"format": FORMAT})
-        tmp_c.write_text(json.dumps(meta, indent=2) + "\n")
-        os.replace(tmp_w, p / "model.safetensors")
-        os.replace(tmp_c, p / "config.json")
+        save_safetensors(p / "model.safetensors", dict(tree_flatten(self.net.parameters())), {"format": FORMAT})
+        write_text(p / "config.json", json.dumps(meta, indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | Path, target: Target | None = None) -> BlockDrafter:

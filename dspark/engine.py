@@ -71,6 +71,16 @@ def prompt_ids(target: Target, prompt: str | Sequence[int], config: GenerationCo
     return ids
 
 
+def length_note(target: Target, prompt_tokens: int, max_tokens: int) -> str | None:
+    """A warning when the prompt and the output exceed the positions the target was trained on."""
+    limit = target.config.get("max_position_embeddings") or (target.config.get("text_config") or {}).get(
+        "max_position_embeddings")
+    if isinstance(limit, int) and prompt_tokens + max_tokens > limit:
+        return (f"the prompt ({prompt_tokens} tokens) and up to {max_tokens} new tokens exceed the {limit} positions "
+                f"this target was trained on: expect degraded output past position {limit}")
+    return None
+
+
 # ----------------------------------------------------------------------------- one round
 @dataclass
 class _Verdict:

@@ -83,6 +83,13 @@ def describe(cls) -> list[OptionSpec]:
     return out
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors, like every other dspark error (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _int_list(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())

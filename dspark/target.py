@@ -235,6 +235,7 @@ def load_target(path: str | Path, say=None) -> Target:
     if not p.is_dir():
         raise DsparkError(f"target directory not found: {p}")
     config = read_config(p, "a model")
+    checkpoint.check_target_dir(p, config)
     try:  # an architecture mlx-lm does not know is not Gemma-4: say so before reading weights
         _get_classes(config)
     except (ValueError, KeyError, TypeError):
@@ -255,7 +256,7 @@ def load_target(path: str | Path, say=None) -> Target:
         raise DsparkError(f"cannot load the target weights in {p}: {e}") from None
     _language_model(model)  # refuse a non-Gemma-4 model before anything else
     try:
-        tokenizer = load_tokenizer(p, eos_token_ids=config.get("eos_token_id"))
+        tokenizer = load_tokenizer(p, {"trust_remote_code": False}, eos_token_ids=config.get("eos_token_id"))
     except Exception as e:  # tokenizers raises many kinds
         raise DsparkError(f"cannot load the tokenizer in {p}: {e}") from None
     return Target(model, tokenizer, path=str(p), config=config)

@@ -106,6 +106,9 @@ class Fields:
         return v
 
 
+FLOATS = ("F32", "F16", "BF16")
+
+
 def check_shapes(weights_header: dict, expected: dict[str, tuple], where: str | Path) -> None:
     """Compare tensor names and shapes (from a safetensors header or loaded arrays) with what a
     config implies, before the tensors are read."""
@@ -118,3 +121,8 @@ def check_shapes(weights_header: dict, expected: dict[str, tuple], where: str | 
     for k, shape in expected.items():
         if have[k] != tuple(shape):
             raise DsparkError(f"{where}: {k} has shape {list(have[k])}, its config.json implies {list(shape)}")
+        dtype = weights_header[k]["dtype"] if isinstance(weights_header[k], dict) else None
+        module = k.rsplit(".", 1)[0]
+        packed = module + ".scales" in have and (k.endswith((".scales", ".biases")) or dtype == "U32")
+        if dtype is not None and dtype not in FLOATS and not packed:
+            raise DsparkError(f"{where}: {k} is stored as {dtype}, expected a floating-point tensor")

@@ -188,3 +188,50 @@ def test_closing_during_a_run_exits_cleanly(dirs, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "closing with" in r.stdout
     assert "terminate called" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_bad_settings_file_falls_back_to_defaults_and_says_so(qtbot, dirs, tmp_path, monkeypatch):
+    from dspark import GenerationConfig
+    from dspark_studio import settings
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "settings.ini").write_text("[config]\nmax_tokens=abc\ntemperature=nan\n"
+                                       "[window]\ngeometry=not a geometry\n[recent]\ndrafters=7\n")
+    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(home))
+    w = MainWindow(settings.Settings())
+    qtbot.addWidget(w)
+    w.restore(str(dirs["target"]), [str(dirs["drafter"])])
+    said = w.statusBar().currentMessage()
+    assert "unreadable values for" in said and "max_tokens" in said and "temperature" in said, said
+    assert w.controls.form.widget("max_tokens").value() == GenerationConfig().max_tokens
+    w.controls.form.widget("max_tokens").setValue(6)
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    w.close()
+
+
+def test_a_history_folder_that_is_a_file_is_reported_and_the_run_still_ends(qtbot, window, dirs, tmp_path):
+    w = window
+    data = tmp_path / "home" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "runs").write_text("a file where the history folder should be")
+    setup(w, dirs, max_tokens=6)
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    assert "was not kept in the history" in w.statusBar().currentMessage()
+    assert (data / "runs").read_text() == "a file where the history folder should be"  # nothing overwritten
+
+
+def test_a_drafter_whose_tap_is_beyond_the_target_is_one_sentence(qtbot, window, dirs, tmp_path):
+    bad = tmp_path / "deep_tap"
+    bad.mkdir()
+    for f in dirs["drafter"].iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["cfg"]["tap_layers"] = [0, 40, 2]
+    (bad / "config.json").write_text(json.dumps(cfg))
+    w = window
+    setup(w, dirs, drafters=())
+    w.controls.add_drafter(str(bad), select=True)
+    info = run_job(qtbot, w, w.start_run)
+    text = w.message.text()
+    assert not info["ok"] and "tap layers [0, 40, 2] must be" in text and "Error" not in text and "unexpected" not in text, text

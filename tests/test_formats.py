@@ -236,3 +236,36 @@ def test_speculative_sampling_through_a_reduced_vocabulary_keeps_the_target_dist
     for i in range(3):
         tv = 0.5 * np.abs(counts[i] / n - exact[i]).sum()
         assert tv <= tv_bound(exact[i], n), f"token {i}: TV {tv:.4f}"
+
+
+def _edit_nested(path: Path, key: str, **changes) -> Path:
+    config = json.loads((path / "config.json").read_text())
+    config[key] = {**(config.get(key) or {}), **changes}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_absurd_values_in_every_format_are_refused_before_anything_is_allocated(dirs, target, tmp_path):
+    """A crafted config must not crash the process or fill memory: each field is checked
+    against the limits (dspark.validate.LIMITS) and against the weights before loading."""
+    z, d, s = dirs["zlab"], dirs["deepspec"], dirs["speculators"]
+    cases = [
+        (_edit_nested(_copy(z, tmp_path / "c1"), "dflash_config", mask_token_id=10**6), "mask"),
+        (_edit_nested(_copy(z, tmp_path / "c2"), "dflash_config", mask_token_id=256), "mask"),
+        (_edit(_copy(z, tmp_path / "c3"), block_size=10**6), "block"),
+        (_edit(_copy(z, tmp_path / "c4"), block_size=0), "block"),
+        (_edit(_copy(z, tmp_path / "c5"), num_hidden_layers=10**6), "num hidden layers"),
+        (_edit(_copy(z, tmp_path / "c6"), num_attention_heads="four"), "num attention heads"),
+        (_edit_nested(_copy(z, tmp_path / "c7"), "dflash_config", target_layer_ids=[-1, 3]), "target layer ids"),
+        (_edit(_copy(d, tmp_path / "c8"), block_size=-3), "block"),
+        (_edit(_copy(d, tmp_path / "c9"), markov_rank=10**9), "markov"),
+        (_edit(_copy(d, tmp_path / "c10"), rms_norm_eps="nan"), "rms norm eps"),
+        (_edit(_copy(s, tmp_path / "c11"), block_size=10**6), "block"),
+        (_edit(_copy(s, tmp_path / "c12"), draft_vocab_size=10**9), "vocab"),
+    ]
+    for path, fragment in cases:
+        with pytest.raises((DsparkError, DrafterMismatchError)) as e:
+            load_drafter(path, target)
+        message = str(e.value).replace(str(path), "")
+        assert fragment in message.replace("_", " "), (path.name, message)
+        assert "\n" not in message, message

@@ -120,6 +120,17 @@ def test_resume_continues_exactly(target, seqs, tmp_path):
         second.train_step(second.sample_batch())
     a, b = dict(tree_flatten(straight.drafter.net.parameters())), dict(tree_flatten(second.drafter.net.parameters()))
     assert all(np.allclose(np.array(a[k]), np.array(b[k]), atol=1e-6) for k in a)
+    # The training loop draws the next batch while the update runs, so a checkpoint (or a
+    # SIGTERM) usually lands while a batch waits: the resume must draw that same batch again.
+    waiting = fresh()
+    for _ in range(4):
+        waiting.train_step(waiting.sample_batch())
+    pending = waiting.sample_batch()
+    waiting.save_state(tmp_path)
+    third = fresh()
+    third.load_state(tmp_path)
+    again = third.sample_batch()
+    assert all(np.array_equal(np.array(x), np.array(y)) for x, y in zip(pending, again))
 
 
 def test_train_drafter_resumes_from_its_checkpoint(target, tmp_path):

@@ -13,7 +13,6 @@ Every stage resumes from its checkpoints, so an interrupted rebuild continues wh
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from ..drafter import DflashConfig
 from ..errors import DsparkError
+from ..options import Parser
 from ..resources import demo_dir
 from ..training.trainer import TrainSettings
 
@@ -41,14 +41,20 @@ TARGET_STEPS = 360
 
 
 def build_target(out: Path, steps: int, minutes: float | None, resume: bool) -> None:
-    from .pretrain import train_target
+    from .pretrain import CKPT_DIR, CKPT_FILE, train_target
 
-    train_target(out / "target", steps, time_budget_minutes=minutes, resume=resume)
+    if resume and (out / "target" / "config.json").is_file() and not (out / "target" / CKPT_DIR / CKPT_FILE).is_file():
+        print(f"the demo target in {out / 'target'} is built (no checkpoint to continue): kept; --fresh rebuilds it",
+              file=sys.stderr)
+        return
+    resumable = resume and (out / "target" / CKPT_DIR / CKPT_FILE).is_file()
+    train_target(out / "target", steps, time_budget_minutes=minutes, resume=resumable)
 
 
 def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple(DRAFTERS)) -> None:
     from ..target import load_target
     from ..training.run import DATA_FILE, train_drafter
+    from ..training.trainer import STATE_FILE
     from .corpus import heldout_prompts, iter_texts, prompt_sites
 
     target = load_target(out / "target")
@@ -57,6 +63,10 @@ def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple
     texts = list(iter_texts("train")) + prompt_sites("train")
     held = heldout_prompts(settings.eval_prompts)
     for kind in kinds:
+        if resume and (out / kind / "config.json").is_file() and not (out / kind / STATE_FILE).is_file():
+            print(f"the {kind} drafter in {out / kind} is built (no checkpoint to continue): kept; --fresh rebuilds it",
+                  file=sys.stderr)
+            continue
         # The second drafter trains on the first one's self-distilled sequences: same data.
         shared = out / kinds[0] / DATA_FILE if kind != kinds[0] else None
         train_drafter(target, texts, out / kind, DRAFTERS[kind], settings, heldout_texts=held, resume=resume,
@@ -141,7 +151,7 @@ def evaluate(out: Path, prompts: int = 8, wide_prompts: int = 32, speed_prompts:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="dspark make-demo", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="dspark make-demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(demo_dir()), help="where the demo models go (default: resources/demo)")
     ap.add_argument("--only", choices=["target", "drafters", "eval"], help="run one stage only")
     ap.add_argument("--target-steps", type=int, default=TARGET_STEPS)

@@ -21,7 +21,6 @@ written atomically (temporary name, then rename).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import signal
@@ -36,6 +35,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 
+from ..options import Parser
 from . import corpus
 from .bpe import encode_documents, load_tokenizer, save_tokenizer, train_tokenizer
 from .target_model import (
@@ -268,7 +268,7 @@ def train_target(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dspark.pretrain",
+    p = Parser(prog="python -m dspark.pretrain",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--out", default="resources/demo/target", help="output model directory")
     p.add_argument("--steps", type=int, default=360,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -34,10 +33,10 @@ class Sequences:
 
     def save(self, path: Path, heldout: list[list[int]]) -> None:
         """Write the sequences and the held-out prompts (JSON metadata) for ``--resume``."""
-        tmp = path.with_name(path.stem + ".tmp.safetensors")
+        from ..files import save_safetensors
+
         arrays = {"tokens": mx.array(self.tokens), "lengths": mx.array(self.lengths), "first_anchor": mx.array(self.first_anchor)}
-        mx.save_safetensors(str(tmp), arrays, metadata={"heldout": json.dumps([list(map(int, h)) for h in heldout])})
-        os.replace(tmp, path)
+        save_safetensors(path, arrays, {"heldout": json.dumps([list(map(int, h)) for h in heldout])})
 
     @classmethod
     def load(cls, path: Path) -> tuple["Sequences", list[list[int]]]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import asdict
@@ -28,6 +27,7 @@ import numpy as np
 
 from ..drafter import DflashConfig, DflashDrafter
 from ..errors import DsparkError
+from ..files import output_dir, remove_stale, write_text
 from ..target import Target
 from .data import Sequences, build_training_data, encode_all, held_out_prompts, progress_bar
 from .trainer import STATE_FILE, DrafterTrainer, TrainSettings
@@ -55,15 +55,15 @@ def train_drafter(
     saved (its ``train_data.safetensors``). Returns the trained drafter."""
     s = settings
     t_start = time.perf_counter()
-    out = Path(out_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out_dir, allow_existing=True)
+    remove_stale(out)  # what a killed run was writing when it died
     say = log or (lambda m: print(m, file=sys.stderr))
     resuming = resume and (out / STATE_FILE).is_file()
     if resume and not resuming:
         say(f"nothing to resume in {out}: starting a new run")
+    if resuming:
+        check_resume(out, cfg, s, target.dims.num_layers)
     drafter = DflashDrafter.load(out, target) if resuming else DflashDrafter.init(target, cfg, seed=s.seed)
-    if resuming and drafter.cfg.block_size != cfg.block_size:
-        say(f"note: resuming the saved drafter (block {drafter.cfg.block_size}); its shape options win")
     seqs, held, distill_seconds = _training_data(target, texts, heldout_texts, out, s, data_file, resuming, progress, say)
     trainer = DrafterTrainer(target, drafter, seqs, s)
     if resuming:
@@ -105,10 +105,48 @@ def train_drafter(
         if calibration is not None:
             drafter.calibration = calibration.kept()
             drafter.save(out)
-    tmp = out / (REPORT_FILE + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    os.replace(tmp, out / REPORT_FILE)
+    write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
     return drafter
+
+
+#: Settings a resumed run may change; every other one must be what the checkpoint was trained with.
+RESUMABLE = frozenset({"steps", "time_budget_minutes", "checkpoint_minutes", "eval_prompts", "eval_tokens",
+                       "feature_cache_mb", "compile"})
+
+
+def saved_run(out: Path) -> tuple[dict, dict] | None:
+    """(drafter config, settings) a checkpoint in ``out`` was trained with, from its header
+    alone; None when there is no checkpoint."""
+    from ..checkpoint import read_header
+
+    path = out / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(read_header(path)["__metadata__"]["meta"])
+        return dict(meta["drafter"]), dict(meta["settings"])
+    except (KeyError, TypeError, ValueError):
+        raise DsparkError(f"{path} is not a readable training checkpoint: start over without --resume, "
+                          f"or remove it") from None
+
+
+def check_resume(out: Path, cfg: DflashConfig, settings: TrainSettings, target_layers: int) -> None:
+    """Refuse to resume a checkpoint with other shapes or settings, naming the first difference."""
+    from ..drafter import default_taps
+
+    drafter, saved = saved_run(out)
+    want = asdict(cfg)
+    if not want["tap_layers"]:
+        want["tap_layers"] = list(default_taps(target_layers))
+    for key, value in want.items():
+        have = drafter.get(key)
+        if (list(have) if isinstance(have, (list, tuple)) else have) != (list(value) if isinstance(value, (list, tuple)) else value):
+            raise DsparkError(f"--resume: the run in {out} was trained with {key} {have!r}, not {value!r} "
+                              f"(leave the option out to continue it, or train into a new --out)")
+    for key, value in asdict(settings).items():
+        if key not in RESUMABLE and key in saved and saved[key] != value:
+            raise DsparkError(f"--resume: the run in {out} was trained with {key} {saved[key]!r}, not {value!r} "
+                              f"(leave the option out to continue it, or train into a new --out)")
 
 
 def _training_data(target, texts, heldout_texts, out: Path, s: TrainSettings, data_file, resuming: bool, progress, say):
@@ -144,6 +182,7 @@ def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bo
     stopped, last_ckpt, recent = "steps", time.perf_counter(), []
     loop_start, first_step = time.perf_counter(), trainer.step
     try:
+        _stop_on_sigterm()
         batch = trainer.sample_batch() if trainer.step < s.steps else None
         while trainer.step < s.steps:
             if budget is not None and time.perf_counter() - t_start > budget:
@@ -169,6 +208,29 @@ def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bo
         say(f"\ninterrupted: checkpoint saved at step {trainer.step}; continue with --resume")
         raise
     finally:
+        _stop_on_sigterm(restore=True)
         if bar:
             bar.close()
     return stopped, recent
+
+
+_previous_sigterm: list = []
+
+
+def _stop_on_sigterm(restore: bool = False) -> None:
+    """SIGTERM (what a logout, ``kill`` or a scheduler sends) stops training like Ctrl-C: the
+    checkpoint is written, then the process ends. Signals can only be caught on the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if restore:
+        if _previous_sigterm:
+            signal.signal(signal.SIGTERM, _previous_sigterm.pop())
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    _previous_sigterm.append(signal.signal(signal.SIGTERM, interrupt))

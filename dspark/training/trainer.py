@@ -16,9 +16,9 @@ RNG state as JSON metadata; never pickle.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -30,12 +30,15 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 from ..drafter import DflashDrafter
+from ..errors import DsparkError
+from ..files import save_safetensors
 from ..options import option
 from ..target import Target
 from .data import Sequences, TargetFeatures
 from .losses import default_decay, dspark_loss, position_weights
 
 STATE_FILE = "train_state.safetensors"
+STATE_FORMAT = "dspark-train-state"
 #: Default data budget: one training sequence per this many anchors the run draws. Each
 #: sequence offers ~seq_len anchor positions; reusing it this often keeps self-distillation
 #: (the target writing the data) cheaper than training on it.
@@ -99,6 +102,7 @@ class DrafterTrainer:
         self.features = TargetFeatures(target, drafter.cfg.tap_layers, seqs, int(settings.feature_cache_mb / per_seq_mb))
         self.weights = position_weights(self.G, settings.loss_decay or default_decay(self.G))
         self.rng = np.random.default_rng(settings.seed)
+        self._rng_before_pending = None  # the RNG state before the batch drawn but not yet trained on
         self.step = 0
         self.optimizer = optim.AdamW(learning_rate=lr_schedule(settings.lr, settings.steps, settings.warmup), weight_decay=settings.weight_decay)
         self.optimizer.init(drafter.net.trainable_parameters())
@@ -110,6 +114,8 @@ class DrafterTrainer:
         """``batch_anchors`` random anchors, ``anchors_per_seq`` from each of a few sequences:
         (tap rows of those sequences [N, S, m*H], owner sequence [A], anchor position [A],
         prev_toks [A, G], labels [A, G], valid [A, G], target hidden rows p..p+G-1 [A, G, H])."""
+        # A checkpoint taken while this batch waits is resumed from the state that draws it again.
+        self._rng_before_pending = copy.deepcopy(self.rng.bit_generator.state)
         A, G, seqs = self.s.batch_anchors, self.G, self.seqs
         n_seq = math.ceil(A / self.s.anchors_per_seq)
         chosen = self.rng.choice(len(seqs), size=n_seq, replace=n_seq > len(seqs))
@@ -164,27 +170,49 @@ class DrafterTrainer:
         if self._update is None:
             self._update = self._build_update()
         out = self._update(*batch)
+        self._rng_before_pending = None  # the batch is used; a new one is drawn after this
         self.step += 1
         mx.async_eval(out, self.drafter.net.parameters(), self.optimizer.state)
         return out
 
     # --- checkpoints --------------------------------------------------------------------
     def save_state(self, out_dir: Path, extra: dict | None = None) -> None:
+        """Weights, optimizer state, step and the RNG state that draws the next step's batch
+        (the one already drawn and waiting, if any), so a resume repeats exactly what would
+        have happened."""
         arrays = {f"net.{k}": v for k, v in tree_flatten(self.drafter.net.parameters())}
         arrays.update({f"opt.{k}": v for k, v in tree_flatten(self.optimizer.state)})
-        meta = {"format": "dspark-train-state", "step": self.step, "rng": self.rng.bit_generator.state,
-                "settings": asdict(self.s), **(extra or {})}
-        tmp = out_dir / "train_state.tmp.safetensors"
-        mx.save_safetensors(str(tmp), arrays, metadata={"meta": json.dumps(meta)})
-        os.replace(tmp, out_dir / STATE_FILE)
+        rng = self._rng_before_pending if self._rng_before_pending is not None else self.rng.bit_generator.state
+        meta = {"format": STATE_FORMAT, "step": self.step, "rng": rng, "settings": asdict(self.s),
+                "drafter": asdict(self.drafter.cfg), **(extra or {})}
+        save_safetensors(out_dir / STATE_FILE, arrays, {"meta": json.dumps(meta)})
 
     def load_state(self, out_dir: Path) -> dict:
-        arrays, metadata = mx.load(str(out_dir / STATE_FILE), return_metadata=True)
-        meta = json.loads(metadata["meta"])
+        """Restore a checkpoint, refusing one that is damaged or does not fit this drafter."""
+        path = out_dir / STATE_FILE
+        try:
+            arrays, metadata = mx.load(str(path), return_metadata=True)
+            meta = json.loads(metadata["meta"])
+            step, rng = int(meta["step"]), meta["rng"]
+        except Exception as e:  # a truncated or foreign file: mlx, json and key errors alike
+            raise DsparkError(f"{path} is not a readable training checkpoint ({type(e).__name__}: {e}); "
+                              f"start over without --resume, or remove it") from None
+        if meta.get("format") != STATE_FORMAT:
+            raise DsparkError(f"{path} is not a dspark training checkpoint")
+        expected = {f"net.{k}": v.shape for k, v in tree_flatten(self.drafter.net.parameters())}
+        expected.update({f"opt.{k}": v.shape for k, v in tree_flatten(self.optimizer.state)})
+        for k, shape in expected.items():
+            if k not in arrays or arrays[k].shape != shape:
+                got = list(arrays[k].shape) if k in arrays else "missing"
+                raise DsparkError(f"{path} does not fit this drafter: {k} is {got}, expected {list(shape)}")
         self.drafter.net.update(tree_unflatten([(k[4:], v) for k, v in arrays.items() if k.startswith("net.")]))
         self.optimizer.state = tree_unflatten([(k[4:], v) for k, v in arrays.items() if k.startswith("opt.")])
         self.optimizer.init(self.drafter.net.trainable_parameters())
-        self.rng.bit_generator.state = meta["rng"]
-        self.step = int(meta["step"])
+        try:
+            self.rng.bit_generator.state = rng
+        except (TypeError, ValueError, KeyError):
+            raise DsparkError(f"{path} holds an unreadable random state") from None
+        self._rng_before_pending = None
+        self.step = step
         self._update = None
         return meta

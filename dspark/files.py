@@ -1,0 +1,102 @@
+"""Writing the user's work safely: a file is written under a temporary name and renamed into
+place, so an interrupted or failed write never leaves a half-written file where a good one was,
+and a failed write cleans up after itself and says why in one sentence (a full disk, a
+read-only folder)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Callable
+
+from .errors import DsparkError
+
+
+def output_dir(path: str | Path, allow_existing: bool) -> Path:
+    """``path`` as a directory to write into: created if needed; refused when it is a file,
+    when it is not writable, or (unless ``allow_existing``) when it already holds files."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise DsparkError(f"{p} is a file, not a directory")
+    if p.is_dir() and not allow_existing and any(p.iterdir()):
+        raise DsparkError(f"{p} exists and is not empty (use --force to overwrite)")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DsparkError(f"cannot create {p} ({e.strerror or e})") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise DsparkError(f"{p} is not writable")
+    return p
+
+
+def reason(e: OSError) -> str:
+    if e.errno == errno.ENOSPC:
+        return "the disk is full"
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "the folder is not writable"
+    return e.strerror or str(e)
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` for a temporary file beside ``path``, then rename it to ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise DsparkError(f"could not write {path}: {reason(e)}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def remove_stale(folder: Path) -> int:
+    """Delete temporary files an earlier process left when it was killed mid-write (this
+    module's ``.<name>.<pid>.tmp`` files whose process is gone); returns how many."""
+    removed = 0
+    for f in folder.glob(".*.tmp*"):
+        parts = f.name.split(".")
+        pid = next((int(x) for x in parts if x.isdigit()), None)
+        if pid is None or pid == os.getpid() or _alive(pid):
+            continue
+        f.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def save_safetensors(path: Path, arrays: dict, metadata: dict | None = None) -> None:
+    import mlx.core as mx
+
+    def write(tmp: Path) -> None:
+        try:
+            mx.save_safetensors(str(tmp), arrays, metadata=metadata or {})
+        except RuntimeError as e:  # mlx reports I/O failures as RuntimeError
+            raise OSError(errno.ENOSPC if "space" in str(e).lower() else errno.EIO, str(e)) from None
+        _fsync(tmp)
+
+    atomic_write(path, write)
+
+
+def _fsync(path: Path) -> None:
+    """The bytes reach the disk before the rename makes them the real file."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
