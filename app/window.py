@@ -26,7 +26,7 @@ from .panes.header import HeaderStrip
 from .panes.plots import PlotsPane
 from .panes.text_view import TextPane
 from .presentation import Presenter
-from .prompts import prompt_sets
+from dspark.prompts import prompt_sets
 from .runs import BASELINE, RunRecord
 from .session import Session
 from .theme import NORMAL, Theme, palette, stylesheet
@@ -61,7 +61,7 @@ class MainWindow(QMainWindow):
 
     # --- layout ---------------------------------------------------------------------------
     def _build(self) -> None:
-        self.controls = ControlPanel(prompt_sets())
+        self.controls = ControlPanel({s.name: list(s.prompts) for s in prompt_sets().values()})
         self.controls_scroll = QScrollArea()
         self.controls_scroll.setObjectName("controls")
         self.controls_scroll.setWidget(self.controls)

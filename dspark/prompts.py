@@ -1,0 +1,85 @@
+"""Prompt sets: named lists of prompts that the app and ``dspark bench --prompt-set`` share.
+
+A set is a file in ``resources/prompts/``: ``<key>.json`` holding a list of strings or
+``{"name": .., "description": .., "prompts": [..]}``, or ``<key>.txt`` with prompts separated by
+lines holding only ``---``. The key (the file's stem) is what the command line takes; the name
+is what the app shows. A user's own folder of such files can be given instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import resources
+from .errors import DsparkError
+
+#: The set the app and ``dspark bench`` start with.
+DEFAULT = "demo"
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    key: str
+    name: str
+    prompts: tuple[str, ...]
+    description: str = ""
+
+
+def _read_txt(path: Path) -> PromptSet:
+    parts = path.read_text(encoding="utf-8").split("\n---\n")
+    return PromptSet(path.stem, path.stem, tuple(p.strip("\n") + "\n" for p in parts if p.strip()))
+
+
+def _read_json(path: Path) -> PromptSet:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict):
+        prompts = data.get("prompts", [])
+        if not isinstance(prompts, list):
+            raise ValueError("prompts is not a list")
+        return PromptSet(path.stem, str(data.get("name") or path.stem), tuple(str(p) for p in prompts),
+                         str(data.get("description") or ""))
+    if not isinstance(data, list):
+        raise ValueError("neither a list nor an object")
+    return PromptSet(path.stem, path.stem, tuple(str(p) for p in data))
+
+
+def read_set(path: Path) -> PromptSet:
+    """One set file; DsparkError when it cannot be read as one."""
+    try:
+        s = _read_json(path) if path.suffix == ".json" else _read_txt(path)
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise DsparkError(f"{path} is not a prompt set ({e})") from None
+    if not s.prompts:
+        raise DsparkError(f"{path} holds no prompts")
+    return s
+
+
+def prompt_sets(folder: Path | None = None) -> dict[str, PromptSet]:
+    """Key -> set for every readable set file in ``folder`` (default: the bundled ones), the
+    default set first. Unreadable files are skipped: a browser of sets must not fail on one."""
+    folder = resources.prompts_dir() if folder is None else folder
+    found = {}
+    if folder.is_dir():
+        for path in sorted(folder.iterdir()):
+            if path.suffix in (".json", ".txt") and path.is_file():
+                try:
+                    found[path.stem] = read_set(path)
+                except DsparkError:
+                    continue
+    first = {k: found.pop(k) for k in (DEFAULT,) if k in found}
+    return {**first, **found}
+
+
+def get(key_or_file: str) -> PromptSet:
+    """A bundled set by key or name, or a set file by path; DsparkError naming the choices."""
+    p = Path(key_or_file).expanduser()
+    if p.suffix in (".json", ".txt") and p.exists():
+        return read_set(p)
+    sets = prompt_sets()
+    for s in sets.values():
+        if key_or_file in (s.key, s.name):
+            return s
+    raise DsparkError(f"no prompt set {key_or_file!r}: choose one of {', '.join(sets) or '(none bundled)'}, "
+                      f"or give a .json / .txt file")
