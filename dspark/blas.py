@@ -21,7 +21,7 @@ CANDIDATES = (
 )
 INSTALL_HINT = "apt-get install libopenblas0-pthread"
 
-_loaded: dict = {"path": None, "lib": None, "late": False}
+_loaded: dict = {"path": None, "lib": None, "late": False, "threads": None}
 
 
 def _candidates() -> list[str]:
@@ -44,6 +44,7 @@ def use_fast_blas() -> str | None:
             except OSError:
                 continue
             _loaded["path"] = path
+            _loaded["threads"] = threads()
             break
     return _loaded["path"]
 
@@ -59,6 +60,16 @@ def set_threads(n: int) -> None:
     fn = getattr(_loaded["lib"], "openblas_set_num_threads", None)
     if fn is not None:
         fn(int(n))
+
+
+def default_threads() -> int | None:
+    """OpenBLAS's own thread count when it was loaded (what :func:`restore_threads` sets back)."""
+    return _loaded["threads"]
+
+
+def restore_threads() -> None:
+    if _loaded["threads"]:
+        set_threads(_loaded["threads"])
 
 
 def is_slow() -> bool:

@@ -56,8 +56,10 @@ def _warn(text: str) -> None:
 
 def cmd_generate(a) -> int:
     from . import lossless, metrics, resources
-    from .formats import load_drafter
+    from .costs import load_or_measure
     from .engine import GenerationConfig, generate, generate_baseline, length_note, prompt_ids, run_to_summary
+    from .formats import load_drafter
+    from .policy import parse as parse_policy
     from .events import RoundEvent, Summary
     from .options import from_args
     from .target import load_target
@@ -80,13 +82,16 @@ def cmd_generate(a) -> int:
     note = length_note(target, len(prompt_ids(target, prompt, cfg)), cfg.max_tokens)
     if note:
         _warn(f"warning: {note}")
+    costs = None
+    if drafter is not None and parse_policy(cfg.policy).kind == "auto":
+        costs = load_or_measure(target, drafter, cfg.block_size or drafter.block_size, say=_warn)
     if a.baseline:
         # Warm both paths up first (kernel compilation, allocations) so neither pays it in the timed run.
         warm = GenerationConfig(max_tokens=8, seed=cfg.seed)
         run_to_summary(generate_baseline(target, prompt, warm))
         if drafter:
             run_to_summary(generate(target, drafter, prompt, warm))
-    events = generate(target, drafter, prompt, cfg) if drafter else generate_baseline(target, prompt, cfg)
+    events = generate(target, drafter, prompt, cfg, costs=costs) if drafter else generate_baseline(target, prompt, cfg)
     summary = None
     for ev in events:
         if isinstance(ev, RoundEvent) and not a.json:
@@ -112,6 +117,18 @@ def cmd_generate(a) -> int:
     if a.baseline:
         print(f"plain mlx-lm decoding {result['baseline_tokens_per_sec']:.1f} tok/s, speedup {result['speedup']:.2f}x"
               + (f"; {verdict.explain()}" if verdict else " (sampled: outputs differ by design)"), file=sys.stderr)
+    return 0
+
+
+def cmd_costs(a) -> int:
+    from .costs import describe, load_or_measure
+    from .formats import load_drafter
+    from .target import load_target
+
+    target = load_target(a.target, say=_warn)
+    drafter = load_drafter(a.drafter, target, say=_warn)
+    costs = load_or_measure(target, drafter, a.block_size or drafter.block_size, remeasure=a.remeasure, say=_warn)
+    print(json.dumps(costs.to_dict()) if a.json else describe(costs))
     return 0
 
 
@@ -301,6 +318,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--baseline", action="store_true", help="also run plain mlx-lm decoding and report the speedup")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.set_defaults(fn=cmd_generate)
+
+    c = sub.add_parser("costs", help="this machine's measured verify and draft costs (what the auto policy uses)")
+    c.add_argument("--target", required=True)
+    c.add_argument("--drafter", required=True)
+    c.add_argument("--block-size", type=int, help="drafted tokens per round (default: the drafter's own)")
+    c.add_argument("--remeasure", action="store_true", help="measure again instead of reading the cache")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.set_defaults(fn=cmd_costs)
 
     n = sub.add_parser("inspect", help="say what a drafter directory is, without loading a target")
     n.add_argument("dir", help="drafter directory or Hugging Face name")

@@ -21,9 +21,6 @@ class SamplingParams:
         return self.temperature <= 0
 
 
-VERIFY_POLICIES = ("all", "confidence")
-
-
 @dataclass(frozen=True)
 class GenerationConfig:
     max_tokens: int = option(256, "tokens to generate", lo=1, hi=1_000_000)
@@ -34,10 +31,11 @@ class GenerationConfig:
     top_k: int = option(0, "keep only the k most likely tokens (0: off)", lo=0, hi=10_000_000, label="Top-k")
     seed: int = option(0, "random seed of sampling", lo=0, hi=2**31 - 1)
     block_size: int | None = option(None, "drafted tokens per round", lo=0, hi=64, none="the drafter's own")
-    verify: str = option("all", "which drafted tokens the target verifies: all, or (confidence) the prefix "
-                         "whose predicted survival stays above the threshold", choices=VERIFY_POLICIES)
-    confidence_threshold: float = option(0.3, "survival threshold of the confidence policy", lo=0.0, hi=1.0,
-                                         label="Threshold", step=0.05)
+    policy: str = option("fixed", "how many drafted tokens the target verifies each round: fixed (all), fixed:K "
+                         "(the first K), threshold:C (the prefix whose predicted survival stays above C; needs a "
+                         "confidence head) or auto (as many as raise the expected tokens per second on this "
+                         "machine's measured costs)", label="Verify policy",
+                         suggest=("fixed", "auto", "threshold:0.3", "fixed:2", "fixed:4"))
     stop_at_eos: bool = option(True, "stop at the target's end-of-sequence token", flag="--ignore-eos",
                                label="Stop at EOS")
     chat_template: bool = option(True, "wrap a text prompt in the tokenizer's chat template as one user turn, "
@@ -54,7 +52,10 @@ class GenerationConfig:
         return SamplingParams(self.temperature, self.top_p, self.top_k)
 
     def check(self, vocab_size: int | None = None) -> None:
+        from .policy import parse
+
         check_options(self)
+        parse(self.policy)
         self.template_options()
         if vocab_size is not None and self.top_k > vocab_size:
             raise DsparkError(f"top-k {self.top_k} is larger than the target's vocabulary ({vocab_size})")

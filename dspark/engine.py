@@ -24,11 +24,14 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 import mlx.core as mx
 
-from . import metrics
+from . import blas, metrics
 from .cache import rollback
+from .costs import Costs, load_or_measure
 from .errors import DsparkError
-from .events import CommittedToken, RoundEvent, Source, Summary
 from .config import GenerationConfig
+from .events import CommittedToken, RoundEvent, Source, Summary
+from .policy import Scheduler
+from .policy import parse as parse_policy
 from .sampling import SamplingParams, accept_sampled, distribution, greedy_choice, token_probs
 from .target import Target
 
@@ -99,48 +102,42 @@ class _Verdict:
     new_rows: mx.array  # tap rows of [anchor, d_1..d_a], the drafter's next context
 
 
-def _verify_width(draft, budget: int, cfg: GenerationConfig) -> int:
-    """How many of the drafted tokens the target scores; ``budget`` is the most that may
-    still be committed before the round's own token. ``confidence`` admits draft k while the
-    predicted survival of drafts 1..k stays above the threshold: c_k depends on d_1..d_{k-1}
-    only, so the choice never peeks at d_k and stays lossless."""
-    if draft is None:
-        return 0
-    width = min(draft.tokens.shape[1], budget)
-    if cfg.verify != "confidence" or draft.confidences is None:
-        return width
-    conf = draft.confidences[0].tolist()  # a host sync, only for this policy
-    survival, k = 1.0, 0
-    while k < width and survival * conf[k] >= cfg.confidence_threshold:
-        survival *= conf[k]
-        k += 1
-    return k
-
-
 def _round(target: Target, session, cache: list, anchor: int, position: int, new_rows, block_size: int,
-           budget: int, cfg: GenerationConfig, key: mx.array) -> _Verdict:
+           budget: int, sched: Scheduler, sp: SamplingParams, key: mx.array, threads: dict) -> _Verdict:
     k_draft, k_accept = mx.random.split(key)
-    sp = cfg.sampling
     t0 = perf_counter()
+    _threads(threads, "draft")
     draft = session.propose(anchor, position, new_rows, block_size, sp, k_draft) if block_size > 0 else None
-    width = _verify_width(draft, budget, cfg)
+    conf = None
+    if draft is not None and draft.confidences is not None and sched.wants_confidences(True):
+        conf = draft.confidences[0].tolist()  # a host sync (it evaluates the draft), only for these policies
+    width = sched.width(draft.tokens.shape[1], budget, conf) if draft is not None else 0
     verify_ids = mx.array([anchor], mx.int32)
     if width:
         verify_ids = mx.concatenate([verify_ids, draft.tokens[0, :width].astype(mx.int32)])
     # The verify graph is built on the lazy draft, so it is ready when the draft is read.
     logits, taps = target.forward(verify_ids[None], cache, session.tap_layers)
-    drafted, dprobs, conf, z = [], [], None, None
+    drafted, dprobs, z = [], [], None
     if draft is not None:
         mx.eval(draft.tokens, draft.draft_probs, draft.confidences, draft.conf_logits, session.state())  # sync 1
         drafted, dprobs = draft.tokens[0].tolist(), draft.draft_probs[0].tolist()
         conf = draft.confidences[0].tolist() if draft.confidences is not None else None
         z = draft.conf_logits[0].tolist() if draft.conf_logits is not None else None
     t1 = perf_counter()
+    _threads(threads, "verify")
     q = draft.q[0, :width] if width and draft.q is not None else None
     a, tokens, probs = _accept(logits[0], drafted[:width], q, sp, k_accept, taps)  # sync 2
     rollback(cache, width - a)
+    sched.observe(width, a)
     t2 = perf_counter()
     return _Verdict(drafted, dprobs, conf, z, width, a, tokens, probs, t1 - t0, t2 - t1, taps[:, : a + 1])
+
+
+def _threads(threads: dict, phase: str) -> None:
+    """The BLAS thread count measured best for this phase (dspark.costs), if any."""
+    n = threads.get(phase)
+    if n:
+        blas.set_threads(n)
 
 
 def _accept(logits: mx.array, drafted: list[int], q: mx.array | None, sp: SamplingParams, key, taps):
@@ -182,23 +179,35 @@ def generate(
     prompt: str | Sequence[int],
     config: GenerationConfig = GenerationConfig(),
     cancel: Callable[[], bool] | None = None,
+    costs: Costs | None = None,
 ) -> Iterator[RoundEvent | Summary]:
-    """Speculative generation: yields a ``RoundEvent`` per round, then a ``Summary``."""
+    """Speculative generation: yields a ``RoundEvent`` per round, then a ``Summary``.
+    ``costs`` (this machine's, :mod:`dspark.costs`) drive the ``auto`` policy and the
+    per-phase BLAS threads; ``auto`` loads or measures them when none are given."""
     config.check(target.dims.vocab_size)
+    pol = parse_policy(config.policy)
     ids = prompt_ids(target, prompt, config)
     session = drafter.start(target)
     block_size = session.block_size if config.block_size is None else config.block_size
+    if costs is None and pol.kind == "auto":
+        costs = load_or_measure(target, drafter, block_size)
+    sched = Scheduler(pol, block_size, costs)
+    threads = costs.threads if costs is not None else {}
     run = _Run("speculative", target, ids, config, cancel)
     key = mx.random.key(config.seed)
     cache = target.make_cache()
     new_rows = _prefill(target, cache, ids[:-1], session.tap_layers, config.prefill_step_size)
     run.prefilled()
     anchor, position = ids[-1], len(ids) - 1
-    while run.wants_more():
-        key, k_round = mx.random.split(key)
-        v = _round(target, session, cache, anchor, position, new_rows, block_size, run.remaining - 1, config, k_round)
-        yield run.commit(anchor, v)
-        anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
+    try:
+        while run.wants_more():
+            key, k_round = mx.random.split(key)
+            v = _round(target, session, cache, anchor, position, new_rows, block_size, run.remaining - 1, sched,
+                       config.sampling, k_round, threads)
+            yield run.commit(anchor, v)
+            anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
+    finally:
+        blas.restore_threads()
     yield run.summary()
 
 

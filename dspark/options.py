@@ -26,12 +26,14 @@ from .errors import DsparkError
 
 def option(default: Any, help: str, *, flag: str | None = None, choices: Sequence[str] | None = None,
            lo: float | None = None, hi: float | None = None, label: str | None = None,
-           form: bool = True, none: str | None = None, step: float | None = None):
+           form: bool = True, none: str | None = None, step: float | None = None,
+           suggest: Sequence[str] | None = None):
     """A dataclass field with its help, ``--flag`` (default: from the name), legal values
     (``choices`` or the closed range ``lo``..``hi``), a form ``label`` and whether the app's
-    form shows it. ``none`` names what a None value means (shown by forms and help)."""
+    form shows it. ``none`` names what a None value means (shown by forms and help);
+    ``suggest`` lists common values of a free-text field (a form offers them)."""
     meta = dict(help=help, flag=flag, choices=tuple(choices) if choices else None, lo=lo, hi=hi,
-                label=label, form=form, none=none, step=step)
+                label=label, form=form, none=none, step=step, suggest=tuple(suggest) if suggest else None)
     return field(default=default, metadata={"option": meta})
 
 
@@ -52,6 +54,7 @@ class OptionSpec:
     form: bool
     none: str | None
     step: float | None
+    suggest: tuple[str, ...] | None = None
 
 
 def _kind(hint) -> tuple[type, bool]:
@@ -79,7 +82,8 @@ def describe(cls) -> list[OptionSpec]:
             flag = "--no-" + f.name.replace("_", "-")
         label = meta["label"] or f.name.replace("_", " ").capitalize()
         out.append(OptionSpec(f.name, kind, optional, f.default, meta["help"], flag, meta["choices"],
-                              meta["lo"], meta["hi"], label, meta["form"], meta["none"], meta["step"]))
+                              meta["lo"], meta["hi"], label, meta["form"], meta["none"], meta["step"],
+                              meta.get("suggest")))
     return out
 
 

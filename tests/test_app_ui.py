@@ -66,7 +66,7 @@ def test_settings_and_recent_dirs_persist(qtbot, dirs, home):
     w.controls.add_drafter(str(dirs["drafter"]))
     w.on_target_chosen(str(dirs["target"]))
     w.controls.form.widget("max_tokens").setValue(77)
-    w.controls.form.widget("verify").setCurrentText("confidence")
+    w.controls.form.widget("policy").setCurrentText("threshold:0.2")
     w.controls.prompt.setPlainText("the of")
     w.close()
 
@@ -80,7 +80,7 @@ def test_settings_and_recent_dirs_persist(qtbot, dirs, home):
     w2 = make_window(qtbot, prefs2)
     w2.restore(target, drafters)
     assert w2.controls.form.widget("max_tokens").value() == 77
-    assert w2.controls.form.widget("verify").currentText() == "confidence" and w2.controls.form.widget("confidence_threshold").isEnabled()
+    assert w2.controls.form.widget("policy").currentText() == "threshold:0.2"
     assert w2.controls.prompt_text() == "the of"
     assert w2.controls.drafter_paths() == [str(dirs["drafter"])]
     w2.close()

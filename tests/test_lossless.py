@@ -61,7 +61,7 @@ def test_oracle_drafter_matches_plain_greedy(case, seed):
 def test_confidence_policy_varies_width_and_stays_exact(case):
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
-    s = spec(target, drafter, n, verify="confidence", confidence_threshold=0.2)
+    s = spec(target, drafter, n, policy="threshold:0.2")
     assert list(s.tokens) == ref
     assert len(set(s.verify_widths)) > 1
 

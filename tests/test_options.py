@@ -28,8 +28,8 @@ def test_every_field_is_an_option_with_help():
 def test_cli_defaults_and_flags_come_from_the_fields():
     assert parse(GenerationConfig, []) == GenerationConfig()
     g = parse(GenerationConfig, ["--max-tokens", "9", "--top-k", "3", "--block-size", "4", "--ignore-eos",
-                                 "--verify", "confidence"])
-    assert (g.max_tokens, g.top_k, g.block_size, g.stop_at_eos, g.verify) == (9, 3, 4, False, "confidence")
+                                 "--policy", "threshold:0.4"])
+    assert (g.max_tokens, g.top_k, g.block_size, g.stop_at_eos, g.policy) == (9, 3, 4, False, "threshold:0.4")
     d = parse(DflashConfig, ["--layers", "3", "--taps", "1,4,7", "--no-markov"])
     assert (d.num_layers, d.tap_layers, d.markov, d.confidence) == (3, (1, 4, 7), False, True)
     t = parse(TrainSettings, ["--batch", "8", "--self-distill", "--no-compile", "--max-sequences", "5"])
@@ -42,7 +42,6 @@ def test_cli_defaults_and_flags_come_from_the_fields():
     (GenerationConfig(top_p=1.5), "top-p must be between 0 and 1"),
     (GenerationConfig(seed=-1), "seed must be between 0"),
     (GenerationConfig(block_size=10**6), "block-size must be between 0 and 64"),
-    (GenerationConfig(verify="sometimes"), "verify must be one of all, confidence"),
     (DflashConfig(markov_rank=-1), "markov-rank must be between 1"),
     (DflashConfig(num_layers=10**6), "layers must be between 1 and 64"),
     (TrainSettings(steps=0), "steps must be between 1"),
@@ -50,6 +49,12 @@ def test_cli_defaults_and_flags_come_from_the_fields():
 def test_out_of_range_values_are_refused_in_one_sentence(value, message):
     with pytest.raises(DsparkError, match=message):
         check_options(value)
+
+
+@pytest.mark.parametrize("text", ["sometimes", "fixed:-1", "fixed:x", "threshold:2", "threshold", "auto:3", ""])
+def test_a_bad_verify_policy_is_refused_in_one_sentence(text):
+    with pytest.raises(DsparkError, match="is not a verify policy: a verify policy is fixed, fixed:K"):
+        GenerationConfig(policy=text).check()
 
 
 def test_top_k_beyond_the_vocabulary_is_refused():

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from dspark import DflashConfig, DflashDrafter, GenerationConfig, SamplingParams, generate, run_to_summary
+from dspark.costs import Costs
 from dspark.sampling import distribution
 from oracle import OracleDrafter
 from tiny import tiny_target
@@ -49,7 +50,14 @@ def target():
 CASES = {
     "random-drafter-T1": (dict(temperature=1.0), "random"),
     "oracle-T0.8-topp-topk": (dict(temperature=0.8, top_p=0.9, top_k=6), "oracle"),
+    # the width read from this round's confidences (which depend on the drafts before)
+    "random-drafter-T1-threshold": (dict(temperature=1.0, policy="threshold:0.3"), "random"),
+    "random-drafter-T1-auto": (dict(temperature=1.0, policy="auto"), "random"),
+    # the width learnt from earlier rounds' acceptance
+    "oracle-T0.8-auto": (dict(temperature=0.8, policy="auto"), "oracle"),
 }
+#: Verifying more rows costs more on this pretend machine, so auto's widths vary.
+STEEP = Costs(verify_ms=(2.0, 2.6, 3.6, 5.0), draft_ms=2.0, step_ms=1.5)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -62,13 +70,17 @@ def test_speculative_sampling_matches_target_distribution(target, name):
     else:  # a deterministic drafter proposing a fixed plausible sequence (q is one-hot)
         drafter = OracleDrafter(PROMPT + [int(np.argmax(e)) for e in exact] * 2, VOCAB, block_size=3, corrupt=0.3)
     counts = np.zeros((3, VOCAB))
-    accepted = 0
+    accepted, widths = 0, set()
     for seed in range(N):
-        s = run_to_summary(generate(target, drafter, PROMPT, GenerationConfig(**{**cfg.__dict__, "seed": seed})))
+        s = run_to_summary(generate(target, drafter, PROMPT, GenerationConfig(**{**cfg.__dict__, "seed": seed}),
+                                    costs=STEEP))
         for i, tok in enumerate(s.tokens):
             counts[i, tok] += 1
         accepted += sum(s.accepted_lengths)
+        widths.update(s.verify_widths)
     assert accepted > N // 4, "the test needs accepted drafts to exercise the ratio test"
+    if cfg.policy != "fixed":
+        assert len(widths) > 1, f"the policy should vary the width, got {sorted(widths)}"
     for i in range(3):
         tv = 0.5 * np.abs(counts[i] / N - exact[i]).sum()
         assert tv <= tv_bound(exact[i], N), f"token {i}: TV {tv:.4f} > bound {tv_bound(exact[i], N):.4f}"

@@ -103,10 +103,6 @@ class ControlPanel(QWidget):
         self.form = SettingsForm(GenerationConfig)
         gl.addWidget(self.form)
         lay.addWidget(g)
-        # The threshold only matters to the confidence policy.
-        verify, threshold = self.form.widget("verify"), self.form.widget("confidence_threshold")
-        verify.currentTextChanged.connect(lambda v: threshold.setEnabled(v == "confidence"))
-        threshold.setEnabled(verify.currentText() == "confidence")
 
         row = QHBoxLayout()
         self.run_b = QPushButton("Run")

@@ -29,9 +29,10 @@ class SettingsForm(QWidget):
     def _widget(self, s) -> QWidget:
         if s.kind is bool:
             return QCheckBox()
-        if s.choices:
+        if s.choices or s.suggest:
             w = QComboBox()
-            w.addItems(list(s.choices))
+            w.addItems(list(s.choices or s.suggest))
+            w.setEditable(bool(s.suggest))  # suggestions: other values may be typed
             return w
         if s.kind is int:
             w = QSpinBox()

@@ -126,7 +126,7 @@ def collect_rounds(
     rounds: list[Round] = []
     events: list[tuple[list[RoundEvent], list[Round]]] = []
     cfg = GenerationConfig(max_tokens=max_tokens, temperature=0.0, block_size=block_size or drafter.cfg.block_size,
-                           verify="all", stop_at_eos=False)
+                           policy="fixed", stop_at_eos=False)
     for prompt in prompts:
         evs = [ev for ev in generate(target, drafter, prompt, cfg) if isinstance(ev, RoundEvent)]
         rounds.extend(Round(ev.confidence_logits, ev.verify_width, ev.accepted) for ev in evs)

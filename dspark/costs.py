@@ -1,0 +1,210 @@
+"""What a round costs on this machine: the target's verify forward for 1 + w rows (w = 0..G),
+the drafter's block, and a plain one-token step, measured once per machine, model, drafter
+shape and MLX version and kept in the user cache folder (``dspark costs --remeasure`` measures
+again). The ``auto`` verify policy reads it; ``dspark bench`` records it.
+
+On Linux with OpenBLAS each phase is also timed with one BLAS thread and with all of them, and
+the faster count is kept per phase: a one-row decode and a many-row verify do not prefer the
+same count, and neither does a loaded machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Callable
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+from . import blas
+from .cache import rollback
+from .config import SamplingParams
+from .files import write_text
+
+VERSION = 1
+PHASES = ("draft", "verify", "step")
+
+
+@dataclass(frozen=True)
+class Costs:
+    verify_ms: tuple[float, ...]  # [w]: a verify forward of the anchor and w drafts, with taps
+    draft_ms: float  # one drafted block
+    step_ms: float  # one plain decoding step (one row, logits only)
+    threads: dict[str, int] = field(default_factory=dict)  # phase -> BLAS threads (empty: not set)
+    context: int = 0  # committed tokens in the cache while measuring
+    measured_at: str = ""
+    key: str = ""
+
+    def to_dict(self) -> dict:
+        return {"version": VERSION, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Costs":
+        if d.get("version") != VERSION:
+            raise ValueError("another version")
+        return cls(verify_ms=tuple(float(x) for x in d["verify_ms"]), draft_ms=float(d["draft_ms"]),
+                   step_ms=float(d["step_ms"]), threads={str(k): int(v) for k, v in d.get("threads", {}).items()},
+                   context=int(d.get("context", 0)), measured_at=str(d.get("measured_at", "")), key=str(d.get("key", "")))
+
+
+def cache_dir() -> Path:
+    from platformdirs import user_cache_dir
+
+    return Path(os.environ.get("DSPARK_COSTS_DIR") or Path(user_cache_dir("dspark", "DSpark")) / "costs")
+
+
+def shape_fingerprint(module) -> str:
+    """What a model's cost depends on: its parameters' names, shapes and dtypes (not values)."""
+    if module is None or not hasattr(module, "parameters"):
+        return type(module).__name__
+    h = hashlib.sha1()
+    for name, v in tree_flatten(module.parameters()):
+        h.update(f"{name}:{tuple(v.shape)}:{v.dtype};".encode())
+    return h.hexdigest()[:16]
+
+
+def machine() -> dict:
+    """This machine and software, as the costs (and the benchmark's records) depend on them."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"os": platform.platform(), "node": platform.node(), "cpu": cpu, "cpus": os.cpu_count(),
+            "mlx": mx.__version__, "device": str(mx.default_device()), "blas": blas.describe()}
+
+
+def key_for(target, drafter, block_size: int) -> str:
+    m = machine()
+    parts = [m["node"], m["cpu"], m["mlx"], m["device"], m["blas"].split(",")[0], shape_fingerprint(target.lm),
+             shape_fingerprint(getattr(drafter, "net", drafter)), str(block_size), str(VERSION)]
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:20]
+
+
+def load_or_measure(target, drafter, block_size: int, remeasure: bool = False, say: Callable[[str], None] | None = None,
+                    **kw) -> Costs:
+    """The cached costs for this machine, target, drafter shape and block size, measured now
+    when there are none (or ``remeasure``)."""
+    key = key_for(target, drafter, block_size)
+    path = cache_dir() / f"{key}.json"
+    if not remeasure and path.is_file():
+        try:
+            return Costs.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged or older file is measured again
+    if say is not None:
+        say(f"measuring this machine's verify and draft costs (once; kept in {path.parent})")
+    costs = measure(target, drafter, block_size, key=key, **kw)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps(costs.to_dict(), indent=1))
+    except Exception:  # noqa: BLE001  (a read-only cache only means measuring again next time)
+        pass
+    return costs
+
+
+def measure(target, drafter, block_size: int, context: int = 256, repeats: int = 7, key: str = "") -> Costs:
+    """Time each phase on a cache holding ``context`` tokens; medians of ``repeats`` runs
+    after a warm-up. Nothing of it is kept in any generation's state."""
+    rng = mx.random.key(1234)
+    vocab = target.dims.vocab_size
+    ids = mx.random.randint(5, vocab, (context + block_size + 1,), key=rng).astype(mx.int32)
+    session = drafter.start(target)
+    taps = session.tap_layers
+    cache = target.make_cache()
+    _, rows = target.forward(ids[None, :context], cache, taps, logits=False)
+    mx.eval(rows, [c.state for c in cache])
+    anchor = int(ids[context].item())
+    first = session.propose(anchor, context, rows, block_size, SamplingParams(), mx.random.key(0))
+    mx.eval(first.tokens, session.state())
+
+    def draft():
+        d = session.propose(anchor, context, None, block_size, SamplingParams(), mx.random.key(0))
+        mx.eval(d.tokens, d.draft_probs, d.confidences if d.confidences is not None else d.tokens, session.state())
+
+    def verify(w):
+        def run():
+            logits, t = target.forward(ids[None, context : context + 1 + w], cache, taps)
+            mx.eval(mx.argmax(logits, axis=-1), t)
+            rollback(cache, 1 + w)
+        return run
+
+    def step():
+        logits = target.model(ids[None, context : context + 1], cache=cache)
+        mx.eval(mx.argmax(logits[:, -1], axis=-1))
+        rollback(cache, 1)
+
+    phases = {"draft": [draft], "verify": [verify(w) for w in range(block_size + 1)], "step": [step]}
+    choices = _thread_choices()
+    by_threads = {n: _interleaved_ms(phases, repeats, n) for n in choices}
+    best: dict[str, int] = {}
+    timings: dict = {}
+    for phase in phases:
+        n_best = min(choices, key=lambda n: sum(by_threads[n][phase]))
+        timings[phase] = by_threads[n_best][phase]
+        if n_best:
+            best[phase] = n_best
+    blas.restore_threads()
+    return Costs(verify_ms=tuple(monotone(timings["verify"])), draft_ms=timings["draft"][0],
+                 step_ms=timings["step"][0], threads=best, context=context,
+                 measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), key=key)
+
+
+def _thread_choices() -> list[int]:
+    """BLAS thread counts to try: [1, all] with OpenBLAS on a multi-core machine, else [0] (leave it)."""
+    n = blas.default_threads()
+    if not n or n < 2:
+        return [0]
+    return [1, n]
+
+
+def _interleaved_ms(phases: dict, repeats: int, threads: int) -> dict:
+    """Median milliseconds of each function of each phase. The functions take turns within
+    each repeat, so a change of the machine's load touches them all alike; the first turn
+    is a warm-up (kernels compiled, allocator caches filled)."""
+    if threads:
+        blas.set_threads(threads)
+    times = {phase: [[] for _ in fns] for phase, fns in phases.items()}
+    for rep in range(repeats + 1):
+        for phase, fns in phases.items():
+            for i, fn in enumerate(fns):
+                t0 = time.perf_counter()
+                fn()
+                if rep:
+                    times[phase][i].append((time.perf_counter() - t0) * 1000)
+    return {phase: [median(t) for t in ts] for phase, ts in times.items()}
+
+
+def monotone(values: list[float]) -> list[float]:
+    """The closest non-decreasing sequence (pool adjacent violators): verifying more rows never
+    costs less, and a noisy measurement that says so would mislead the scheduler."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, n2 = blocks.pop()
+            m1, n1 = blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return [m for m, n in blocks for _ in range(n)]
+
+
+def describe(costs: Costs) -> str:
+    """One line for a terminal or a status bar."""
+    v = ", ".join(f"{x:.1f}" for x in costs.verify_ms)
+    t = ", ".join(f"{k} {n}" for k, n in costs.threads.items())
+    return (f"plain step {costs.step_ms:.1f} ms, draft {costs.draft_ms:.1f} ms, verify of 0..{len(costs.verify_ms) - 1} "
+            f"drafts [{v}] ms" + (f"; BLAS threads: {t}" if t else ""))
+
+
+__all__ = ["Costs", "PHASES", "cache_dir", "describe", "key_for", "load_or_measure", "machine", "measure",
+           "shape_fingerprint"]

@@ -1,0 +1,155 @@
+"""How many drafted tokens the target verifies each round (the verify width).
+
+- ``fixed:K``: the first K drafted tokens (``fixed``: all of them);
+- ``threshold:C``: the longest prefix whose predicted survival (the product of the drafter's
+  calibrated confidences c_1..c_k) stays at or above C; needs a confidence head;
+- ``auto``: DSpark's hardware-aware scheduler for one stream (Algorithm 1 of the DSpark paper
+  with R = 1): admit draft k while the expected committed tokens per second of the round,
+  ``(1 + a_1 + .. + a_k) / (t_draft + t_verify(k))``, still rises, and stop at its first drop.
+  ``t_verify`` is this machine's measured cost of a verify forward of 1 + k rows
+  (:mod:`dspark.costs`). ``a_j``, the chance that drafts 1..j are all accepted, comes from
+  the confidence head when the drafter has one, else from the acceptance seen so far in the
+  run (a running mean per position, starting optimistic).
+
+Every policy is lossless: the width decides only how many drafts are checked, never which
+token is committed, and the decision about draft k depends on nothing the target has not yet
+been asked (c_k depends on drafts 1..k-1 only, and the running means on earlier rounds only).
+Stopping at the first drop, rather than searching past it, keeps it that way under sampling
+(the paper's Appendix A).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import DsparkError
+
+KINDS = ("fixed", "threshold", "auto")
+#: Running mean of per-position acceptance: weight of the newest round, and the starting value.
+EWMA_WEIGHT, EWMA_START = 0.1, 0.9
+
+
+@dataclass(frozen=True)
+class Policy:
+    kind: str
+    k: int | None = None  # fixed: how many (None: all)
+    c: float | None = None  # threshold: the survival threshold
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return "fixed" if self.k is None else f"fixed:{self.k}"
+        return f"threshold:{self.c:g}" if self.kind == "threshold" else "auto"
+
+    @property
+    def needs_confidence(self) -> bool:
+        return self.kind == "threshold"
+
+
+def parse(text: str) -> Policy:
+    """``fixed``, ``fixed:K``, ``threshold:C`` or ``auto``; DsparkError in one sentence otherwise."""
+    kind, _, arg = str(text).strip().partition(":")
+    hint = "a verify policy is fixed, fixed:K (K >= 0), threshold:C (0 <= C <= 1) or auto"
+    try:
+        if kind == "fixed":
+            k = int(arg) if arg else None
+            if k is not None and not 0 <= k <= 64:
+                raise ValueError
+            return Policy("fixed", k=k)
+        if kind == "threshold":
+            c = float(arg)
+            if not 0.0 <= c <= 1.0:
+                raise ValueError
+            return Policy("threshold", c=c)
+        if kind == "auto" and not arg:
+            return Policy("auto")
+    except ValueError:
+        pass
+    raise DsparkError(f"{text!r} is not a verify policy: {hint}")
+
+
+def survival(confidences: list[float]) -> list[float]:
+    """a_j = c_1 * .. * c_j: the predicted chance that drafts 1..j are all accepted."""
+    out, s = [], 1.0
+    for c in confidences:
+        s *= max(0.0, min(1.0, c))
+        out.append(s)
+    return out
+
+
+def threshold_width(confidences: list[float], c: float, width: int) -> int:
+    """The longest prefix (at most ``width``) whose survival stays at or above ``c``."""
+    k = 0
+    for a in survival(confidences[:width]):
+        if a < c:
+            break
+        k += 1
+    return k
+
+
+def auto_width(a: list[float], draft_ms: float, verify_ms: list[float], width: int) -> int:
+    """Admit drafts in order while expected tokens per second rises; stop at the first drop.
+    ``a[j-1]`` = a_j; ``verify_ms[w]`` = cost of verifying w drafts (1 + w rows)."""
+    width = min(width, len(a), len(verify_ms) - 1)
+    best_k, expected = 0, 1.0
+    best = expected / (draft_ms + verify_ms[0])
+    for j in range(1, width + 1):
+        expected += a[j - 1]
+        rate = expected / (draft_ms + verify_ms[j])
+        if rate <= best:
+            break
+        best, best_k = rate, j
+    return best_k
+
+
+class RunningAcceptance:
+    """Per-position conditional acceptance P(draft k accepted | drafts 1..k-1 accepted), a
+    running mean over the rounds that verified position k; what ``auto`` uses when the drafter
+    has no confidence head."""
+
+    def __init__(self, positions: int):
+        self.p = [EWMA_START] * positions
+
+    def survival(self) -> list[float]:
+        return survival(self.p)
+
+    def observe(self, width: int, accepted: int) -> None:
+        # Position k+1 was tried when drafts 1..k were accepted and k < width.
+        for k in range(min(accepted + 1, width, len(self.p))):
+            hit = 1.0 if k < accepted else 0.0
+            self.p[k] += EWMA_WEIGHT * (hit - self.p[k])
+
+
+
+
+class Scheduler:
+    """One run's width decisions under ``policy`` (``costs``: a :class:`dspark.costs.Costs`,
+    required by ``auto``)."""
+
+    def __init__(self, policy: Policy, block_size: int, costs=None):
+        if policy.kind == "auto" and costs is None:
+            raise ValueError("the auto policy needs measured costs")
+        self.policy, self.costs = policy, costs
+        self.running = RunningAcceptance(block_size)
+
+    def wants_confidences(self, has_confidence: bool) -> bool:
+        """Whether the decision reads this round's confidences (a host sync before the verify)."""
+        return self.policy.kind == "threshold" or (self.policy.kind == "auto" and has_confidence)
+
+    def width(self, drafted: int, budget: int, confidences: list[float] | None) -> int:
+        w = max(0, min(drafted, budget))
+        p = self.policy
+        if p.kind == "fixed":
+            return w if p.k is None else min(w, p.k)
+        if p.kind == "threshold":
+            if confidences is None:
+                raise DsparkError(f"the {p} verify policy needs a drafter with a confidence head; this one has none "
+                                  f"(use auto or fixed)")
+            return threshold_width(confidences, p.c, w)
+        a = survival(confidences) if confidences is not None else self.running.survival()
+        return auto_width(a, self.costs.draft_ms, list(self.costs.verify_ms), w)
+
+    def observe(self, width: int, accepted: int) -> None:
+        self.running.observe(width, accepted)
+
+
+__all__ = ["KINDS", "Policy", "RunningAcceptance", "Scheduler", "auto_width", "parse", "survival", "threshold_width"]
