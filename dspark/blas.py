@@ -62,6 +62,11 @@ def set_threads(n: int) -> None:
         fn(int(n))
 
 
+def loaded_path() -> str | None:
+    """The OpenBLAS library this process loaded (None: none)."""
+    return _loaded["path"]
+
+
 def default_threads() -> int | None:
     """OpenBLAS's own thread count when it was loaded (what :func:`restore_threads` sets back)."""
     return _loaded["threads"]

@@ -349,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
 DELEGATED = {
     "train": ("dspark.cli:train_main", "train a drafter against a target (dspark train --help)"),
     "calibrate": ("dspark.cli:calibrate_main", "fit a drafter's confidence temperatures (dspark calibrate --help)"),
+    "bench": ("dspark.bench:main", "time speculative decoding against plain mlx-lm decoding (dspark bench --help)"),
     "make-demo": ("dspark.demo.build:main", "rebuild and measure the bundled demo models (dspark make-demo --help)"),
 }
 

@@ -103,7 +103,7 @@ def load_or_measure(target, drafter, block_size: int, remeasure: bool = False, s
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged or older file is measured again
     if say is not None:
-        say(f"measuring this machine's verify and draft costs (once; kept in {path.parent})")
+        say(f"measuring this machine's verify and draft costs (kept in {path.parent})")
     costs = measure(target, drafter, block_size, key=key, **kw)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

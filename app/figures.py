@@ -1,0 +1,116 @@
+"""Figures of a ``dspark bench`` result, drawn with the app's own plot styling, as PNG files.
+
+    python -m dspark_studio.figures BENCH_OUT_DIR [--presentation]
+
+``dspark bench --plot`` runs this in a separate process (the ``dspark`` library never imports
+Qt). It reads ``summary.json`` and writes ``speedup.png`` (each arm's median speedup over plain
+mlx-lm decoding, with the middle half of its trials), ``acceptance.png`` (acceptance by draft
+position per arm) and ``costs.png`` (this machine's measured verify cost by width, and the
+draft's), and prints each path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+SIZE = (1200, 700)
+
+
+def _figures(doc: dict, theme):
+    import numpy as np
+    import pyqtgraph as pg
+    from PySide6.QtCore import Qt
+
+    from .panes.plots import integer_ticks, make_plot, style_plot
+
+    arms = [a for a in doc["arms"] if "speedup" in a]
+    out = {}
+
+    w = make_plot(f"Speedup over plain mlx-lm decoding ({doc['prompts']['count']} prompts x "
+                  f"{doc['settings']['repeats']}, {doc['settings']['max_tokens']} tokens)", "x plain", "")
+    xs = list(range(len(arms)))
+    w.addItem(pg.BarGraphItem(x=xs, height=[a["speedup"] for a in arms], width=0.6,
+                              brushes=[theme.series[i % len(theme.series)] for i in xs], pen=None))
+    lo = [a["speedup"] - a["speedup_spread"]["p25"] for a in arms]
+    hi = [a["speedup_spread"]["p75"] - a["speedup"] for a in arms]
+    w.addItem(pg.ErrorBarItem(x=np.array(xs, float), y=np.array([a["speedup"] for a in arms]),
+                              top=np.array(hi), bottom=np.array(lo), beam=0.2, pen=pg.mkPen(theme.fg, width=2)))
+    w.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(theme.base, width=2, style=Qt.DashLine)))
+    w.getAxis("bottom").setTicks([[(i, a["arm"]) for i, a in enumerate(arms)], []])
+    w.setYRange(0, max([1.2] + [a["speedup_spread"]["p75"] * 1.1 for a in arms]), padding=0)
+    out["speedup"] = w
+
+    w = make_plot("Acceptance by draft position (rounds with drafts 1..k accepted / rounds verifying k)",
+                  "rate", "draft position k")
+    w.addLegend(offset=(-10, 10))
+    for i, a in enumerate(a for a in arms if a.get("per_position_acceptance")):
+        ys = a["per_position_acceptance"]
+        color = theme.series[i % len(theme.series)]
+        w.plot(list(range(1, len(ys) + 1)), ys, pen=pg.mkPen(color, width=3), symbol="o", symbolBrush=color,
+               name=f"{a['arm']} (tau {a['tau']:.2f})")
+    w.setYRange(0, 1.05, padding=0)
+    integer_ticks(w, range(1, 1 + max([len(a.get("per_position_acceptance") or []) for a in arms], default=1)))
+    out["acceptance"] = w
+
+    w = make_plot("Measured cost on this machine", "ms", "drafts verified (rows = 1 + drafts)")
+    w.addLegend(offset=(10, 10))
+    for i, (name, c) in enumerate(doc.get("costs", {}).items()):
+        color = theme.series[i % len(theme.series)]
+        v = c["verify_ms"]
+        w.plot(list(range(len(v))), v, pen=pg.mkPen(color, width=3), symbol="o", symbolBrush=color,
+               name=f"verify ({name})")
+        w.addItem(pg.InfiniteLine(pos=c["draft_ms"], angle=0, pen=pg.mkPen(color, width=2, style=Qt.DashLine),
+                                  label=f"draft {name} {c['draft_ms']:.1f} ms", labelOpts={"color": theme.fg}))
+        step = c["step_ms"]
+    if doc.get("costs"):
+        w.addItem(pg.InfiniteLine(pos=step, angle=0, pen=pg.mkPen(theme.base, width=2),
+                                  label=f"plain step {step:.1f} ms", labelOpts={"color": theme.fg, "position": 0.9}))
+        w.setYRange(0, max(max(c["verify_ms"]) for c in doc["costs"].values()) * 1.15, padding=0)
+        integer_ticks(w, range(max(len(c["verify_ms"]) for c in doc["costs"].values())))
+    out["costs"] = w
+    for widget in out.values():
+        style_plot(widget, theme)
+    return out
+
+
+def plot(folder: Path, presentation: bool = False) -> list[Path]:
+    from PySide6.QtWidgets import QApplication
+
+    from .theme import NORMAL, PRESENTATION
+
+    doc = json.loads((folder / "summary.json").read_text())
+    app = QApplication.instance() or QApplication(sys.argv[:1])  # noqa: F841  (widgets need one)
+    paths = []
+    for name, w in _figures(doc, PRESENTATION if presentation else NORMAL).items():
+        w.resize(*SIZE)
+        w.show()
+        QApplication.processEvents()
+        path = folder / f"{name}.png"
+        if w.grab().save(str(path)):
+            paths.append(path)
+        w.close()
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dspark_studio.figures", description=__doc__.splitlines()[0])
+    p.add_argument("folder", help="a dspark bench --out folder (with summary.json)")
+    p.add_argument("--presentation", action="store_true", help="the high-contrast presentation theme")
+    a = p.parse_args(argv)
+    folder = Path(a.folder)
+    if not (folder / "summary.json").is_file():
+        print(f"figures: no summary.json in {folder}", file=sys.stderr)
+        return 2
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    for path in plot(folder, a.presentation):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

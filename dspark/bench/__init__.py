@@ -1,0 +1,265 @@
+"""``dspark bench``: speculative decoding against plain mlx-lm decoding, measured honestly.
+
+A warm-up, then ``--repeats`` rounds over the prompts; within each prompt every arm runs once,
+in an order that rotates, so the arms share the machine's changing load. Each trial generates
+exactly ``--max-tokens`` tokens (EOS ignored). Every trial is appended to ``trials.jsonl`` and
+``trials.csv`` in ``--out`` as it finishes; ``summary.json`` holds the per-arm figures, the
+environment and this machine's measured costs (:mod:`dspark.bench.report` defines each figure).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from ..errors import DsparkError
+from ..options import Parser
+from . import report
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="dspark bench", description="Time speculative decoding against plain mlx-lm decoding.")
+    p.add_argument("--target", help="target directory or Hugging Face name (default: the bundled demo target)")
+    p.add_argument("--drafter", action="append", default=[], help="drafter directory (repeatable; default with the "
+                   "demo target: the demo drafters)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt-set", help="a bundled prompt set (default: demo) or a .json / .txt set file")
+    src.add_argument("--prompts", help="a file of prompts: a .json list or a .txt with prompts separated by '---' lines")
+    p.add_argument("--prompt-count", type=int, help="use only the first N prompts")
+    p.add_argument("--max-tokens", type=int, default=256, help="tokens each trial generates (EOS ignored)")
+    p.add_argument("--repeats", type=int, default=3, help="trials per prompt and arm")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy, outputs compared)")
+    p.add_argument("--policy", action="append", default=[], help="verify policy per drafter (repeatable; default: "
+                   "fixed and auto): fixed, fixed:K, threshold:C, auto")
+    p.add_argument("--mlx-lm-draft", help="also run mlx-lm's own speculative decoding with this small draft model")
+    p.add_argument("--mlx-lm-num-draft", type=int, default=3, help="draft tokens per round of --mlx-lm-draft")
+    p.add_argument("--peer", action="append", default=[], choices=["dflash", "mlx-dspark"],
+                   help="also run this peer package's loop with each drafter it reads (repeatable)")
+    p.add_argument("--peer-python", help="a Python with the peers installed (default: the checkout's .venv-peers)")
+    p.add_argument("--out", required=True, help="folder for trials.jsonl, trials.csv, summary.json (and figures)")
+    p.add_argument("--force", action="store_true", help="replace the results already in --out")
+    p.add_argument("--plot", action="store_true", help="also write PNG figures (needs the app: pip install .[app])")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _prompts(a) -> tuple[dict, list[str]]:
+    from .. import prompts
+
+    if a.prompts:
+        s = prompts.read_set(Path(a.prompts))
+    else:
+        s = prompts.get(a.prompt_set or prompts.DEFAULT)
+    texts = list(s.prompts[: a.prompt_count] if a.prompt_count else s.prompts)
+    return {"key": s.key, "name": s.name, "description": s.description, "count": len(texts)}, texts
+
+
+def _check(a) -> None:
+    for name, value, lo in (("--max-tokens", a.max_tokens, 2), ("--repeats", a.repeats, 1),
+                            ("--mlx-lm-num-draft", a.mlx_lm_num_draft, 1)):
+        if value < lo:
+            raise DsparkError(f"{name} must be at least {lo}")
+    if a.prompt_count is not None and a.prompt_count < 1:
+        raise DsparkError("--prompt-count must be at least 1")
+    if not 0 <= a.temperature <= 100:
+        raise DsparkError("--temperature must be between 0 and 100")
+    if a.peer and a.temperature > 0:
+        raise DsparkError("the peer arms run greedy only: drop --peer or --temperature")
+
+
+def _peer_python(a) -> str:
+    python = Path(a.peer_python) if a.peer_python else Path(__file__).resolve().parents[2] / ".venv-peers" / "bin" / "python"
+    if not python.exists():
+        raise DsparkError(f"no peer Python at {python}: run `make peers` in the checkout, or give --peer-python")
+    return str(python)
+
+
+def build_arms(a, target, target_dir: str, cfg, say) -> tuple[list, dict]:
+    """The arms, plain decoding first, and this machine's costs for each drafter."""
+    from .. import resources
+    from ..costs import load_or_measure
+    from ..formats import load_drafter
+    from ..policy import parse
+    from . import arms
+
+    drafters = list(a.drafter)
+    if not drafters and Path(target_dir).resolve() == (resources.demo_model("target") or Path("/nonexistent")).resolve():
+        drafters = [str(p) for p in map(resources.demo_model, ("dspark", "dflash")) if p]
+    if not drafters and not a.mlx_lm_draft:
+        raise DsparkError("nothing to compare: give --drafter (or --mlx-lm-draft)")
+    policies = a.policy or ["fixed", "auto"]
+    for p in policies:
+        parse(p)
+    costs, spec = {}, []
+    for d in drafters:
+        drafter = load_drafter(d, target, say=say)
+        name = Path(d).name
+        # measured afresh: the limit and auto read them, and the machine may have changed since
+        costs[name] = load_or_measure(target, drafter, drafter.block_size, remeasure=True, say=say)
+        spec += [arms.Speculative(target, drafter, name, p, cfg, costs[name]) for p in policies]
+        for kind in a.peer:
+            fmt = getattr(drafter, "format", "")
+            if (kind, fmt) in (("dflash", "zlab-dflash"), ("mlx-dspark", "deepspec"), ("mlx-dspark", "speculators")):
+                spec.append(arms.Peer(kind, _peer_python(a), target_dir, d, name, drafter.block_size))
+            else:
+                say(f"the {kind} peer does not read {name} ({fmt} format): no {kind} arm for it")
+    if a.mlx_lm_draft:
+        from ..target import load_target
+
+        draft = load_target(a.mlx_lm_draft, say=say)
+        spec.append(arms.MlxLmDraft(target, draft.model, Path(a.mlx_lm_draft).name, a.mlx_lm_num_draft, cfg))
+    threads = next(iter(costs.values())).threads if costs else {}
+    return [arms.Plain(target, cfg, threads), *spec], costs
+
+
+def _verdict(target, trial: dict, plain: dict, baselines: dict, key, cfg) -> dict:
+    """identical / lossless / first_difference of a greedy trial against the paired plain one."""
+    if trial["token_ids"] == plain["token_ids"]:
+        return {"identical": True, "lossless": True}
+    if "token_logprobs" not in trial:  # a peer: no log-probabilities to judge a tie by
+        return {"identical": False, "lossless": False}
+    from .. import lossless
+    from ..engine import generate_baseline, run_to_summary
+
+    if key not in baselines:  # plain decoding's own log-probabilities, once per prompt
+        from dataclasses import replace
+
+        c = replace(cfg, max_tokens=len(plain["token_ids"]), stop_at_eos=False)
+        baselines[key] = run_to_summary(generate_baseline(target, trial["prompt_tokens"], c))
+    spec = SimpleNamespace(tokens=trial["token_ids"], token_logprobs=trial["token_logprobs"])
+    v = lossless.compare(target, spec, baselines[key])
+    return {"identical": False, "lossless": v.lossless, "first_difference": v.first_difference.to_dict()}
+
+
+def run(a, say) -> dict:
+    from dataclasses import replace
+
+    from .. import prompts as _  # noqa: F401  (fail early on a broken install)
+    from ..config import GenerationConfig
+    from ..engine import prompt_ids
+    from ..files import output_dir
+    from ..hub import resolve
+    from ..target import load_target
+
+    _check(a)
+    from .. import resources
+
+    target_dir = a.target or (str(resources.demo_model("target")) if resources.demo_model("target") else None)
+    if target_dir is None:
+        raise DsparkError("no --target given and no demo target in resources/demo/target")
+    out = output_dir(a.out, allow_existing=True)
+    if (out / "trials.jsonl").exists() and not a.force:
+        raise DsparkError(f"{out} already holds benchmark results (use --force to replace them)")
+    for f in ("trials.jsonl", "trials.csv", "summary.json"):
+        (out / f).unlink(missing_ok=True)
+    prompt_info, texts = _prompts(a)
+    target_dir = str(resolve(target_dir, say=say))
+    target = load_target(target_dir, say=say)
+    cfg = GenerationConfig(max_tokens=a.max_tokens, temperature=a.temperature, stop_at_eos=False)
+    cfg.check(target.dims.vocab_size)
+    ids = [prompt_ids(target, t, cfg) for t in texts]
+    arm_list, costs = build_arms(a, target, target_dir, cfg, say)
+    doc = {"command": "dspark bench " + " ".join(getattr(a, "argv", [])),
+           "environment": report.environment(), "target": target_dir, "prompts": prompt_info,
+           "settings": {"max_tokens": a.max_tokens, "repeats": a.repeats, "temperature": a.temperature},
+           "costs": {k: c.to_dict() for k, c in costs.items()}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    log = report.TrialLog(out)
+    trials: list[dict] = []
+    try:
+        for arm in arm_list:  # warm-up: kernels compiled, caches filled, nothing recorded
+            arm.trial(ids[0], min(16, a.max_tokens), 0)
+        bar = _bar(a, a.repeats * len(ids) * len(arm_list))
+        baselines: dict = {}
+        for r in range(a.repeats):
+            for p, prompt in enumerate(ids):
+                shift = (r * len(ids) + p) % len(arm_list)
+                group = {}
+                for arm in arm_list[shift:] + arm_list[:shift]:
+                    if bar:
+                        bar.set_description(f"repeat {r + 1}/{a.repeats} prompt {p + 1}/{len(ids)} {arm.name}")
+                    rec = arm.trial(prompt, a.max_tokens, seed=r)
+                    group[arm.name] = {"arm": arm.name, "drafter": arm.drafter, "policy": arm.policy, "repeat": r,
+                                       "prompt_index": p, **rec}
+                    if bar:
+                        bar.update(1)
+                plain = group[report.PLAIN]
+                for arm in arm_list:
+                    t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None,
+                                      costs.get(arm.drafter))
+                    if arm.name != report.PLAIN and a.temperature == 0:
+                        t.update(_verdict(target, t, plain, baselines, p, replace(cfg, seed=r)))
+                    for k in ("token_logprobs", "prompt_tokens"):
+                        t.pop(k, None)
+                    trials.append(t)
+                    log.add(t)
+        if bar:
+            bar.close()
+    except KeyboardInterrupt:
+        doc["interrupted"] = True
+        say("interrupted: the summary covers the trials that finished")
+    finally:
+        log.close()
+        for arm in arm_list:
+            if hasattr(arm, "close"):
+                arm.close()
+    doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    doc["arms"] = report.summarize(trials)
+    from ..files import write_text
+
+    write_text(out / "summary.json", json.dumps(doc, indent=1))
+    return doc
+
+
+def _bar(a, total: int):
+    if a.no_progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="trial", file=sys.stderr, leave=False)
+
+
+def table(doc: dict) -> str:
+    """The per-arm figures as a text table."""
+    head = f"{'arm':<28} {'tok/s':>7} {'speedup':>16} {'tau':>5} {'draft':>6} {'verify':>6} {'other':>6} " \
+           f"{'limit':>6} {'effic.':>6}  same output"
+    lines = [head, "-" * len(head)]
+    for s in doc["arms"]:
+        sp = s.get("speedup_spread") or {}
+        speed = f"{s['speedup']:.2f}x [{sp['p25']:.2f}-{sp['p75']:.2f}]" if "speedup" in s else "1 (baseline)"
+        f = lambda k, fmt="{:.1f}": fmt.format(s[k]) if s.get(k) is not None else "-"  # noqa: E731
+        same = f"{s['identical']}/{s['compared']}" + (f" ({s['lossless'] - s['identical']} ties)"
+                                                      if s["lossless"] > s["identical"] else "") if "compared" in s else ""
+        lines.append(f"{s['arm'][:28]:<28} {s['tokens_per_sec']:>7.1f} {speed:>16} {f('tau', '{:.2f}'):>5} "
+                     f"{f('draft_ms'):>6} {f('verify_ms'):>6} {f('overhead_ms'):>6} {f('limit', '{:.2f}'):>6} "
+                     f"{f('efficiency', '{:.2f}'):>6}  {same}")
+    env = doc["environment"]
+    lines.append(f"\n{env['cpu']} ({env['cpus']} cores), {env['os']}; MLX {env['mlx']} on {env['device']}; "
+                 f"BLAS: {env['blas']}; load average at start {env.get('load_average')}")
+    lines.append("per round, in ms: draft, verify, other (events, text, the loop); limit = tau x plain step / "
+                 "(isolated draft + verify costs); efficiency = speedup / limit")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[2:] if argv is None else list(argv)
+    a = build_parser().parse_args(argv)
+    a.argv = argv
+
+    def say(text: str) -> None:
+        print(f"dspark: {text}", file=sys.stderr)
+
+    doc = run(a, say)
+    if a.plot:
+        from .figures import plot
+
+        for path in plot(Path(a.out), say):
+            say(f"wrote {path}")
+    print(json.dumps(doc) if a.json else table(doc))
+    return 0
+
+
+__all__ = ["build_parser", "main", "run", "table"]

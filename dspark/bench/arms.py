@@ -1,0 +1,174 @@
+"""The arms ``dspark bench`` times. Each runs one trial (a prompt's token ids, a token count, a
+seed) and returns a plain record: the tokens, the decode seconds and, for speculative arms, the
+per-round counts and phase times (see :mod:`dspark.bench.report` for what is derived).
+
+- :class:`Plain`: mlx-lm's own ``generate_step``, run as mlx-lm runs it, with nothing else in
+  the loop: the baseline every speedup is over;
+- :class:`Speculative`: this engine with one drafter and one verify policy;
+- :class:`MlxLmDraft`: mlx-lm's own speculative decoding with a small draft model (a peer);
+- :class:`Peer`: a peer package's speculative loop (z-lab ``dflash``, ``mlx-dspark``) with the
+  same drafter, in a separate Python that has it installed (``make peers``), driven over pipes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from time import perf_counter
+
+import mlx.core as mx
+
+from .. import blas
+from ..config import GenerationConfig
+from ..engine import generate, run_to_summary
+from .report import PLAIN
+
+
+def _sampler(cfg: GenerationConfig):
+    from mlx_lm.sample_utils import make_sampler
+
+    sp = cfg.sampling
+    return make_sampler(sp.temperature, top_p=sp.top_p if sp.top_p < 1 else 0.0, top_k=sp.top_k)
+
+
+class Plain:
+    name, drafter, policy = PLAIN, None, None
+
+    def __init__(self, target, cfg: GenerationConfig, threads: dict | None = None):
+        self.target, self.cfg, self.threads = target, cfg, threads or {}
+
+    def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
+        from mlx_lm.generate import generate_step
+
+        if self.threads.get("step"):
+            blas.set_threads(self.threads["step"])
+        mx.random.seed(seed)
+        marks: list[float] = []
+        mx.reset_peak_memory()
+        start = perf_counter()
+        tokens, first = [], None
+        steps = generate_step(mx.array(ids), self.target.model, max_tokens=max_tokens, sampler=_sampler(self.cfg),
+                              prefill_step_size=self.cfg.prefill_step_size,
+                              prompt_progress_callback=lambda done, total: marks.append(perf_counter())
+                              if done < total else None)
+        for tok, _ in steps:
+            if first is None:
+                first = perf_counter()
+            tokens.append(tok)
+        end = perf_counter()
+        blas.restore_threads()
+        decode_start = marks[-1] if marks else start  # after all but the last prompt token
+        return {"tokens": len(tokens), "token_ids": tokens, "decode_seconds": end - decode_start,
+                "ttft_seconds": (first or end) - start, "peak_memory_bytes": int(mx.get_peak_memory())}
+
+
+class Speculative:
+    def __init__(self, target, drafter, drafter_name: str, policy: str, cfg: GenerationConfig, costs=None):
+        self.target, self.model, self.drafter, self.costs = target, drafter, drafter_name, costs
+        self.policy = policy
+        self.cfg = replace(cfg, policy=policy, stop_at_eos=False)
+        self.name = f"{drafter_name} {policy}"
+
+    def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
+        cfg = replace(self.cfg, max_tokens=max_tokens, seed=seed)
+        s = run_to_summary(generate(self.target, self.model, ids, cfg, costs=self.costs))
+        return {"tokens": len(s.tokens), "token_ids": list(s.tokens), "decode_seconds": len(s.tokens) / s.tokens_per_sec,
+                "ttft_seconds": s.ttft_seconds, "peak_memory_bytes": s.peak_memory_bytes, "rounds": s.rounds,
+                "accepted": list(s.accepted_lengths), "widths": list(s.verify_widths),
+                "draft_seconds": s.draft_seconds, "verify_seconds": s.verify_seconds,
+                "token_logprobs": list(s.token_logprobs), "prompt_tokens": list(s.prompt_tokens)}
+
+
+class MlxLmDraft:
+    """mlx-lm's ``speculative_generate_step`` with ``draft_model``, ``num_draft`` tokens a round."""
+
+    def __init__(self, target, draft_model, draft_name: str, num_draft: int, cfg: GenerationConfig):
+        self.target, self.draft_model, self.num_draft, self.cfg = target, draft_model, num_draft, cfg
+        self.drafter, self.policy = draft_name, f"mlx-lm:{num_draft}"
+        self.name = f"mlx-lm draft {draft_name}"
+
+    def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
+        from mlx_lm.generate import speculative_generate_step
+
+        mx.random.seed(seed)
+        mx.reset_peak_memory()
+        start = perf_counter()
+        tokens, flags, first = [], [], None
+        for tok, _, from_draft in speculative_generate_step(
+                mx.array(ids), self.target.model, self.draft_model, num_draft_tokens=self.num_draft,
+                max_tokens=max_tokens, sampler=_sampler(self.cfg), prefill_step_size=self.cfg.prefill_step_size):
+            if first is None:
+                first = perf_counter()
+            tokens.append(tok)
+            flags.append(bool(from_draft))
+        end = perf_counter()
+        accepted, widths = _mlx_lm_rounds(flags, max_tokens, self.num_draft)
+        n, first_round = len(tokens), accepted[0] + 1 if accepted else 1
+        # Tokens come a round at a time: the rate over the rounds after the first, as mlx-lm reports it.
+        window = end - first if first else 0.0
+        return {"tokens": n, "token_ids": tokens, "decode_seconds": window * n / max(n - first_round, 1),
+                "ttft_seconds": (first or end) - start, "peak_memory_bytes": int(mx.get_peak_memory()),
+                "rounds": len(accepted), "accepted": accepted, "widths": widths,
+                "draft_seconds": 0.0, "verify_seconds": 0.0}
+
+
+def _mlx_lm_rounds(from_draft: list[bool], max_tokens: int, k: int) -> tuple[list[int], list[int]]:
+    """(accepted drafts, drafts verified) per round of ``speculative_generate_step``, from its
+    per-token flags: each round drafts min(k, tokens left), yields the drafts the target kept,
+    then the target's own token unless the output is already full."""
+    accepted, widths, i = [], [], 0
+    while i < len(from_draft):
+        w, a = min(k, max_tokens - i), 0
+        while a < w and i < len(from_draft) and from_draft[i]:
+            a, i = a + 1, i + 1
+        if i < len(from_draft) and not from_draft[i]:
+            i += 1
+        accepted.append(a)
+        widths.append(w)
+    return accepted, widths
+
+
+PEER_SERVER = Path(__file__).with_name("peer_server.py")
+
+
+class Peer:
+    """A peer's loop in ``python`` (a Python with the peer installed), one process per arm,
+    kept alive across trials so loading is not timed."""
+
+    def __init__(self, kind: str, python: str, target_dir: str, drafter_dir: str, drafter_name: str, drafts: int):
+        self.kind, self.drafter, self.policy, self.drafts = kind, drafter_name, "peer", drafts
+        self.name = f"{kind} {drafter_name}"
+        self.proc = subprocess.Popen([python, str(PEER_SERVER), kind, target_dir, drafter_dir, blas.loaded_path() or ""],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready = self._read()
+        if ready.get("error"):
+            raise RuntimeError(ready["error"])
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read()[-2000:]
+            raise RuntimeError(f"the {self.kind} peer stopped: {err.strip().splitlines()[-1] if err.strip() else 'no output'}")
+        return json.loads(line)
+
+    def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
+        self.proc.stdin.write(json.dumps({"ids": ids, "max_tokens": max_tokens, "seed": seed}) + "\n")
+        self.proc.stdin.flush()
+        out = self._read()
+        if out.get("error"):
+            raise RuntimeError(out["error"])
+        out["widths"] = [self.drafts] * out["rounds"]  # peers verify every drafted token
+        return out
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+__all__ = ["MlxLmDraft", "PEER_SERVER", "Peer", "Plain", "Speculative"]

@@ -1,0 +1,183 @@
+"""What ``dspark bench`` writes: one record per trial, the figures derived from it, the
+per-arm summary, and the environment record. Pure functions (no MLX) except
+:func:`environment`, which asks MLX what it runs on.
+
+Definitions (each trial generates exactly ``max_tokens`` tokens, EOS ignored, so every arm
+does the same amount of work):
+
+- ``tokens_per_sec``: tokens / decode seconds, decode seconds counted from the moment the
+  prompt (all but its last token) is processed to the last token;
+- ``speedup``: an arm's tokens_per_sec over plain mlx-lm decoding's on the same prompt in the
+  same repeat (the two trials ran seconds apart); the arm's figure is the median over trials;
+- ``tau``: committed tokens per round, the target's own token included;
+- ``draft_ms`` / ``verify_ms`` / ``overhead_ms``: per round; overhead is everything else in
+  the decode time (events, text, the loop), ``decode / rounds - draft - verify``;
+- ``step_ms``: plain decoding's milliseconds per token in the paired trial;
+- ``limit``: ``tau * step_ms / (t_draft + t_verify)``, the speedup this drafter and policy would
+  reach with nothing but the two forwards in a round, where ``t_draft`` and ``t_verify`` (the
+  mean over the trial's rounds of the verify cost at each round's width) are this machine's
+  isolated costs measured at the start of the benchmark (:mod:`dspark.costs`);
+  ``efficiency`` = speedup / limit: how much of that the loop delivers;
+- ``in_loop``: (draft_ms + verify_ms) / round time, the share of a round spent in the phases.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from statistics import median
+from typing import Iterable
+
+from .. import metrics
+
+PLAIN = "plain"  # the baseline arm's name
+CSV_FIELDS = ["arm", "drafter", "policy", "repeat", "prompt_index", "tokens", "tokens_per_sec", "speedup", "tau",
+              "acceptance_rate", "draft_ms", "verify_ms", "overhead_ms", "in_loop", "step_ms", "limit", "efficiency",
+              "ttft_seconds", "peak_memory_bytes", "identical", "lossless", "per_position_acceptance"]
+
+
+def committed_per_round(accepted: list[int], tokens: int) -> list[int]:
+    """Tokens each round committed: a + 1, the last round cut to the output's length."""
+    out, total = [], 0
+    for a in accepted:
+        n = min(a + 1, tokens - total)
+        out.append(n)
+        total += n
+    return out
+
+
+def derive(trial: dict, plain: dict | None, costs=None) -> dict:
+    """The figures of one trial, against the plain-decoding trial it is paired with and the
+    isolated costs (a :class:`dspark.costs.Costs`) of its drafter."""
+    t = dict(trial)
+    rounds = t.get("rounds") or 0
+    decode_ms = t["decode_seconds"] * 1000
+    t["tokens_per_sec"] = t["tokens"] / t["decode_seconds"] if t["decode_seconds"] > 0 else 0.0
+    if rounds:
+        f = metrics.figures(t["accepted"], t["widths"], committed_per_round(t["accepted"], t["tokens"]))
+        t.update(tau=f.tau, acceptance_rate=f.acceptance_rate, per_position_acceptance=list(f.per_position_acceptance),
+                 accepted_histogram=list(f.accepted_histogram))
+        if t.get("draft_seconds") or t.get("verify_seconds"):
+            t["draft_ms"] = t["draft_seconds"] * 1000 / rounds
+            t["verify_ms"] = t["verify_seconds"] * 1000 / rounds
+            t["overhead_ms"] = decode_ms / rounds - t["draft_ms"] - t["verify_ms"]
+            t["in_loop"] = (t["draft_ms"] + t["verify_ms"]) / (decode_ms / rounds)
+    if plain is not None and plain["tokens"]:
+        step = plain["decode_seconds"] * 1000 / plain["tokens"]
+        t["step_ms"] = step
+        t["speedup"] = metrics.speedup(t["tokens_per_sec"], plain["tokens"] / plain["decode_seconds"])
+        if rounds and t.get("tau") and costs is not None:
+            v = costs.verify_ms
+            ideal = costs.draft_ms + sum(v[min(w, len(v) - 1)] for w in t["widths"]) / rounds
+            t["limit"] = t["tau"] * step / ideal
+            t["efficiency"] = t["speedup"] / t["limit"]
+    return t
+
+
+def _spread(values: list[float]) -> dict:
+    v = sorted(values)
+    if not v:
+        return {}
+    q = lambda p: v[min(len(v) - 1, int(p * (len(v) - 1) + 0.5))]  # noqa: E731  (nearest rank)
+    return {"median": median(v), "p25": q(0.25), "p75": q(0.75), "min": v[0], "max": v[-1], "n": len(v)}
+
+
+def summarize_arm(trials: list[dict]) -> dict:
+    """One arm's figures over its trials: medians (with spread) of the per-trial figures, and
+    the acceptance figures pooled over every round of every trial."""
+    first = trials[0]
+    out = {"arm": first["arm"], "drafter": first.get("drafter"), "policy": first.get("policy"), "trials": len(trials)}
+    for key in ("tokens_per_sec", "speedup", "draft_ms", "verify_ms", "overhead_ms", "in_loop", "step_ms", "limit",
+                "efficiency", "ttft_seconds"):
+        values = [t[key] for t in trials if t.get(key) is not None]
+        if values:
+            out[key] = median(values)
+            out[key + "_spread"] = _spread(values)
+    out["peak_memory_bytes"] = max(t.get("peak_memory_bytes") or 0 for t in trials)
+    accepted = [a for t in trials for a in t.get("accepted", [])]
+    if accepted:
+        widths = [w for t in trials for w in t["widths"]]
+        committed = [c for t in trials for c in committed_per_round(t["accepted"], t["tokens"])]
+        f = metrics.figures(accepted, widths, committed)
+        out.update(tau=f.tau, acceptance_rate=f.acceptance_rate, per_position_acceptance=list(f.per_position_acceptance),
+                   accepted_histogram=list(f.accepted_histogram), rounds=f.rounds)
+    verdicts = [t["identical"] for t in trials if t.get("identical") is not None]
+    if verdicts:
+        out["identical"] = sum(verdicts)
+        out["compared"] = len(verdicts)
+        out["lossless"] = sum(bool(t.get("lossless")) for t in trials if t.get("identical") is not None)
+    return out
+
+
+def summarize(trials: Iterable[dict]) -> list[dict]:
+    """Per-arm summaries, in the order the arms first appear."""
+    by_arm: dict[str, list[dict]] = {}
+    for t in trials:
+        by_arm.setdefault(t["arm"], []).append(t)
+    return [summarize_arm(ts) for ts in by_arm.values()]
+
+
+def environment(repo: Path | None = None) -> dict:
+    """OS, CPU, MLX and its device, the BLAS and its threads, and the git revision."""
+    import mlx.core as mx
+
+    from .. import __version__, blas
+    from ..costs import machine
+
+    env = {**machine(), "python": platform.python_version(), "dspark": __version__, "blas_threads": blas.threads(),
+           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+    try:
+        import mlx_lm
+
+        env["mlx_lm"] = mlx_lm.__version__
+    except (ImportError, AttributeError):
+        pass
+    env["metal"] = bool(getattr(mx, "metal", None) and mx.metal.is_available())
+    root = repo or Path(__file__).resolve().parents[2]
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=5)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+        if rev.returncode == 0:
+            env["git"] = rev.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return env
+
+
+class TrialLog:
+    """``trials.jsonl`` and ``trials.csv`` in the output folder, appended and flushed after
+    every trial, so an interrupted benchmark keeps everything that finished."""
+
+    def __init__(self, folder: Path):
+        self.jsonl, self.csv = folder / "trials.jsonl", folder / "trials.csv"
+        new_csv = not self.csv.exists()
+        self._csv_file = self.csv.open("a", newline="")
+        self._writer = csv.DictWriter(self._csv_file, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        if new_csv:
+            self._writer.writeheader()
+
+    def add(self, trial: dict) -> None:
+        with self.jsonl.open("a") as f:
+            f.write(json.dumps(trial) + "\n")
+        row = {k: trial.get(k, "") for k in CSV_FIELDS}
+        row["per_position_acceptance"] = " ".join(f"{x:.4f}" for x in trial.get("per_position_acceptance") or [])
+        self._writer.writerow(row)
+        self._csv_file.flush()
+
+    def close(self) -> None:
+        self._csv_file.close()
+
+
+def read_trials(folder: Path) -> list[dict]:
+    path = folder / "trials.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+__all__ = ["CSV_FIELDS", "PLAIN", "TrialLog", "committed_per_round", "derive", "environment", "read_trials",
+           "summarize", "summarize_arm"]

@@ -1,0 +1,148 @@
+"""``dspark bench`` on tiny models: the files it writes, the figures it derives (checked on
+hand-made trials), the peer arms, an interrupted run, the plots and its refusals."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import drafter_checkpoints as ckpt
+from dspark.bench import report
+from dspark.cli import main
+from dspark.costs import Costs
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS = ROOT / ".venv-peers" / "bin" / "python"
+ARM_KEYS = ["tokens_per_sec", "speedup", "tau", "acceptance_rate", "per_position_acceptance", "accepted_histogram",
+            "draft_ms", "verify_ms", "overhead_ms", "step_ms", "limit", "efficiency", "ttft_seconds",
+            "peak_memory_bytes", "identical", "drafter", "policy"]
+ENV_KEYS = ["os", "cpu", "mlx", "device", "blas", "blas_threads", "git", "python"]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench")
+    model = ckpt.target_model()
+    d = {"target": ckpt.write_target(root / "target", model), "zlab": ckpt.write_zlab(root / "zlab")}
+    assert main(["init", "--target", str(d["target"]), "--out", str(root / "native"), "--block-size", "4",
+                 "--layers", "1", "--markov-rank", "16"]) == 0
+    d["native"] = root / "native"
+    prompts = root / "prompts.json"
+    prompts.write_text(json.dumps([" ".join(f"t{i}" for i in ckpt.PROMPT[:12]), "t7 t45 t45 t200 t13"]))
+    d["prompts"] = prompts
+    return d
+
+
+@pytest.fixture(autouse=True)
+def costs_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path / "costs"))
+
+
+def bench(dirs, out, *extra):
+    return main(["bench", "--target", str(dirs["target"]), "--drafter", str(dirs["native"]), "--drafter",
+                 str(dirs["zlab"]), "--prompts", str(dirs["prompts"]), "--max-tokens", "24", "--repeats", "2",
+                 "--out", str(out), "--no-progress", *extra])
+
+
+def test_bench_writes_every_trial_and_the_figures_of_every_arm(dirs, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert bench(dirs, out, "--policy", "fixed:2", "--policy", "auto", "--mlx-lm-draft", str(dirs["target"])) == 0
+    table = capsys.readouterr().out
+    names = ["plain", "native fixed:2", "native auto", "zlab fixed:2", "zlab auto", "mlx-lm draft target"]
+    assert all(n in table for n in names)
+    trials = report.read_trials(out)
+    assert len(trials) == 2 * 2 * len(names)  # repeats x prompts x arms, each once
+    assert len(list(csv.DictReader((out / "trials.csv").open()))) == len(trials)
+    doc = json.loads((out / "summary.json").read_text())
+    assert [a["arm"] for a in doc["arms"]] == names
+    for arm in doc["arms"][1:5]:
+        missing = [k for k in ARM_KEYS if k not in arm]
+        assert not missing, (arm["arm"], missing)
+        assert arm["identical"] == arm["compared"] == 4  # float32 target: every output is plain decoding's
+        assert 0 < arm["efficiency"] < 5 and arm["tau"] >= 1
+    assert not [k for k in ENV_KEYS if k not in doc["environment"]]
+    assert set(doc["costs"]) == {"native", "zlab"} and len(doc["costs"]["native"]["verify_ms"]) == 5
+    # mlx-lm's draft model is the target itself: every draft is accepted
+    peer = doc["arms"][5]
+    assert peer["identical"] == 4 and peer["acceptance_rate"] == 1.0
+
+
+def test_figures_are_derived_as_documented():
+    plain = {"arm": "plain", "tokens": 100, "decode_seconds": 1.0}
+    spec = {"arm": "d fixed", "tokens": 100, "decode_seconds": 0.5, "rounds": 25, "accepted": [3] * 25,
+            "widths": [4] * 25, "draft_seconds": 0.2, "verify_seconds": 0.25}
+    costs = Costs(verify_ms=(5.0, 6.0, 7.0, 8.0, 9.0), draft_ms=6.0, step_ms=9.0)
+    t = report.derive(spec, plain, costs)
+    assert t["tokens_per_sec"] == 200 and t["speedup"] == 2.0 and t["tau"] == 4.0
+    assert (t["draft_ms"], t["verify_ms"]) == (8.0, 10.0) and t["overhead_ms"] == pytest.approx(2.0)
+    assert t["step_ms"] == 10.0 and t["limit"] == pytest.approx(4 * 10 / (6 + 9))
+    assert t["efficiency"] == pytest.approx(2.0 / t["limit"]) and t["in_loop"] == pytest.approx(18 / 20)
+    assert t["per_position_acceptance"] == [1.0, 1.0, 1.0, 0.0]
+    s = report.summarize_arm([t, {**t, "speedup": 1.0}, {**t, "speedup": 3.0}])
+    assert s["speedup"] == 2.0 and s["speedup_spread"]["min"] == 1.0 and s["rounds"] == 75
+
+
+def test_an_interrupted_bench_keeps_the_trials_that_finished(dirs, tmp_path, monkeypatch, capsys):
+    from dspark.bench import arms
+
+    calls = {"n": 0}
+    real = arms.Speculative.trial
+
+    def stop_after_a_while(self, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] > 6:  # the warm-ups (2 arms), then a few trials
+            raise KeyboardInterrupt
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(arms.Speculative, "trial", stop_after_a_while)
+    out = tmp_path / "out"
+    assert bench(dirs, out, "--policy", "fixed") == 0
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["interrupted"] is True and "interrupted" in capsys.readouterr().err
+    kept = report.read_trials(out)
+    assert kept and len(kept) == sum(a["trials"] for a in doc["arms"])
+
+
+def test_plots_are_drawn_by_the_app(dirs, tmp_path):
+    pytest.importorskip("pyqtgraph")
+    out = tmp_path / "out"
+    assert bench(dirs, out, "--policy", "auto", "--repeats", "1", "--plot") == 0
+    from PySide6.QtGui import QImage
+
+    for name in ("speedup", "acceptance", "costs"):
+        img = QImage(str(out / f"{name}.png"))
+        assert (img.width(), img.height()) == (1200, 700), name
+
+
+def test_bench_refusals_are_one_line(dirs, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert bench(dirs, out, "--policy", "fixed", "--repeats", "1") == 0
+    capsys.readouterr()
+    assert bench(dirs, out, "--policy", "fixed") == 2
+    assert "already holds benchmark results (use --force" in capsys.readouterr().err
+    assert bench(dirs, tmp_path / "o2", "--policy", "sometimes") == 2
+    assert "is not a verify policy" in capsys.readouterr().err
+    assert main(["bench", "--target", str(dirs["target"]), "--prompts", str(dirs["prompts"]), "--out",
+                 str(tmp_path / "o3")]) == 2
+    assert "nothing to compare: give --drafter" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.environ.get("DSPARK_SKIP_PEERS") is not None, reason="DSPARK_SKIP_PEERS is set")
+def test_the_dflash_peer_runs_the_same_drafter_in_the_same_run(dirs, tmp_path, capsys):
+    assert PEERS.exists(), "the peer environment is missing: run `make peers` (make test does)"
+    out = tmp_path / "out"
+    assert main(["bench", "--target", str(dirs["target"]), "--drafter", str(dirs["zlab"]), "--prompts",
+                 str(dirs["prompts"]), "--max-tokens", "40", "--repeats", "1", "--policy", "fixed", "--peer", "dflash",
+                 "--peer", "mlx-dspark", "--out", str(out), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "the mlx-dspark peer does not read zlab (zlab-dflash format)" in err
+    doc = json.loads((out / "summary.json").read_text())
+    ours, theirs = doc["arms"][1], doc["arms"][2]
+    assert theirs["arm"] == "dflash zlab" and theirs["identical"] == theirs["compared"] == 2
+    # the same drafter and target (the peer drafts from the token after the prompt pass, one
+    # position later than this engine, so the rounds are shifted, not the same)
+    assert theirs["tau"] == pytest.approx(ours["tau"], rel=0.1) and theirs["speedup"] > 0
