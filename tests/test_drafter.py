@@ -174,3 +174,31 @@ def test_weights_note_tells_checkpoints_apart(tmp_path, target, drafter):
     model.model.norm.weight = model.model.norm.weight * 1.5
     retrained = Target(model)
     assert back.weights_note(retrained) is not None  # same architecture, other weights: a warning
+
+
+def test_weight_rows_of_a_quantized_linear_are_its_dequantized_rows():
+    import mlx.nn as nn
+
+    from dspark.drafting import _weight_rows
+
+    lin = nn.Linear(64, 40, bias=False)
+    q = nn.QuantizedLinear.from_linear(lin, group_size=32, bits=4)
+    ids = mx.array([[3, 0, 39], [7, 7, 1]])
+    full = mx.dequantize(q.weight, q.scales, q.biases, group_size=32, bits=4)
+    assert np.allclose(np.array(_weight_rows(q, ids)), np.array(full[ids]), atol=1e-6)
+    assert np.array_equal(np.array(_weight_rows(lin, ids)), np.array(lin.weight[ids]))
+
+
+def test_the_candidate_markov_loop_drafts_what_the_full_loop_does_when_the_best_is_a_candidate(monkeypatch):
+    """With a Markov bias that cannot lift a token past the backbone's top candidates (here a
+    zero bias), scoring only the candidates drafts exactly the full loop's tokens."""
+    import dspark.drafting
+
+    target = tiny_target(seed=0, vocab=96)
+    d = DflashDrafter.init(target, DflashConfig(block_size=5, num_layers=1, markov_rank=16), seed=4)
+    h = mx.random.normal((1, 9, d.m * target.dims.hidden_size), key=mx.random.key(0))
+    full = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
+    monkeypatch.setattr(dspark.drafting, "MARKOV_SCORED", 8)
+    pruned = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
+    assert pruned.tokens.tolist() == full.tokens.tolist() and pruned.logits is None
+    assert np.allclose(np.array(pruned.confidences), np.array(full.confidences), atol=1e-5)

@@ -39,9 +39,18 @@ def test_reference_is_not_degenerate(case):
     assert len(ref) == n and len(set(ref)) >= 8
 
 
-def test_random_drafter_matches_plain_greedy(case):
+@pytest.mark.parametrize("scored", [None, 8])
+def test_random_drafter_matches_plain_greedy(case, scored, monkeypatch):
+    """``scored``: the Markov loop scores only 8 candidates a position (the large-vocabulary path)."""
+    if scored:
+        import dspark.drafting
+
+        monkeypatch.setattr(dspark.drafting, "MARKOV_SCORED", scored)
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=5, num_layers=1, markov_rank=16), seed=1)
+    if scored:  # a Markov head that moves logits, so the candidates matter
+        w2 = drafter.net.markov_head.markov_w2
+        w2.weight = mx.random.normal(w2.weight.shape, key=mx.random.key(3)) * 2.0
     s = spec(target, drafter, n)
     assert list(s.tokens) == ref
     assert s.rounds > n // 3  # mostly rejections
