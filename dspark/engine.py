@@ -18,11 +18,13 @@ shared with :func:`generate_baseline`.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Callable, Iterator, Protocol, Sequence
 
 import mlx.core as mx
+import numpy as np
 
 from . import blas, metrics
 from .cache import rollback
@@ -243,10 +245,20 @@ def generate_baseline(
             run.prefilled(max((t for d, n, t in marks if d < n), default=run.start))
         if not run.wants_more():
             break
-        prob = float(mx.exp(logprobs[tok]).item())
+        prob = math.exp(_host_value(logprobs, tok))
         yield run.commit(anchor, _Verdict([], [], None, None, 0, 0, [tok], [prob], 0.0, 0.0, None))
         anchor = tok
     yield run.summary()
+
+
+def _host_value(x: mx.array, i: int) -> float:
+    """``x[i]`` of a 1-D array read from its memory. An MLX op (``x[i].item()``) would wait for
+    the stream, where mlx-lm has already queued the next step: plain decoding lost 3-4% of its
+    speed to that wait (measured on the demo target)."""
+    if x.dtype == mx.bfloat16:  # numpy has no bfloat16: its bits are a float32's upper half
+        raw = bytes(memoryview(x).cast("B")[2 * i : 2 * i + 2])
+        return struct.unpack("<f", b"\x00\x00" + raw)[0]
+    return float(np.asarray(x)[i])
 
 
 class _Run:

@@ -80,3 +80,12 @@ def test_max_tokens_truncates_exactly(case):
     oracle = OracleDrafter(PROMPT + ref, target.dims.vocab_size, corrupt=0.0)
     for m in (1, 2, 7):
         assert list(spec(target, oracle, m).tokens) == ref[:m]
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
+def test_plain_decodings_log_probabilities_are_read_exactly_from_memory(dtype):
+    from dspark.engine import _host_value
+
+    x = (mx.random.normal((500,), key=mx.random.key(1)) * 4).astype(dtype)
+    mx.eval(x)
+    assert [_host_value(x, i) for i in range(500)] == x.astype(mx.float32).tolist()
