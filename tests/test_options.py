@@ -68,3 +68,13 @@ def test_coerce_keeps_defaults_for_bad_values_and_says_which():
                                   "stop_at_eos": "false"}, lambda name, value: bad.append(name))
     assert g == GenerationConfig(temperature=0.7, stop_at_eos=False)
     assert sorted(bad) == ["max_tokens", "top_p"]
+
+
+def test_every_bundled_prompt_set_reads_and_says_what_it_is():
+    from dspark import prompts
+
+    sets = prompts.prompt_sets()
+    assert list(sets)[0] == prompts.DEFAULT and {"chat", "maths", "code", "stdlib-heldout"} <= set(sets)
+    for key, s in sets.items():
+        assert s.name and s.description and len(s.prompts) >= 5, key
+        assert len(set(s.prompts)) == len(s.prompts) and all(p.strip() for p in s.prompts), key
