@@ -47,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
     from PySide6.QtCore import QTimer
+    from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
+
+    from dspark import resources
 
     from . import settings
     from .window import MainWindow
@@ -56,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     app.setOrganizationName(settings.ORG)
     app.setApplicationName(settings.APP)
     app.setStyle("Fusion")  # the same look on macOS and Linux; themed by app.theme
+    app.setWindowIcon(QIcon(str(resources.path("icons", "dspark-studio.png"))))
     prefs = None if args.screenshot else settings.Settings()
     win = MainWindow(prefs)
     target, drafters = choose_models(args, prefs)
