@@ -1,5 +1,5 @@
 """``dspark-studio``: start the desktop app, or (``--screenshot FILE``) run once headless,
-save a grab of the whole window and exit."""
+save a grab of the whole window and exit, or (``--self-test [FILE]``) check this install."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true", help="with --screenshot: compare every drafter")
     p.add_argument("--screenshot", metavar="FILE", help="run once headless, save the window as PNG, exit")
     p.add_argument("--timeout", type=float, default=900, help="with --screenshot: give up after this many seconds")
+    p.add_argument("--self-test", nargs="?", const="", metavar="FILE.png",
+                   help="check the demo models run (and, with FILE, save the window); print one line, exit")
     return p
 
 
@@ -43,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
 
     use_fast_blas()  # before mlx is imported (by the worker module)
     args = build_parser().parse_args(argv)
+    if args.self_test is not None:
+        from .selftest import run
+
+        return run(args.self_test or None)
     if args.screenshot and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
