@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 SCREENSHOT_SIZE = (1600, 1000)
+FIRST_START = ("These are the demo models. Your own: File ▸ Open target… (a Gemma-4 folder), "
+               "File ▸ Add drafter…, or File ▸ Download…")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtCore import QTimer
     from PySide6.QtGui import QIcon
-    from PySide6.QtWidgets import QApplication
+    from PySide6.QtWidgets import QApplication, QLabel
 
     from dspark import resources
 
@@ -67,8 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     app.setStyle("Fusion")  # the same look on macOS and Linux; themed by app.theme
     app.setWindowIcon(QIcon(str(resources.path("icons", "dspark-studio.png"))))
     prefs = None if args.screenshot else settings.Settings()
+    first_start = prefs is not None and not prefs.q.allKeys()
     win = MainWindow(prefs)
     target, drafters = choose_models(args, prefs)
+    if first_start and not args.target:  # nothing saved yet: the demo models; say how to open one's own
+        win.statusBar().addPermanentWidget(QLabel(FIRST_START))
     win.restore(target, drafters)
     if args.prompt is not None:
         win.controls.prompt.setPlainText(args.prompt)
