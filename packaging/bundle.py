@@ -74,12 +74,16 @@ def resource_datas(resources: Path) -> list[tuple[str, str]]:
 
 
 def metallib_datas(mlx_dir: Path) -> list[tuple[str, str]]:
-    """``mlx.metallib`` at ``mlx/lib`` (beside the real libmlx.dylib) and at the top of the
-    bundle (beside PyInstaller's libmlx.dylib symlink, which is what the loader opens)."""
+    """``mlx.metallib`` at ``mlx/lib``, beside the real libmlx.dylib (147 MB: shipped once)."""
     lib = mlx_dir / "lib" / "mlx.metallib"
     if not lib.is_file():
         raise FileNotFoundError(f"{lib} is missing: is mlx-metal installed?")
-    return [(str(lib), "mlx/lib"), (str(lib), ".")]
+    return [(str(lib), "mlx/lib")]
+
+
+#: A link at the top of the bundle, beside PyInstaller's libmlx.dylib symlink (which is what the
+#: loader opens), to the metallib in mlx/lib: a TOC entry for the spec to add after the analysis.
+METALLIB_LINK = ("mlx.metallib", "mlx/lib/mlx.metallib", "SYMLINK")
 
 
 def openblas_binaries(folder: str = OPENBLAS_DIR, libdir: str = "/usr/lib/x86_64-linux-gnu") -> list[tuple[str, str]]:

@@ -97,17 +97,18 @@ def test_every_package_folder_is_in_the_wheel():
 
 
 def _fake_app(tmp_path: Path, top_metallib: bool) -> Path:
-    """The layout PyInstaller makes on macOS: the real libmlx.dylib under mlx/lib, a symlink to
-    it at the top of Contents/Frameworks (what the loader opens), data in Contents/Resources."""
+    """The layout PyInstaller's BUNDLE makes of the spec's entries on macOS (its relocation run on
+    this TOC on Linux gave exactly these links): binaries in Contents/Frameworks, data in
+    Contents/Resources cross-linked back, and a libmlx.dylib symlink at the top of Frameworks,
+    which is what the loader opens."""
     app = tmp_path / "DSpark Studio.app"
-    fw = app / "Contents" / "Frameworks"
+    fw, res = app / "Contents" / "Frameworks", app / "Contents" / "Resources"
     _touch(fw / "mlx" / "lib" / "libmlx.dylib")
-    _touch(app / "Contents" / "Resources" / "mlx" / "lib" / "mlx.metallib")
+    _touch(res / "mlx" / "lib" / "mlx.metallib")
     (fw / "mlx" / "lib" / "mlx.metallib").symlink_to("../../../Resources/mlx/lib/mlx.metallib")
     (fw / "libmlx.dylib").symlink_to("mlx/lib/libmlx.dylib")
-    if top_metallib:
-        _touch(app / "Contents" / "Resources" / "mlx.metallib")
-        (fw / "mlx.metallib").symlink_to("../Resources/mlx.metallib")
+    if top_metallib:  # bundle.METALLIB_LINK
+        (fw / "mlx.metallib").symlink_to("mlx/lib/mlx.metallib")
     return app
 
 
@@ -118,12 +119,13 @@ def test_metallib_must_sit_beside_every_libmlx_including_the_top_symlink(tmp_pat
     # the lookup's second place, Resources/ under the library's folder, counts too
     _touch(bad / "Contents" / "Frameworks" / "Resources" / "mlx.metallib")
     assert bundle.metallib_problems(bad) == []
+    assert bundle.METALLIB_LINK == ("mlx.metallib", "mlx/lib/mlx.metallib", "SYMLINK")
 
 
 def test_a_dangling_metallib_symlink_does_not_count(tmp_path):
     app = _fake_app(tmp_path, top_metallib=True)
-    (app / "Contents" / "Resources" / "mlx.metallib").unlink()
-    assert len(bundle.metallib_problems(app)) == 1
+    (app / "Contents" / "Resources" / "mlx" / "lib" / "mlx.metallib").unlink()
+    assert len(bundle.metallib_problems(app)) == 2  # both libmlx.dylib: the real one and the top link
 
 
 def test_min_macos_is_the_newest_mlx_wheel_tag(tmp_path):
