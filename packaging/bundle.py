@@ -38,8 +38,7 @@ DEMO_FILES = {
     "dflash": ("config.json", "model.safetensors"),
 }
 
-#: Debian's OpenBLAS (package libopenblas0-pthread) and the libraries it links, found by soname.
-OPENBLAS_DIR = "/usr/lib/x86_64-linux-gnu/openblas-pthread"
+#: Debian's OpenBLAS (package libopenblas0-pthread) and the libraries it links, by soname.
 OPENBLAS_LIBS = ("libblas.so.3", "libopenblas.so.0", "libgfortran.so.5", "libquadmath.so.0")
 OPENBLAS_DEST = "openblas"
 
@@ -52,8 +51,8 @@ EXCLUDES = [
 #: The build machine's CUDA runtime, which transformers probes for with ctypes: never bundled.
 DROPPED_BINARIES = re.compile(r"(^|/)libcudart[^/]*$")
 #: transformers ships the code of every model it knows (42 MB in the bundle); mlx-lm needs only
-#: its tokenizer machinery. These are the model folders loading the demo target's tokenizer and a
-#: Gemma-4 -it tokenizer (GemmaTokenizer, configuration_gemma4) imports, plus the other Gemmas.
+#: its tokenizer machinery. Loading the demo target's tokenizer and a Gemma-4 -it one
+#: (GemmaTokenizer, configuration_gemma4) imports these model folders; the other Gemmas stay too.
 TRANSFORMERS_MODELS = {"auto", "encoder_decoder", "diffusion_gemma", "gemma", "gemma2", "gemma3", "gemma3n", "gemma4"}
 
 
@@ -86,13 +85,19 @@ def metallib_datas(mlx_dir: Path) -> list[tuple[str, str]]:
 METALLIB_LINK = ("mlx.metallib", "mlx/lib/mlx.metallib", "SYMLINK")
 
 
-def openblas_binaries(folder: str = OPENBLAS_DIR, libdir: str = "/usr/lib/x86_64-linux-gnu") -> list[tuple[str, str]]:
-    """OpenBLAS and what it links, for the spec's ``binaries``, all into ``openblas/``."""
+def openblas_binaries() -> list[tuple[str, str]]:
+    """The OpenBLAS ``dspark.blas`` loads in a checkout (Debian's ``libblas.so.3``) and the
+    libraries it links, for the spec's ``binaries``, all into ``openblas/``."""
+    from dspark.blas import CANDIDATES, INSTALL_HINT
+
+    blas = next((Path(c) for c in CANDIDATES if c.endswith("/libblas.so.3") and Path(c).exists()), None)
+    if blas is None:
+        raise FileNotFoundError(f"Debian's OpenBLAS is not installed: {INSTALL_HINT}")
     out = []
-    for name in OPENBLAS_LIBS:
-        p = next((Path(d) / name for d in (folder, libdir) if (Path(d) / name).exists()), None)
+    for name in OPENBLAS_LIBS:  # beside libblas.so.3, or in the architecture's lib folder above it
+        p = next((d / name for d in (blas.parent, blas.parent.parent) if (d / name).exists()), None)
         if p is None:
-            raise FileNotFoundError(f"{name} not found in {folder} or {libdir}: apt-get install libopenblas0-pthread")
+            raise FileNotFoundError(f"{name} not found beside {blas} or in {blas.parent.parent}")
         out.append((str(p), OPENBLAS_DEST))
     return out
 
@@ -178,7 +183,7 @@ def check(dist: Path, platform: str = sys.platform) -> list[str]:
 def metallib_problems(dist: Path) -> list[str]:
     """Every libmlx.dylib (file or symlink) needs mlx.metallib beside it or in Resources/ under
     it, as MLX's ``load_default_library`` looks; a dangling symlink does not count."""
-    libs = [p for p in dist.rglob("libmlx.dylib")]
+    libs = list(dist.rglob("libmlx.dylib"))
     if not libs:
         return ["no libmlx.dylib in the bundle"]
     return [f"{lib.relative_to(dist)} has no mlx.metallib beside it"

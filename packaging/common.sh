@@ -18,10 +18,11 @@ find_python() {
 
 # A clean venv with the project installed as a wheel would be (not editable: PyInstaller must
 # find dspark_studio as a real package) and PyInstaller, which nothing else ever installs.
+# setuptools builds the wheel in build/lib: cleared too, so no deleted file lingers in it.
 fresh_venv() {
   local py
   py=$(find_python)
-  rm -rf "$VENV" build/pyinstaller
+  rm -rf "$VENV" build/pyinstaller build/lib build/bdist.*
   "$py" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q . -r packaging/requirements.txt

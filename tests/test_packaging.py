@@ -55,6 +55,15 @@ def test_resource_datas_of_the_checkout_find_every_demo_file():
     assert "resources/icons/dspark-studio.icns" in shipped
 
 
+@pytest.mark.skipif(not Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3").exists()
+                    and not Path("/usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3").exists(),
+                    reason="Debian's OpenBLAS is not installed")
+def test_openblas_and_the_libraries_it_links_go_to_one_folder():
+    libs = bundle.openblas_binaries()
+    assert [Path(src).name for src, _ in libs] == list(bundle.OPENBLAS_LIBS)
+    assert {dest for _, dest in libs} == {"openblas"} and all(Path(src).exists() for src, _ in libs)
+
+
 def test_openblas_top_level_copies_become_symlinks_into_its_folder():
     sys_dir = "/usr/lib/x86_64-linux-gnu"
     toc = [("openblas/libblas.so.3", f"{sys_dir}/openblas-pthread/libblas.so.3", "BINARY"),
@@ -187,4 +196,5 @@ def test_launcher_starts_the_installed_app():
     assert "from dspark_studio.main import main" in text
     assert os.access(ROOT / "packaging" / "build_linux.sh", os.X_OK)
     assert os.access(ROOT / "packaging" / "build_macos.sh", os.X_OK)
+
 
