@@ -198,3 +198,60 @@ def test_launcher_starts_the_installed_app():
     assert os.access(ROOT / "packaging" / "build_macos.sh", os.X_OK)
 
 
+
+class _Recorder:
+    """Stands in for one of PyInstaller's spec classes: keeps its arguments."""
+
+    calls: dict = {}
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+        _Recorder.calls[type(self).__name__] = self
+        if type(self).__name__ == "Analysis":  # what the analysis would have found, in TOC form
+            self.binaries = [(Path(src).name if dest == "." else f"{dest}/{Path(src).name}", src, "BINARY")
+                             for src, dest in kwargs["binaries"]]
+            self.datas = [(f"{dest}/{Path(src).name}", src, "DATA") for src, dest in kwargs["datas"]]
+            self.pure = [("dspark_studio.window", "window.py", "PYMODULE"),
+                         ("transformers.models.bert.modeling_bert", "m.py", "PYMODULE")]
+            self.scripts = []
+
+
+def _run_spec(monkeypatch, platform: str) -> dict:
+    """Execute the spec as PyInstaller would, with its classes replaced by recorders."""
+    hooks = type(sys)("PyInstaller.utils.hooks")
+    hooks.collect_submodules = lambda name: [f"{name}.x"]
+    for name in ("PyInstaller", "PyInstaller.utils"):
+        monkeypatch.setitem(sys.modules, name, type(sys)(name))
+    monkeypatch.setitem(sys.modules, "PyInstaller.utils.hooks", hooks)
+    monkeypatch.setattr(sys, "platform", platform)
+    monkeypatch.setattr(bundle, "metallib_datas", lambda mlx_dir: [("/wheel/mlx/lib/mlx.metallib", "mlx/lib")])
+    monkeypatch.setattr(bundle, "min_macos", lambda site: "14.0")
+    monkeypatch.setattr(bundle, "openblas_binaries", lambda: [(f"/usr/lib/{n}", "openblas") for n in bundle.OPENBLAS_LIBS])
+    _Recorder.calls = {}
+    names = {n: type(n, (_Recorder,), {}) for n in ("Analysis", "PYZ", "EXE", "COLLECT", "BUNDLE")}
+    spec = ROOT / "packaging" / "dspark-studio.spec"
+    exec(compile(spec.read_text(), str(spec), "exec"), {"SPECPATH": str(spec.parent), **names})
+    return _Recorder.calls
+
+
+def test_the_spec_on_macos_makes_a_signed_app_with_a_complete_plist(monkeypatch, tmp_path):
+    calls = _run_spec(monkeypatch, "darwin")
+    assert calls["EXE"].kwargs["console"] is False and calls["EXE"].kwargs["codesign_identity"] is None
+    app = calls["BUNDLE"].kwargs
+    assert app["name"] == "DSpark Studio.app" and Path(app["icon"]).is_file()
+    plist = tmp_path / "Info.plist"
+    plist.write_bytes(plistlib.dumps({**app["info_plist"], "CFBundleIconFile": Path(app["icon"]).name}))
+    assert bundle.plist_problems(plist) == []
+    collected = calls["COLLECT"].args[2]
+    assert bundle.METALLIB_LINK in collected and ("mlx/lib/mlx.metallib", "/wheel/mlx/lib/mlx.metallib", "DATA") in collected
+    assert not any("openblas" in dest for dest, *_ in calls["COLLECT"].args[1])
+    assert [m for m, *_ in calls["PYZ"].args[0]] == ["dspark_studio.window"]  # no model code of transformers
+
+
+def test_the_spec_on_linux_bundles_openblas_and_no_app(monkeypatch):
+    calls = _run_spec(monkeypatch, "linux")
+    assert "BUNDLE" not in calls and calls["EXE"].kwargs["console"] is True
+    assert {dest for dest, *_ in calls["COLLECT"].args[1]} == {f"openblas/{n}" for n in bundle.OPENBLAS_LIBS}
+    datas = {dest for dest, *_ in calls["COLLECT"].args[2]}
+    assert "resources/demo/target/model.safetensors" in datas and "mlx.metallib" not in datas
+    assert {"mlx.x", "mlx_lm.models.x", "dspark.x", "dspark_studio.x"} <= set(calls["Analysis"].kwargs["hiddenimports"])
