@@ -11,7 +11,7 @@ PYTHON ?= $(shell for c in python3.12 python3.13 $$HOME/.pyenv/versions/3.12*/bi
 
 PEERS := .venv-peers
 
-.PHONY: run test setup peers demo clean
+.PHONY: run test setup peers demo bundle clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python >= 3.12 not found: install python3.12 or python3.13"; exit 1; }
@@ -43,5 +43,11 @@ test: setup peers
 demo: setup
 	$(VENV)/bin/dspark make-demo $(ARGS)
 
+# The Linux one-folder bundle (dist/dspark-studio/, built in its own venv with PyInstaller), then
+# a copy of it started as a person's machine would: from /, bare environment, --self-test.
+bundle:
+	PYTHON=$(PYTHON) packaging/build_linux.sh
+	packaging/test_bundle.sh dist/dspark-studio/dspark-studio
+
 clean:
-	rm -rf $(VENV) $(PEERS) *.egg-info
+	rm -rf $(VENV) $(PEERS) *.egg-info build dist

@@ -1,5 +1,5 @@
 """``dspark-studio``: start the desktop app, or (``--screenshot FILE``) run once headless,
-save a grab of the whole window and exit."""
+save a grab of the whole window and exit, or (``--self-test [FILE]``) check this install."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 SCREENSHOT_SIZE = (1600, 1000)
+FIRST_START = ("These are the demo models. Your own: File ▸ Open target… (a Gemma-4 folder), "
+               "File ▸ Add drafter…, or File ▸ Download…")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true", help="with --screenshot: compare every drafter")
     p.add_argument("--screenshot", metavar="FILE", help="run once headless, save the window as PNG, exit")
     p.add_argument("--timeout", type=float, default=900, help="with --screenshot: give up after this many seconds")
+    p.add_argument("--self-test", nargs="?", const="", metavar="FILE.png",
+                   help="check the demo models run (and, with FILE, save the window); print one line, exit")
     return p
 
 
@@ -43,11 +47,18 @@ def main(argv: list[str] | None = None) -> int:
 
     use_fast_blas()  # before mlx is imported (by the worker module)
     args = build_parser().parse_args(argv)
+    if args.self_test is not None:
+        from .selftest import run
+
+        return run(args.self_test or None)
     if args.screenshot and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
     from PySide6.QtCore import QTimer
-    from PySide6.QtWidgets import QApplication
+    from PySide6.QtGui import QIcon
+    from PySide6.QtWidgets import QApplication, QLabel
+
+    from dspark import resources
 
     from . import settings
     from .window import MainWindow
@@ -56,9 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     app.setOrganizationName(settings.ORG)
     app.setApplicationName(settings.APP)
     app.setStyle("Fusion")  # the same look on macOS and Linux; themed by app.theme
+    app.setWindowIcon(QIcon(str(resources.path("icons", "dspark-studio.png"))))
     prefs = None if args.screenshot else settings.Settings()
+    first_start = prefs is not None and not prefs.q.allKeys()
     win = MainWindow(prefs)
     target, drafters = choose_models(args, prefs)
+    if first_start and not args.target:  # nothing saved yet: the demo models; say how to open one's own
+        win.statusBar().addPermanentWidget(QLabel(FIRST_START))
     win.restore(target, drafters)
     if args.prompt is not None:
         win.controls.prompt.setPlainText(args.prompt)

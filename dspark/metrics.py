@@ -58,6 +58,22 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def repetition_share(tokens: Sequence[int], max_period: int = 12, repeats: int = 3) -> float:
+    """Share of ``tokens`` inside a stretch where a pattern of at most ``max_period`` tokens
+    repeats at least ``repeats`` times in a row (``#\\n#\\n#\\n``, ``'w', 'w', 'w'``): how
+    degenerate an output is. Drafters predict such stretches perfectly, so a prompt set made
+    of them would show a speedup no real text gets."""
+    n, covered = len(tokens), [False] * len(tokens)
+    for p in range(1, max_period + 1):
+        run = 0  # tokens that equal the one p before, in a row
+        for i in range(p, n):
+            run = run + 1 if tokens[i] == tokens[i - p] else 0
+            if run >= p * (repeats - 1):
+                for j in range(i - run - p + 1, i + 1):
+                    covered[j] = True
+    return sum(covered) / n if n else 0.0
+
+
 @dataclass(frozen=True)
 class Figures:
     """The acceptance figures of a set of rounds (one run, or several pooled)."""

@@ -44,7 +44,7 @@ def test_token_tooltip_and_presentation_keys(qtbot, dirs, home):
     assert "round 0, position 0" in tip and "p = " in tip
 
     w.presenter.fullscreen = False
-    w.controls.prompt_set.setCurrentText("Python snippets")
+    w.controls.prompt_set.setCurrentText(prompts.get("demo").name)
     w.presenter.enter()
     assert w.theme.name == "presentation" and not w.controls_scroll.isVisible()
     before = w.controls.prompt_index
@@ -52,7 +52,7 @@ def test_token_tooltip_and_presentation_keys(qtbot, dirs, home):
     with qtbot.waitSignal(w.job_finished, timeout=LONG):
         qtbot.keyClick(w, Qt.Key_Space)
     assert w.controls.prompt_index == before + 1
-    assert w.runs and w.runs[0].prompt == prompts.get("python-snippets").prompts[before + 1]
+    assert w.runs and w.runs[0].prompt == prompts.get("demo").prompts[before + 1]
     qtbot.keyClick(w, Qt.Key_Escape)
     assert w.theme.name == "normal" and w.controls_scroll.isVisible()
     w.close()
@@ -135,6 +135,6 @@ def test_prompt_sets_read_json_and_txt(tmp_path):
     assert sets["a"].name == "Set A" and sets["a"].prompts == ("x = 1\n", "y = 2\n")
     assert sets["b"].prompts == ("first\n", "second\n") and "bad" not in sets
     assert len(prompts.get("Held-out Python stdlib").prompts) >= 5  # the shipped sets, by name or key
-    assert prompts.get("python-snippets").name == "Python snippets"
+    assert prompts.get("demo").name.startswith("Demo") and prompts.get("demo").prompts
     with pytest.raises(DsparkError, match="no prompt set 'nope': choose one of"):
         prompts.get("nope")

@@ -45,3 +45,16 @@ def test_demo_pair_is_lossless_for_600_tokens(target, kind):
     spec = run_to_summary(generate(target, drafter, prompt, cfg))
     base = run_to_summary(generate_baseline(target, prompt, cfg))
     assert len(base.tokens) == 600 and list(spec.tokens) == list(base.tokens)
+
+
+def test_the_default_prompt_set_makes_the_demo_target_write_plausible_code(target):
+    """The app opens on this set: on every prompt the demo target's 256 greedy tokens must not
+    degenerate into a short cycle (which any drafter predicts, faking a speedup)."""
+    from dspark import prompts
+    from dspark.metrics import repetition_share
+
+    cfg = GenerationConfig(max_tokens=256)
+    demo = prompts.get(prompts.DEFAULT)
+    for i, text in enumerate(demo.prompts):
+        out = run_to_summary(generate_baseline(target, text, cfg))
+        assert len(out.tokens) == 256 and repetition_share(out.tokens) < 0.2, (i, out.text[-200:])

@@ -1,3 +1,4 @@
+import pytest
 """The metric definitions, on counts small enough to check by hand."""
 
 from dspark import metrics
@@ -25,3 +26,12 @@ def test_histogram_and_speedup():
     assert metrics.accepted_length_histogram(ACCEPTED) == [1, 1, 1, 1]
     assert metrics.accepted_length_histogram(ACCEPTED, max_len=2) == [1, 1, 2]
     assert metrics.speedup(30.0, 10.0) == 3.0 and metrics.speedup(1.0, 0.0) == 0.0
+
+
+def test_repetition_share_finds_short_cycles_only():
+    from dspark.metrics import repetition_share
+
+    assert repetition_share([7, 8] * 10) == 1.0
+    assert repetition_share(list(range(40))) == 0.0
+    assert repetition_share(list(range(20)) + [5] * 10) == pytest.approx(10 / 30)
+    assert repetition_share(list(range(30)) * 3) == 0.0  # a 30-token block repeated: plausible code, not a cycle

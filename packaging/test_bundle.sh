@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Start a built Linux bundle as a person's machine would: the folder copied elsewhere, started
+# from / with a bare environment (no venv, the repository on no path, a fresh HOME), offscreen,
+# with --self-test and a screenshot. Fails unless the self-test passes, the screenshot is a
+# 1600x1000 PNG, and OpenBLAS and the libraries it links were loaded from the bundle.
+# usage: packaging/test_bundle.sh [dist/dspark-studio/dspark-studio]
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+exe=$(realpath "${1:-$repo/dist/dspark-studio/dspark-studio}")
+tmp=$(mktemp -d)
+trap 'status=$?; rm -rf "$tmp"; [ $status = 0 ] && echo "bundle: 1 passed, 0 failed" || echo "bundle: 0 passed, 1 failed"' EXIT
+cp -a "$(dirname "$exe")" "$tmp/app"
+mkdir "$tmp/home" "$tmp/ld"
+shot="$tmp/selftest.png"
+
+cd /
+start=$SECONDS
+rc=0
+line=$(env -i PATH=/usr/bin:/bin HOME="$tmp/home" QT_QPA_PLATFORM=offscreen LD_DEBUG=libs \
+       LD_DEBUG_OUTPUT="$tmp/ld/trace" "$tmp/app/$(basename "$exe")" --self-test "$shot") || rc=$?
+echo "$line"
+[ "$rc" = 0 ] || { echo "test_bundle.sh: the self-test exited $rc" >&2; exit 1; }
+
+# The loader's own record of the files it initialised ("calling init: PATH"): OpenBLAS and what it
+# links must come from the copy (its top folder or openblas/), not from the system.
+inits=$(grep -ho 'calling init: [^ ]*' "$tmp"/ld/trace.* | sed 's/^calling init: //' | sort -u)
+for lib in libblas.so.3 libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+  grep -Eqx "$tmp/app/_internal/(openblas/)?$lib" <<<"$inits" \
+    || { echo "test_bundle.sh: $lib was not loaded from the bundle" >&2; exit 1; }
+done
+grep -q "BLAS OpenBLAS ($tmp/app/_internal/openblas/libblas.so.3" <<<"$line" \
+  || { echo "test_bundle.sh: the self-test did not run on the bundled OpenBLAS" >&2; exit 1; }
+
+size=$(od -An -tu1 -j16 -N8 "$shot" 2>/dev/null | awk '{print $1*2^24+$2*2^16+$3*2^8+$4 "x" $5*2^24+$6*2^16+$7*2^8+$8}')
+[ "$size" = 1600x1000 ] || { echo "test_bundle.sh: screenshot is ${size:-missing}, not 1600x1000" >&2; exit 1; }
+mkdir -p "$repo/build" && cp "$shot" "$repo/build/bundle-selftest.png"
+echo "test_bundle.sh: ok in $((SECONDS - start)) s from a copy at $tmp/app; screenshot build/bundle-selftest.png" >&2

@@ -1,0 +1,257 @@
+"""Packaging rules that can be checked without building a bundle (the build itself and the
+bundle's self-test run in `make bundle`, after `make test` in CI): what the spec ships, the
+post-build check on fake bundle trees, Info.plist, the icon, the wheel's package list."""
+
+from __future__ import annotations
+
+import os
+import plistlib
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "packaging"))
+import bundle  # noqa: E402
+import make_icon  # noqa: E402
+
+
+def _touch(path: Path, data: bytes = b"x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def _fake_resources(root: Path) -> Path:
+    res = root / "resources"
+    for name, files in bundle.DEMO_FILES.items():
+        for f in files:
+            _touch(res / "demo" / name / f)
+    _touch(res / "demo" / "README.md")
+    _touch(res / "demo" / "target" / ".ckpt" / "step-100.safetensors")  # training leftovers
+    _touch(res / "demo" / "dspark" / "train_state.safetensors")
+    _touch(res / "prompts" / "set.json", b"[]")
+    _touch(res / "icons" / "dspark-studio.png")
+    _touch(res / "__init__.py")
+    return res
+
+
+def test_resource_datas_ship_models_prompts_icons_and_no_training_leftovers(tmp_path):
+    datas = bundle.resource_datas(_fake_resources(tmp_path))
+    shipped = {str(Path(dest, Path(src).name)) for src, dest in datas}
+    assert "resources/demo/target/model.safetensors" in shipped
+    assert "resources/demo/dflash/config.json" in shipped
+    assert {"resources/prompts/set.json", "resources/icons/dspark-studio.png"} <= shipped
+    assert not [s for s in shipped if ".ckpt" in s or "train_state" in s or s.endswith("__init__.py")]
+
+
+def test_resource_datas_of_the_checkout_find_every_demo_file():
+    datas = bundle.resource_datas(ROOT / "resources")
+    shipped = {str(Path(dest, Path(src).name)) for src, dest in datas}
+    for name, files in bundle.DEMO_FILES.items():
+        assert {f"resources/demo/{name}/{f}" for f in files} <= shipped
+    assert "resources/icons/dspark-studio.icns" in shipped
+
+
+@pytest.mark.skipif(not Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3").exists()
+                    and not Path("/usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3").exists(),
+                    reason="Debian's OpenBLAS is not installed")
+def test_openblas_and_the_libraries_it_links_go_to_one_folder():
+    libs = bundle.openblas_binaries()
+    assert [Path(src).name for src, _ in libs] == list(bundle.OPENBLAS_LIBS)
+    assert {dest for _, dest in libs} == {"openblas"} and all(Path(src).exists() for src, _ in libs)
+
+
+def test_openblas_top_level_copies_become_symlinks_into_its_folder():
+    sys_dir = "/usr/lib/x86_64-linux-gnu"
+    toc = [("openblas/libblas.so.3", f"{sys_dir}/openblas-pthread/libblas.so.3", "BINARY"),
+           ("openblas/libopenblas.so.0", f"{sys_dir}/openblas-pthread/libopenblas.so.0", "BINARY"),
+           ("openblas/libgfortran.so.5", f"{sys_dir}/libgfortran.so.5", "BINARY"),
+           ("libopenblas.so.0", f"{sys_dir}/openblas-pthread/libopenblas.so.0", "BINARY"),
+           ("libgfortran.so.5", f"{sys_dir}/libgfortran.so.5", "BINARY"),
+           ("libquadmath.so.0", f"{sys_dir}/libquadmath.so.0", "BINARY"),  # not shipped in openblas/: kept
+           ("libz.so.1", f"{sys_dir}/libz.so.1", "BINARY")]
+    out = bundle.link_openblas(toc)
+    assert out[:3] == toc[:3] and out[5:] == toc[5:]
+    assert out[3:5] == [("libopenblas.so.0", "openblas/libopenblas.so.0", "SYMLINK"),
+                        ("libgfortran.so.5", "openblas/libgfortran.so.5", "SYMLINK")]
+
+
+def test_only_the_tokenizer_side_of_transformers_and_no_qt_translations_ship():
+    assert bundle.keep_data("transformers/models/gemma4/configuration_gemma4.py")
+    assert bundle.keep_data("transformers/models/auto/tokenization_auto.py")
+    assert bundle.keep_data("transformers/models/__init__.py")
+    assert bundle.keep_data("transformers/tokenization_utils_base.py")
+    assert not bundle.keep_data("transformers/models/bert/modeling_bert.py")
+    assert not bundle.keep_data("PySide6/Qt/translations/qt_de.qm")
+    assert bundle.keep_data("PySide6/Qt/plugins/platforms/libqoffscreen.so")
+    assert bundle.keep_module("transformers.models.gemma.tokenization_gemma")
+    assert bundle.keep_module("transformers.models")
+    assert not bundle.keep_module("transformers.models.llama.modeling_llama")
+    assert bundle.keep_module("mlx_lm.models.llama")
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """A package missing from pyproject's list is missing from the wheel and the bundle, while an
+    editable install (make test's) still finds it."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    names = {"dspark": "dspark", "app": "dspark_studio"}
+    found = {".".join([names[init.relative_to(ROOT).parts[0]], *init.relative_to(ROOT).parts[1:-1]])
+             for top in names for init in (ROOT / top).rglob("__init__.py")}
+    assert found <= listed, found - listed
+
+
+def _fake_app(tmp_path: Path, top_metallib: bool) -> Path:
+    """The layout PyInstaller's BUNDLE makes of the spec's entries on macOS (its relocation run on
+    this TOC on Linux gave exactly these links): binaries in Contents/Frameworks, data in
+    Contents/Resources cross-linked back, and a libmlx.dylib symlink at the top of Frameworks,
+    which is what the loader opens."""
+    app = tmp_path / "DSpark Studio.app"
+    fw, res = app / "Contents" / "Frameworks", app / "Contents" / "Resources"
+    _touch(fw / "mlx" / "lib" / "libmlx.dylib")
+    _touch(res / "mlx" / "lib" / "mlx.metallib")
+    (fw / "mlx" / "lib" / "mlx.metallib").symlink_to("../../../Resources/mlx/lib/mlx.metallib")
+    (fw / "libmlx.dylib").symlink_to("mlx/lib/libmlx.dylib")
+    if top_metallib:  # bundle.METALLIB_LINK
+        (fw / "mlx.metallib").symlink_to("mlx/lib/mlx.metallib")
+    return app
+
+
+def test_metallib_must_sit_beside_every_libmlx_including_the_top_symlink(tmp_path):
+    bad = _fake_app(tmp_path / "a", top_metallib=False)
+    assert bundle.metallib_problems(bad) == ["Contents/Frameworks/libmlx.dylib has no mlx.metallib beside it"]
+    assert bundle.metallib_problems(_fake_app(tmp_path / "b", top_metallib=True)) == []
+    # the lookup's second place, Resources/ under the library's folder, counts too
+    _touch(bad / "Contents" / "Frameworks" / "Resources" / "mlx.metallib")
+    assert bundle.metallib_problems(bad) == []
+    assert bundle.METALLIB_LINK == ("mlx.metallib", "mlx/lib/mlx.metallib", "SYMLINK")
+
+
+def test_a_dangling_metallib_symlink_does_not_count(tmp_path):
+    app = _fake_app(tmp_path, top_metallib=True)
+    (app / "Contents" / "Resources" / "mlx" / "lib" / "mlx.metallib").unlink()
+    assert len(bundle.metallib_problems(app)) == 2  # both libmlx.dylib: the real one and the top link
+
+
+def test_min_macos_is_the_newest_mlx_wheel_tag(tmp_path):
+    _touch(tmp_path / "mlx-0.32.4.dist-info" / "WHEEL", b"Wheel-Version: 1.0\nTag: cp312-cp312-macosx_14_0_arm64\n")
+    _touch(tmp_path / "mlx_metal-0.32.4.dist-info" / "WHEEL", b"Tag: py3-none-macosx_15_0_arm64\n")
+    _touch(tmp_path / "numpy-2.0.dist-info" / "WHEEL", b"Tag: cp312-cp312-macosx_26_0_arm64\n")
+    assert bundle.min_macos(tmp_path) == "15.0"
+    with pytest.raises(ValueError):
+        bundle.min_macos(tmp_path / "nothing")
+
+
+def test_info_plist_round_trips_and_passes_the_check(tmp_path):
+    keys = bundle.info_plist("0.1.0", "14.0")
+    # BUNDLE adds the executable and the icon, and writes the plist with plistlib
+    plist = tmp_path / "Info.plist"
+    plist.write_bytes(plistlib.dumps({**keys, "CFBundleExecutable": "dspark-studio", "CFBundleIconFile": "x.icns"}))
+    assert bundle.plist_problems(plist) == []
+    back = plistlib.loads(plist.read_bytes())
+    assert back["LSMinimumSystemVersion"] == "14.0" and back["NSHighResolutionCapable"] is True
+    plist.write_bytes(plistlib.dumps({**keys, "NSHighResolutionCapable": False, "LSBackgroundOnly": True}))
+    assert len(bundle.plist_problems(plist)) == 3  # no icon, not high-resolution, background-only
+
+
+def test_check_names_missing_demo_models_and_openblas(tmp_path):
+    dist = tmp_path / "dspark-studio"
+    internal = dist / "_internal"
+    _fake_resources(internal)
+    for name in bundle.OPENBLAS_LIBS:
+        _touch(internal / "openblas" / name)
+    assert bundle.check(dist, "linux") == []
+    (internal / "resources" / "demo" / "dspark" / "model.safetensors").unlink()
+    (internal / "openblas" / "libgfortran.so.5").unlink()
+    assert bundle.check(dist, "linux") == ["demo model file missing: resources/demo/dspark/model.safetensors",
+                                           "OpenBLAS library missing: openblas/libgfortran.so.5"]
+    assert bundle.check(tmp_path / "nowhere", "linux") == [f"{tmp_path / 'nowhere'} is not a folder"]
+
+
+def test_check_of_an_app_looks_in_contents_frameworks(tmp_path):
+    app = _fake_app(tmp_path, top_metallib=True)
+    _fake_resources(app / "Contents" / "Frameworks")
+    assert bundle.check(app, "darwin") == [f"{app / 'Contents' / 'Info.plist'} is missing"]
+
+
+def test_icns_holds_every_size_as_png():
+    data = (ROOT / "resources" / "icons" / "dspark-studio.icns").read_bytes()
+    assert data[:4] == b"icns" and struct.unpack(">I", data[4:8])[0] == len(data)
+    found, i = {}, 8
+    while i < len(data):
+        kind, n = data[i : i + 4], struct.unpack(">I", data[i + 4 : i + 8])[0]
+        png = data[i + 8 : i + n]
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        found[kind] = struct.unpack(">II", png[16:24])
+        i += n
+    assert found == {k: (px, px) for k, px in make_icon.ICNS_TYPES.items()}
+
+
+def test_launcher_starts_the_installed_app():
+    text = (ROOT / "packaging" / "launcher.py").read_text()
+    assert "from dspark_studio.main import main" in text
+    assert os.access(ROOT / "packaging" / "build_linux.sh", os.X_OK)
+    assert os.access(ROOT / "packaging" / "build_macos.sh", os.X_OK)
+
+
+
+class _Recorder:
+    """Stands in for one of PyInstaller's spec classes: keeps its arguments."""
+
+    calls: dict = {}
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+        _Recorder.calls[type(self).__name__] = self
+        if type(self).__name__ == "Analysis":  # what the analysis would have found, in TOC form
+            self.binaries = [(Path(src).name if dest == "." else f"{dest}/{Path(src).name}", src, "BINARY")
+                             for src, dest in kwargs["binaries"]]
+            self.datas = [(f"{dest}/{Path(src).name}", src, "DATA") for src, dest in kwargs["datas"]]
+            self.pure = [("dspark_studio.window", "window.py", "PYMODULE"),
+                         ("transformers.models.bert.modeling_bert", "m.py", "PYMODULE")]
+            self.scripts = []
+
+
+def _run_spec(monkeypatch, platform: str) -> dict:
+    """Execute the spec as PyInstaller would, with its classes replaced by recorders."""
+    hooks = type(sys)("PyInstaller.utils.hooks")
+    hooks.collect_submodules = lambda name: [f"{name}.x"]
+    for name in ("PyInstaller", "PyInstaller.utils"):
+        monkeypatch.setitem(sys.modules, name, type(sys)(name))
+    monkeypatch.setitem(sys.modules, "PyInstaller.utils.hooks", hooks)
+    monkeypatch.setattr(sys, "platform", platform)
+    monkeypatch.setattr(bundle, "metallib_datas", lambda mlx_dir: [("/wheel/mlx/lib/mlx.metallib", "mlx/lib")])
+    monkeypatch.setattr(bundle, "min_macos", lambda site: "14.0")
+    monkeypatch.setattr(bundle, "openblas_binaries", lambda: [(f"/usr/lib/{n}", "openblas") for n in bundle.OPENBLAS_LIBS])
+    _Recorder.calls = {}
+    names = {n: type(n, (_Recorder,), {}) for n in ("Analysis", "PYZ", "EXE", "COLLECT", "BUNDLE")}
+    spec = ROOT / "packaging" / "dspark-studio.spec"
+    exec(compile(spec.read_text(), str(spec), "exec"), {"SPECPATH": str(spec.parent), **names})
+    return _Recorder.calls
+
+
+def test_the_spec_on_macos_makes_a_signed_app_with_a_complete_plist(monkeypatch, tmp_path):
+    calls = _run_spec(monkeypatch, "darwin")
+    assert calls["EXE"].kwargs["console"] is False and calls["EXE"].kwargs["codesign_identity"] is None
+    app = calls["BUNDLE"].kwargs
+    assert app["name"] == "DSpark Studio.app" and Path(app["icon"]).is_file()
+    plist = tmp_path / "Info.plist"
+    plist.write_bytes(plistlib.dumps({**app["info_plist"], "CFBundleIconFile": Path(app["icon"]).name}))
+    assert bundle.plist_problems(plist) == []
+    collected = calls["COLLECT"].args[2]
+    assert bundle.METALLIB_LINK in collected and ("mlx/lib/mlx.metallib", "/wheel/mlx/lib/mlx.metallib", "DATA") in collected
+    assert not any("openblas" in dest for dest, *_ in calls["COLLECT"].args[1])
+    assert [m for m, *_ in calls["PYZ"].args[0]] == ["dspark_studio.window"]  # no model code of transformers
+
+
+def test_the_spec_on_linux_bundles_openblas_and_no_app(monkeypatch):
+    calls = _run_spec(monkeypatch, "linux")
+    assert "BUNDLE" not in calls and calls["EXE"].kwargs["console"] is True
+    assert {dest for dest, *_ in calls["COLLECT"].args[1]} == {f"openblas/{n}" for n in bundle.OPENBLAS_LIBS}
+    datas = {dest for dest, *_ in calls["COLLECT"].args[2]}
+    assert "resources/demo/target/model.safetensors" in datas and "mlx.metallib" not in datas
+    assert {"mlx.x", "mlx_lm.models.x", "dspark.x", "dspark_studio.x"} <= set(calls["Analysis"].kwargs["hiddenimports"])
