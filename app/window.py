@@ -28,7 +28,7 @@ from .panes.text_view import TextPane
 from .presentation import Presenter
 from dspark.prompts import prompt_sets
 from .runs import BASELINE, RunRecord
-from .session import Session
+from .session import COMPARE_TAB, RUN_TAB, Session
 from .theme import NORMAL, Theme, palette, stylesheet
 from .worker import Worker
 
@@ -97,6 +97,8 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.run_split, "Run")
         self.tabs.addTab(self.compare, "Compare")
+        self.tabs.currentChanged.connect(self._tab_changed)
+        self.compare.focus_chosen.connect(self.session.set_focus)
 
         right = QWidget()
         right.setObjectName("panel")
@@ -223,22 +225,27 @@ class MainWindow(QMainWindow):
             self.load_models()
 
     def start_run(self) -> None:
+        """A speculative run with the selected drafter, then plain decoding; shown on the Run tab."""
         drafter = self.controls.run_drafter()
         runs = [RunSpec(drafter_label(drafter), drafter)] if drafter else []
-        self._submit("run", runs + [RunSpec(BASELINE, None)], [self.controls.prompt_text()])
+        if self._submit("run", runs + [RunSpec(BASELINE, None)], [self.controls.prompt_text()]):
+            self.tabs.setCurrentWidget(self.run_split)  # never leave an old comparison on screen
 
     def start_compare(self) -> None:
-        runs = [RunSpec(drafter_label(p), p) for p in self.controls.checked_drafters()]
+        paths = self.controls.checked_drafters()
+        runs = [RunSpec(drafter_label(p), p) for p in paths]
         prompts = self.controls.prompts() if self.controls.all_prompts.isChecked() else [self.controls.prompt_text()]
-        if self._submit("compare", runs + [RunSpec(BASELINE, None)], prompts):
+        selected = self.controls.run_drafter()
+        focus = drafter_label(selected) if selected in paths else None
+        if self._submit("compare", runs + [RunSpec(BASELINE, None)], prompts, focus):
             self.tabs.setCurrentWidget(self.compare)
 
-    def _submit(self, kind: str, runs: list[RunSpec], prompts: list[str]) -> bool:
+    def _submit(self, kind: str, runs: list[RunSpec], prompts: list[str], focus: str | None = None) -> bool:
         target = self.controls.target_path()
         if not target:
             self.on_failed("no target model chosen: pick a target directory")
             return False
-        job = self.session.new_job(kind, target, prompts, runs, self.controls.config())
+        job = self.session.new_job(kind, target, prompts, runs, self.controls.config(), focus)
         if job is None:
             return False
         self.message.hide()
@@ -291,8 +298,12 @@ class MainWindow(QMainWindow):
             self.controls.set_busy(False)
             self.refresh()
             runs = self.session.runs
-            if runs and any(r.done for r in runs):
-                problem = export.save_history(runs, self.loaded_target, self.session.shown_kind == "compare")
+            if runs and any(r.done for r in runs) and not self.session.replay:
+                keep = self.prefs.get("history/keep", settings.HISTORY_KEEP, int) if self.prefs else None
+                max_mb = self.prefs.get("history/max_mb", settings.HISTORY_MAX_MB, int) if self.prefs else None
+                problem = export.save_history(runs, self.loaded_target, self.session.shown_kind == "compare",
+                                              self.session.prompt_count, keep,
+                                              max_mb * 2**20 if max_mb is not None else None)
                 if problem:
                     self.statusBar().showMessage(problem)
             if msg.cancelled:
@@ -308,6 +319,11 @@ class MainWindow(QMainWindow):
     def runs(self) -> list[RunRecord]:
         return self.session.runs
 
+    @Slot(int)
+    def _tab_changed(self, _index: int) -> None:
+        self.session.show_tab(COMPARE_TAB if self.tabs.currentWidget() is self.compare else RUN_TAB)
+        self.refresh()
+
     @Slot()
     def refresh(self) -> None:
         if self._drawn == self.session.version:
@@ -319,21 +335,25 @@ class MainWindow(QMainWindow):
 
     # --- export ---------------------------------------------------------------------------
     def export_data(self, fmt: str, comparison: bool, path: str | None = None) -> Path | None:
-        """The shown runs (a run, or a comparison with its table rows) as JSON or CSV."""
-        runs = self.session.runs
+        """What a tab shows, as JSON or CSV: the Run tab's run and its plain decoding, or the
+        Compare tab's comparison (every run, and its table rows)."""
+        if comparison:
+            runs, prompts = list(self.session.comparison), self.session.compare_prompts
+        else:
+            runs, prompts = [r for r in self.session.shown_runs() if r is not None], 1
         if not runs:
-            self.on_failed("nothing to export yet: run or compare first")
+            self.on_failed("nothing to export yet: " + ("compare first" if comparison else "run first"))
             return None
         if path is None:
-            name = f"{'comparison' if comparison else 'run'}.{fmt}"
+            name = export.default_name(runs, comparison, fmt)
             path, _ = QFileDialog.getSaveFileName(self, "Export", str(settings.exports_dir() / name), f"*.{fmt}")
             if not path:
                 return None
         try:
             if fmt == "json":
-                out = export.write_json(path, runs, self.loaded_target, comparison)
+                out = export.write_json(path, runs, self.loaded_target, comparison, prompts)
             else:
-                out = export.write_csv(path, runs, comparison)
+                out = export.write_csv(path, runs, comparison, prompts)
         except OSError as e:
             self.on_failed(f"could not write {path}: {e.strerror or e}")
             return None

@@ -37,3 +37,107 @@ def test_save_plots_as_png_from_the_menu_writes_the_files(qtbot, window, dirs, t
     assert {"acceptance_by_position", "accepted_length", "tokens_per_sec", "draft_rows", "window"} <= names
     assert not QImage(str(folder / "window.png")).isNull()
     assert str(folder) in w.statusBar().currentMessage()
+
+
+def two_prompt_set(w) -> None:
+    """A prompt set of two prompts, chosen in the controls."""
+    w.controls.prompt_sets["two prompts"] = ["the a of and", "to in is it"]
+    w.controls.prompt_set.addItem("two prompts")
+    w.controls.prompt_set.setCurrentText("two prompts")
+
+
+def test_export_comparison_exports_the_comparison_on_screen_after_a_later_run(qtbot, window, dirs, tmp_path):
+    w = window
+    setup(w, dirs, drafters=("drafter", "drafter2"), max_tokens=8)
+    assert run_job(qtbot, w, w.start_compare)["ok"]
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    assert w.compare.table.rowCount() == 3  # the Compare tab still shows the comparison ...
+    doc = json.loads(w.export_data("json", True, str(tmp_path / "c.json")).read_text())
+    assert [r["label"] for r in doc["runs"]] == ["drafter", "drafter2", "plain decoding"]  # ... and exports it
+    assert [r["label"] for r in doc["comparison"]] == ["drafter", "drafter2", "plain decoding"]
+    doc = json.loads(w.export_data("json", False, str(tmp_path / "r.json")).read_text())
+    assert [r["method"] for r in doc["runs"]] == ["speculative", "baseline"]  # the Run tab's run
+
+
+def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
+    w = window
+    setup(w, dirs, drafters=("drafter", "drafter2"), max_tokens=10)
+    two_prompt_set(w)
+    w.controls.all_prompts.setChecked(True)
+    w.controls.drafters.setCurrentRow(0)  # the drafter Run uses: the header's choice after a comparison
+    assert run_job(qtbot, w, w.start_compare)["ok"]
+    assert w.tabs.currentWidget() is w.compare
+    h, table = w.header, w.compare.table
+
+    def cell(row: int, name: str) -> str:
+        col = [c[1] for c in compare_columns()].index(name)
+        return table.item(row, col).text()
+
+    assert h.captions["spec"].text() == "speculative · drafter · 2 prompts"
+    assert h.captions["base"].text() == "plain decoding · 2 prompts"
+    assert h.values["speedup"].text() == cell(0, "Speedup") and h.values["tau"].text() == cell(0, "τ")
+    table.selectRow(1)  # a person picks drafter2's row
+    w.refresh()
+    assert h.captions["spec"].text() == "speculative · drafter2 · 2 prompts"
+    assert h.values["speedup"].text() == cell(1, "Speedup") and h.values["tau"].text() == cell(1, "τ")
+    w.tabs.setCurrentWidget(w.run_split)  # the Run tab: drafter2's run of the last prompt
+    assert h.captions["spec"].text() == "speculative · drafter2 · prompt 2 of 2"
+    spec, _base = w.shown_runs()
+    assert spec.label == "drafter2" and h.values["tau"].text() == f"{spec.figures().tau:.2f}"
+    # a one-prompt comparison: the header shows the selected drafter, not the last one run
+    w.controls.all_prompts.setChecked(False)
+    w.controls.drafters.setCurrentRow(0)
+    assert run_job(qtbot, w, w.start_compare)["ok"]
+    w.tabs.setCurrentWidget(w.run_split)
+    assert h.captions["spec"].text() == "speculative · drafter" and w.shown_runs()[0].label == "drafter"
+
+
+def compare_columns():
+    from dspark_studio.compare import COLUMNS
+
+    return COLUMNS
+
+
+def test_a_new_run_shows_the_run_tab_also_from_presentation_mode(qtbot, window, dirs):
+    w = window
+    setup(w, dirs, max_tokens=6)
+    assert run_job(qtbot, w, w.start_compare)["ok"] and w.tabs.currentWidget() is w.compare
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    assert w.tabs.currentWidget() is w.run_split
+    w.tabs.setCurrentWidget(w.compare)
+    w.presenter.fullscreen = False
+    w.presenter.enter()
+    assert run_job(qtbot, w, w.presenter.next)["ok"]
+    assert w.tabs.currentWidget() is w.run_split
+    w.presenter.leave()
+
+
+def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
+    """Sampled runs: the speculative run stopped at EOS, plain decoding went on. The header's
+    speedup measures both over the tokens both made, and says so."""
+    from dspark_studio.panes.header import HeaderStrip
+    from dspark_studio.runs import BASELINE, RunRecord
+    from dspark_studio.session import View
+    from test_session import event, summary
+
+    def record(key, method, n, tps_at, per_round):
+        r = RunRecord(key, "d1" if method == "speculative" else BASELINE, method, "p", 0, None, {"temperature": 1.0})
+        done = 0
+        while done < n:
+            done = min(done + per_round, n)
+            r.rounds.append(event(len(r.rounds), per_round - 1, per_round - 1, [7] * per_round,
+                                  generated=done, seconds=done / tps_at(done)))
+        r.summary = summary(method, [7] * n, len(r.rounds), r.rounds[-1].tokens_per_sec)
+        return r
+
+    # plain decoding: 10 tok/s for its first 20 tokens, then much faster (its whole-run rate is 44 tok/s)
+    base = record(2, "baseline", 200, lambda k: 10.0 if k <= 20 else k / (2 + (k - 20) / 100), 1)
+    spec = record(1, "speculative", 20, lambda k: 20.0, 4)  # EOS after 20 tokens
+    h = HeaderStrip()
+    qtbot.addWidget(h)
+    h.show_view(View("run", "run", spec, base, (spec, base), 1, (), (), 0, None, False))
+    assert h.values["speedup"].text() == "2.00×"  # 20 tok/s against 10 over the same 20 tokens (not 0.45×)
+    assert "both measured over the first 20" in h.values["speedup"].toolTip()
+    short = record(3, "speculative", 2, lambda k: 20.0, 2)  # EOS after 2 tokens: too few to compare
+    h.show_view(View("run", "run", short, base, (short, base), 1, (), (), 0, None, False))
+    assert h.values["speedup"].text() == "–" and "too few to compare" in h.values["speedup"].toolTip()

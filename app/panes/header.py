@@ -1,24 +1,32 @@
-"""The header strip: the figures a person looks at first, each defined in its tooltip."""
+"""The header strip: the figures a person looks at first, each defined in its tooltip.
+
+It always describes the tab on screen: on the Run tab the run shown there (which drafter, which
+prompt of how many), on the Compare tab the comparison's focused drafter pooled over its
+prompts (the row selected in the table). A replay says so at the right."""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel
 
-from dspark import metrics
+from ..runs import BASELINE, MIN_COMPARED, same_as_plain, speedup
+from ..session import COMPARE_TAB, View
 
-from ..runs import same_as_plain
-from ..session import View
-
+SPEEDUP_TIP = (
+    "speculative ÷ plain decode tokens/sec over comparable work: both runs are measured over the\n"
+    "first N tokens, N = the shorter output (to the end of the speculative round that reached N),\n"
+    "so a sampled run that stopped at EOS early is not compared with a long one. Greedy runs make\n"
+    "the same tokens, so N is the whole output. Fewer than {min} tokens in common: not shown."
+).format(min=MIN_COMPARED)
 FIELDS = [
     ("spec", "speculative", "Decode tokens/sec of the speculative run (tokens / seconds after the prompt)."),
     ("base", "plain decoding", "Decode tokens/sec of plain mlx-lm decoding, same prompt, same loaded target."),
-    ("speedup", "speedup", "speculative tok/s ÷ plain tok/s, measured in the same run."),
+    ("speedup", "speedup", SPEEDUP_TIP),
     ("tau", "τ (accept length)", "Mean acceptance length: committed tokens per round, the target's\n"
                                  "correction or bonus token included (a round accepting nothing counts 1)."),
     ("rate", "acceptance", "Accepted drafted tokens ÷ verified drafted tokens (drafts that were\n"
                            "never sent to the target are not counted)."),
     ("ttft", "first token", "Time to first token: from the start of the run (prompt processing\n"
-                            "included) to the first committed token."),
+                            "included) to the first committed token (the mean over a comparison's prompts)."),
     ("mem", "peak memory", "Peak MLX memory during the speculative run (mx.get_peak_memory)."),
     ("same", "same as plain", "SAME"),
 ]
@@ -27,6 +35,10 @@ SAME_TIP = ("✓: the greedy run's output equals plain mlx-lm decoding token for
             "rounding of its dtype (bf16 / quantised targets; the many-row verify and one-row decoding round\n"
             "differently), which is not a bug. ✗: a real difference. Hover after a run for the numbers.")
 FIELDS[-1] = ("same", "same as plain", SAME_TIP)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
 
 
 class HeaderStrip(QFrame):
@@ -49,7 +61,11 @@ class HeaderStrip(QFrame):
             lay.addWidget(c, 1, col)
             self.values[key] = v
             self.captions[key] = c
+        self.mode = QLabel()  # "replay …": what is on screen did not run on this machine now
+        self.mode.setObjectName("badge")
+        self.mode.hide()
         lay.setColumnStretch(len(FIELDS), 1)
+        lay.addWidget(self.mode, 0, len(FIELDS) + 1, 2, 1)
 
     def plots(self) -> dict:
         return {}
@@ -58,22 +74,75 @@ class HeaderStrip(QFrame):
         pass  # styled by the window's stylesheet
 
     def show_view(self, view: View) -> None:
+        self.mode.setText(view.replay)
+        self.mode.setVisible(bool(view.replay))
+        if view.tab == COMPARE_TAB:
+            self._show_comparison(view)
+        else:
+            self._show_run(view)
+
+    def _show(self, values: dict[str, str], captions: dict[str, str], speedup_tip: str = "") -> None:
+        for key, caption, _tip in FIELDS:
+            self.values[key].setText(values.get(key) or "–")
+            self.captions[key].setText(captions.get(key, caption))
+        self.values["speedup"].setToolTip(SPEEDUP_TIP + ("\n\n" + speedup_tip if speedup_tip else ""))
+
+    def _show_run(self, view: View) -> None:
         spec, base = view.spec, view.base
-        v = self.values
         spec_tps = spec.tokens_per_sec() if spec and spec.rounds else 0.0
         base_tps = base.tokens_per_sec() if base and base.rounds else 0.0
-        v["spec"].setText(f"{spec_tps:.1f} tok/s" if spec_tps else "–")
-        self.captions["spec"].setText(f"speculative · {spec.label}" if spec is not None else "speculative")
-        v["base"].setText(f"{base_tps:.1f} tok/s" if base_tps else "–")
-        both_done = spec is not None and base is not None and spec.done and base.done
-        v["speedup"].setText(f"{metrics.speedup(spec_tps, base_tps):.2f}×" if both_done and base_tps else "–")
+        where = f" · prompt {spec.prompt_index + 1} of {view.prompts}" if spec and view.prompts > 1 else ""
+        captions = {"spec": f"speculative · {spec.label}{where}" if spec is not None else "speculative"}
+        if base is not None and view.prompts > 1 and spec is None:
+            captions["base"] = f"plain decoding · prompt {base.prompt_index + 1} of {view.prompts}"
+        ratio, compared = speedup(spec, base)
         f = spec.figures() if spec and spec.rounds else None
-        v["tau"].setText(f"{f.tau:.2f}" if f else "–")
-        v["rate"].setText(f"{f.acceptance_rate:.0%}" if f else "–")
         first = spec if spec is not None else base
-        v["ttft"].setText(f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "–")
         mem = first.summary.peak_memory_bytes if first and first.done else 0
-        v["mem"].setText(f"{mem / 2**20:.0f} MB" if mem else "–")
         verdict = spec.verdict if spec is not None else None
-        v["same"].setText(same_as_plain([verdict]) or "–")
-        v["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
+        self._show({
+            "spec": f"{spec_tps:.1f} tok/s" if spec_tps else "",
+            "base": f"{base_tps:.1f} tok/s" if base_tps else "",
+            "speedup": f"{ratio:.2f}×" if ratio else "",
+            "tau": f"{f.tau:.2f}" if f else "",
+            "rate": f"{f.acceptance_rate:.0%}" if f else "",
+            "ttft": f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "",
+            "mem": f"{mem / 2**20:.0f} MB" if mem else "",
+            "same": same_as_plain([verdict]) or "",
+        }, captions, _compared_note(compared, spec, base))
+        self.values["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
+
+    def _show_comparison(self, view: View) -> None:
+        row, base = view.row(view.focus), view.row(BASELINE)
+        n = view.compare_prompts
+        captions = {}
+        if row is not None:
+            captions["spec"] = f"speculative · {row['label']} · {plural(n, 'prompt')}"
+        if base is not None:
+            captions["base"] = f"plain decoding · {plural(n, 'prompt')}"
+        r = row or {}
+        ttft, mem = r.get("ttft_seconds"), r.get("peak_memory_bytes")
+        self._show({
+            "spec": f"{r['tokens_per_sec']:.1f} tok/s" if r.get("tokens_per_sec") else "",
+            "base": f"{base['tokens_per_sec']:.1f} tok/s" if base and base.get("tokens_per_sec") else "",
+            "speedup": f"{r['speedup']:.2f}×" if r.get("speedup") else "",
+            "tau": f"{r['tau']:.2f}" if r.get("rounds") else "",
+            "rate": f"{r['acceptance_rate']:.0%}" if r.get("rounds") else "",
+            "ttft": f"{ttft * 1000:.0f} ms" if ttft is not None else "",
+            "mem": f"{mem / 2**20:.0f} MB" if mem else "",
+            "same": r.get("identical") or "",
+        }, captions, f"Pooled over {plural(n, 'prompt')}: {r.get('compared_tokens', 0)} tokens compared."
+                     if row is not None else "")
+        self.values["same"].setToolTip(SAME_TIP)
+
+
+def _compared_note(compared: int, spec, base) -> str:
+    if not compared:
+        return ""
+    if compared < MIN_COMPARED:
+        return f"This run: only {compared} tokens in common (one run stopped at EOS): too few to compare."
+    lengths = (len(spec.summary.tokens), len(base.summary.tokens))
+    if lengths[0] == lengths[1]:
+        return f"This run: both made {compared} tokens."
+    return (f"This run: speculative made {lengths[0]} tokens, plain decoding {lengths[1]}; "
+            f"both measured over the first {compared}.")

@@ -1,17 +1,26 @@
-"""The live plots: acceptance by position, the accepted-length histogram, tokens/sec over
-time. Items are made once and updated in place by ``show_runs`` (called from the window's
-refresh timer, never per token). The numbers come from ``dspark.metrics`` via ``RunRecord``."""
+"""The live plots: acceptance by position, the accepted-length histogram, decode tokens/sec
+over time. Items are made once and updated in place by ``show_view`` (called from the window's
+refresh timer, never per token). The numbers come from ``dspark.metrics`` via ``RunRecord``.
+
+Read at a distance: no plot draws axes before it has data (a caption says what will appear),
+counts are whole numbers, rates start at 0, seconds are seconds (no SI "x0.001" scaling), and
+what each line is stands in the title, never on top of the curves."""
 
 from __future__ import annotations
 
+from html import escape
+
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import QGridLayout, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QGridLayout, QLabel, QStackedWidget, QWidget
 
 from ..session import View
 from ..theme import NORMAL, Theme
 
 pg.setConfigOptions(antialias=True)
+
+WINDOW_TOKENS = 32  # the moving window of the tokens/sec curves (dspark.metrics.rate_curve)
 
 TIP_POSITION = (
     "Acceptance by position: for draft position k, the share of rounds that verified\n"
@@ -24,25 +33,49 @@ TIP_HIST = (
     "correction or bonus token included, so a round that accepts nothing counts 1."
 )
 TIP_TPS = (
-    "Decode tokens/sec since the prompt was processed (cumulative), for the speculative run\n"
+    f"Decode tokens/sec over a moving window: at the end of each round, the last {WINDOW_TOKENS} (or more,\n"
+    "whole rounds) committed tokens divided by the seconds they took, from the moment the prompt\n"
+    "was processed; points start after 8 tokens (dspark.metrics.rate_curve). The speculative run\n"
     "and plain mlx-lm decoding of the same prompt on the same loaded target."
 )
 
 
-def make_plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
-    w = pg.PlotWidget()
+class IntegerAxis(pg.AxisItem):
+    """An axis of counts: ticks only at whole numbers."""
+
+    def tickSpacing(self, minVal: float, maxVal: float, size: float):
+        levels = [(s, o) for s, o in super().tickSpacing(minVal, maxVal, size) if s >= 1]
+        return levels or [(1.0, 0.0)]
+
+
+def make_plot(title: str, left: str, bottom: str, integer_y: bool = False) -> pg.PlotWidget:
+    axes = {"left": IntegerAxis("left")} if integer_y else None
+    w = pg.PlotWidget(axisItems=axes)
     w.setMenuEnabled(False)
     w.setMouseEnabled(x=False, y=False)
     w.hideButtons()
     w.setProperty("titles", (title, left, bottom))
+    for name in ("left", "bottom"):
+        w.getAxis(name).enableAutoSIPrefix(False)  # "seconds", never "seconds (x0.001)"
     return w
+
+
+def title_html(t: Theme, title: str, keys: list[tuple[str, str, bool]] = ()) -> str:
+    """A plot title followed by its legend: (colour, name, dashed) per line."""
+    parts = [escape(title)]
+    for colour, name, dashed in keys:
+        parts.append(f'<span style="color:{colour}">{"╍╍" if dashed else "━━"}&nbsp;{escape(name)}</span>')
+    return "&nbsp;&nbsp;&nbsp;".join(parts)
+
+
+def set_title(w: pg.PlotWidget, t: Theme, html: str) -> None:
+    w.setTitle(html, color=t.fg, size=f"{t.font_pt + 1}pt")
 
 
 def style_plot(w: pg.PlotWidget, t: Theme) -> None:
     title, left, bottom = w.property("titles")
     w.setBackground(t.panel)
-    size = f"{t.font_pt + 1}pt"
-    w.setTitle(title, color=t.fg, size=size)
+    set_title(w, t, escape(title))
     for name, text in (("left", left), ("bottom", bottom)):
         ax = w.getAxis(name)
         ax.setPen(pg.mkPen(t.grid))
@@ -52,16 +85,40 @@ def style_plot(w: pg.PlotWidget, t: Theme) -> None:
         f.setPointSize(t.font_pt)
         ax.setStyle(tickFont=f)
     w.showGrid(x=False, y=True, alpha=0.25)
-    legend = w.getPlotItem().legend
-    if legend is not None:
-        legend.setLabelTextColor(t.fg)
-        legend.setLabelTextSize(size)
-        for _sample, label in legend.items:  # existing labels re-render with the new size
-            label.setText(label.text, color=t.fg, size=size)
 
 
 def integer_ticks(w: pg.PlotWidget, values) -> None:
     w.getAxis("bottom").setTicks([[(float(v), str(v)) for v in values], []])
+
+
+class PlotBox(QStackedWidget):
+    """A plot, or (before it has data) a caption saying what it will show: no empty axes."""
+
+    def __init__(self, plot: pg.PlotWidget, empty: str, parent=None):
+        super().__init__(parent)
+        self.plot = plot
+        self.empty = QLabel(f"<b>{escape(plot.property('titles')[0])}</b><br>{escape(empty)}")
+        self.empty.setObjectName("caption")
+        self.empty.setAlignment(Qt.AlignCenter)
+        self.empty.setWordWrap(True)
+        self.addWidget(self.empty)
+        self.addWidget(plot)
+        self.set_empty(True)
+
+    def set_empty(self, empty: bool) -> None:
+        self.setCurrentWidget(self.empty if empty else self.plot)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.currentWidget() is self.empty
+
+
+def rate_range(w: pg.PlotWidget, ys) -> None:
+    """A rate axis from 0 (its tick just inside the bottom edge, where it is labelled) to a
+    little above the highest point."""
+    top = max((float(np.max(y)) for y in ys if len(y)), default=1.0)
+    top = top if top > 0 else 1.0
+    w.setYRange(-0.03 * top, top * 1.12, padding=0)
 
 
 class PlotsPane(QWidget):
@@ -73,21 +130,23 @@ class PlotsPane(QWidget):
         self.position.setToolTip(TIP_POSITION)
         self.pos_bars = pg.BarGraphItem(x=[], height=[], width=0.7)
         self.position.addItem(self.pos_bars)
-        self.hist = make_plot("Accepted length", "rounds", "accepted drafts per round")
+        self.hist = make_plot("Accepted length", "rounds", "accepted drafts per round", integer_y=True)
         self.hist.setToolTip(TIP_HIST)
         self.hist_bars = pg.BarGraphItem(x=[], height=[], width=0.7)
         self.hist.addItem(self.hist_bars)
-        self.tps = make_plot("Tokens / second", "tok/s", "seconds")
+        self.tps = make_plot("Decode tok/s", "tok/s", "seconds of decoding")
         self.tps.setToolTip(TIP_TPS)
-        self.tps.addLegend(offset=(-10, 10))
-        self.spec_curve = self.tps.plot([], [], name="speculative")
-        self.base_curve = self.tps.plot([], [], name="plain decoding")
+        self.spec_curve = self.tps.plot([], [])
+        self.base_curve = self.tps.plot([], [])
+        self.boxes = {
+            "position": PlotBox(self.position, "per draft position, after a speculative run"),
+            "hist": PlotBox(self.hist, "rounds by accepted drafts, after a speculative run"),
+            "tps": PlotBox(self.tps, "speculative and plain decoding, during a run"),
+        }
         lay = QGridLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        lay.addWidget(self.position, 0, 0)
-        lay.addWidget(self.hist, 0, 1)
-        lay.addWidget(self.tps, 0, 2)
-        for c in range(3):
+        for c, box in enumerate(self.boxes.values()):
+            lay.addWidget(box, 0, c)
             lay.setColumnStretch(c, 1)
         self.set_theme(NORMAL)
 
@@ -98,15 +157,18 @@ class PlotsPane(QWidget):
         self.theme = t
         for w in self.plots().values():
             style_plot(w, t)
+        set_title(self.tps, t, title_html(t, "Decode tok/s", [(t.spec, "speculative", False), (t.base, "plain", True)]))
         self.pos_bars.setOpts(brush=t.accepted, pen=pg.mkPen(t.fg, width=0.5))
         self.hist_bars.setOpts(brush=t.bonus, pen=pg.mkPen(t.fg, width=0.5))
         self.spec_curve.setPen(pg.mkPen(t.spec, width=2.5))
-        self.base_curve.setPen(pg.mkPen(t.base, width=2.5, style=pg.QtCore.Qt.DashLine))
+        self.base_curve.setPen(pg.mkPen(t.base, width=2.5, style=Qt.DashLine))
 
     def show_view(self, view: View) -> None:
         """Redraw from the speculative run and the baseline run (either may be None)."""
         spec, base = view.spec, view.base
-        if spec is not None and spec.rounds:
+        t = self.theme
+        has_spec = spec is not None and bool(spec.rounds)
+        if has_spec:
             f = spec.figures()
             rates = f.per_position_acceptance
             self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1, dtype=float), height=np.array(rates, float))
@@ -115,17 +177,20 @@ class PlotsPane(QWidget):
             hist = f.accepted_histogram
             self.hist_bars.setOpts(x=np.arange(len(hist), dtype=float), height=np.array(hist, float))
             self.hist.setXRange(-0.6, max(len(hist) - 1, 1) + 0.6, padding=0)
+            self.hist.setYRange(0, max(max(hist, default=1), 1) * 1.1, padding=0)
             integer_ticks(self.hist, range(len(hist)))
-            self.hist.setTitle(f"Accepted length  (τ = {f.tau:.2f})", color=self.theme.fg,
-                               size=f"{self.theme.font_pt + 1}pt")
-            x, y = spec.curve()
-            self.spec_curve.setData(np.array(x, float), np.array(y, float))
+            set_title(self.hist, t, escape(f"Accepted length  (τ = {f.tau:.2f})"))
         else:
             self.pos_bars.setOpts(x=[], height=[])
             self.hist_bars.setOpts(x=[], height=[])
-            self.spec_curve.setData([], [])
-        if base is not None and base.rounds:
-            x, y = base.curve()
-            self.base_curve.setData(np.array(x, float), np.array(y, float))
-        else:
-            self.base_curve.setData([], [])
+            set_title(self.hist, t, escape("Accepted length"))  # no τ over empty axes
+        self.boxes["position"].set_empty(not has_spec)
+        self.boxes["hist"].set_empty(not has_spec)
+        curves = []
+        for run, curve in ((spec, self.spec_curve), (base, self.base_curve)):
+            x, y = run.curve() if run is not None and run.rounds else ([], [])
+            curve.setData(np.array(x, float), np.array(y, float))
+            curves.append(y)
+        self.boxes["tps"].set_empty(not any(curves))
+        if any(curves):
+            rate_range(self.tps, curves)
