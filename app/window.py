@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 
 from . import export, settings
 from .compare import CompareView
-from .messages import Failed, JobDone, Loaded, LoadRequest, RunSpec, RunStarted, Status
+from .messages import Failed, JobDone, Loaded, LoadRequest, RunSpec, Status
 from .panes.controls import ControlPanel, drafter_label
 from .panes.draft_grid import DraftPane
 from .panes.header import HeaderStrip
@@ -203,7 +203,7 @@ class MainWindow(QMainWindow):
     def load_models(self) -> None:
         target = self.controls.target_path()
         if target:
-            self.request_load.emit(LoadRequest(target, tuple(self.controls.drafter_paths())))
+            self.request_load.emit(LoadRequest(target, tuple(self.controls.usable_drafters())))
 
     # --- user actions ---------------------------------------------------------------------
     @property
@@ -212,26 +212,26 @@ class MainWindow(QMainWindow):
 
     @Slot(str)
     def on_target_chosen(self, path: str) -> None:
-        if self.prefs is not None:
-            self.controls.set_target(path, self.prefs.add_recent("targets", path))
+        """Load it; it joins the recent targets once it has loaded (``on_loaded``)."""
         self.load_models()
 
     @Slot()
     def on_drafters_changed(self) -> None:
-        if self.prefs is not None:
-            for p in reversed(self.controls.drafter_paths()):
-                self.controls.recent_drafters = self.prefs.add_recent("drafters", p)
         if self.controls.target_path() and not self.busy:
             self.load_models()
 
     def start_run(self) -> None:
         """A speculative run with the selected drafter, then plain decoding; shown on the Run tab."""
         drafter = self.controls.run_drafter()
+        if drafter and self.controls.drafter_error(drafter):
+            self.on_failed(f"cannot run with {self.controls.drafter_error(drafter)}: select another drafter")
+            return  # nothing started, nothing shown is lost
         runs = [RunSpec(drafter_label(drafter), drafter)] if drafter else []
         if self._submit("run", runs + [RunSpec(BASELINE, None)], [self.controls.prompt_text()]):
             self.tabs.setCurrentWidget(self.run_split)  # never leave an old comparison on screen
 
     def start_compare(self) -> None:
+        """Every ticked drafter that can run (known bad ones are skipped), then plain decoding."""
         paths = self.controls.checked_drafters()
         runs = [RunSpec(drafter_label(p), p) for p in paths]
         prompts = self.controls.prompts() if self.controls.all_prompts.isChecked() else [self.controls.prompt_text()]
@@ -270,9 +270,7 @@ class MainWindow(QMainWindow):
         elif isinstance(msg, Loaded):
             self.on_loaded(msg)
         elif self.session.apply(msg):
-            if isinstance(msg, RunStarted):
-                self.message.hide()  # earlier load errors stay marked (⚠) in the drafter list
-            elif isinstance(msg, JobDone):
+            if isinstance(msg, JobDone):
                 self.on_job_done(msg)
 
     def on_failed(self, text: str) -> None:
@@ -281,12 +279,19 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(text)
 
     def on_loaded(self, info: Loaded) -> None:
+        """Mark each drafter's result; only what loaded joins the recent lists."""
         self.loaded_target = info.target
         for p in self.controls.drafter_paths():
             d = info.drafters.get(p)
             detail = (f"{d.format} drafter, {d.block_size} drafts per round, {d.params:,} parameters"
                       + (", confidence head" if d.confidence else "")) if d else None
-            self.controls.mark_drafter(p, info.errors.get(p), detail)
+            if d is not None or p in info.errors:
+                self.controls.mark_drafter(p, info.errors.get(p), detail)
+        if self.prefs is not None:
+            recent = self.prefs.add_recent("targets", self.controls.target_path() or info.target)
+            self.controls.set_target(self.controls.target_path(), recent)
+            for p in reversed(list(info.drafters)):
+                self.controls.recent_drafters = self.prefs.add_recent("drafters", p)
         if not info.errors and not self.busy:
             self.message.hide()
         notes = [f"{Path(p).name}: {d.note}" for p, d in info.drafters.items() if d.note]

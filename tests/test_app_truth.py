@@ -141,3 +141,73 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
     short = record(3, "speculative", 2, lambda k: 20.0, 2)  # EOS after 2 tokens: too few to compare
     h.show_view(View("run", "run", short, base, (short, base), 1, (), (), 0, None, False))
     assert h.values["speedup"].text() == "–" and "too few to compare" in h.values["speedup"].toolTip()
+
+
+def test_a_bad_drafter_comes_in_unticked_and_unselected_and_compare_skips_it(qtbot, window, dirs):
+    from PySide6.QtCore import Qt
+
+    from dspark_studio.runs import BASELINE
+
+    w, c = window, window.controls
+    setup(w, dirs, drafters=("drafter",), max_tokens=8)
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    broken = str(dirs["broken"])
+    c.add_drafter(broken, select=True)  # what Add… does with the directory a person picked
+    qtbot.waitUntil(lambda: c.drafter_error(broken) is not None, timeout=LONG)
+    item = c.drafters.item(1)
+    assert "⚠" in item.text() and "not valid JSON" in item.toolTip() and item.checkState() == Qt.Unchecked
+    assert c.run_drafter() == str(dirs["drafter"]) and "not valid JSON" in w.message.text()
+    c.add_drafter("/no/such/drafter", select=True)  # not a directory: marked at once
+    assert "not a directory" in c.drafter_error("/no/such/drafter") and c.run_drafter() == str(dirs["drafter"])
+    # Run with a bad drafter selected by hand: one message, nothing started, nothing shown is lost
+    shown = w.shown_runs()
+    c.drafters.setCurrentRow(1)
+    w.start_run()
+    assert not w.busy and w.shown_runs() == shown and "cannot run with drafter broken" in w.message.text()
+    # Compare skips a bad drafter ticked by hand, and one the worker only finds bad while comparing
+    item.setCheckState(Qt.Checked)
+    c.add_drafter(str(dirs["other_drafter"]))  # ticked; its load error has not arrived yet
+    assert str(dirs["other_drafter"]) in c.checked_drafters()
+    info = run_job(qtbot, w, w.start_compare)
+    assert info["ok"] and [r["label"] for r in w.compare.rows] == ["drafter", BASELINE]
+    assert "different target" in c.drafter_error(str(dirs["other_drafter"]))
+    assert str(dirs["other_drafter"]) not in c.checked_drafters()
+
+
+def test_a_plain_decoding_run_leaves_no_stale_tau_over_empty_axes(qtbot, window, dirs):
+    w = window
+    setup(w, dirs, max_tokens=8)
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    assert "τ =" in w.plots.hist.getPlotItem().titleLabel.text and not w.plots.boxes["hist"].is_empty
+    w.controls.drafters.takeItem(0)  # no drafter: Run does plain decoding only
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    assert "τ" not in w.plots.hist.getPlotItem().titleLabel.text and w.plots.boxes["hist"].is_empty
+    assert not w.plots.boxes["tps"].is_empty  # plain decoding's curve is drawn
+
+
+def test_recent_lists_remember_only_directories_that_loaded(qtbot, dirs, tmp_path, monkeypatch):
+    from dspark_studio import settings
+    from dspark_studio.window import MainWindow
+
+    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
+    prefs = settings.Settings()
+    w = MainWindow(prefs)
+    qtbot.addWidget(w)
+    w.show()
+    target = str(dirs["target"])
+    w.restore(target, [])
+    qtbot.waitUntil(lambda: prefs.recent("targets") == [target], timeout=LONG)
+    for bad in (str(tmp_path / "no-such-target"), str(dirs["broken"])):
+        w.message.hide()
+        w.controls.target.setEditText(bad)
+        w.on_target_chosen(bad)
+        qtbot.waitUntil(w.message.isVisible, timeout=LONG)
+    assert prefs.recent("targets") == [target]
+    assert [w.controls.target.itemText(i) for i in range(w.controls.target.count())] == [target]
+    w.controls.target.setEditText(target)
+    w.on_target_chosen(target)
+    w.controls.add_drafter(str(dirs["broken"]))
+    w.controls.add_drafter(str(dirs["drafter"]))
+    qtbot.waitUntil(lambda: str(dirs["drafter"]) in prefs.recent("drafters"), timeout=LONG)
+    assert str(dirs["broken"]) not in prefs.recent("drafters")
+    w.close()

@@ -16,6 +16,7 @@ from dspark.config import GenerationConfig
 from .settings_form import SettingsForm
 
 PATH_ROLE = Qt.UserRole
+ERROR_ROLE = Qt.UserRole + 1  # why a drafter cannot be used (None: it can, or it is not loaded yet)
 
 
 def drafter_label(path: str) -> str:
@@ -150,6 +151,8 @@ class ControlPanel(QWidget):
 
     # --- drafters -------------------------------------------------------------------------
     def add_drafter(self, path: str, checked: bool = True, select: bool = False) -> None:
+        """Add a drafter directory (ticked, and selected when asked or when none is); one that
+        is not a directory comes in marked, unticked and unselected."""
         if path in self.drafter_paths():
             return
         self.drafters.blockSignals(True)
@@ -162,14 +165,28 @@ class ControlPanel(QWidget):
         if select or self.drafters.currentRow() < 0:
             self.drafters.setCurrentItem(item)
         self.drafters.blockSignals(False)
+        if not Path(path).expanduser().is_dir():
+            self.mark_drafter(path, f"drafter {drafter_label(path)}: not a directory: {path}")
         self.drafters_changed.emit()
 
+    def _items(self):
+        return [self.drafters.item(i) for i in range(self.drafters.count())]
+
     def drafter_paths(self) -> list[str]:
-        return [self.drafters.item(i).data(PATH_ROLE) for i in range(self.drafters.count())]
+        return [item.data(PATH_ROLE) for item in self._items()]
+
+    def usable_drafters(self) -> list[str]:
+        """Every drafter not known to be bad (those the worker should load)."""
+        return [item.data(PATH_ROLE) for item in self._items() if not item.data(ERROR_ROLE)]
 
     def checked_drafters(self) -> list[str]:
-        return [self.drafters.item(i).data(PATH_ROLE) for i in range(self.drafters.count())
-                if self.drafters.item(i).checkState() == Qt.Checked]
+        """The ticked drafters Compare runs (never one known to be bad)."""
+        return [item.data(PATH_ROLE) for item in self._items()
+                if item.checkState() == Qt.Checked and not item.data(ERROR_ROLE)]
+
+    def drafter_error(self, path: str) -> str | None:
+        """Why this drafter cannot be used, or None."""
+        return next((item.data(ERROR_ROLE) for item in self._items() if item.data(PATH_ROLE) == path), None)
 
     def run_drafter(self) -> str | None:
         item = self.drafters.currentItem()
@@ -179,14 +196,25 @@ class ControlPanel(QWidget):
         return item.data(PATH_ROLE)
 
     def mark_drafter(self, path: str, error: str | None, detail: str | None = None) -> None:
-        """Show a drafter's load result: ⚠ and the reason, or its format in the tooltip."""
-        for i in range(self.drafters.count()):
-            item = self.drafters.item(i)
-            if item.data(PATH_ROLE) == path:
-                self.drafters.blockSignals(True)
-                item.setText(drafter_label(path) + ("  ⚠" if error else ""))
-                item.setToolTip(path + (f"\n{error}" if error else f"\n{detail}" if detail else ""))
-                self.drafters.blockSignals(False)
+        """Show a drafter's load result: its format in the tooltip, or ⚠ and the reason, and
+        then it is unticked and unselected (Run falls back to a good one, Compare skips it)."""
+        for item in self._items():
+            if item.data(PATH_ROLE) != path:
+                continue
+            self.drafters.blockSignals(True)
+            item.setData(ERROR_ROLE, error)
+            item.setText(drafter_label(path) + ("  ⚠" if error else ""))
+            item.setToolTip(path + (f"\n{error}" if error else f"\n{detail}" if detail else ""))
+            if error:
+                item.setCheckState(Qt.Unchecked)
+                if self.drafters.currentItem() is item:
+                    good = [i for i in self._items() if not i.data(ERROR_ROLE)]
+                    if good:
+                        self.drafters.setCurrentItem(good[0])
+                    else:
+                        self.drafters.setCurrentRow(-1)
+                        self.drafters.clearSelection()
+            self.drafters.blockSignals(False)
 
     def browse_drafter(self) -> None:
         start = self.run_drafter() or self.target_path()
