@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 from .panes.header import SPEEDUP_TIP
 from .panes.plots import (
     TIP_POSITION, TIP_TPS, PlotBox, integer_ticks, make_plot, rate_range, set_title, style_plot, title_html,
+    zero_based_range,
 )
 from .runs import BASELINE
 from .session import View
@@ -70,6 +71,7 @@ class CompareView(QWidget):
         super().__init__(parent)
         self.theme = NORMAL
         self.rows: list[dict] = []
+        self._drawn = None  # what the table and curves show (redrawn only when it changes)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
@@ -91,7 +93,6 @@ class CompareView(QWidget):
         self.empty.setWordWrap(True)
         self.position = make_plot("Acceptance by position", "rate", "draft position k")
         self.position.setToolTip(TIP_POSITION)
-        self.position.setYRange(-0.05, 1.05, padding=0)
         self.tps = make_plot("Decode tok/s", "tok/s", "seconds of decoding, prompts back to back")
         self.tps.setToolTip(TIP_TPS_POOLED)
         self.boxes = [PlotBox(self.position, "one line per drafter, after a comparison"),
@@ -114,6 +115,7 @@ class CompareView(QWidget):
         self.theme = t
         for w in self.plots().values():
             style_plot(w, t)
+        self._drawn = None
 
     def colour(self, i: int, label: str) -> str:
         return self.theme.base if label == BASELINE else self.theme.series[i % len(self.theme.series)]
@@ -131,6 +133,10 @@ class CompareView(QWidget):
 
     def show_view(self, view: View) -> None:
         """Draw the last comparison (a later single run leaves it in place)."""
+        shown = (tuple((id(r), len(r.rounds), r.done, r.verdict) for r in view.comparison), view.focus)
+        if shown == self._drawn:
+            return  # a single run's rounds: nothing here changed
+        self._drawn = shown
         rows = list(view.rows)
         self._show_table(bool(rows))
         for box in self.boxes:
@@ -179,6 +185,7 @@ class CompareView(QWidget):
                                pen=pg.mkPen(colour, width=3), symbol="o", symbolSize=8, symbolBrush=colour)
         if width:
             self.position.setXRange(0.6, width + 0.4, padding=0)
+            zero_based_range(self.position, 1.0, grow=1.0)
         set_title(self.position, t, title_html(t, "Acceptance by position", [k for k in keys if not k[2]]))
         set_title(self.tps, t, title_html(t, "Decode tok/s", keys))
         ys = []

@@ -73,15 +73,14 @@ def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
         col = [c[1] for c in compare_columns()].index(name)
         return table.item(row, col).text()
 
-    assert h.captions["spec"].text() == "speculative · drafter · 2 prompts"
-    assert h.captions["base"].text() == "plain decoding · 2 prompts"
+    assert h.headline.text() == "drafter vs plain decoding · pooled over 2 prompts"
     assert h.values["speedup"].text() == cell(0, "Speedup") and h.values["tau"].text() == cell(0, "τ")
     table.selectRow(1)  # a person picks drafter2's row
     w.refresh()
-    assert h.captions["spec"].text() == "speculative · drafter2 · 2 prompts"
+    assert h.headline.text() == "drafter2 vs plain decoding · pooled over 2 prompts"
     assert h.values["speedup"].text() == cell(1, "Speedup") and h.values["tau"].text() == cell(1, "τ")
     w.tabs.setCurrentWidget(w.run_split)  # the Run tab: drafter2's run of the last prompt
-    assert h.captions["spec"].text() == "speculative · drafter2 · prompt 2 of 2"
+    assert h.headline.text() == "drafter2 vs plain decoding · prompt 2 of 2"
     spec, _base = w.shown_runs()
     assert spec.label == "drafter2" and h.values["tau"].text() == f"{spec.figures().tau:.2f}"
     # a one-prompt comparison: the header shows the selected drafter, not the last one run
@@ -89,7 +88,7 @@ def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
     w.controls.drafters.setCurrentRow(0)
     assert run_job(qtbot, w, w.start_compare)["ok"]
     w.tabs.setCurrentWidget(w.run_split)
-    assert h.captions["spec"].text() == "speculative · drafter" and w.shown_runs()[0].label == "drafter"
+    assert h.headline.text() == "drafter vs plain decoding" and w.shown_runs()[0].label == "drafter"
 
 
 def compare_columns():

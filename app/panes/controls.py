@@ -1,5 +1,9 @@
 """The left-hand panel: target and drafter pickers, the prompt, generation settings, and
-Run / Stop / Compare. It only gathers choices; the window acts on them."""
+Run / Stop / Compare. It only gathers choices; the window acts on them.
+
+The Run / Stop / Compare bar (``actions``) is a separate widget the window pins below the
+scrolling panel, so it is on screen at any window height. A prompt typed by hand is never lost
+to ◀ ▶ or a change of set: it is kept in the set "Typed prompts"."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QFileDialog, QGroupBox, QHBoxLayout, QListWidget, QListWidgetItem, QMenu,
+    QCheckBox, QComboBox, QFileDialog, QGroupBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMenu,
     QPlainTextEdit, QPushButton, QToolButton, QVBoxLayout, QWidget,
 )
 
@@ -16,6 +20,7 @@ from dspark.config import GenerationConfig
 from .settings_form import SettingsForm
 
 PATH_ROLE = Qt.UserRole
+TYPED = "Typed prompts"  # the set a typed prompt is kept in when ◀ ▶ or another set replaces it
 ERROR_ROLE = Qt.UserRole + 1  # why a drafter cannot be used (None: it can, or it is not loaded yet)
 
 
@@ -29,12 +34,14 @@ class ControlPanel(QWidget):
     run_clicked = Signal()
     stop_clicked = Signal()
     compare_clicked = Signal()
+    notice = Signal(str)  # something for the status bar
 
     def __init__(self, prompt_sets: dict[str, list[str]], parent=None):
         super().__init__(parent)
         self.setObjectName("controlsInner")
         self.prompt_sets = prompt_sets
         self.recent_drafters: list[str] = []
+        self.trained: dict[str, int] = {}  # drafter path -> the block size it was trained at
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)
 
@@ -43,6 +50,9 @@ class ControlPanel(QWidget):
         self.target = QComboBox()
         self.target.setEditable(True)
         self.target.setInsertPolicy(QComboBox.NoInsert)
+        # a long path scrolls inside the box; it never widens the panel (or the window)
+        self.target.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.target.setMinimumContentsLength(12)
         self.target.setToolTip("A Gemma-4 model directory (config.json, *.safetensors, tokenizer). Recent ones are listed.")
         self.target.activated.connect(self._target_activated)
         self.target.lineEdit().editingFinished.connect(self._target_activated)
@@ -82,18 +92,25 @@ class ControlPanel(QWidget):
         row = QHBoxLayout()
         self.prompt_set = QComboBox()
         self.prompt_set.addItems(list(prompt_sets))
+        self.prompt_set.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.prompt_set.setMinimumContentsLength(10)
         self.prompt_set.setToolTip("Prompt set: ◀ ▶ step through it (Space / → in presentation mode)")
         prev_b, next_b = QPushButton("◀"), QPushButton("▶")
         for b in (prev_b, next_b):
             b.setFixedWidth(34)
         prev_b.clicked.connect(lambda: self.step_prompt(-1))
         next_b.clicked.connect(lambda: self.step_prompt(1))
+        self.counter = QLabel()  # "3 / 12": where ◀ ▶ are in the set
+        self.counter.setObjectName("caption")
+        self.counter.setToolTip("This prompt's place in the set (\"typed\": not one of the set's)")
         row.addWidget(self.prompt_set, 1)
         row.addWidget(prev_b)
+        row.addWidget(self.counter)
         row.addWidget(next_b)
         self.prompt = QPlainTextEdit()
         self.prompt.setPlaceholderText("Type a prompt, or pick one from a set")
-        self.prompt.setMinimumHeight(90)
+        self.prompt.setMinimumHeight(70)
+        self.prompt.textChanged.connect(self._update_counter)
         self.prompt_index = -1
         gl.addLayout(row)
         gl.addWidget(self.prompt, 1)
@@ -103,12 +120,23 @@ class ControlPanel(QWidget):
         gl = QVBoxLayout(g)
         self.form = SettingsForm(GenerationConfig)
         gl.addWidget(self.form)
+        self.block_note = QLabel()  # a block size beyond what the selected drafter was trained at
+        self.block_note.setObjectName("note")
+        self.block_note.setWordWrap(True)
+        self.block_note.hide()
+        gl.addWidget(self.block_note)
         lay.addWidget(g)
+        self.form.widget("block_size").valueChanged.connect(self._update_block_note)
+        self.drafters.currentItemChanged.connect(self._update_block_note)
         # The threshold only matters to the confidence policy.
         verify, threshold = self.form.widget("verify"), self.form.widget("confidence_threshold")
         verify.currentTextChanged.connect(lambda v: threshold.setEnabled(v == "confidence"))
         threshold.setEnabled(verify.currentText() == "confidence")
 
+        self.actions = QWidget()  # pinned by the window below the scrolling panel
+        self.actions.setObjectName("actions")
+        al = QVBoxLayout(self.actions)
+        al.setContentsMargins(6, 4, 6, 4)
         row = QHBoxLayout()
         self.run_b = QPushButton("Run")
         self.run_b.setObjectName("primary")
@@ -122,11 +150,12 @@ class ControlPanel(QWidget):
         self.compare_b.clicked.connect(self.compare_clicked)
         for b in (self.run_b, self.stop_b, self.compare_b):
             row.addWidget(b)
-        lay.addLayout(row)
+        al.addLayout(row)
         self.all_prompts = QCheckBox("Compare on every prompt of the set")
-        lay.addWidget(self.all_prompts)
+        al.addWidget(self.all_prompts)
         self.set_busy(False)
-        self.prompt_set.currentTextChanged.connect(lambda _n: self.select_prompt(0))
+        self._set_shown = self.prompt_set.currentText()
+        self.prompt_set.currentTextChanged.connect(self._set_changed)
 
     # --- target ---------------------------------------------------------------------------
     def set_target(self, path: str | None, recent: list[str]) -> None:
@@ -244,12 +273,52 @@ class ControlPanel(QWidget):
         if ps:
             self.prompt_index = index % len(ps)
             self.prompt.setPlainText(ps[self.prompt_index])
+        self._update_counter()
 
     def step_prompt(self, delta: int) -> None:
+        self.keep_typed()
         self.select_prompt(self.prompt_index + delta)
+
+    def is_typed(self, in_set: str | None = None) -> bool:
+        """The prompt box holds something that is not a prompt of the set (typed by hand)."""
+        text = self.prompt_text()
+        return bool(text.strip()) and text not in self.prompt_sets.get(in_set or self.prompt_set.currentText(), [])
+
+    def keep_typed(self, in_set: str | None = None) -> None:
+        """Keep a typed prompt in the set TYPED before something replaces it."""
+        if not self.is_typed(in_set):
+            return
+        kept = self.prompt_sets.setdefault(TYPED, [])
+        if self.prompt_text() not in kept:
+            kept.append(self.prompt_text())
+        if self.prompt_set.findText(TYPED) < 0:
+            self.prompt_set.blockSignals(True)
+            self.prompt_set.addItem(TYPED)
+            self.prompt_set.blockSignals(False)
+        self.notice.emit(f"your prompt is kept in the prompt set \"{TYPED}\"")
+
+    def _set_changed(self, name: str) -> None:
+        self.keep_typed(self._set_shown)
+        self._set_shown = name
+        self.select_prompt(len(self.prompts()) - 1 if name == TYPED else 0)
+
+    def _update_counter(self) -> None:
+        ps = self.prompts()
+        on_set = 0 <= self.prompt_index < len(ps) and ps[self.prompt_index] == self.prompt_text()
+        self.counter.setText(f"{self.prompt_index + 1} / {len(ps)}" if on_set else "typed" if ps else "")
 
     def prompt_text(self) -> str:
         return self.prompt.toPlainText()
+
+    def prompt_caption(self) -> str:
+        """"Prompt k of N · its first line" (or "Your prompt · …" for a typed one): for the
+        counter beside ◀ ▶ and the presentation mode's prompt line."""
+        text = self.prompt_text().strip().splitlines()
+        first = text[0][:100] if text else ""
+        ps = self.prompts()
+        if 0 <= self.prompt_index < len(ps) and ps[self.prompt_index] == self.prompt_text():
+            return f"Prompt {self.prompt_index + 1} of {len(ps)} · {first}"
+        return f"Your prompt · {first}"
 
     # --- settings -------------------------------------------------------------------------
     def config(self) -> dict:
@@ -258,6 +327,24 @@ class ControlPanel(QWidget):
 
     def set_config(self, raw: dict, on_error=None) -> None:
         self.form.set_values(raw, on_error)
+
+    def _update_block_note(self, *_) -> None:
+        """Say so when the block size asks the selected drafter for more drafts than it was
+        trained to make (they are accepted rarely, and nothing else would warn)."""
+        path = self.run_drafter()
+        trained = self.trained.get(path) if path else None
+        asked = self.config().get("block_size")
+        if trained and asked and asked > trained:
+            self.block_note.setText(f"{drafter_label(path)} was trained at {trained} drafts per round: "
+                                    f"block size {asked} asks for {asked - trained} more than it learned "
+                                    f"(they are rarely accepted).")
+            self.block_note.show()
+        else:
+            self.block_note.hide()
+
+    def set_trained(self, path: str, block_size: int) -> None:
+        self.trained[path] = block_size
+        self._update_block_note()
 
     def set_busy(self, busy: bool) -> None:
         self.run_b.setEnabled(not busy)

@@ -1,12 +1,16 @@
 """The header strip: the figures a person looks at first, each defined in its tooltip.
 
-It always describes the tab on screen: on the Run tab the run shown there (which drafter, which
-prompt of how many), on the Compare tab the comparison's focused drafter pooled over its
-prompts (the row selected in the table). A replay says so at the right."""
+It always describes the tab on screen, and its headline says what that is: on the Run tab the
+run shown there (which drafter, which prompt of how many), on the Compare tab the comparison's
+focused drafter pooled over its prompts (the row selected in the table). A replay says so at
+the right. Compact (presentation mode) leaves out first-token time and memory, so the rest
+stays large on a 13-inch screen."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QFrame, QGridLayout, QLabel
+from html import escape
+
+from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout
 
 from ..runs import BASELINE, MIN_COMPARED, same_as_plain, speedup
 from ..session import COMPARE_TAB, View
@@ -18,8 +22,8 @@ SPEEDUP_TIP = (
     "the same tokens, so N is the whole output. Fewer than {min} tokens in common: not shown."
 ).format(min=MIN_COMPARED)
 FIELDS = [
-    ("spec", "speculative", "Decode tokens/sec of the speculative run (tokens / seconds after the prompt)."),
-    ("base", "plain decoding", "Decode tokens/sec of plain mlx-lm decoding, same prompt, same loaded target."),
+    ("spec", "speculative tok/s", "Decode tokens/sec of the speculative run (tokens / seconds after the prompt)."),
+    ("base", "plain tok/s", "Decode tokens/sec of plain mlx-lm decoding, same prompt, same loaded target."),
     ("speedup", "speedup", SPEEDUP_TIP),
     ("tau", "τ (accept length)", "Mean acceptance length: committed tokens per round, the target's\n"
                                  "correction or bonus token included (a round accepting nothing counts 1)."),
@@ -45,10 +49,24 @@ class HeaderStrip(QFrame):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("panel")
-        lay = QGridLayout(self)
-        lay.setContentsMargins(6, 2, 6, 2)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(6, 2, 6, 2)
+        outer.setSpacing(0)
+        top = QHBoxLayout()
+        self.headline = QLabel()  # which drafter, which prompts: what the figures below describe
+        self.headline.setObjectName("headline")
+        self.headline.setWordWrap(True)
+        self.mode = QLabel()  # "replay …": what is on screen did not run on this machine now
+        self.mode.setObjectName("badge")
+        self.mode.setWordWrap(True)
+        self.mode.hide()
+        top.addWidget(self.headline, 1)
+        top.addWidget(self.mode)
+        outer.addLayout(top)
+        lay = QGridLayout()
         lay.setHorizontalSpacing(18)
         lay.setVerticalSpacing(0)
+        outer.addLayout(lay)
         self.values: dict[str, QLabel] = {}
         self.captions: dict[str, QLabel] = {}
         for col, (key, caption, tip) in enumerate(FIELDS):
@@ -61,11 +79,12 @@ class HeaderStrip(QFrame):
             lay.addWidget(c, 1, col)
             self.values[key] = v
             self.captions[key] = c
-        self.mode = QLabel()  # "replay …": what is on screen did not run on this machine now
-        self.mode.setObjectName("badge")
-        self.mode.hide()
         lay.setColumnStretch(len(FIELDS), 1)
-        lay.addWidget(self.mode, 0, len(FIELDS) + 1, 2, 1)
+
+    def set_compact(self, compact: bool) -> None:
+        for key in ("ttft", "mem"):
+            self.values[key].setVisible(not compact)
+            self.captions[key].setVisible(not compact)
 
     def plots(self) -> dict:
         return {}
@@ -74,64 +93,69 @@ class HeaderStrip(QFrame):
         pass  # styled by the window's stylesheet
 
     def show_view(self, view: View) -> None:
-        self.mode.setText(view.replay)
+        head, _, rest = view.replay.partition(" · ")
+        self.mode.setText(f"{escape(head)}<br><small>{escape(rest)}</small>" if rest else escape(head))
+        self.mode.setToolTip(view.replay)
         self.mode.setVisible(bool(view.replay))
         if view.tab == COMPARE_TAB:
             self._show_comparison(view)
         else:
             self._show_run(view)
 
-    def _show(self, values: dict[str, str], captions: dict[str, str], speedup_tip: str = "") -> None:
-        for key, caption, _tip in FIELDS:
+    def _show(self, values: dict[str, str], headline: str, speedup_tip: str = "") -> None:
+        self.headline.setText(headline)
+        for key, _caption, _tip in FIELDS:
             self.values[key].setText(values.get(key) or "–")
-            self.captions[key].setText(captions.get(key, caption))
         self.values["speedup"].setToolTip(SPEEDUP_TIP + ("\n\n" + speedup_tip if speedup_tip else ""))
 
     def _show_run(self, view: View) -> None:
         spec, base = view.spec, view.base
         spec_tps = spec.tokens_per_sec() if spec and spec.rounds else 0.0
         base_tps = base.tokens_per_sec() if base and base.rounds else 0.0
-        where = f" · prompt {spec.prompt_index + 1} of {view.prompts}" if spec and view.prompts > 1 else ""
-        captions = {"spec": f"speculative · {spec.label}{where}" if spec is not None else "speculative"}
-        if base is not None and view.prompts > 1 and spec is None:
-            captions["base"] = f"plain decoding · prompt {base.prompt_index + 1} of {view.prompts}"
+        shown = spec if spec is not None else base
+        where = f" · prompt {shown.prompt_index + 1} of {view.prompts}" if shown and view.prompts > 1 else ""
+        if spec is not None:
+            headline = f"{spec.label} vs plain decoding{where}"
+        else:
+            headline = f"plain decoding only{where}" if base is not None else "Run: the figures of a run appear here"
         ratio, compared = speedup(spec, base)
         f = spec.figures() if spec and spec.rounds else None
         first = spec if spec is not None else base
         mem = first.summary.peak_memory_bytes if first and first.done else 0
         verdict = spec.verdict if spec is not None else None
         self._show({
-            "spec": f"{spec_tps:.1f} tok/s" if spec_tps else "",
-            "base": f"{base_tps:.1f} tok/s" if base_tps else "",
+            "spec": f"{spec_tps:.1f}" if spec_tps else "",
+            "base": f"{base_tps:.1f}" if base_tps else "",
             "speedup": f"{ratio:.2f}×" if ratio else "",
             "tau": f"{f.tau:.2f}" if f else "",
             "rate": f"{f.acceptance_rate:.0%}" if f else "",
             "ttft": f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "",
             "mem": f"{mem / 2**20:.0f} MB" if mem else "",
             "same": same_as_plain([verdict]) or "",
-        }, captions, _compared_note(compared, spec, base))
+        }, headline, _compared_note(compared, spec, base))
         self.values["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
 
     def _show_comparison(self, view: View) -> None:
         row, base = view.row(view.focus), view.row(BASELINE)
         n = view.compare_prompts
-        captions = {}
         if row is not None:
-            captions["spec"] = f"speculative · {row['label']} · {plural(n, 'prompt')}"
-        if base is not None:
-            captions["base"] = f"plain decoding · {plural(n, 'prompt')}"
+            headline = f"{row['label']} vs plain decoding · pooled over {plural(n, 'prompt')}"
+        elif base is not None:
+            headline = f"plain decoding only · {plural(n, 'prompt')}"
+        else:
+            headline = "Compare: the figures of the drafter selected in the table appear here"
         r = row or {}
         ttft, mem = r.get("ttft_seconds"), r.get("peak_memory_bytes")
         self._show({
-            "spec": f"{r['tokens_per_sec']:.1f} tok/s" if r.get("tokens_per_sec") else "",
-            "base": f"{base['tokens_per_sec']:.1f} tok/s" if base and base.get("tokens_per_sec") else "",
+            "spec": f"{r['tokens_per_sec']:.1f}" if r.get("tokens_per_sec") else "",
+            "base": f"{base['tokens_per_sec']:.1f}" if base and base.get("tokens_per_sec") else "",
             "speedup": f"{r['speedup']:.2f}×" if r.get("speedup") else "",
             "tau": f"{r['tau']:.2f}" if r.get("rounds") else "",
             "rate": f"{r['acceptance_rate']:.0%}" if r.get("rounds") else "",
             "ttft": f"{ttft * 1000:.0f} ms" if ttft is not None else "",
             "mem": f"{mem / 2**20:.0f} MB" if mem else "",
             "same": r.get("identical") or "",
-        }, captions, f"Pooled over {plural(n, 'prompt')}: {r.get('compared_tokens', 0)} tokens compared."
+        }, headline, f"Pooled over {plural(n, 'prompt')}: {r.get('compared_tokens', 0)} tokens compared."
                      if row is not None else "")
         self.values["same"].setToolTip(SAME_TIP)
 

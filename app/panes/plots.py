@@ -13,7 +13,8 @@ from html import escape
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGridLayout, QLabel, QStackedWidget, QWidget
+from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
 from ..session import View
 from ..theme import NORMAL, Theme
@@ -61,15 +62,21 @@ def make_plot(title: str, left: str, bottom: str, integer_y: bool = False) -> pg
 
 
 def title_html(t: Theme, title: str, keys: list[tuple[str, str, bool]] = ()) -> str:
-    """A plot title followed by its legend: (colour, name, dashed) per line."""
-    parts = [escape(title)]
-    for colour, name, dashed in keys:
-        parts.append(f'<span style="color:{colour}">{"╍╍" if dashed else "━━"}&nbsp;{escape(name)}</span>')
-    return "&nbsp;&nbsp;&nbsp;".join(parts)
+    """A plot title and, on a line below it, its legend: (colour, name, dashed) per line drawn
+    (two short lines keep a narrow plot readable where one long one would widen the window)."""
+    keys = [f'<span style="color:{colour}">{"╍╍" if dashed else "━━"}&nbsp;{escape(name)}</span>'
+            for colour, name, dashed in keys]
+    return escape(title) + ("<br>" + "&nbsp;&nbsp;&nbsp;".join(keys) if keys else "")
 
 
 def set_title(w: pg.PlotWidget, t: Theme, html: str) -> None:
+    """The title, its row as tall as its text (pyqtgraph fixes it at 30 px, which cuts a
+    two-line title, or a presentation-size one)."""
     w.setTitle(html, color=t.fg, size=f"{t.font_pt + 1}pt")
+    item = w.getPlotItem()
+    h = int(item.titleLabel.item.boundingRect().height()) + 2
+    item.titleLabel.setMaximumHeight(h)
+    item.layout.setRowFixedHeight(0, h)
 
 
 def style_plot(w: pg.PlotWidget, t: Theme) -> None:
@@ -91,34 +98,47 @@ def integer_ticks(w: pg.PlotWidget, values) -> None:
     w.getAxis("bottom").setTicks([[(float(v), str(v)) for v in values], []])
 
 
-class PlotBox(QStackedWidget):
-    """A plot, or (before it has data) a caption saying what it will show: no empty axes."""
+class PlotBox(QWidget):
+    """A plot, covered (before it has data) by a caption saying what it will show: no empty
+    axes. The plot stays shown underneath, so the first data of a run costs no first show of a
+    pyqtgraph view (hundreds of milliseconds of the GUI thread on a busy machine)."""
 
     def __init__(self, plot: pg.PlotWidget, empty: str, parent=None):
         super().__init__(parent)
         self.plot = plot
         self.empty = QLabel(f"<b>{escape(plot.property('titles')[0])}</b><br>{escape(empty)}")
-        self.empty.setObjectName("caption")
+        self.empty.setObjectName("placeholder")
         self.empty.setAlignment(Qt.AlignCenter)
         self.empty.setWordWrap(True)
-        self.addWidget(self.empty)
-        self.addWidget(plot)
-        self.set_empty(True)
+        lay = QGridLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(plot, 0, 0)
+        lay.addWidget(self.empty, 0, 0)  # the same cell, on top
+        self.empty.raise_()
 
     def set_empty(self, empty: bool) -> None:
-        self.setCurrentWidget(self.empty if empty else self.plot)
+        self.empty.setVisible(empty)
 
     @property
     def is_empty(self) -> bool:
-        return self.currentWidget() is self.empty
+        return not self.empty.isHidden()
+
+
+def zero_based_range(w: pg.PlotWidget, top: float, grow: float = 1.12) -> None:
+    """A y axis from 0 to ``top`` (times ``grow``) with its end labels shown: the range reaches
+    half a label beyond each end (with the grid on, pyqtgraph drops a label that sticks out)."""
+    top = top if top > 0 else 1.0
+    ax = w.getAxis("left")
+    half = QFontMetrics(ax.style["tickFont"] or w.font()).height() / 2 + 2
+    px = max(w.getPlotItem().getViewBox().height(), 4 * half)
+    span = top * grow
+    margin = span * half / (px - 2 * half)
+    w.setYRange(-margin, span + (margin if grow == 1.0 else 0.0), padding=0)
 
 
 def rate_range(w: pg.PlotWidget, ys) -> None:
-    """A rate axis from 0 (its tick just inside the bottom edge, where it is labelled) to a
-    little above the highest point."""
-    top = max((float(np.max(y)) for y in ys if len(y)), default=1.0)
-    top = top if top > 0 else 1.0
-    w.setYRange(-0.03 * top, top * 1.12, padding=0)
+    """A rate axis from 0 to a little above the highest point."""
+    zero_based_range(w, max((float(np.max(y)) for y in ys if len(y)), default=1.0))
 
 
 class PlotsPane(QWidget):
@@ -126,7 +146,6 @@ class PlotsPane(QWidget):
         super().__init__(parent)
         self.theme = NORMAL
         self.position = make_plot("Acceptance by position", "rate", "draft position k")
-        self.position.setYRange(-0.05, 1.05, padding=0)
         self.position.setToolTip(TIP_POSITION)
         self.pos_bars = pg.BarGraphItem(x=[], height=[], width=0.7)
         self.position.addItem(self.pos_bars)
@@ -173,11 +192,12 @@ class PlotsPane(QWidget):
             rates = f.per_position_acceptance
             self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1, dtype=float), height=np.array(rates, float))
             self.position.setXRange(0.4, max(len(rates), 1) + 0.6, padding=0)
+            zero_based_range(self.position, 1.0, grow=1.0)
             integer_ticks(self.position, range(1, len(rates) + 1))
             hist = f.accepted_histogram
             self.hist_bars.setOpts(x=np.arange(len(hist), dtype=float), height=np.array(hist, float))
             self.hist.setXRange(-0.6, max(len(hist) - 1, 1) + 0.6, padding=0)
-            self.hist.setYRange(0, max(max(hist, default=1), 1) * 1.1, padding=0)
+            zero_based_range(self.hist, max(max(hist, default=1), 1))
             integer_ticks(self.hist, range(len(hist)))
             set_title(self.hist, t, escape(f"Accepted length  (τ = {f.tau:.2f})"))
         else:

@@ -86,6 +86,7 @@ class TextPane(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         self.legend = QLabel()
         self.legend.setObjectName("caption")
+        self.legend.setWordWrap(True)  # never what makes the window wider than the screen
         self.text = TokenText()
         lay.addWidget(self.legend)
         lay.addWidget(self.text, 1)
