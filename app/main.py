@@ -41,6 +41,24 @@ def _size(text: str) -> tuple[int, int]:
     return w, h
 
 
+def missing_system_library() -> str | None:
+    """On Linux under X11, Qt's xcb platform plugin aborts the whole process (exit 134) when
+    libxcb-cursor0 is missing; say so in one line before Qt starts, with the command to run."""
+    if not sys.platform.startswith("linux"):
+        return None
+    platform = os.environ.get("QT_QPA_PLATFORM", "")
+    if platform and not platform.startswith("xcb"):
+        return None
+    if not os.environ.get("DISPLAY") or (not platform and os.environ.get("WAYLAND_DISPLAY")):
+        return None
+    import ctypes.util
+
+    if ctypes.util.find_library("xcb-cursor") is None:
+        return ("dspark-studio: Qt needs libxcb-cursor0 to open a window on X11: run "
+                "sudo apt-get install libxcb-cursor0 (make setup installs it and the rest when run as root)")
+    return None
+
+
 def choose_models(args, prefs) -> tuple[str | None, list[str]]:
     """Command line first; then (not for screenshots) the last used; then the demo models."""
     from . import settings
@@ -62,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.screenshot and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    missing = missing_system_library()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 1
 
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication

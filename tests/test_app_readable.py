@@ -173,3 +173,18 @@ def test_the_status_bar_says_when_matrix_products_run_on_the_slow_reference_blas
     w.statusBar().showMessage("something else")
     assert w.blas_note.isVisible()  # a permanent note, not a message the next one replaces
     w.close()
+
+
+def test_plots_show_nothing_before_a_run_then_whole_counts_seconds_and_a_zero(qtbot, window, dirs):
+    w = window
+    boxes = list(w.plots.boxes.values()) + w.compare.boxes
+    assert all(b.is_empty for b in boxes) and w.compare.table.isHidden()  # captions, no empty axes
+    setup(w, dirs, max_tokens=12)
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    assert not any(b.is_empty for b in w.plots.boxes.values())
+    hist = w.plots.hist.getAxis("left")
+    assert all(spacing >= 1 for spacing, _ in hist.tickSpacing(0, 3, 200))  # no 0.5 rounds
+    seconds = w.plots.tps.getAxis("bottom")
+    assert "x0.001" not in seconds.labelString() and seconds.autoSIPrefixScale == 1.0
+    low, high = w.plots.tps.getViewBox().viewRange()[1]
+    assert low <= 0 < high and abs(low) < 0.1 * high  # the rate axis starts at 0

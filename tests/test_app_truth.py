@@ -75,6 +75,8 @@ def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
 
     assert h.headline.text() == "drafter vs plain decoding · pooled over 2 prompts"
     assert h.values["speedup"].text() == cell(0, "Speedup") and h.values["tau"].text() == cell(0, "τ")
+    # one tokens/sec line per drafter and plain decoding, their prompts back to back (not 6 lines)
+    assert len(w.compare.tps.getPlotItem().listDataItems()) == 3
     table.selectRow(1)  # a person picks drafter2's row
     w.refresh()
     assert h.headline.text() == "drafter2 vs plain decoding · pooled over 2 prompts"
