@@ -7,8 +7,6 @@ row is the drafter the header and the Run tab describe."""
 
 from __future__ import annotations
 
-from html import escape
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal

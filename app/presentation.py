@@ -54,14 +54,17 @@ class Presenter(QObject):
         self.active = False
         for sc in self.keys:
             sc.setEnabled(False)
-        self.w.set_presenting(False)
+        # Normal type first, then the controls: shown beside the large type they would make
+        # the window's minimum wider than the screen.
         self.w.apply_theme(NORMAL)
+        self.w.set_presenting(False)
         if self.fullscreen:
             self.w.showMaximized() if self._was_maximized else self.w.showNormal()
         if not self._was_maximized:
-            # The layouts' minimum sizes are still the large type's until their pending layout
-            # requests run: restore the size only after them, or it is clamped to that width.
+            # The minimum size is the large type's until the pending layout requests run and
+            # the window's layout recomputes it; restoring before would be clamped to it.
             QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
+            self.w.layout().activate()
             self.w.setGeometry(self.normal_rect)
             self.w.fit_to_screen()
 

@@ -179,3 +179,13 @@ def test_dspark_studio_replay_starts_straight_into_it(saved, tmp_path):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (QImage(str(out)).width(), QImage(str(out)).height()) == (1280, 800)
+
+
+def test_stop_ends_a_replay_and_keeps_what_was_shown(qtbot, fresh, saved):
+    w = fresh
+    with qtbot.waitSignal(w.job_finished, timeout=LONG) as sig:
+        assert w.open_replay([str(saved["compare"]["file"])], "1×")
+        assert w.busy and w.controls.stop_b.isEnabled() and not w.controls.run_b.isEnabled()
+        w.stop()
+    assert sig.args[0]["cancelled"] and not w.busy and w.controls.run_b.isEnabled()
+    assert not w.player.playing

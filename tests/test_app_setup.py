@@ -4,7 +4,6 @@ what is missing in one line instead of Qt aborting. No Qt window, no models."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path

@@ -12,7 +12,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtGui import QImage  # noqa: E402
 
 from dspark_studio import window as window_module  # noqa: E402
-from test_app import LONG, PROMPT, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
+from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
 
 
 def menu_action(w, menu: str, text: str):

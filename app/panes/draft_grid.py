@@ -236,9 +236,10 @@ class DraftPane(QWidget):
         self.header.updateGeometry()
 
         def chip(colour: str, name: str, fg: str) -> str:
+            name = name.replace(" ", "&nbsp;")  # a legend wraps between chips, never inside one
             return f'<span style="background:{colour}; color:{fg}">&nbsp;{name}&nbsp;</span>'
 
-        glyphs = " ".join(f"<b>{g}</b>&nbsp;{name}" for g, name in GLYPHS)
+        glyphs = " ".join(f"<b>{g}</b>&nbsp;{name.replace(' ', '&nbsp;')}" for g, name in GLYPHS)
         self.legend.setText("Draft rows &nbsp; " + " ".join([
             chip(t.accepted, "accepted", t.cell_fg), chip(t.rejected, "rejected", "#ffffff"),
             chip(t.discarded, "after rejection", t.cell_fg), chip(t.unverified, "not verified", t.cell_fg),
