@@ -87,6 +87,12 @@ def speedup(spec: RunRecord | None, base: RunRecord | None) -> tuple[float, int]
     return (ratio if compared >= MIN_COMPARED else 0.0), compared
 
 
+def compared_rates(spec: RunRecord, base: RunRecord) -> tuple[float, float]:
+    """The two tokens/sec ``speedup`` divides (``dspark.metrics.comparable_rates``)."""
+    s, b, _n = metrics.comparable_rates([(spec.rounds, base.rounds)])
+    return s, b
+
+
 def compare_rows(runs: list[RunRecord], planned: int | None = None) -> list[dict]:
     """One row per label (drafter or BASELINE), pooled over prompts, in order of first run.
 
@@ -101,12 +107,15 @@ def compare_rows(runs: list[RunRecord], planned: int | None = None) -> list[dict
     rows = []
     for label, rs in labels.items():
         f = metrics.summarize(e for r in rs for e in r.rounds)
+        spec_rate = base_rate = 0.0
+        same_length = True
         if label == BASELINE:
             speed, compared = (1.0, f.tokens) if bases else (0.0, 0)
         else:
-            pairs = [(r.rounds, bases[r.prompt_index].rounds) for r in rs if r.done and r.prompt_index in bases]
-            speed, compared = metrics.comparable_speedup(pairs)
-            speed = speed if compared >= MIN_COMPARED else 0.0
+            paired = [(r, bases[r.prompt_index]) for r in rs if r.done and r.prompt_index in bases]
+            spec_rate, base_rate, compared = metrics.comparable_rates([(r.rounds, b.rounds) for r, b in paired])
+            speed = metrics.speedup(spec_rate, base_rate) if compared >= MIN_COMPARED else 0.0
+            same_length = all(len(r.summary.tokens) == len(b.summary.tokens) for r, b in paired)
         rows.append({
             "label": label,
             "method": rs[0].method,
@@ -123,6 +132,10 @@ def compare_rows(runs: list[RunRecord], planned: int | None = None) -> list[dict
             "tokens_per_sec": _pooled_tps(rs),
             "speedup": speed or None,
             "compared_tokens": compared,
+            # the rates the speedup divides; they differ from tokens_per_sec when some prompt's
+            # two runs made different numbers of tokens (sampling, EOS): then same_length is False
+            "compared_rates": [spec_rate, base_rate],
+            "same_length": same_length,
             "identical": same_as_plain([r.verdict for r in rs]) if label != BASELINE else None,
             "ttft_seconds": _mean([r.summary.ttft_seconds for r in rs if r.done]),
             "peak_memory_bytes": max((r.summary.peak_memory_bytes for r in rs if r.done), default=0),

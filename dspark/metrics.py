@@ -65,13 +65,13 @@ def prefix_work(rounds: Sequence, n: int) -> tuple[int, float]:
     return 0, 0.0
 
 
-def comparable_speedup(pairs: Iterable[tuple[Sequence, Sequence]]) -> tuple[float, int]:
-    """Speedup over comparable work: for each (speculative rounds, plain rounds) pair of one
+def comparable_rates(pairs: Iterable[tuple[Sequence, Sequence]]) -> tuple[float, float, int]:
+    """Decode rates over comparable work: for each (speculative rounds, plain rounds) pair of one
     prompt, both runs are measured over the first n tokens, n = the shorter output (a sampled
     run can stop at EOS after 2 tokens while the other makes 256; their whole-run rates would
-    compare different work). Pooled over pairs: speculative tokens / seconds over plain tokens /
-    seconds. Returns (speedup, tokens compared, summed over the pairs); (0.0, 0) when no pair
-    made a token."""
+    compare different work). Pooled over pairs: tokens / seconds on each side. Returns
+    (speculative tokens/sec, plain tokens/sec, tokens compared summed over the pairs);
+    (0.0, 0.0, 0) when no pair made a token."""
     spec_tok = spec_s = base_tok = base_s = 0.0
     compared = 0
     for spec, base in pairs:
@@ -83,8 +83,15 @@ def comparable_speedup(pairs: Iterable[tuple[Sequence, Sequence]]) -> tuple[floa
             spec_tok, spec_s, base_tok, base_s = spec_tok + st, spec_s + ss, base_tok + bt, base_s + bs
             compared += n
     if not compared:
-        return 0.0, 0
-    return speedup(spec_tok / spec_s, base_tok / base_s), compared
+        return 0.0, 0.0, 0
+    return spec_tok / spec_s, base_tok / base_s, compared
+
+
+def comparable_speedup(pairs: Iterable[tuple[Sequence, Sequence]]) -> tuple[float, int]:
+    """(speculative ÷ plain tokens/sec, tokens compared) over comparable work
+    (:func:`comparable_rates`); (0.0, 0) when no pair made a token."""
+    spec, base, compared = comparable_rates(pairs)
+    return (speedup(spec, base), compared) if compared else (0.0, 0)
 
 
 def rate_curve(rounds: Sequence, window: int = 32, offset: float = 0.0,

@@ -139,9 +139,13 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
     h.show_view(View("run", "run", spec, base, (spec, base), 1, (), (), 0, None, False))
     assert h.values["speedup"].text() == "2.00×"  # 20 tok/s against 10 over the same 20 tokens (not 0.45×)
     assert "both measured over the first 20" in h.values["speedup"].toolTip()
+    # the two tok/s shown are the two the speedup divides, and say so
+    assert (h.values["spec"].text(), h.values["base"].text()) == ("20.0", "10.0")
+    assert h.captions["base"].text() == "plain tok/s · first 20 tokens"
     short = record(3, "speculative", 2, lambda k: 20.0, 2)  # EOS after 2 tokens: too few to compare
     h.show_view(View("run", "run", short, base, (short, base), 1, (), (), 0, None, False))
     assert h.values["speedup"].text() == "–" and "too few to compare" in h.values["speedup"].toolTip()
+    assert h.captions["base"].text() == "plain tok/s"  # whole-run rates again
 
 
 def test_a_bad_drafter_comes_in_unticked_and_unselected_and_compare_skips_it(qtbot, window, dirs):

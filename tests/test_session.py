@@ -110,3 +110,23 @@ def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
     s.show_tab("compare")
     assert s.view().tab == "compare" and s.view().focus == "d2"
 
+
+
+def test_a_sampled_comparison_compares_each_prompt_over_the_tokens_both_runs_made():
+    s = Session()
+    job = s.new_job("compare", "/t", ["p0"], RUNS, {"temperature": 1.0})
+    s.apply(RunStarted(job.id, 1, "d1", "speculative", "/d1", "p", 0, {}))
+    for i in range(3):  # EOS after 12 tokens, 4 a round, at 40 tok/s
+        s.apply(RoundDone(1, event(i, 3, 3, [7] * 4, generated=4 * (i + 1), seconds=(i + 1) / 10), ()))
+    s.apply(RunDone(1, summary("speculative", [7] * 12, 3, 40.0)))
+    s.apply(RunStarted(job.id, 2, BASELINE, "baseline", None, "p", 0, {}))
+    for i in range(100):  # 20 tok/s for its first 12 tokens, then much faster
+        secs = (i + 1) / 20 if i < 12 else 0.6 + (i - 11) / 1000
+        s.apply(RoundDone(2, event(i, 0, 0, [7], Source.TARGET, generated=i + 1, seconds=secs), ()))
+    s.apply(RunDone(2, summary("baseline", [7] * 100, 100, 100 / 0.688)))
+    s.apply(JobDone(job.id, True, False))
+    row = s.view().row("d1")
+    assert not row["same_length"] and row["compared_tokens"] == 12
+    (spec, base) = row["compared_rates"]
+    assert abs(spec - 40.0) < 1e-9 and abs(base - 20.0) < 1e-9 and abs(row["speedup"] - 2.0) < 1e-9
+    assert row["tokens_per_sec"] == 40.0  # the table's whole-run rate is still there

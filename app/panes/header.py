@@ -12,7 +12,7 @@ from html import escape
 
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout
 
-from ..runs import BASELINE, MIN_COMPARED, same_as_plain, speedup
+from ..runs import BASELINE, MIN_COMPARED, compared_rates, same_as_plain, speedup
 from ..session import COMPARE_TAB, View
 
 SPEEDUP_TIP = (
@@ -102,10 +102,13 @@ class HeaderStrip(QFrame):
         else:
             self._show_run(view)
 
-    def _show(self, values: dict[str, str], headline: str, speedup_tip: str = "") -> None:
+    def _show(self, values: dict[str, str], headline: str, speedup_tip: str = "", basis: str = "") -> None:
+        """``basis``: said under both tok/s when they are not whole-run rates but the two the
+        speedup divides (the runs made different numbers of tokens)."""
         self.headline.setText(headline)
-        for key, _caption, _tip in FIELDS:
+        for key, caption, _tip in FIELDS:
             self.values[key].setText(values.get(key) or "–")
+            self.captions[key].setText(f"{caption} · {basis}" if basis and key in ("spec", "base") else caption)
         self.values["speedup"].setToolTip(SPEEDUP_TIP + ("\n\n" + speedup_tip if speedup_tip else ""))
 
     def _show_run(self, view: View) -> None:
@@ -119,6 +122,10 @@ class HeaderStrip(QFrame):
         else:
             headline = f"plain decoding only{where}" if base is not None else "Run: the figures of a run appear here"
         ratio, compared = speedup(spec, base)
+        basis = ""
+        if ratio and len(spec.summary.tokens) != len(base.summary.tokens):  # e.g. one met EOS early
+            spec_tps, base_tps = compared_rates(spec, base)
+            basis = f"first {compared} tokens"
         f = spec.figures() if spec and spec.rounds else None
         first = spec if spec is not None else base
         mem = first.summary.peak_memory_bytes if first and first.done else 0
@@ -132,7 +139,7 @@ class HeaderStrip(QFrame):
             "ttft": f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "",
             "mem": f"{mem / 2**20:.0f} MB" if mem else "",
             "same": same_as_plain([verdict]) or "",
-        }, headline, _compared_note(compared, spec, base))
+        }, headline, _compared_note(compared, spec, base), basis)
         self.values["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
 
     def _show_comparison(self, view: View) -> None:
@@ -146,9 +153,15 @@ class HeaderStrip(QFrame):
             headline = "Compare: the figures of the drafter selected in the table appear here"
         r = row or {}
         ttft, mem = r.get("ttft_seconds"), r.get("peak_memory_bytes")
+        spec_tps = r.get("tokens_per_sec") or 0.0
+        base_tps = base.get("tokens_per_sec") or 0.0 if base else 0.0
+        basis = ""
+        if r.get("speedup") and not r.get("same_length", True):  # sampled runs of different lengths
+            spec_tps, base_tps = r["compared_rates"]
+            basis = f"{r['compared_tokens']} tokens compared"
         self._show({
-            "spec": f"{r['tokens_per_sec']:.1f}" if r.get("tokens_per_sec") else "",
-            "base": f"{base['tokens_per_sec']:.1f}" if base and base.get("tokens_per_sec") else "",
+            "spec": f"{spec_tps:.1f}" if spec_tps else "",
+            "base": f"{base_tps:.1f}" if base_tps else "",
             "speedup": f"{r['speedup']:.2f}×" if r.get("speedup") else "",
             "tau": f"{r['tau']:.2f}" if r.get("rounds") else "",
             "rate": f"{r['acceptance_rate']:.0%}" if r.get("rounds") else "",
@@ -156,7 +169,7 @@ class HeaderStrip(QFrame):
             "mem": f"{mem / 2**20:.0f} MB" if mem else "",
             "same": r.get("identical") or "",
         }, headline, f"Pooled over {plural(n, 'prompt')}: {r.get('compared_tokens', 0)} tokens compared."
-                     if row is not None else "")
+                     if row is not None else "", basis)
         self.values["same"].setToolTip(SAME_TIP)
 
 
