@@ -189,3 +189,23 @@ def test_stop_ends_a_replay_and_keeps_what_was_shown(qtbot, fresh, saved):
         w.stop()
     assert sig.args[0]["cancelled"] and not w.busy and w.controls.run_b.isEnabled()
     assert not w.player.playing
+
+
+def test_a_run_saved_before_replay_existed_still_replays(qtbot, fresh, saved, tmp_path):
+    """Files written before the app saved the drafted tokens' text, the verdicts and the job's
+    kind: the draft rows take the text of committed tokens (else #id), the ✓ is unknown."""
+    w = fresh
+    doc = json.loads(saved["run"]["file"].read_text())
+    for key in ("kind", "prompts"):
+        doc.pop(key)
+    for r in doc["runs"]:
+        r.pop("drafted_text")
+        r.pop("verdict")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc))
+    assert run_job(qtbot, w, lambda: w.open_replay([str(old)], "instant"))["ok"]
+    screen, then = _screen(w), saved["run"]["screen"]
+    assert screen["header"] == {**then["header"], "same": "–"} and screen["text"] == then["text"]
+    pieces = {t.id: t.text for r in w.runs for e in r.rounds for t in e.committed}
+    spec = w.shown_runs()[0]
+    assert [list(t) for t in w.drafts.grid.texts] == [[pieces.get(d, f"#{d}") for d in e.drafted] for e in spec.rounds]
