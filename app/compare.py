@@ -1,29 +1,41 @@
 """The comparison view: one result row per drafter plus plain decoding (pooled over the
-prompts run), and overlaid curves: acceptance by position and tokens/sec over time."""
+prompts run), and one curve per drafter: acceptance by position, and decode tokens/sec with the
+prompts drawn back to back (so six prompts make one line per drafter, not eighteen).
+
+The table is the legend (each drafter's colour beside its name) and the selector: the selected
+row is the drafter the header and the Run tab describe."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QAbstractItemView, QHBoxLayout, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+)
 
-from .panes.plots import TIP_POSITION, TIP_TPS, integer_ticks, make_plot, style_plot
+from .panes.header import SPEEDUP_TIP
+from .panes.plots import (
+    TIP_POSITION, TIP_TPS, PlotBox, integer_ticks, make_plot, rate_range, set_title, style_plot, title_html,
+    zero_based_range,
+)
 from .runs import BASELINE
 from .session import View
 from .theme import NORMAL, Theme
 
 COLUMNS = [
-    ("label", "Drafter", "The drafter directory's name, or plain decoding"),
-    ("runs", "Runs", "Prompts run (finished / started)"),
+    ("label", "Drafter", "The drafter directory's name, or plain decoding; select a row to show it in the header"),
+    ("runs", "Prompts", "Prompts finished / asked for (stopped runs are not finished)"),
     ("tau", "τ", "Mean acceptance length: committed tokens per round, bonus/correction token included"),
     ("acceptance_rate", "Acceptance", "Accepted drafted tokens ÷ verified drafted tokens"),
     ("tokens_per_sec", "tok/s", "Pooled decode throughput: all tokens ÷ all decode seconds"),
-    ("speedup", "Speedup", "tok/s ÷ plain decoding's tok/s on the same prompts and target"),
+    ("speedup", "Speedup", SPEEDUP_TIP + "\nPooled over the prompts: tokens ÷ seconds on each side."),
     ("per_position_acceptance", "Acceptance by position", "Position k: rounds that accepted drafts 1..k ÷ rounds that verified k"),
     ("identical", "= plain", "✓ every greedy output equals plain decoding token for token; ≈ the only differences are\n"
                              "numerical ties of a bf16 / quantised target; ✗ a real difference"),
 ]
+TIP_TPS_POOLED = TIP_TPS + "\nEach drafter's prompts are drawn back to back: one line per drafter."
 
 
 def format_cell(key: str, row: dict) -> str:
@@ -32,7 +44,7 @@ def format_cell(key: str, row: dict) -> str:
     if key == "label":
         return v
     if key == "runs":
-        return f"{row['finished']}/{row['runs']}"
+        return f"{row['finished']}/{row['planned']}" + (" · stopped" if row.get("stopped") else "")
     if key in ("tau", "acceptance_rate", "per_position_acceptance") and is_base:
         return "–"
     if key == "tau":
@@ -51,13 +63,17 @@ def format_cell(key: str, row: dict) -> str:
 
 
 class CompareView(QWidget):
+    focus_chosen = Signal(str)  # a person selected a drafter's row
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.theme = NORMAL
         self.rows: list[dict] = []
+        self._drawn = None  # what the table and curves show (redrawn only when it changes)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
         self.table.verticalHeader().setVisible(False)
         for i, (_k, name, tip) in enumerate(COLUMNS):
             item = QTableWidgetItem(name)
@@ -67,21 +83,28 @@ class CompareView(QWidget):
         hh.setSectionResizeMode(QHeaderView.ResizeToContents)
         hh.setStretchLastSection(False)
         hh.setSectionResizeMode(6, QHeaderView.Stretch)
+        self.table.itemSelectionChanged.connect(self._selected)
+        self.empty = QLabel("Compare runs every ticked drafter, then plain decoding, on the prompt "
+                            "(or on every prompt of the set): one row per drafter appears here.")
+        self.empty.setObjectName("caption")
+        self.empty.setAlignment(Qt.AlignCenter)
+        self.empty.setWordWrap(True)
         self.position = make_plot("Acceptance by position", "rate", "draft position k")
         self.position.setToolTip(TIP_POSITION)
-        self.position.setYRange(-0.05, 1.05, padding=0)
-        self.position.addLegend(offset=(-10, 10))
-        self.tps = make_plot("Tokens / second", "tok/s", "seconds")
-        self.tps.setToolTip(TIP_TPS)
-        self.tps.addLegend(offset=(-10, 10))
+        self.tps = make_plot("Decode tok/s", "tok/s", "seconds of decoding, prompts back to back")
+        self.tps.setToolTip(TIP_TPS_POOLED)
+        self.boxes = [PlotBox(self.position, "one line per drafter, after a comparison"),
+                      PlotBox(self.tps, "one line per drafter and plain decoding, during a comparison")]
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.empty, 0)
         lay.addWidget(self.table, 0)
         plots = QHBoxLayout()
-        plots.addWidget(self.position)
-        plots.addWidget(self.tps)
+        for box in self.boxes:
+            plots.addWidget(box)
         lay.addLayout(plots, 1)
         self.set_theme(NORMAL)
+        self._show_table(False)
 
     def plots(self) -> dict[str, pg.PlotWidget]:
         return {"compare_acceptance_by_position": self.position, "compare_tokens_per_sec": self.tps}
@@ -90,49 +113,91 @@ class CompareView(QWidget):
         self.theme = t
         for w in self.plots().values():
             style_plot(w, t)
+        self._drawn = None
 
     def colour(self, i: int, label: str) -> str:
         return self.theme.base if label == BASELINE else self.theme.series[i % len(self.theme.series)]
 
+    def _show_table(self, shown: bool) -> None:
+        self.table.setVisible(shown)
+        self.empty.setVisible(not shown)
+
+    def _selected(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        if rows and 0 <= rows[0].row() < len(self.rows):
+            label = self.rows[rows[0].row()]["label"]
+            if label != BASELINE:
+                self.focus_chosen.emit(label)
+
     def show_view(self, view: View) -> None:
-        if view.kind != "compare":
-            return  # keeps the last comparison on its tab
-        runs = view.runs
-        self.rows = list(view.rows)
-        self.table.setRowCount(len(self.rows))
-        rows_h = sum(self.table.rowHeight(i) for i in range(len(self.rows)))
-        self.table.setMaximumHeight(self.table.horizontalHeader().sizeHint().height() + rows_h + 12)
-        for r, row in enumerate(self.rows):
+        """Draw the last comparison (a later single run leaves it in place)."""
+        shown = (tuple((id(r), len(r.rounds), r.done, r.verdict) for r in view.comparison), view.focus)
+        if shown == self._drawn:
+            return  # a single run's rounds: nothing here changed
+        self._drawn = shown
+        rows = list(view.rows)
+        self._show_table(bool(rows))
+        for box in self.boxes:
+            box.set_empty(not rows)
+        order = [row["label"] for row in rows]
+        self._fill_table(rows, order, view.focus)
+        self._draw(rows, order, view.comparison)
+
+    def _fill_table(self, rows: list[dict], order: list[str], focus: str | None) -> None:
+        self.table.blockSignals(True)
+        self.rows = rows
+        self.table.setRowCount(len(rows))
+        for r, row in enumerate(rows):
             for c, (key, _n, _t) in enumerate(COLUMNS):
                 item = QTableWidgetItem(format_cell(key, row))
                 if c:
                     item.setTextAlignment(Qt.AlignCenter)
-                if key == "label" and row["drafter"]:
-                    item.setToolTip(row["drafter"])
+                if key == "label":
+                    item.setData(Qt.DecorationRole, QColor(self.colour(order.index(row["label"]), row["label"])))
+                    if row["drafter"]:
+                        item.setToolTip(row["drafter"])
+                if key == "speedup" and row["label"] != BASELINE:
+                    item.setToolTip(f"{row['compared_tokens']} tokens compared, pooled over the prompts")
                 self.table.setItem(r, c, item)
+        if focus in order:
+            self.table.selectRow(order.index(focus))
+        self.table.blockSignals(False)
+        rows_h = sum(self.table.rowHeight(i) for i in range(len(rows)))
+        self.table.setMaximumHeight(self.table.horizontalHeader().sizeHint().height() + rows_h + 12)
+
+    def _draw(self, rows: list[dict], order: list[str], runs) -> None:
+        t = self.theme
         for w in self.plots().values():
-            w.getPlotItem().legend.clear()
             w.clear()
-        order = [row["label"] for row in self.rows]
-        width = max((len(row["per_position_acceptance"]) for row in self.rows), default=0)
+        width = max((len(row["per_position_acceptance"]) for row in rows), default=0)
         integer_ticks(self.position, range(1, width + 1))
-        shown = set()
-        for row in self.rows:
-            if row["label"] == BASELINE or not row["per_position_acceptance"]:
+        keys = []
+        for row in rows:
+            label = row["label"]
+            colour = self.colour(order.index(label), label)
+            keys.append((colour, label, label == BASELINE))
+            if label == BASELINE or not row["per_position_acceptance"]:
                 continue
-            i = order.index(row["label"])
             rates = row["per_position_acceptance"]
             self.position.plot(np.arange(1, len(rates) + 1, dtype=float), np.array(rates, float),
-                               pen=pg.mkPen(self.colour(i, row["label"]), width=2.5),
-                               symbol="o", symbolSize=7, symbolBrush=self.colour(i, row["label"]),
-                               name=row["label"])
-        for run in runs:
-            if not run.rounds:
-                continue
-            i = order.index(run.label)
-            x, y = run.curve()
-            style = Qt.DashLine if run.label == BASELINE else Qt.SolidLine
-            self.tps.plot(np.array(x, float), np.array(y, float),
-                          pen=pg.mkPen(self.colour(i, run.label), width=2.5, style=style),
-                          name=None if run.label in shown else run.label)
-            shown.add(run.label)
+                               pen=pg.mkPen(colour, width=3), symbol="o", symbolSize=8, symbolBrush=colour)
+        if width:
+            self.position.setXRange(0.6, width + 0.4, padding=0)
+            zero_based_range(self.position, 1.0, grow=1.0)
+        set_title(self.position, t, title_html(t, "Acceptance by position", [k for k in keys if not k[2]]))
+        set_title(self.tps, t, title_html(t, "Decode tok/s", keys))
+        ys = []
+        for label in order:
+            x, y, offset = [], [], 0.0
+            for run in (r for r in runs if r.label == label and r.rounds):
+                rx, ry = run.curve(offset)
+                x += rx
+                y += ry
+                offset += run.decode_seconds()
+            if x:
+                colour = self.colour(order.index(label), label)
+                style = Qt.DashLine if label == BASELINE else Qt.SolidLine
+                self.tps.plot(np.array(x, float), np.array(y, float), pen=pg.mkPen(colour, width=3, style=style))
+                ys.append(y)
+        if ys:
+            rate_range(self.tps, ys)

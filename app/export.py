@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from PySide6.QtWidgets import QWidget
@@ -30,27 +32,51 @@ def run_dict(run: RunRecord) -> dict:
         "prompt_index": run.prompt_index,
         "config": run.config,
         "events": [event_to_dict(ev) for ev in run.rounds],
+        "drafted_text": [list(t) for t in run.drafted_text],  # the draft grid's cells, for a replay
         "summary": run.summary.to_dict() if run.summary is not None else None,
+        "verdict": asdict(run.verdict) if run.verdict is not None else None,
     }
 
 
-def document(runs: list[RunRecord], target: str | None, comparison: bool) -> dict:
+def document(runs: list[RunRecord], target: str | None, comparison: bool, prompts: int | None = None) -> dict:
+    """Everything needed to read the runs back (``app.replay``): the events, the drafted
+    tokens' text, the verdicts, and (a comparison) its table as it was shown."""
     doc = {
         "app": "dspark-studio",
         "version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "kind": "compare" if comparison else "run",
+        "prompts": prompts or len({r.prompt_index for r in runs}),
         "target": target,
         "runs": [run_dict(r) for r in runs],
     }
     if comparison:
-        doc["comparison"] = compare_rows(runs)
+        doc["comparison"] = compare_rows(runs, doc["prompts"])
     return doc
 
 
-def write_json(path: str | Path, runs: list[RunRecord], target: str | None, comparison: bool = False) -> Path:
+def write_json(path: str | Path, runs: list[RunRecord], target: str | None, comparison: bool = False,
+               prompts: int | None = None) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(document(runs, target, comparison), indent=1, default=str))
+    path.write_text(json.dumps(document(runs, target, comparison, prompts), indent=1, default=str))
     return path
+
+
+def _slug(text: str, limit: int = 24) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:limit].strip("-").lower()
+
+
+def default_name(runs: list[RunRecord], comparison: bool, fmt: str) -> str:
+    """A file name that says what is in it: time, drafter(s), prompt(s)."""
+    stamp = time.strftime("%Y%m%d-%H%M")
+    drafters = list(dict.fromkeys(r.label for r in runs if r.method == "speculative"))
+    prompts = {r.prompt_index for r in runs}
+    if comparison:
+        what = f"compare-{'-'.join(_slug(d, 12) for d in drafters[:3]) or 'plain'}"
+        what += f"-{len(prompts)}-prompts" if len(prompts) > 1 else f"-{_slug(runs[0].prompt)}"
+    else:
+        what = f"{_slug(drafters[0]) if drafters else 'plain'}-{_slug(runs[0].prompt)}"
+    return f"{stamp}-{what.strip('-')}.{fmt}"
 
 
 def _run_row(run: RunRecord) -> dict:
@@ -68,13 +94,13 @@ def _run_row(run: RunRecord) -> dict:
     }
 
 
-def write_csv(path: str | Path, runs: list[RunRecord], comparison: bool = False) -> Path:
+def write_csv(path: str | Path, runs: list[RunRecord], comparison: bool = False, prompts: int | None = None) -> Path:
     """One row per run, or (comparison) one row per drafter plus plain decoding."""
     path = Path(path)
     if comparison:
         fields = COMPARE_FIELDS
         rows = [{**r, "per_position_acceptance": " ".join(f"{x:.4f}" for x in r["per_position_acceptance"]),
-                 "drafter": r["drafter"] or ""} for r in compare_rows(runs)]
+                 "drafter": r["drafter"] or ""} for r in compare_rows(runs, prompts)]
     else:
         fields, rows = RUN_FIELDS, [_run_row(r) for r in runs]
     with path.open("w", newline="") as f:
@@ -96,8 +122,13 @@ def write_pngs(folder: str | Path, widgets: dict[str, QWidget]) -> list[Path]:
     return out
 
 
-def save_history(runs: list[RunRecord], target: str | None, comparison: bool) -> str | None:
-    """Keep a finished job as JSON in the run history folder. Never fails the app: returns a
+HISTORY_NAME = re.compile(r"^\d{8}-\d{6}(-\d+)?-(run|compare)\.json$")
+
+
+def save_history(runs: list[RunRecord], target: str | None, comparison: bool, prompts: int | None = None,
+                 keep: int | None = None, max_bytes: int | None = None) -> str | None:
+    """Keep a finished job as JSON in the run history folder, then drop the oldest kept jobs
+    beyond ``keep`` files or ``max_bytes`` (``prune_history``). Never fails the app: returns a
     one-line problem to show instead (an unwritable or misplaced folder), or None."""
     from . import settings
 
@@ -105,7 +136,29 @@ def save_history(runs: list[RunRecord], target: str | None, comparison: bool) ->
         folder = settings.history_dir()
         stamp = time.strftime("%Y%m%d-%H%M%S")
         kind = "compare" if comparison else "run"
-        write_json(folder / f"{stamp}-{kind}.json", runs, target, comparison)
+        path, n = folder / f"{stamp}-{kind}.json", 1
+        while path.exists():  # two jobs in one second keep both
+            n += 1
+            path = folder / f"{stamp}-{n}-{kind}.json"
+        write_json(path, runs, target, comparison, prompts)
+        prune_history(folder, keep if keep is not None else settings.HISTORY_KEEP,
+                      max_bytes if max_bytes is not None else settings.HISTORY_MAX_MB * 2**20)
     except OSError as e:
         return f"the run was not kept in the history ({e.strerror or e}: {getattr(e, 'filename', '') or ''})"
     return None
+
+
+def prune_history(folder: Path, keep: int, max_bytes: int) -> list[Path]:
+    """Delete the oldest history files (only names this module writes) until at most ``keep``
+    remain and they hold at most ``max_bytes``; the newest is always kept. Returns the deleted."""
+    files = sorted((p for p in Path(folder).iterdir() if HISTORY_NAME.match(p.name) and p.is_file()),
+                   key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+    kept, total, gone = 0, 0, []
+    for p in files:
+        size = p.stat().st_size
+        if not gone and (kept == 0 or (kept < keep and total + size <= max_bytes)):
+            kept, total = kept + 1, total + size
+        else:  # this one and every older one
+            p.unlink()
+            gone.append(p)
+    return gone

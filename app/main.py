@@ -1,5 +1,6 @@
 """``dspark-studio``: start the desktop app, or (``--screenshot FILE``) run once headless,
-save a grab of the whole window and exit, or (``--self-test [FILE]``) check this install."""
+save a grab of the whole window and exit; ``--replay FILE ...`` plays saved runs back
+without loading a model; ``--self-test [FILE]`` checks this install."""
 
 from __future__ import annotations
 
@@ -21,11 +22,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, help="tokens to generate")
     p.add_argument("--presentation", action="store_true", help="start in presentation mode")
     p.add_argument("--compare", action="store_true", help="with --screenshot: compare every drafter")
+    p.add_argument("--replay", metavar="FILE", nargs="+",
+                   help="play saved runs or comparisons back (File ▸ Open run…); no model is loaded")
+    p.add_argument("--replay-speed", choices=["1", "2", "instant"],
+                   help="replay at the recorded speed (1, the default), twice as fast, or at once")
     p.add_argument("--screenshot", metavar="FILE", help="run once headless, save the window as PNG, exit")
+    p.add_argument("--size", metavar="WxH", type=_size, default=SCREENSHOT_SIZE,
+                   help="with --screenshot: the window size (default 1600x1000)")
     p.add_argument("--timeout", type=float, default=900, help="with --screenshot: give up after this many seconds")
     p.add_argument("--self-test", nargs="?", const="", metavar="FILE.png",
                    help="check the demo models run (and, with FILE, save the window); print one line, exit")
     return p
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT (e.g. 1280x800)") from None
+    if not (320 <= w <= 10_000 and 240 <= h <= 10_000):
+        raise argparse.ArgumentTypeError(f"{text} is outside 320x240 .. 10000x10000")
+    return w, h
+
+
+def missing_system_library() -> str | None:
+    """On Linux under X11, Qt's xcb platform plugin aborts the whole process (exit 134) when
+    libxcb-cursor0 is missing; say so in one line before Qt starts, with the command to run."""
+    if not sys.platform.startswith("linux"):
+        return None
+    platform = os.environ.get("QT_QPA_PLATFORM", "")
+    if platform and not platform.startswith("xcb"):
+        return None
+    if not os.environ.get("DISPLAY") or (not platform and os.environ.get("WAYLAND_DISPLAY")):
+        return None
+    import ctypes.util
+
+    if ctypes.util.find_library("xcb-cursor") is None:
+        return ("dspark-studio: Qt needs libxcb-cursor0 to open a window on X11: run "
+                "sudo apt-get install libxcb-cursor0 (make setup installs it and the rest when run as root)")
+    return None
 
 
 def choose_models(args, prefs) -> tuple[str | None, list[str]]:
@@ -53,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.self_test or None)
     if args.screenshot and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    missing = missing_system_library()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 1
 
     from PySide6.QtCore import QTimer
     from PySide6.QtGui import QIcon
@@ -72,27 +111,28 @@ def main(argv: list[str] | None = None) -> int:
     first_start = prefs is not None and not prefs.q.allKeys()
     win = MainWindow(prefs)
     target, drafters = choose_models(args, prefs)
-    if first_start and not args.target:  # nothing saved yet: the demo models; say how to open one's own
+    if first_start and not args.target and not args.replay:  # nothing saved yet: say how to open one's own
         win.statusBar().addPermanentWidget(QLabel(FIRST_START))
-    win.restore(target, drafters)
+    win.restore(target, drafters, load=not args.replay)
     if args.prompt is not None:
         win.controls.prompt.setPlainText(args.prompt)
     if args.max_tokens:
         win.controls.set_config({**win.controls.config(), "max_tokens": args.max_tokens})
-    if target is None:
+    if target is None and not args.replay:
         win.on_failed("no target model: choose one with File ▸ Open target (the demo models are not built yet)")
+    speed = {"1": "1×", "2": "2×", "instant": "instant"}.get(args.replay_speed or "", None)
 
     if not args.screenshot:
+        win.place_on_screen()
+        win.show()
         if args.presentation:
-            win.show()
             win.presenter.enter()
-        else:
-            win.resize(1400, 900)
-            win.show()
+        if args.replay:
+            QTimer.singleShot(0, lambda: win.open_replay(args.replay, speed))
         return app.exec()
 
     status = {"code": 1}
-    win.resize(*SCREENSHOT_SIZE)
+    win.resize(*args.size)
     win.presenter.fullscreen = False
     win.show()
     if args.presentation:
@@ -120,10 +160,19 @@ def main(argv: list[str] | None = None) -> int:
 
     win.job_finished.connect(finished)
     QTimer.singleShot(int(args.timeout * 1000), give_up)
-    if target is None:
-        QTimer.singleShot(300, grab_and_quit)
-    else:
-        QTimer.singleShot(0, win.start_compare if args.compare else win.start_run)
+
+    def start() -> None:
+        if args.replay:
+            started = win.open_replay(args.replay, speed or "instant")
+        elif target is not None:
+            (win.start_compare if args.compare else win.start_run)()
+            started = win.busy
+        else:
+            started = False
+        if not started:
+            QTimer.singleShot(300, grab_and_quit)
+
+    QTimer.singleShot(0, start)
     app.exec()
     return status["code"]
 

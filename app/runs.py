@@ -10,6 +10,8 @@ from dspark.events import RoundEvent, Summary
 from dspark.lossless import Verdict
 
 BASELINE = "plain decoding"
+#: Fewer tokens in common than this and a speedup measures noise (a round or two): not shown.
+MIN_COMPARED = 8
 
 
 @dataclass
@@ -40,9 +42,17 @@ class RunRecord:
             return self.summary.tokens_per_sec
         return self.rounds[-1].tokens_per_sec if self.rounds else 0.0
 
-    def curve(self) -> tuple[list[float], list[float]]:
-        """Cumulative decode tokens/sec against seconds since the run started."""
-        return [r.elapsed_seconds for r in self.rounds], [r.tokens_per_sec for r in self.rounds]
+    def curve(self, offset: float = 0.0) -> tuple[list[float], list[float]]:
+        """Decode tokens/sec over a moving window of committed tokens, against decode seconds
+        (+ ``offset``): ``dspark.metrics.rate_curve``."""
+        return metrics.rate_curve(self.rounds, offset=offset)
+
+    def decode_seconds(self) -> float:
+        return metrics.decode_seconds(self.rounds[-1]) if self.rounds else 0.0
+
+    @property
+    def stopped(self) -> bool:
+        return self.summary is not None and self.summary.finish_reason == "cancelled"
 
     @property
     def done(self) -> bool:
@@ -67,35 +77,74 @@ def same_as_plain(verdicts: list[Verdict | None]) -> str | None:
     return verdicts[0].label() if len(verdicts) == 1 else f"≈ {ties} tie{'s' * (ties > 1)}"
 
 
-def compare_rows(runs: list[RunRecord]) -> list[dict]:
+def speedup(spec: RunRecord | None, base: RunRecord | None) -> tuple[float, int]:
+    """A finished speculative run against plain decoding of its prompt, over comparable work
+    (``dspark.metrics.comparable_speedup``): (speedup, tokens compared); (0.0, 0) when either
+    is missing or unfinished, (0.0, n) when n < MIN_COMPARED tokens could be compared."""
+    if spec is None or base is None or not (spec.done and base.done):
+        return 0.0, 0
+    ratio, compared = metrics.comparable_speedup([(spec.rounds, base.rounds)])
+    return (ratio if compared >= MIN_COMPARED else 0.0), compared
+
+
+def compared_rates(spec: RunRecord, base: RunRecord) -> tuple[float, float]:
+    """The two tokens/sec ``speedup`` divides (``dspark.metrics.comparable_rates``)."""
+    s, b, _n = metrics.comparable_rates([(spec.rounds, base.rounds)])
+    return s, b
+
+
+def compare_rows(runs: list[RunRecord], planned: int | None = None) -> list[dict]:
     """One row per label (drafter or BASELINE), pooled over prompts, in order of first run.
 
-    Pooled tokens/sec = all tokens / all decode seconds; speedup against the pooled baseline.
+    Pooled tokens/sec = all tokens / all decode seconds. Speedup: each prompt's speculative
+    run against plain decoding of that prompt over the tokens both made
+    (``dspark.metrics.comparable_speedup``), pooled. ``planned``: prompts the job asked for.
     """
     labels: dict[str, list[RunRecord]] = {}
     for r in runs:
         labels.setdefault(r.label, []).append(r)
-    base_tps = _pooled_tps(labels.get(BASELINE, []))
+    bases = {r.prompt_index: r for r in labels.get(BASELINE, []) if r.done}
     rows = []
     for label, rs in labels.items():
         f = metrics.summarize(e for r in rs for e in r.rounds)
-        tps = _pooled_tps(rs)
+        spec_rate = base_rate = 0.0
+        same_length = True
+        if label == BASELINE:
+            speed, compared = (1.0, f.tokens) if bases else (0.0, 0)
+        else:
+            paired = [(r, bases[r.prompt_index]) for r in rs if r.done and r.prompt_index in bases]
+            spec_rate, base_rate, compared = metrics.comparable_rates([(r.rounds, b.rounds) for r, b in paired])
+            speed = metrics.speedup(spec_rate, base_rate) if compared >= MIN_COMPARED else 0.0
+            same_length = all(len(r.summary.tokens) == len(b.summary.tokens) for r, b in paired)
         rows.append({
             "label": label,
             "method": rs[0].method,
             "drafter": rs[0].drafter,
             "runs": len(rs),
-            "finished": sum(r.done for r in rs),
+            "planned": planned or len(rs),
+            "finished": sum(r.done and not r.stopped for r in rs),
+            "stopped": sum(r.stopped for r in rs),
             "tokens": f.tokens,
             "rounds": f.rounds,
             "tau": f.tau,
             "acceptance_rate": f.acceptance_rate,
             "per_position_acceptance": list(f.per_position_acceptance),
-            "tokens_per_sec": tps,
-            "speedup": metrics.speedup(tps, base_tps) if base_tps else None,
+            "tokens_per_sec": _pooled_tps(rs),
+            "speedup": speed or None,
+            "compared_tokens": compared,
+            # the rates the speedup divides; they differ from tokens_per_sec when some prompt's
+            # two runs made different numbers of tokens (sampling, EOS): then same_length is False
+            "compared_rates": [spec_rate, base_rate],
+            "same_length": same_length,
             "identical": same_as_plain([r.verdict for r in rs]) if label != BASELINE else None,
+            "ttft_seconds": _mean([r.summary.ttft_seconds for r in rs if r.done]),
+            "peak_memory_bytes": max((r.summary.peak_memory_bytes for r in rs if r.done), default=0),
         })
     return rows
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
 
 
 def _pooled_tps(rs: list[RunRecord]) -> float:

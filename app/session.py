@@ -1,6 +1,11 @@
-"""The app's state without Qt (napari's split): the current job, its runs, the comparison, and
-what the panes show. The window feeds it the worker's messages and hands ``view()`` to every
-pane; tests drive it with plain messages, no window and no models.
+"""The app's state without Qt (napari's split): the current job, its runs, the last
+comparison, and what the panes show. The window feeds it the worker's (or a replay's)
+messages and hands ``view()`` to every pane; tests drive it with plain messages, no window and
+no models.
+
+Two results live side by side: the runs of the last job (the Run tab) and the runs of the last
+comparison (the Compare tab). A single run after a comparison replaces the first, never the
+second, so what each tab shows is what it exports. The header describes the tab on screen.
 """
 
 from __future__ import annotations
@@ -10,17 +15,28 @@ from dataclasses import dataclass
 from .messages import Checked, Job, JobDone, RoundDone, RunDone, RunStarted
 from .runs import BASELINE, RunRecord, compare_rows
 
+RUN_TAB, COMPARE_TAB = "run", "compare"
+
 
 @dataclass(frozen=True)
 class View:
     """What the panes draw, derived from the session at one moment."""
 
-    kind: str  # the job's kind: "run" or "compare" ("" before any)
+    kind: str  # the kind of the job whose runs the Run tab shows: "run" or "compare" ("" before any)
+    tab: str  # the tab on screen (RUN_TAB or COMPARE_TAB): the header describes it
     spec: RunRecord | None  # the speculative run the Run tab shows
     base: RunRecord | None  # plain decoding of the same prompt
-    runs: tuple[RunRecord, ...]  # every run of the job, in order
-    rows: tuple[dict, ...]  # the comparison table (compare jobs only)
+    runs: tuple[RunRecord, ...]  # every run of the last job, in order
+    prompts: int  # prompts of the last job
+    comparison: tuple[RunRecord, ...]  # every run of the last comparison
+    rows: tuple[dict, ...]  # its table
+    compare_prompts: int  # prompts of the last comparison
+    focus: str | None  # the drafter (a row label) the header and the Run tab describe after a comparison
     busy: bool
+    replay: str = ""  # "" for live runs; else what is being replayed, for the header
+
+    def row(self, label: str | None) -> dict | None:
+        return next((r for r in self.rows if r["label"] == label), None)
 
 
 class Session:
@@ -30,20 +46,31 @@ class Session:
         self.by_key: dict[int, RunRecord] = {}
         self.busy = False
         self.shown_kind = ""  # the kind of the job whose runs are shown
+        self.prompt_count = 0
+        self.comparison: list[RunRecord] = []
+        self.compare_prompts = 0
+        self.focus: str | None = None
+        self.tab = RUN_TAB
+        self.replay = ""  # what the shown runs replay ("" when they ran here)
         self.version = 0  # bumped on every change; the window redraws when it moves
         self._next_id = 0
         self._fresh = False  # the current job has not started a run yet
+        self._job_focus: str | None = None
+        self._job_replay = ""
 
     # --- jobs -----------------------------------------------------------------------------
-    def new_job(self, kind: str, target: str, prompts, runs, config: dict) -> Job | None:
-        """A job for the worker, or None while one is running. Its runs replace the shown ones
-        when they start (``RunStarted``), so a job that fails to start leaves them in place."""
+    def new_job(self, kind: str, target: str, prompts, runs, config: dict, focus: str | None = None,
+                replay: str = "") -> Job | None:
+        """A job for the worker (or a replay), or None while one is running. Its runs replace
+        the shown ones when they start (``RunStarted``), so a job that fails to start leaves
+        them in place. ``focus``: the drafter the header describes after a comparison."""
         if self.busy:
             return None
         self._next_id += 1
         self.job = Job(self._next_id, kind, target, tuple(prompts), tuple(runs), dict(config))
         self.busy = True
         self._fresh = True
+        self._job_focus, self._job_replay = focus, replay
         self.version += 1
         return self.job
 
@@ -54,8 +81,7 @@ class Session:
             if msg.job != job:
                 return False
             if self._fresh:
-                self.runs, self.by_key, self._fresh = [], {}, False
-                self.shown_kind = self.job.kind
+                self._start_showing()
             rec = RunRecord(msg.key, msg.label, msg.method, msg.prompt, msg.prompt_index, msg.drafter, msg.config)
             self.runs.append(rec)
             self.by_key[rec.key] = rec
@@ -84,10 +110,44 @@ class Session:
         self.version += 1
         return True
 
+    def _start_showing(self) -> None:
+        """The current job's first run started: its runs now replace the shown ones."""
+        self.runs, self.by_key, self._fresh = [], {}, False
+        self.shown_kind = self.job.kind
+        self.prompt_count = len(self.job.prompts)
+        self.replay = self._job_replay
+        if self.job.kind == "compare":
+            self.comparison = self.runs  # the same list: the Compare tab grows with the job
+            self.compare_prompts = self.prompt_count
+            self.focus = self._job_focus
+
     # --- what is shown ----------------------------------------------------------------------
+    def show_tab(self, tab: str) -> None:
+        if tab != self.tab:
+            self.tab = tab
+            self.version += 1
+
+    def set_focus(self, label: str | None) -> None:
+        """The comparison's drafter the header and the Run tab describe (a row of the table)."""
+        if label != self.focus:
+            self.focus = label
+            self.version += 1
+
+    def focused_label(self) -> str | None:
+        """The focus when the comparison has it, else the comparison's first drafter."""
+        labels = [r.label for r in self.comparison if r.label != BASELINE]
+        if self.focus in labels:
+            return self.focus
+        return labels[0] if labels else None
+
     def shown_runs(self) -> tuple[RunRecord | None, RunRecord | None]:
-        """The speculative run the Run tab shows (the latest), and the baseline of its prompt."""
-        spec = next((r for r in reversed(self.runs) if r.method == "speculative"), None)
+        """The speculative run the Run tab shows, and the baseline of its prompt: the latest
+        run of the last job; after a comparison, the latest run of its focused drafter."""
+        specs = [r for r in self.runs if r.method == "speculative"]
+        if self.shown_kind == "compare":
+            label = self.focused_label()
+            specs = [r for r in specs if r.label == label] or specs
+        spec = specs[-1] if specs else None
         bases = [r for r in self.runs if r.method == "baseline"]
         if spec is not None:
             base = next((r for r in bases if r.prompt_index == spec.prompt_index), None)
@@ -97,8 +157,7 @@ class Session:
 
     def view(self) -> View:
         spec, base = self.shown_runs()
-        rows = tuple(compare_rows(self.runs)) if self.shown_kind == "compare" else ()
-        return View(self.shown_kind, spec, base, tuple(self.runs), rows, self.busy)
-
-    def labels(self) -> list[str]:
-        return list(dict.fromkeys(r.label for r in self.runs if r.label != BASELINE))
+        rows = tuple(compare_rows(self.comparison, self.compare_prompts)) if self.comparison else ()
+        return View(self.shown_kind, self.tab, spec, base, tuple(self.runs), self.prompt_count,
+                    tuple(self.comparison), rows, self.compare_prompts, self.focused_label(), self.busy,
+                    self.replay)

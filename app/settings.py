@@ -16,6 +16,10 @@ from dspark import resources
 
 ORG, APP = "DSpark", "DSpark Studio"
 RECENT_MAX = 8
+# The run history keeps the newest jobs only: at most this many files and megabytes (about
+# 140 KB a run). Settings keys history/keep and history/max_mb override them.
+HISTORY_KEEP = 200
+HISTORY_MAX_MB = 50
 
 
 def _home() -> Path | None:

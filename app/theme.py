@@ -79,6 +79,12 @@ def stylesheet(t: Theme) -> str:
     QLabel#caption {{ color: {t.muted}; }}
     QLabel#value {{ font-size: {t.big_pt}pt; font-weight: bold; }}
     QLabel#prompt {{ font-size: {t.font_pt + 2}pt; color: {t.muted}; }}
+    QLabel#note {{ color: {t.error}; }}
+    QLabel#placeholder {{ color: {t.muted}; background: {t.panel}; }}
+    QWidget#actions {{ background: {t.bg}; }}
+    QLabel#headline {{ font-size: {t.font_pt + 3}pt; font-weight: bold; color: {t.accent}; }}
+    QLabel#badge {{ background: {t.accent}; color: #ffffff; font-weight: bold; padding: 4px 10px;
+                    border-radius: 4px; }}
     QStatusBar {{ color: {t.muted}; }}
     """
 

@@ -11,24 +11,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QThread, QTimer, Qt, Signal, Slot
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QByteArray, QRect, QThread, QTimer, Qt, Signal, Slot
+from PySide6.QtGui import QAction, QActionGroup, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog, QLabel, QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget,
 )
 
-from . import export, settings
+from . import export, geometry, replay, settings
 from .compare import CompareView
-from .messages import Failed, JobDone, Loaded, LoadRequest, RunSpec, RunStarted, Status
-from .panes.controls import ControlPanel, drafter_label
+from .messages import Failed, JobDone, Loaded, LoadRequest, RunSpec, Status
+from .panes.controls import TYPED, ControlPanel, drafter_label
 from .panes.draft_grid import DraftPane
 from .panes.header import HeaderStrip
 from .panes.plots import PlotsPane
 from .panes.text_view import TextPane
 from .presentation import Presenter
+from dspark import blas
+from dspark.errors import DsparkError
 from dspark.prompts import prompt_sets
 from .runs import BASELINE, RunRecord
-from .session import Session
+from .session import COMPARE_TAB, RUN_TAB, Session
 from .theme import NORMAL, Theme, palette, stylesheet
 from .worker import Worker
 
@@ -50,6 +52,10 @@ class MainWindow(QMainWindow):
         self.loaded_target: str | None = None
         self._drawn = -1  # the session version the panes show
         self.download = None  # the Download dialog, once opened
+        self.player = replay.Player(self.on_message, self)  # replays deliver as the worker does
+        self.playlist: list[replay.Recording] = []  # File ▸ Open run…: Space / → plays the next
+        self.playing = -1  # the playlist's recording on screen
+        self.replay_speed = "1×"
         self._build()
         self._start_worker()
         self.presenter = Presenter(self)
@@ -66,7 +72,14 @@ class MainWindow(QMainWindow):
         self.controls_scroll.setObjectName("controls")
         self.controls_scroll.setWidget(self.controls)
         self.controls_scroll.setWidgetResizable(True)
-        self.controls_scroll.setMinimumWidth(300)
+        self.controls_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)  # apply_theme sizes it
+        self.left = QWidget()  # the scrolling choices, and Run / Stop / Compare always in view below
+        ll = QVBoxLayout(self.left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.setSpacing(0)
+        ll.addWidget(self.controls_scroll, 1)
+        ll.addWidget(self.controls.actions)
+        self.controls.notice.connect(self.statusBar().showMessage)
         self.controls.target_chosen.connect(self.on_target_chosen)
         self.controls.drafters_changed.connect(self.on_drafters_changed)
         self.controls.run_clicked.connect(self.start_run)
@@ -97,6 +110,8 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.run_split, "Run")
         self.tabs.addTab(self.compare, "Compare")
+        self.tabs.currentChanged.connect(self._tab_changed)
+        self.compare.focus_chosen.connect(self.session.set_focus)
 
         right = QWidget()
         right.setObjectName("panel")
@@ -106,13 +121,20 @@ class MainWindow(QMainWindow):
             rl.addWidget(w)
         rl.addWidget(self.tabs, 1)
         self.split = QSplitter(Qt.Horizontal)
-        self.split.addWidget(self.controls_scroll)
+        self.split.addWidget(self.left)
         self.split.addWidget(right)
         self.split.setStretchFactor(1, 1)
         self.split.setSizes([330, 1070])
         self.setCentralWidget(self.split)
         self._menus()
         self.statusBar().showMessage("starting …")
+        self.blas_note = QLabel()  # stays in the status bar: every speed on screen depends on it
+        self.blas_note.setObjectName("note")
+        if blas.is_slow():
+            self.blas_note.setText(f"⚠ slow matrix products: {blas.describe()}")
+            self.blas_note.setToolTip("mlx[cpu] on Linux links a reference BLAS; with Debian's OpenBLAS\n"
+                                      "installed the app loads it itself (dspark.blas) and runs many times faster.")
+            self.statusBar().addPermanentWidget(self.blas_note)
 
     def _menus(self) -> None:
         def act(menu, text, slot, key=None):
@@ -126,6 +148,7 @@ class MainWindow(QMainWindow):
 
         m = self.menuBar().addMenu("&File")
         act(m, "Open target…", self.controls.browse_target, "Ctrl+O")
+        act(m, "Open run…", self.choose_replay, "Ctrl+Shift+O")
         act(m, "Add drafter…", self.controls.browse_drafter, "Ctrl+D")
         act(m, "Download…", self.open_download)
         m.addSeparator()
@@ -141,6 +164,16 @@ class MainWindow(QMainWindow):
         act(m, "Stop", self.stop, "Ctrl+.")
         act(m, "Compare drafters", self.start_compare, "Ctrl+Shift+R")
         act(m, "Next prompt", lambda: self.controls.step_prompt(1), "Ctrl+Right")
+        act(m, "Previous prompt", lambda: self.controls.step_prompt(-1), "Ctrl+Left")
+        m.addSeparator()
+        speeds = m.addMenu("Replay speed")
+        group = QActionGroup(self)
+        for name in replay.SPEEDS:
+            a = speeds.addAction(name)
+            a.setCheckable(True)
+            a.setChecked(name == self.replay_speed)
+            a.triggered.connect(lambda _checked=False, name=name: setattr(self, "replay_speed", name))
+            group.addAction(a)
         m = self.menuBar().addMenu("&View")
         act(m, "Presentation mode", lambda: self.presenter.toggle(), "F11")
 
@@ -150,6 +183,9 @@ class MainWindow(QMainWindow):
         self.setStyleSheet(stylesheet(t))
         for pane in self.panes:
             pane.set_theme(t)
+        self.controls.ensurePolished()  # the panel as wide as its widgets at this type size, no wider
+        bar = self.controls_scroll.verticalScrollBar().sizeHint().width()
+        self.controls_scroll.setMinimumWidth(max(300, self.controls.minimumSizeHint().width() + bar + 4))
         self._drawn = -1
         self.refresh()
 
@@ -173,9 +209,10 @@ class MainWindow(QMainWindow):
 
     def set_presenting(self, on: bool) -> None:
         """Presentation mode's chrome: no controls or menus, the prompt shown large."""
-        self.controls_scroll.setVisible(not on)
+        self.left.setVisible(not on)
         self.menuBar().setVisible(not on)
         self.prompt_label.setVisible(on)
+        self.header.set_compact(on)
 
     # --- worker ---------------------------------------------------------------------------
     def _start_worker(self) -> None:
@@ -201,7 +238,7 @@ class MainWindow(QMainWindow):
     def load_models(self) -> None:
         target = self.controls.target_path()
         if target:
-            self.request_load.emit(LoadRequest(target, tuple(self.controls.drafter_paths())))
+            self.request_load.emit(LoadRequest(target, tuple(self.controls.usable_drafters())))
 
     # --- user actions ---------------------------------------------------------------------
     @property
@@ -210,48 +247,97 @@ class MainWindow(QMainWindow):
 
     @Slot(str)
     def on_target_chosen(self, path: str) -> None:
-        if self.prefs is not None:
-            self.controls.set_target(path, self.prefs.add_recent("targets", path))
+        """Load it; it joins the recent targets once it has loaded (``on_loaded``)."""
         self.load_models()
 
     @Slot()
     def on_drafters_changed(self) -> None:
-        if self.prefs is not None:
-            for p in reversed(self.controls.drafter_paths()):
-                self.controls.recent_drafters = self.prefs.add_recent("drafters", p)
         if self.controls.target_path() and not self.busy:
             self.load_models()
 
     def start_run(self) -> None:
+        """A speculative run with the selected drafter, then plain decoding; shown on the Run tab."""
         drafter = self.controls.run_drafter()
+        if drafter and self.controls.drafter_error(drafter):
+            self.on_failed(f"cannot run with {self.controls.drafter_error(drafter)}: select another drafter")
+            return  # nothing started, nothing shown is lost
         runs = [RunSpec(drafter_label(drafter), drafter)] if drafter else []
-        self._submit("run", runs + [RunSpec(BASELINE, None)], [self.controls.prompt_text()])
+        if self._submit("run", runs + [RunSpec(BASELINE, None)], [self.controls.prompt_text()]):
+            self.tabs.setCurrentWidget(self.run_split)  # never leave an old comparison on screen
 
     def start_compare(self) -> None:
-        runs = [RunSpec(drafter_label(p), p) for p in self.controls.checked_drafters()]
+        """Every ticked drafter that can run (known bad ones are skipped), then plain decoding."""
+        paths = self.controls.checked_drafters()
+        runs = [RunSpec(drafter_label(p), p) for p in paths]
         prompts = self.controls.prompts() if self.controls.all_prompts.isChecked() else [self.controls.prompt_text()]
-        if self._submit("compare", runs + [RunSpec(BASELINE, None)], prompts):
+        selected = self.controls.run_drafter()
+        focus = drafter_label(selected) if selected in paths else None
+        if self._submit("compare", runs + [RunSpec(BASELINE, None)], prompts, focus):
             self.tabs.setCurrentWidget(self.compare)
 
-    def _submit(self, kind: str, runs: list[RunSpec], prompts: list[str]) -> bool:
+    def _submit(self, kind: str, runs: list[RunSpec], prompts: list[str], focus: str | None = None) -> bool:
         target = self.controls.target_path()
         if not target:
             self.on_failed("no target model chosen: pick a target directory")
             return False
-        job = self.session.new_job(kind, target, prompts, runs, self.controls.config())
+        job = self.session.new_job(kind, target, prompts, runs, self.controls.config(), focus)
         if job is None:
             return False
         self.message.hide()
-        self.prompt_label.setText(prompts[0].strip().splitlines()[0][:120] if prompts and prompts[0].strip() else "")
+        self.prompt_label.setText(self.controls.prompt_caption() if kind == "run" or len(prompts) == 1 else
+                                  f"{len(prompts)} prompts of {self.controls.prompt_set.currentText()}")
         self.controls.set_busy(True)
         self.worker.cancel_event.clear()
         self.request_job.emit(job)
         return True
 
     def stop(self) -> None:
-        if self.busy:
+        if self.player.playing:
+            self.player.stop()
+        elif self.busy:
             self.worker.cancel()
             self.statusBar().showMessage("stopping …")
+
+    # --- replay ---------------------------------------------------------------------------
+    def choose_replay(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Open saved runs (several: Space / → plays the next)",
+                                                str(settings.history_dir()), "Saved runs (*.json)")
+        if paths:
+            self.open_replay(paths)
+
+    def open_replay(self, paths: list[str], speed: str | None = None) -> bool:
+        """Play saved runs or comparisons back on every pane, loading no model; several files
+        make a playlist. A file that is not one leaves everything as it was, with one message."""
+        if self.busy:
+            self.on_failed("a run is in progress: stop it before opening a saved one")
+            return False
+        try:
+            recordings = [replay.read_recording(p) for p in paths]
+        except DsparkError as e:
+            self.on_failed(str(e))
+            return False
+        self.playlist = recordings
+        self.replay_speed = speed or self.replay_speed
+        return self.play_recording(0)
+
+    def play_recording(self, index: int) -> bool:
+        if not self.playlist or self.busy:
+            return False
+        self.playing = index % len(self.playlist)
+        rec = self.playlist[self.playing]
+        n = len(self.playlist)
+        label = (f"REPLAY {self.replay_speed}" + (f" · {self.playing + 1} of {n}" if n > 1 else "")
+                 + f" · {rec.name}" + (f" · recorded {rec.created[:16].replace('T', ' ')}" if rec.created else ""))
+        job = self.session.new_job(rec.kind, rec.target or "", rec.prompts, rec.specs(), rec.runs[0].config,
+                                   replay=label)
+        self.message.hide()
+        first = _first_line(rec.prompts[0] if rec.prompts else "")
+        self.prompt_label.setText(first if len(rec.prompts) < 2 else f"{len(rec.prompts)} prompts · {first} …")
+        self.controls.set_busy(True)
+        self.tabs.setCurrentWidget(self.compare if rec.kind == "compare" else self.run_split)
+        self.statusBar().showMessage(f"replaying {rec.path} (no model loaded)")
+        self.player.play(replay.schedule(rec, job.id), replay.SPEEDS[self.replay_speed])
+        return True
 
     # --- worker messages (GUI thread; the session stores, the timer redraws) ---------------
     @Slot(object)
@@ -263,9 +349,7 @@ class MainWindow(QMainWindow):
         elif isinstance(msg, Loaded):
             self.on_loaded(msg)
         elif self.session.apply(msg):
-            if isinstance(msg, RunStarted):
-                self.message.hide()  # earlier load errors stay marked (⚠) in the drafter list
-            elif isinstance(msg, JobDone):
+            if isinstance(msg, JobDone):
                 self.on_job_done(msg)
 
     def on_failed(self, text: str) -> None:
@@ -274,12 +358,21 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(text)
 
     def on_loaded(self, info: Loaded) -> None:
+        """Mark each drafter's result; only what loaded joins the recent lists."""
         self.loaded_target = info.target
         for p in self.controls.drafter_paths():
             d = info.drafters.get(p)
             detail = (f"{d.format} drafter, {d.block_size} drafts per round, {d.params:,} parameters"
                       + (", confidence head" if d.confidence else "")) if d else None
-            self.controls.mark_drafter(p, info.errors.get(p), detail)
+            if d is not None or p in info.errors:
+                self.controls.mark_drafter(p, info.errors.get(p), detail)
+            if d is not None:
+                self.controls.set_trained(p, d.block_size)
+        if self.prefs is not None:
+            recent = self.prefs.add_recent("targets", self.controls.target_path() or info.target)
+            self.controls.set_target(self.controls.target_path(), recent)
+            for p in reversed(list(info.drafters)):
+                self.controls.recent_drafters = self.prefs.add_recent("drafters", p)
         if not info.errors and not self.busy:
             self.message.hide()
         notes = [f"{Path(p).name}: {d.note}" for p, d in info.drafters.items() if d.note]
@@ -291,8 +384,12 @@ class MainWindow(QMainWindow):
             self.controls.set_busy(False)
             self.refresh()
             runs = self.session.runs
-            if runs and any(r.done for r in runs):
-                problem = export.save_history(runs, self.loaded_target, self.session.shown_kind == "compare")
+            if runs and any(r.done for r in runs) and not self.session.replay:
+                keep = self.prefs.get("history/keep", settings.HISTORY_KEEP, int) if self.prefs else None
+                max_mb = self.prefs.get("history/max_mb", settings.HISTORY_MAX_MB, int) if self.prefs else None
+                problem = export.save_history(runs, self.loaded_target, self.session.shown_kind == "compare",
+                                              self.session.prompt_count, keep,
+                                              max_mb * 2**20 if max_mb is not None else None)
                 if problem:
                     self.statusBar().showMessage(problem)
             if msg.cancelled:
@@ -308,6 +405,11 @@ class MainWindow(QMainWindow):
     def runs(self) -> list[RunRecord]:
         return self.session.runs
 
+    @Slot(int)
+    def _tab_changed(self, _index: int) -> None:
+        self.session.show_tab(COMPARE_TAB if self.tabs.currentWidget() is self.compare else RUN_TAB)
+        self.refresh()
+
     @Slot()
     def refresh(self) -> None:
         if self._drawn == self.session.version:
@@ -319,21 +421,25 @@ class MainWindow(QMainWindow):
 
     # --- export ---------------------------------------------------------------------------
     def export_data(self, fmt: str, comparison: bool, path: str | None = None) -> Path | None:
-        """The shown runs (a run, or a comparison with its table rows) as JSON or CSV."""
-        runs = self.session.runs
+        """What a tab shows, as JSON or CSV: the Run tab's run and its plain decoding, or the
+        Compare tab's comparison (every run, and its table rows)."""
+        if comparison:
+            runs, prompts = list(self.session.comparison), self.session.compare_prompts
+        else:
+            runs, prompts = [r for r in self.session.shown_runs() if r is not None], 1
         if not runs:
-            self.on_failed("nothing to export yet: run or compare first")
+            self.on_failed("nothing to export yet: " + ("compare first" if comparison else "run first"))
             return None
         if path is None:
-            name = f"{'comparison' if comparison else 'run'}.{fmt}"
+            name = export.default_name(runs, comparison, fmt)
             path, _ = QFileDialog.getSaveFileName(self, "Export", str(settings.exports_dir() / name), f"*.{fmt}")
             if not path:
                 return None
         try:
             if fmt == "json":
-                out = export.write_json(path, runs, self.loaded_target, comparison)
+                out = export.write_json(path, runs, self.loaded_target, comparison, prompts)
             else:
-                out = export.write_csv(path, runs, comparison)
+                out = export.write_csv(path, runs, comparison, prompts)
         except OSError as e:
             self.on_failed(f"could not write {path}: {e.strerror or e}")
             return None
@@ -356,13 +462,27 @@ class MainWindow(QMainWindow):
         return out
 
     # --- settings and quitting -------------------------------------------------------------
-    def restore(self, target: str | None, drafters: list[str]) -> None:
-        """Show these models (already chosen by main: command line, last used or demo)."""
+    def place_on_screen(self) -> None:
+        """The saved geometry (else the default size), fitted to the screen's available area."""
+        geo = self.prefs.get("window/geometry", QByteArray(), QByteArray) if self.prefs else QByteArray()
+        if geo.isEmpty() or not self.restoreGeometry(geo):
+            self.setGeometry(geometry.default_rect(self.available_area()))
+        self.fit_to_screen()
+
+    def available_area(self) -> QRect:
+        """Where the window's inside may go: the screen's available area less the frame."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        return geometry.client_area(screen.availableGeometry(), self.frameGeometry(), self.geometry())
+
+    def fit_to_screen(self) -> None:
+        if not (self.isMaximized() or self.isFullScreen()):
+            self.setGeometry(geometry.fit(self.geometry(), self.available_area()))
+
+    def restore(self, target: str | None, drafters: list[str], load: bool = True) -> None:
+        """Show these models (already chosen by main: command line, last used or demo), and
+        load them unless ``load`` is False (a replay needs no model)."""
         p = self.prefs
         if p is not None:
-            geo = p.get("window/geometry", QByteArray(), QByteArray)
-            if not geo.isEmpty():
-                self.restoreGeometry(geo)
             unreadable = []
             self.controls.set_config(p.section("config"), lambda name, value: unreadable.append(name))
             if unreadable:
@@ -370,8 +490,14 @@ class MainWindow(QMainWindow):
                                              f"defaults are used")
             self.controls.recent_drafters = p.recent("drafters")
         self.controls.set_target(target, p.recent("targets") if p else [])
+        self.controls.blockSignals(not load)  # adding a drafter asks for a load
         for d in drafters:
             self.controls.add_drafter(d)
+        self.controls.blockSignals(False)
+        typed = [t for t in p.get("prompt/typed", [], list) if isinstance(t, str) and t.strip()] if p else []
+        if typed:
+            self.controls.prompt_sets[TYPED] = typed
+            self.controls.prompt_set.addItem(TYPED)
         set_name = p.get("prompt/set", "", str) if p else ""
         if set_name:
             self.controls.prompt_set.setCurrentText(set_name)
@@ -380,14 +506,15 @@ class MainWindow(QMainWindow):
             self.controls.prompt.setPlainText(text)
         else:
             self.controls.select_prompt(0)
-        self.load_models()
+        if load:
+            self.load_models()
 
     def save_settings(self) -> None:
         p = self.prefs
         if p is None:
             return
-        if not self.presenter.active:
-            p.set("window/geometry", self.saveGeometry())
+        p.set("window/geometry", self.presenter.normal_geometry if self.presenter.active else self.saveGeometry())
+        p.set("prompt/typed", self.controls.prompt_sets.get(TYPED, []))
         p.set("models/target", self.controls.target_path())
         p.set("models/drafters", self.controls.drafter_paths())
         p.set("prompt/set", self.controls.prompt_set.currentText())
@@ -403,3 +530,8 @@ class MainWindow(QMainWindow):
             self.download.shutdown()
         self.shutdown_worker()
         super().closeEvent(e)
+
+
+def _first_line(prompt: str) -> str:
+    lines = prompt.strip().splitlines()
+    return lines[0][:120] if lines else ""

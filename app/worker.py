@@ -64,13 +64,16 @@ class Worker(QObject):
         ok, cancelled = True, False
         try:
             errors = self._ensure(job.target, [r.drafter for r in job.runs if r.drafter])
-            if errors:
+            if errors and job.kind != "compare":
                 raise DsparkError(next(iter(errors.values())))
+            for text in errors.values():  # a comparison goes on with the drafters that loaded
+                self.message.emit(Failed(f"Compare skips {text}"))
+            runs = tuple(r for r in job.runs if r.drafter not in errors)
             config = GenerationConfig(**job.config)
             config.check(self._target.dims.vocab_size)
             for pi, prompt in enumerate(job.prompts):
                 done = []
-                for spec in job.runs:
+                for spec in runs:
                     if self.cancel_event.is_set():
                         cancelled = True
                         break

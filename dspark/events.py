@@ -88,3 +88,25 @@ def event_to_dict(event: RoundEvent | Summary) -> dict:
     d = asdict(event)
     d["kind"] = "round" if isinstance(event, RoundEvent) else "summary"
     return d
+
+
+def event_from_dict(d: dict) -> RoundEvent | Summary:
+    """The inverse of :func:`event_to_dict` (and of ``Summary.to_dict``, which has no "kind"):
+    JSON's lists become tuples again and token sources ``Source`` values. Raises KeyError,
+    TypeError or ValueError on a dict that is not such an event (a reader turns that into one
+    message)."""
+    d = dict(d)
+    kind = d.pop("kind", "summary")
+    if kind == "round":
+        d["committed"] = tuple(CommittedToken(**{**t, "source": Source(t["source"])}) for t in d["committed"])
+        for name in ("drafted", "draft_probs", "confidences", "confidence_logits"):
+            if d.get(name) is not None:
+                d[name] = tuple(d[name])
+        return RoundEvent(**d)
+    if kind != "summary":
+        raise ValueError(f"unknown event kind {kind!r}")
+    for name in ("tokens", "prompt_tokens", "accepted_lengths", "verify_widths", "per_position_acceptance",
+                 "accepted_histogram", "token_logprobs"):
+        if name in d:
+            d[name] = tuple(d[name])
+    return Summary(**d)

@@ -49,6 +49,74 @@ def speedup(spec_tokens_per_sec: float, baseline_tokens_per_sec: float) -> float
     return spec_tokens_per_sec / baseline_tokens_per_sec if baseline_tokens_per_sec else 0.0
 
 
+def decode_seconds(event) -> float:
+    """Seconds of decoding (after the prompt was processed) up to the end of a round: the
+    round's own cumulative ``tokens_generated / tokens_per_sec`` (``dspark.events.RoundEvent``)."""
+    return event.tokens_generated / event.tokens_per_sec if event.tokens_per_sec > 0 else 0.0
+
+
+def prefix_work(rounds: Sequence, n: int) -> tuple[int, float]:
+    """(tokens, decode seconds) up to the end of the first round that had made ``n`` tokens
+    (a round commits several tokens, so tokens may exceed ``n`` by up to a block); (0, 0.0)
+    when the rounds never reached ``n``."""
+    for r in rounds:
+        if r.tokens_generated >= n:
+            return r.tokens_generated, decode_seconds(r)
+    return 0, 0.0
+
+
+def comparable_rates(pairs: Iterable[tuple[Sequence, Sequence]]) -> tuple[float, float, int]:
+    """Decode rates over comparable work: for each (speculative rounds, plain rounds) pair of one
+    prompt, both runs are measured over the first n tokens, n = the shorter output (a sampled
+    run can stop at EOS after 2 tokens while the other makes 256; their whole-run rates would
+    compare different work). Pooled over pairs: tokens / seconds on each side. Returns
+    (speculative tokens/sec, plain tokens/sec, tokens compared summed over the pairs);
+    (0.0, 0.0, 0) when no pair made a token."""
+    spec_tok = spec_s = base_tok = base_s = 0.0
+    compared = 0
+    for spec, base in pairs:
+        n = min(spec[-1].tokens_generated if spec else 0, base[-1].tokens_generated if base else 0)
+        if n <= 0:
+            continue
+        (st, ss), (bt, bs) = prefix_work(spec, n), prefix_work(base, n)
+        if ss > 0 and bs > 0:
+            spec_tok, spec_s, base_tok, base_s = spec_tok + st, spec_s + ss, base_tok + bt, base_s + bs
+            compared += n
+    if not compared:
+        return 0.0, 0.0, 0
+    return spec_tok / spec_s, base_tok / base_s, compared
+
+
+def comparable_speedup(pairs: Iterable[tuple[Sequence, Sequence]]) -> tuple[float, int]:
+    """(speculative ÷ plain tokens/sec, tokens compared) over comparable work
+    (:func:`comparable_rates`); (0.0, 0) when no pair made a token."""
+    spec, base, compared = comparable_rates(pairs)
+    return (speedup(spec, base), compared) if compared else (0.0, 0)
+
+
+def rate_curve(rounds: Sequence, window: int = 32, offset: float = 0.0,
+               min_tokens: int = 8) -> tuple[list[float], list[float]]:
+    """Decode tokens/sec over a moving window: at the end of each round, the tokens of the last
+    ``window`` or more committed tokens (whole rounds) divided by the seconds they took; against
+    decode seconds (+ ``offset``, to draw runs back to back). Until ``window`` tokens exist the
+    window starts where decoding did; points begin once ``min_tokens`` exist (the first rounds'
+    rates are too few tokens to mean anything), or at the last round of a shorter run."""
+    xs, ys = [], []
+    times = [decode_seconds(r) for r in rounds]
+    counts = [r.tokens_generated for r in rounds]
+    j = -1  # the window starts after round j (-1: where decoding started)
+    for i, (t, c) in enumerate(zip(times, counts)):
+        while j + 1 < i and c - counts[j + 1] >= window:
+            j += 1
+        if c < min_tokens and i < len(rounds) - 1:
+            continue
+        t0, c0 = (times[j], counts[j]) if j >= 0 else (0.0, 0)
+        if t > t0:
+            xs.append(offset + t)
+            ys.append((c - c0) / (t - t0))
+    return xs, ys
+
+
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     """Index of the first token at which two outputs differ, None when they are identical.
     When one output is a strict prefix of the other, the shorter one's length."""

@@ -73,8 +73,9 @@ def test_run_fills_every_pane(qtbot, window, dirs, tmp_path):
     # plots: bars per draft position, histogram, both curves
     assert len(w.plots.pos_bars.opts["height"]) == spec.block_size() == 4
     assert sum(w.plots.hist_bars.opts["height"]) == spec.summary.rounds
-    assert len(w.plots.spec_curve.getData()[0]) == spec.summary.rounds
-    assert len(w.plots.base_curve.getData()[0]) == 12
+    # tokens/sec over a moving window, from the round that reached 8 tokens on
+    assert list(w.plots.spec_curve.getData()[1]) == spec.curve()[1] and 0 < len(spec.curve()[1]) <= spec.summary.rounds
+    assert len(w.plots.base_curve.getData()[0]) == 12 - 8 + 1
     # header strip
     for key in ("spec", "base", "speedup", "tau", "ttft", "mem"):
         assert w.header.values[key].text() not in ("", "–"), key

@@ -65,6 +65,8 @@ def test_settings_and_recent_dirs_persist(qtbot, dirs, home):
     w.restore(str(dirs["target"]), [])
     w.controls.add_drafter(str(dirs["drafter"]))
     w.on_target_chosen(str(dirs["target"]))
+    # directories join the recent lists once they have loaded
+    qtbot.waitUntil(lambda: str(dirs["drafter"]) in prefs.recent("drafters"), timeout=LONG)
     w.controls.form.widget("max_tokens").setValue(77)
     w.controls.form.widget("policy").setCurrentText("threshold:0.2")
     w.controls.prompt.setPlainText("the of")

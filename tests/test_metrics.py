@@ -35,3 +35,39 @@ def test_repetition_share_finds_short_cycles_only():
     assert repetition_share(list(range(40))) == 0.0
     assert repetition_share(list(range(20)) + [5] * 10) == pytest.approx(10 / 30)
     assert repetition_share(list(range(30)) * 3) == 0.0  # a 30-token block repeated: plausible code, not a cycle
+
+
+class _Round:
+    """What the decode-rate metrics read of a RoundEvent: cumulative tokens and tokens/sec."""
+
+    def __init__(self, tokens: int, seconds: float):
+        self.tokens_generated, self.tokens_per_sec = tokens, tokens / seconds
+
+
+def test_comparable_speedup_measures_both_runs_over_the_shorter_output():
+    # Sampled runs: the speculative one met EOS after 2 tokens (0.1 s); plain decoding made 256,
+    # its first 2 in 0.2 s and then 100 tok/s. Whole runs would compare 20 tok/s with ~98.
+    spec = [_Round(2, 0.1)]
+    base = [_Round(1, 0.1), _Round(2, 0.2)] + [_Round(k, 0.2 + (k - 2) / 100) for k in range(3, 257)]
+    s, n = metrics.comparable_speedup([(spec, base)])
+    assert n == 2 and s == (2 / 0.1) / (2 / 0.2)
+    # a round that overshoots n is measured to its own end: 5 tokens in 0.1 s against 2 in 0.1 s
+    s, n = metrics.comparable_speedup([([_Round(5, 0.1)], [_Round(1, 0.05), _Round(2, 0.1)])])
+    assert n == 2 and s == (5 / 0.1) / (2 / 0.1)
+    # pooled over prompts: tokens / seconds on each side
+    s, n = metrics.comparable_speedup([([_Round(4, 0.1)], [_Round(4, 0.2)]), ([_Round(4, 0.3)], [_Round(4, 0.2)])])
+    assert n == 8 and s == (8 / 0.4) / (8 / 0.4)
+    assert metrics.comparable_speedup([([], [_Round(1, 0.1)])]) == (0.0, 0)
+
+
+def test_rate_curve_is_a_moving_window_of_committed_tokens():
+    rounds = [_Round(4 * (i + 1), 0.1 * (i + 1)) for i in range(10)]  # 40 tok/s throughout
+    xs, ys = metrics.rate_curve(rounds, window=8, min_tokens=8)
+    assert xs[0] == rounds[1].tokens_generated / rounds[1].tokens_per_sec  # from 8 tokens on
+    assert len(xs) == 9 and all(abs(y - 40) < 1e-9 for y in ys)
+    # a slow first round does not drag the later points down, unlike a cumulative mean
+    slow = [_Round(4, 1.0)] + [_Round(4 * (i + 1), 1.0 + 0.1 * i) for i in range(1, 10)]
+    _, ys = metrics.rate_curve(slow, window=8, min_tokens=8)
+    assert abs(ys[-1] - 40) < 1e-9 and ys[-1] > slow[-1].tokens_per_sec
+    xs, _ = metrics.rate_curve(rounds[:1], window=8, min_tokens=8, offset=5.0)
+    assert xs == [5.1]  # a run shorter than min_tokens still shows its one point, drawn at the offset

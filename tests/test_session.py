@@ -9,26 +9,33 @@ from dspark_studio.session import Session
 RUNS = [RunSpec("d1", "/d1"), RunSpec(BASELINE, None)]
 
 
-def event(index: int, accepted: int, width: int, tokens: list[int], source=Source.CORRECTION) -> RoundEvent:
+def event(index: int, accepted: int, width: int, tokens: list[int], source=Source.CORRECTION,
+          generated: int = 0, seconds: float = 0.1) -> RoundEvent:
+    """One round; ``generated`` tokens so far (this round's included) after ``seconds`` of decoding."""
     committed = tuple(CommittedToken(t, f"t{t}", Source.ACCEPTED if k < accepted else source, index, k, 0.5)
                       for k, t in enumerate(tokens))
+    generated = generated or len(tokens)
     return RoundEvent(index, 0, tuple(range(width)), (0.5,) * width, None, width, accepted, committed,
-                      0.01, 0.01, 0.1 * (index + 1), 0, 10.0)
+                      0.01, 0.01, seconds + 0.05, generated, generated / seconds)
 
 
-def summary(method: str, tokens: list[int], rounds: int) -> Summary:
-    return Summary(method, tuple(tokens), "", (2, 3, 4), rounds, (), (), 1.0, 0.0, (), 100.0 if method == "baseline" else 150.0,
+def summary(method: str, tokens: list[int], rounds: int, tps: float) -> Summary:
+    return Summary(method, tuple(tokens), "", (2, 3, 4), rounds, (), (), 1.0, 0.0, (), tps,
                    0.01, 0.01, 0, 0, 1.0, "length")
 
 
-def play(s: Session, job, prompt_index=0, key0=1, tokens=(1, 2, 3)):
+def play(s: Session, job, prompt_index=0, key0=1, tokens=tuple(range(10, 22)), spec_tps=150.0, base_tps=100.0):
+    """A speculative run (rounds of 4 tokens at ``spec_tps``) and plain decoding of one prompt."""
+    tokens = list(tokens)
     s.apply(RunStarted(job.id, key0, "d1", "speculative", "/d1", "p", prompt_index, {}))
-    s.apply(RoundDone(key0, event(0, 2, 3, list(tokens)), ("a", "b", "c")))
-    s.apply(RunDone(key0, summary("speculative", list(tokens), 1)))
+    for i in range(0, len(tokens), 4):
+        n = min(i + 4, len(tokens))
+        s.apply(RoundDone(key0, event(i // 4, 3, 3, tokens[i:n], generated=n, seconds=n / spec_tps), ("a", "b", "c")))
+    s.apply(RunDone(key0, summary("speculative", tokens, (len(tokens) + 3) // 4, spec_tps)))
     s.apply(RunStarted(job.id, key0 + 1, BASELINE, "baseline", None, "p", prompt_index, {}))
     for i, t in enumerate(tokens):
-        s.apply(RoundDone(key0 + 1, event(i, 0, 0, [t], Source.TARGET), ()))
-    s.apply(RunDone(key0 + 1, summary("baseline", list(tokens), len(tokens))))
+        s.apply(RoundDone(key0 + 1, event(i, 0, 0, [t], Source.TARGET, generated=i + 1, seconds=(i + 1) / base_tps), ()))
+    s.apply(RunDone(key0 + 1, summary("baseline", tokens, len(tokens), base_tps)))
     s.apply(Checked(key0, Verdict(True)))
 
 
@@ -42,7 +49,7 @@ def test_a_run_job_fills_the_view():
     assert not v.busy and v.kind == "run" and v.rows == ()
     assert v.spec.label == "d1" and v.base.method == "baseline"
     f = v.spec.figures()
-    assert (f.rounds, f.tokens, f.tau, f.acceptance_rate) == (1, 3, 3.0, 2 / 3)
+    assert (f.rounds, f.tokens, f.tau, f.acceptance_rate) == (3, 12, 4.0, 1.0)
 
 
 def test_messages_of_an_older_job_are_ignored_and_results_survive_a_failed_start():
@@ -62,12 +69,13 @@ def test_compare_rows_pool_prompts_and_check_identity():
     s = Session()
     job = s.new_job("compare", "/t", ["p0", "p1"], RUNS, {})
     play(s, job, prompt_index=0, key0=1)
-    play(s, job, prompt_index=1, key0=3, tokens=(4, 5, 6))
+    play(s, job, prompt_index=1, key0=3, tokens=range(30, 42))
     s.apply(JobDone(job.id, True, False))
     rows = {r["label"]: r for r in s.view().rows}
     assert set(rows) == {"d1", BASELINE}
     assert rows["d1"]["runs"] == 2 and rows["d1"]["identical"] == "✓"
-    assert rows["d1"]["speedup"] == 1.5 and rows["d1"]["tau"] == 3.0
+    assert abs(rows["d1"]["speedup"] - 1.5) < 1e-9 and rows["d1"]["tau"] == 4.0
+    assert rows["d1"]["compared_tokens"] == 24 and rows["d1"]["planned"] == 2
 
 
 def test_same_as_plain_marks_ties_and_mismatches():
@@ -78,3 +86,47 @@ def test_same_as_plain_marks_ties_and_mismatches():
     assert same_as_plain([Verdict(True)]) == "✓" and same_as_plain([tie]) == "≈ tie at token 7"
     assert same_as_plain([Verdict(True), tie, tie]) == "≈ 2 ties" and same_as_plain([tie, bad]) == "✗"
     assert same_as_plain([Verdict(True), None]) is None and same_as_plain([]) is None
+
+
+def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
+    s = Session()
+    runs = [RunSpec("d1", "/d1"), RunSpec("d2", "/d2"), RunSpec(BASELINE, None)]
+    job = s.new_job("compare", "/t", ["p0"], runs, {}, focus="d1")
+    play(s, job)  # d1, then plain decoding
+    s.apply(RunStarted(job.id, 9, "d2", "speculative", "/d2", "p", 0, {}))  # d2 ran last
+    s.apply(RoundDone(9, event(0, 1, 3, [5, 6]), ("a", "b", "c")))
+    s.apply(JobDone(job.id, True, False))
+    v = s.view()
+    assert v.focus == "d1" and v.spec.label == "d1"  # the drafter asked for, not the last one run
+    s.set_focus("d2")
+    assert s.view().spec.label == "d2"
+    compared = s.view().comparison
+    run = s.new_job("run", "/t", ["p"], RUNS, {})
+    play(s, run, key0=20)
+    s.apply(JobDone(run.id, True, False))
+    v = s.view()
+    assert v.kind == "run" and [r.key for r in v.runs] == [20, 21]
+    assert v.comparison == compared and [r["label"] for r in v.rows] == ["d1", BASELINE, "d2"]
+    s.show_tab("compare")
+    assert s.view().tab == "compare" and s.view().focus == "d2"
+
+
+
+def test_a_sampled_comparison_compares_each_prompt_over_the_tokens_both_runs_made():
+    s = Session()
+    job = s.new_job("compare", "/t", ["p0"], RUNS, {"temperature": 1.0})
+    s.apply(RunStarted(job.id, 1, "d1", "speculative", "/d1", "p", 0, {}))
+    for i in range(3):  # EOS after 12 tokens, 4 a round, at 40 tok/s
+        s.apply(RoundDone(1, event(i, 3, 3, [7] * 4, generated=4 * (i + 1), seconds=(i + 1) / 10), ()))
+    s.apply(RunDone(1, summary("speculative", [7] * 12, 3, 40.0)))
+    s.apply(RunStarted(job.id, 2, BASELINE, "baseline", None, "p", 0, {}))
+    for i in range(100):  # 20 tok/s for its first 12 tokens, then much faster
+        secs = (i + 1) / 20 if i < 12 else 0.6 + (i - 11) / 1000
+        s.apply(RoundDone(2, event(i, 0, 0, [7], Source.TARGET, generated=i + 1, seconds=secs), ()))
+    s.apply(RunDone(2, summary("baseline", [7] * 100, 100, 100 / 0.688)))
+    s.apply(JobDone(job.id, True, False))
+    row = s.view().row("d1")
+    assert not row["same_length"] and row["compared_tokens"] == 12
+    (spec, base) = row["compared_rates"]
+    assert abs(spec - 40.0) < 1e-9 and abs(base - 20.0) < 1e-9 and abs(row["speedup"] - 2.0) < 1e-9
+    assert row["tokens_per_sec"] == 40.0  # the table's whole-run rate is still there

@@ -1,24 +1,36 @@
-"""The header strip: the figures a person looks at first, each defined in its tooltip."""
+"""The header strip: the figures a person looks at first, each defined in its tooltip.
+
+It always describes the tab on screen, and its headline says what that is: on the Run tab the
+run shown there (which drafter, which prompt of how many), on the Compare tab the comparison's
+focused drafter pooled over its prompts (the row selected in the table). A replay says so at
+the right. Compact (presentation mode) leaves out first-token time and memory, so the rest
+stays large on a 13-inch screen."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QFrame, QGridLayout, QLabel
+from html import escape
 
-from dspark import metrics
+from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout
 
-from ..runs import same_as_plain
-from ..session import View
+from ..runs import BASELINE, MIN_COMPARED, compared_rates, same_as_plain, speedup
+from ..session import COMPARE_TAB, View
 
+SPEEDUP_TIP = (
+    "speculative ÷ plain decode tokens/sec over comparable work: both runs are measured over the\n"
+    "first N tokens, N = the shorter output (to the end of the speculative round that reached N),\n"
+    "so a sampled run that stopped at EOS early is not compared with a long one. Greedy runs make\n"
+    "the same tokens, so N is the whole output. Fewer than {min} tokens in common: not shown."
+).format(min=MIN_COMPARED)
 FIELDS = [
-    ("spec", "speculative", "Decode tokens/sec of the speculative run (tokens / seconds after the prompt)."),
-    ("base", "plain decoding", "Decode tokens/sec of plain mlx-lm decoding, same prompt, same loaded target."),
-    ("speedup", "speedup", "speculative tok/s ÷ plain tok/s, measured in the same run."),
+    ("spec", "speculative tok/s", "Decode tokens/sec of the speculative run (tokens / seconds after the prompt)."),
+    ("base", "plain tok/s", "Decode tokens/sec of plain mlx-lm decoding, same prompt, same loaded target."),
+    ("speedup", "speedup", SPEEDUP_TIP),
     ("tau", "τ (accept length)", "Mean acceptance length: committed tokens per round, the target's\n"
                                  "correction or bonus token included (a round accepting nothing counts 1)."),
     ("rate", "acceptance", "Accepted drafted tokens ÷ verified drafted tokens (drafts that were\n"
                            "never sent to the target are not counted)."),
     ("ttft", "first token", "Time to first token: from the start of the run (prompt processing\n"
-                            "included) to the first committed token."),
+                            "included) to the first committed token (the mean over a comparison's prompts)."),
     ("mem", "peak memory", "Peak MLX memory during the speculative run (mx.get_peak_memory)."),
     ("same", "same as plain", "SAME"),
 ]
@@ -29,14 +41,32 @@ SAME_TIP = ("✓: the greedy run's output equals plain mlx-lm decoding token for
 FIELDS[-1] = ("same", "same as plain", SAME_TIP)
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
 class HeaderStrip(QFrame):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("panel")
-        lay = QGridLayout(self)
-        lay.setContentsMargins(6, 2, 6, 2)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(6, 2, 6, 2)
+        outer.setSpacing(0)
+        top = QHBoxLayout()
+        self.headline = QLabel()  # which drafter, which prompts: what the figures below describe
+        self.headline.setObjectName("headline")
+        self.headline.setWordWrap(True)
+        self.mode = QLabel()  # "replay …": what is on screen did not run on this machine now
+        self.mode.setObjectName("badge")
+        self.mode.setWordWrap(True)
+        self.mode.hide()
+        top.addWidget(self.headline, 1)
+        top.addWidget(self.mode)
+        outer.addLayout(top)
+        lay = QGridLayout()
         lay.setHorizontalSpacing(18)
         lay.setVerticalSpacing(0)
+        outer.addLayout(lay)
         self.values: dict[str, QLabel] = {}
         self.captions: dict[str, QLabel] = {}
         for col, (key, caption, tip) in enumerate(FIELDS):
@@ -51,6 +81,11 @@ class HeaderStrip(QFrame):
             self.captions[key] = c
         lay.setColumnStretch(len(FIELDS), 1)
 
+    def set_compact(self, compact: bool) -> None:
+        for key in ("ttft", "mem"):
+            self.values[key].setVisible(not compact)
+            self.captions[key].setVisible(not compact)
+
     def plots(self) -> dict:
         return {}
 
@@ -58,22 +93,93 @@ class HeaderStrip(QFrame):
         pass  # styled by the window's stylesheet
 
     def show_view(self, view: View) -> None:
+        head, _, rest = view.replay.partition(" · ")
+        self.mode.setText(f"{escape(head)}<br><small>{escape(rest)}</small>" if rest else escape(head))
+        self.mode.setToolTip(view.replay)
+        self.mode.setVisible(bool(view.replay))
+        if view.tab == COMPARE_TAB:
+            self._show_comparison(view)
+        else:
+            self._show_run(view)
+
+    def _show(self, values: dict[str, str], headline: str, speedup_tip: str = "", basis: str = "") -> None:
+        """``basis``: said under both tok/s when they are not whole-run rates but the two the
+        speedup divides (the runs made different numbers of tokens)."""
+        self.headline.setText(headline)
+        for key, caption, _tip in FIELDS:
+            self.values[key].setText(values.get(key) or "–")
+            self.captions[key].setText(f"{caption} · {basis}" if basis and key in ("spec", "base") else caption)
+        self.values["speedup"].setToolTip(SPEEDUP_TIP + ("\n\n" + speedup_tip if speedup_tip else ""))
+
+    def _show_run(self, view: View) -> None:
         spec, base = view.spec, view.base
-        v = self.values
         spec_tps = spec.tokens_per_sec() if spec and spec.rounds else 0.0
         base_tps = base.tokens_per_sec() if base and base.rounds else 0.0
-        v["spec"].setText(f"{spec_tps:.1f} tok/s" if spec_tps else "–")
-        self.captions["spec"].setText(f"speculative · {spec.label}" if spec is not None else "speculative")
-        v["base"].setText(f"{base_tps:.1f} tok/s" if base_tps else "–")
-        both_done = spec is not None and base is not None and spec.done and base.done
-        v["speedup"].setText(f"{metrics.speedup(spec_tps, base_tps):.2f}×" if both_done and base_tps else "–")
+        shown = spec if spec is not None else base
+        where = f" · prompt {shown.prompt_index + 1} of {view.prompts}" if shown and view.prompts > 1 else ""
+        if spec is not None:
+            headline = f"{spec.label} vs plain decoding{where}"
+        else:
+            headline = f"plain decoding only{where}" if base is not None else "Run: the figures of a run appear here"
+        ratio, compared = speedup(spec, base)
+        basis = ""
+        if ratio and len(spec.summary.tokens) != len(base.summary.tokens):  # e.g. one met EOS early
+            spec_tps, base_tps = compared_rates(spec, base)
+            basis = f"first {compared} tokens"
         f = spec.figures() if spec and spec.rounds else None
-        v["tau"].setText(f"{f.tau:.2f}" if f else "–")
-        v["rate"].setText(f"{f.acceptance_rate:.0%}" if f else "–")
         first = spec if spec is not None else base
-        v["ttft"].setText(f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "–")
         mem = first.summary.peak_memory_bytes if first and first.done else 0
-        v["mem"].setText(f"{mem / 2**20:.0f} MB" if mem else "–")
         verdict = spec.verdict if spec is not None else None
-        v["same"].setText(same_as_plain([verdict]) or "–")
-        v["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
+        self._show({
+            "spec": f"{spec_tps:.1f}" if spec_tps else "",
+            "base": f"{base_tps:.1f}" if base_tps else "",
+            "speedup": f"{ratio:.2f}×" if ratio else "",
+            "tau": f"{f.tau:.2f}" if f else "",
+            "rate": f"{f.acceptance_rate:.0%}" if f else "",
+            "ttft": f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "",
+            "mem": f"{mem / 2**20:.0f} MB" if mem else "",
+            "same": same_as_plain([verdict]) or "",
+        }, headline, _compared_note(compared, spec, base), basis)
+        self.values["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
+
+    def _show_comparison(self, view: View) -> None:
+        row, base = view.row(view.focus), view.row(BASELINE)
+        n = view.compare_prompts
+        if row is not None:
+            headline = f"{row['label']} vs plain decoding · pooled over {plural(n, 'prompt')}"
+        elif base is not None:
+            headline = f"plain decoding only · {plural(n, 'prompt')}"
+        else:
+            headline = "Compare: the figures of the drafter selected in the table appear here"
+        r = row or {}
+        ttft, mem = r.get("ttft_seconds"), r.get("peak_memory_bytes")
+        spec_tps = r.get("tokens_per_sec") or 0.0
+        base_tps = base.get("tokens_per_sec") or 0.0 if base else 0.0
+        basis = ""
+        if r.get("speedup") and not r.get("same_length", True):  # sampled runs of different lengths
+            spec_tps, base_tps = r["compared_rates"]
+            basis = f"{r['compared_tokens']} tokens compared"
+        self._show({
+            "spec": f"{spec_tps:.1f}" if spec_tps else "",
+            "base": f"{base_tps:.1f}" if base_tps else "",
+            "speedup": f"{r['speedup']:.2f}×" if r.get("speedup") else "",
+            "tau": f"{r['tau']:.2f}" if r.get("rounds") else "",
+            "rate": f"{r['acceptance_rate']:.0%}" if r.get("rounds") else "",
+            "ttft": f"{ttft * 1000:.0f} ms" if ttft is not None else "",
+            "mem": f"{mem / 2**20:.0f} MB" if mem else "",
+            "same": r.get("identical") or "",
+        }, headline, f"Pooled over {plural(n, 'prompt')}: {r.get('compared_tokens', 0)} tokens compared."
+                     if row is not None else "", basis)
+        self.values["same"].setToolTip(SAME_TIP)
+
+
+def _compared_note(compared: int, spec, base) -> str:
+    if not compared:
+        return ""
+    if compared < MIN_COMPARED:
+        return f"This run: only {compared} tokens in common (one run stopped at EOS): too few to compare."
+    lengths = (len(spec.summary.tokens), len(base.summary.tokens))
+    if lengths[0] == lengths[1]:
+        return f"This run: both made {compared} tokens."
+    return (f"This run: speculative made {lengths[0]} tokens, plain decoding {lengths[1]}; "
+            f"both measured over the first {compared}.")

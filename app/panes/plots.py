@@ -1,17 +1,27 @@
-"""The live plots: acceptance by position, the accepted-length histogram, tokens/sec over
-time. Items are made once and updated in place by ``show_runs`` (called from the window's
-refresh timer, never per token). The numbers come from ``dspark.metrics`` via ``RunRecord``."""
+"""The live plots: acceptance by position, the accepted-length histogram, decode tokens/sec
+over time. Items are made once and updated in place by ``show_view`` (called from the window's
+refresh timer, never per token). The numbers come from ``dspark.metrics`` via ``RunRecord``.
+
+Read at a distance: no plot draws axes before it has data (a caption says what will appear),
+counts are whole numbers, rates start at 0, seconds are seconds (no SI "x0.001" scaling), and
+what each line is stands in the title, never on top of the curves."""
 
 from __future__ import annotations
 
+from html import escape
+
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import QGridLayout, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
 from ..session import View
 from ..theme import NORMAL, Theme
 
 pg.setConfigOptions(antialias=True)
+
+WINDOW_TOKENS = 32  # the moving window of the tokens/sec curves (dspark.metrics.rate_curve)
 
 TIP_POSITION = (
     "Acceptance by position: for draft position k, the share of rounds that verified\n"
@@ -24,25 +34,55 @@ TIP_HIST = (
     "correction or bonus token included, so a round that accepts nothing counts 1."
 )
 TIP_TPS = (
-    "Decode tokens/sec since the prompt was processed (cumulative), for the speculative run\n"
+    f"Decode tokens/sec over a moving window: at the end of each round, the last {WINDOW_TOKENS} (or more,\n"
+    "whole rounds) committed tokens divided by the seconds they took, from the moment the prompt\n"
+    "was processed; points start after 8 tokens (dspark.metrics.rate_curve). The speculative run\n"
     "and plain mlx-lm decoding of the same prompt on the same loaded target."
 )
 
 
-def make_plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
-    w = pg.PlotWidget()
+class IntegerAxis(pg.AxisItem):
+    """An axis of counts: ticks only at whole numbers."""
+
+    def tickSpacing(self, minVal: float, maxVal: float, size: float):
+        levels = [(s, o) for s, o in super().tickSpacing(minVal, maxVal, size) if s >= 1]
+        return levels or [(1.0, 0.0)]
+
+
+def make_plot(title: str, left: str, bottom: str, integer_y: bool = False) -> pg.PlotWidget:
+    axes = {"left": IntegerAxis("left")} if integer_y else None
+    w = pg.PlotWidget(axisItems=axes)
     w.setMenuEnabled(False)
     w.setMouseEnabled(x=False, y=False)
     w.hideButtons()
     w.setProperty("titles", (title, left, bottom))
+    for name in ("left", "bottom"):
+        w.getAxis(name).enableAutoSIPrefix(False)  # "seconds", never "seconds (x0.001)"
     return w
+
+
+def title_html(t: Theme, title: str, keys: list[tuple[str, str, bool]] = ()) -> str:
+    """A plot title and, on a line below it, its legend: (colour, name, dashed) per line drawn
+    (two short lines keep a narrow plot readable where one long one would widen the window)."""
+    keys = [f'<span style="color:{colour}">{"╍╍" if dashed else "━━"}&nbsp;{escape(name)}</span>'
+            for colour, name, dashed in keys]
+    return escape(title) + ("<br>" + "&nbsp;&nbsp;&nbsp;".join(keys) if keys else "")
+
+
+def set_title(w: pg.PlotWidget, t: Theme, html: str) -> None:
+    """The title, its row as tall as its text (pyqtgraph fixes it at 30 px, which cuts a
+    two-line title, or a presentation-size one)."""
+    w.setTitle(html, color=t.fg, size=f"{t.font_pt + 1}pt")
+    item = w.getPlotItem()
+    h = int(item.titleLabel.item.boundingRect().height()) + 2
+    item.titleLabel.setMaximumHeight(h)
+    item.layout.setRowFixedHeight(0, h)
 
 
 def style_plot(w: pg.PlotWidget, t: Theme) -> None:
     title, left, bottom = w.property("titles")
     w.setBackground(t.panel)
-    size = f"{t.font_pt + 1}pt"
-    w.setTitle(title, color=t.fg, size=size)
+    set_title(w, t, escape(title))
     for name, text in (("left", left), ("bottom", bottom)):
         ax = w.getAxis(name)
         ax.setPen(pg.mkPen(t.grid))
@@ -52,16 +92,53 @@ def style_plot(w: pg.PlotWidget, t: Theme) -> None:
         f.setPointSize(t.font_pt)
         ax.setStyle(tickFont=f)
     w.showGrid(x=False, y=True, alpha=0.25)
-    legend = w.getPlotItem().legend
-    if legend is not None:
-        legend.setLabelTextColor(t.fg)
-        legend.setLabelTextSize(size)
-        for _sample, label in legend.items:  # existing labels re-render with the new size
-            label.setText(label.text, color=t.fg, size=size)
 
 
 def integer_ticks(w: pg.PlotWidget, values) -> None:
     w.getAxis("bottom").setTicks([[(float(v), str(v)) for v in values], []])
+
+
+class PlotBox(QWidget):
+    """A plot, covered (before it has data) by a caption saying what it will show: no empty
+    axes. The plot stays shown underneath, so the first data of a run costs no first show of a
+    pyqtgraph view (hundreds of milliseconds of the GUI thread on a busy machine)."""
+
+    def __init__(self, plot: pg.PlotWidget, empty: str, parent=None):
+        super().__init__(parent)
+        self.plot = plot
+        self.empty = QLabel(f"<b>{escape(plot.property('titles')[0])}</b><br>{escape(empty)}")
+        self.empty.setObjectName("placeholder")
+        self.empty.setAlignment(Qt.AlignCenter)
+        self.empty.setWordWrap(True)
+        lay = QGridLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(plot, 0, 0)
+        lay.addWidget(self.empty, 0, 0)  # the same cell, on top
+        self.empty.raise_()
+
+    def set_empty(self, empty: bool) -> None:
+        self.empty.setVisible(empty)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.empty.isHidden()
+
+
+def zero_based_range(w: pg.PlotWidget, top: float, grow: float = 1.12) -> None:
+    """A y axis from 0 to ``top`` (times ``grow``) with its end labels shown: the range reaches
+    half a label beyond each end (with the grid on, pyqtgraph drops a label that sticks out)."""
+    top = top if top > 0 else 1.0
+    ax = w.getAxis("left")
+    half = QFontMetrics(ax.style["tickFont"] or w.font()).height() / 2 + 2
+    px = max(w.getPlotItem().getViewBox().height(), 4 * half)
+    span = top * grow
+    margin = span * half / (px - 2 * half)
+    w.setYRange(-margin, span + (margin if grow == 1.0 else 0.0), padding=0)
+
+
+def rate_range(w: pg.PlotWidget, ys) -> None:
+    """A rate axis from 0 to a little above the highest point."""
+    zero_based_range(w, max((float(np.max(y)) for y in ys if len(y)), default=1.0))
 
 
 class PlotsPane(QWidget):
@@ -69,25 +146,26 @@ class PlotsPane(QWidget):
         super().__init__(parent)
         self.theme = NORMAL
         self.position = make_plot("Acceptance by position", "rate", "draft position k")
-        self.position.setYRange(-0.05, 1.05, padding=0)
         self.position.setToolTip(TIP_POSITION)
         self.pos_bars = pg.BarGraphItem(x=[], height=[], width=0.7)
         self.position.addItem(self.pos_bars)
-        self.hist = make_plot("Accepted length", "rounds", "accepted drafts per round")
+        self.hist = make_plot("Accepted length", "rounds", "accepted drafts per round", integer_y=True)
         self.hist.setToolTip(TIP_HIST)
         self.hist_bars = pg.BarGraphItem(x=[], height=[], width=0.7)
         self.hist.addItem(self.hist_bars)
-        self.tps = make_plot("Tokens / second", "tok/s", "seconds")
+        self.tps = make_plot("Decode tok/s", "tok/s", "seconds of decoding")
         self.tps.setToolTip(TIP_TPS)
-        self.tps.addLegend(offset=(-10, 10))
-        self.spec_curve = self.tps.plot([], [], name="speculative")
-        self.base_curve = self.tps.plot([], [], name="plain decoding")
+        self.spec_curve = self.tps.plot([], [])
+        self.base_curve = self.tps.plot([], [])
+        self.boxes = {
+            "position": PlotBox(self.position, "per draft position, after a speculative run"),
+            "hist": PlotBox(self.hist, "rounds by accepted drafts, after a speculative run"),
+            "tps": PlotBox(self.tps, "speculative and plain decoding, during a run"),
+        }
         lay = QGridLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        lay.addWidget(self.position, 0, 0)
-        lay.addWidget(self.hist, 0, 1)
-        lay.addWidget(self.tps, 0, 2)
-        for c in range(3):
+        for c, box in enumerate(self.boxes.values()):
+            lay.addWidget(box, 0, c)
             lay.setColumnStretch(c, 1)
         self.set_theme(NORMAL)
 
@@ -98,34 +176,41 @@ class PlotsPane(QWidget):
         self.theme = t
         for w in self.plots().values():
             style_plot(w, t)
+        set_title(self.tps, t, title_html(t, "Decode tok/s", [(t.spec, "speculative", False), (t.base, "plain", True)]))
         self.pos_bars.setOpts(brush=t.accepted, pen=pg.mkPen(t.fg, width=0.5))
         self.hist_bars.setOpts(brush=t.bonus, pen=pg.mkPen(t.fg, width=0.5))
         self.spec_curve.setPen(pg.mkPen(t.spec, width=2.5))
-        self.base_curve.setPen(pg.mkPen(t.base, width=2.5, style=pg.QtCore.Qt.DashLine))
+        self.base_curve.setPen(pg.mkPen(t.base, width=2.5, style=Qt.DashLine))
 
     def show_view(self, view: View) -> None:
         """Redraw from the speculative run and the baseline run (either may be None)."""
         spec, base = view.spec, view.base
-        if spec is not None and spec.rounds:
+        t = self.theme
+        has_spec = spec is not None and bool(spec.rounds)
+        if has_spec:
             f = spec.figures()
             rates = f.per_position_acceptance
             self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1, dtype=float), height=np.array(rates, float))
             self.position.setXRange(0.4, max(len(rates), 1) + 0.6, padding=0)
+            zero_based_range(self.position, 1.0, grow=1.0)
             integer_ticks(self.position, range(1, len(rates) + 1))
             hist = f.accepted_histogram
             self.hist_bars.setOpts(x=np.arange(len(hist), dtype=float), height=np.array(hist, float))
             self.hist.setXRange(-0.6, max(len(hist) - 1, 1) + 0.6, padding=0)
+            zero_based_range(self.hist, max(max(hist, default=1), 1))
             integer_ticks(self.hist, range(len(hist)))
-            self.hist.setTitle(f"Accepted length  (τ = {f.tau:.2f})", color=self.theme.fg,
-                               size=f"{self.theme.font_pt + 1}pt")
-            x, y = spec.curve()
-            self.spec_curve.setData(np.array(x, float), np.array(y, float))
+            set_title(self.hist, t, escape(f"Accepted length  (τ = {f.tau:.2f})"))
         else:
             self.pos_bars.setOpts(x=[], height=[])
             self.hist_bars.setOpts(x=[], height=[])
-            self.spec_curve.setData([], [])
-        if base is not None and base.rounds:
-            x, y = base.curve()
-            self.base_curve.setData(np.array(x, float), np.array(y, float))
-        else:
-            self.base_curve.setData([], [])
+            set_title(self.hist, t, escape("Accepted length"))  # no τ over empty axes
+        self.boxes["position"].set_empty(not has_spec)
+        self.boxes["hist"].set_empty(not has_spec)
+        curves = []
+        for run, curve in ((spec, self.spec_curve), (base, self.base_curve)):
+            x, y = run.curve() if run is not None and run.rounds else ([], [])
+            curve.setData(np.array(x, float), np.array(y, float))
+            curves.append(y)
+        self.boxes["tps"].set_empty(not any(curves))
+        if any(curves):
+            rate_range(self.tps, curves)

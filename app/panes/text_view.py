@@ -86,6 +86,7 @@ class TextPane(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         self.legend = QLabel()
         self.legend.setObjectName("caption")
+        self.legend.setWordWrap(True)  # never what makes the window wider than the screen
         self.text = TokenText()
         lay.addWidget(self.legend)
         lay.addWidget(self.text, 1)
@@ -111,12 +112,13 @@ class TextPane(QWidget):
         self._key = None  # re-render the text in the new colours
 
         def chip(colour: str, name: str) -> str:
-            return f'<span style="background:{colour}; color:{t.fg}">&nbsp;{escape(name)}&nbsp;</span>'
+            name = escape(name).replace(" ", "&nbsp;")  # a legend wraps between chips, never inside one
+            return f'<span style="background:{colour}; color:{t.fg}">&nbsp;{name}&nbsp;</span>'
 
         self.legend.setText(
             "Generated text &nbsp; " + " &nbsp;".join([
                 chip(t.accepted, "accepted draft"), chip(t.correction, "correction"),
-                chip(t.bonus, "bonus"), f'<span style="color:{t.fg}">plain = target only</span>',
+                chip(t.bonus, "bonus"), f'<span style="color:{t.fg}">plain&nbsp;=&nbsp;target&nbsp;only</span>',
             ])
         )
         self.legend.setToolTip(

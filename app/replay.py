@@ -1,0 +1,198 @@
+"""Replaying a saved run or comparison: the JSON ``app.export`` writes (File ▸ Export, and the
+automatic run history) played back on every pane with its original timing, without a model.
+
+A speaker records at home on a fast machine and presents from any laptop. The recording is
+turned back into the very messages the worker sent (``RunStarted``, ``RoundDone``, ``RunDone``,
+``Checked``, ``JobDone``), each at the time it was sent, so the session and the panes cannot tell
+a replay from a live run, and every figure is recomputed from the recorded events by the same
+``dspark.metrics`` functions. ``read_recording`` and ``schedule`` are plain Python; ``Player``
+is the Qt timer that delivers the messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from PySide6.QtCore import QElapsedTimer, QObject, QTimer
+
+from dspark.errors import DsparkError
+from dspark.events import RoundEvent, Summary, event_from_dict
+from dspark.lossless import Difference, Verdict
+
+from .messages import Checked, JobDone, RoundDone, RunDone, RunStarted, RunSpec
+
+#: A run file larger than this is not one the app wrote (a 256-token run is ~140 KB).
+MAX_RECORDING_BYTES = 256 * 2**20
+SPEEDS = {"1×": 1.0, "2×": 2.0, "instant": 0.0}
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    label: str
+    method: str
+    drafter: str | None
+    prompt: str
+    prompt_index: int
+    config: dict
+    events: tuple[RoundEvent, ...]
+    drafted_text: tuple[tuple[str, ...], ...]
+    summary: Summary | None
+    verdict: Verdict | None
+
+
+@dataclass(frozen=True)
+class Recording:
+    path: str
+    kind: str  # "run" or "compare"
+    created: str
+    target: str | None
+    prompts: tuple[str, ...]  # by prompt index
+    runs: tuple[RecordedRun, ...]
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+    def specs(self) -> tuple[RunSpec, ...]:
+        return tuple(dict.fromkeys(RunSpec(r.label, r.drafter) for r in self.runs))
+
+
+def read_recording(path: str | Path) -> Recording:
+    """A saved run or comparison, or a DsparkError saying in one sentence why it is not one."""
+    path = Path(path)
+    try:
+        if not path.is_file():
+            raise DsparkError(f"{path} is not a file")
+        if path.stat().st_size > MAX_RECORDING_BYTES:
+            raise DsparkError(f"{path.name} is {path.stat().st_size / 2**20:.0f} MiB: too large for a saved run")
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise DsparkError(f"cannot read {path}: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DsparkError(f"{path.name} is not a saved run: not valid JSON ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list) or not doc["runs"]:
+        raise DsparkError(f"{path.name} is not a run or comparison saved by DSpark Studio (it has no runs)")
+    pieces = _pieces(doc["runs"])
+    runs = []
+    for i, d in enumerate(doc["runs"]):
+        try:
+            runs.append(_run(d, pieces))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise DsparkError(f"{path.name}: run {i + 1} is not readable ({type(e).__name__}: {e})") from None
+    kind = doc.get("kind") or ("compare" if "comparison" in doc else "run")
+    prompts: dict[int, str] = {}
+    for r in runs:
+        prompts.setdefault(r.prompt_index, r.prompt)
+    count = max(int(doc.get("prompts") or 0), max(prompts) + 1)
+    return Recording(str(path), "compare" if kind == "compare" else "run", str(doc.get("created", "")),
+                     doc.get("target"), tuple(prompts.get(i, "") for i in range(count)), tuple(runs))
+
+
+def _pieces(runs: list) -> dict[int, str]:
+    """Token id -> text, from every committed token in the file (for files without the drafted
+    tokens' text: a drafted token that was never committed shows as #id)."""
+    out = {}
+    for d in runs:
+        for ev in (d.get("events") or []) if isinstance(d, dict) else []:
+            for t in ev.get("committed", []) if isinstance(ev, dict) else []:
+                if isinstance(t, dict) and "id" in t:
+                    out.setdefault(t["id"], t.get("text", ""))
+    return out
+
+
+def _run(d: dict, pieces: dict[int, str]) -> RecordedRun:
+    events = tuple(event_from_dict(e) for e in d["events"])
+    if not all(isinstance(e, RoundEvent) for e in events):
+        raise ValueError("a run's events must all be rounds")
+    texts = d.get("drafted_text")
+    if not isinstance(texts, list) or len(texts) != len(events):
+        texts = [[pieces.get(t, f"#{t}") for t in e.drafted] for e in events]
+    summary = event_from_dict(d["summary"]) if d.get("summary") else None
+    v = d.get("verdict")
+    verdict = None
+    if v:
+        diff = v.get("first_difference")
+        if diff:
+            diff = Difference(**{k: tuple(x) if isinstance(x, list) else x for k, x in diff.items()})
+        verdict = Verdict(bool(v["identical"]), diff or None)
+    method = d["method"]
+    if method not in ("speculative", "baseline"):
+        raise ValueError(f"method {method!r}")
+    return RecordedRun(str(d["label"]), method, d.get("drafter"), str(d.get("prompt", "")),
+                       int(d.get("prompt_index", 0)), dict(d.get("config") or {}), events,
+                       tuple(tuple(str(x) for x in t) for t in texts), summary, verdict)
+
+
+def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:
+    """(seconds after the replay starts, message) for every message the worker sent while it
+    recorded ``rec``, in order: the runs one after another, each round at its recorded time."""
+    out: list[tuple[float, object]] = []
+    start, key = 0.0, 0
+    checks: list[tuple[int, Verdict]] = []
+    for i, r in enumerate(rec.runs):
+        key += 1
+        out.append((start, RunStarted(job, key, r.label, r.method, r.drafter, r.prompt, r.prompt_index, r.config)))
+        end = start
+        for ev, texts in zip(r.events, r.drafted_text):
+            end = start + ev.elapsed_seconds
+            out.append((end, RoundDone(key, ev, texts)))
+        if r.summary is not None:
+            end = start + max(r.summary.total_seconds, end - start)
+            out.append((end, RunDone(key, r.summary)))
+        if r.verdict is not None:
+            checks.append((key, r.verdict))
+        last_of_prompt = i + 1 == len(rec.runs) or rec.runs[i + 1].prompt_index != r.prompt_index
+        if last_of_prompt:  # the worker checks a prompt's runs once they have all ended
+            out += [(end, Checked(k, v)) for k, v in checks]
+            checks = []
+        start = end
+    cancelled = any(r.summary is None or r.summary.finish_reason == "cancelled" for r in rec.runs)
+    out.append((start, JobDone(job, True, cancelled)))
+    return out
+
+
+class Player(QObject):
+    """Delivers a schedule's messages to ``deliver`` at their times (divided by ``speed``; 0 is
+    instant). Every message is delivered from a timer on the GUI thread, as the worker's are."""
+
+    TICK_MS = 15
+
+    def __init__(self, deliver: Callable[[object], None], parent=None):
+        super().__init__(parent)
+        self.deliver = deliver
+        self.pending: deque[tuple[float, object]] = deque()
+        self.speed = 1.0
+        self.clock = QElapsedTimer()
+        self.timer = QTimer(self)
+        self.timer.setInterval(self.TICK_MS)
+        self.timer.timeout.connect(self._tick)
+
+    @property
+    def playing(self) -> bool:
+        return bool(self.pending)
+
+    def play(self, messages: list[tuple[float, object]], speed: float) -> None:
+        self.pending, self.speed = deque(messages), speed
+        self.clock.start()
+        self.timer.start(0 if speed <= 0 else self.TICK_MS)
+
+    def stop(self) -> None:
+        """End now: the rest is dropped, the job ends as stopped."""
+        rest = self.pending
+        self.pending = deque()
+        self.timer.stop()
+        done = next((m for _t, m in reversed(rest) if isinstance(m, JobDone)), None)
+        if done is not None:
+            self.deliver(JobDone(done.job, True, True))
+
+    def _tick(self) -> None:
+        now = float("inf") if self.speed <= 0 else self.clock.elapsed() / 1000 * self.speed
+        while self.pending and self.pending[0][0] <= now:
+            _t, msg = self.pending.popleft()
+            self.deliver(msg)
+        if not self.pending:
+            self.timer.stop()

@@ -1,0 +1,211 @@
+"""Replay: a saved run or comparison plays back on every pane with no model loaded (and its
+target directory gone), with its recorded timing; bad files are one message."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
+from PySide6.QtGui import QImage  # noqa: E402
+
+from dspark.events import CommittedToken, RoundEvent, Source, Summary, event_from_dict, event_to_dict  # noqa: E402
+from dspark_studio import replay  # noqa: E402
+from dspark_studio.window import MainWindow  # noqa: E402
+from test_app import LONG, dirs, run_job  # noqa: E402,F401  (dirs: the shared fixture)
+
+HEADER = ("spec", "base", "speedup", "tau", "rate", "ttft", "mem", "same")
+
+
+def test_events_round_trip_through_json():
+    tok = CommittedToken(7, "·x", Source.BONUS, 3, 2, 0.25, None)
+    ev = RoundEvent(3, 5, (7, 8), (0.5, 0.25), (0.9, 0.1), 2, 2, (tok,), 0.01, 0.02, 0.5, 9, 18.0, (1.5, -0.5))
+    s = Summary("speculative", (7, 8), "ab", (1, 2), 1, (2,), (2,), 3.0, 1.0, (1.0, 1.0), 18.0, 0.1, 0.05, 0.01,
+                0.02, 0.6, "stop", 123, (0, 0, 1), (-0.1, -0.2), {"note": 1})
+    for e in (ev, s):
+        back = event_from_dict(json.loads(json.dumps(event_to_dict(e))))
+        assert back == e and type(back) is type(e)
+    assert event_from_dict(json.loads(json.dumps(s.to_dict()))) == s  # a summary as export writes it
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        event_from_dict({"kind": "round", "index": 1})
+
+
+def _wait(w, start) -> None:
+    loop = QEventLoop()
+    w.job_finished.connect(loop.quit)
+    QTimer.singleShot(LONG, loop.quit)
+    start()
+    loop.exec()
+    w.job_finished.disconnect(loop.quit)
+    w.refresh()
+
+
+def _screen(w) -> dict:
+    """What a person sees: the header, the text, the draft rows, the curves, the table."""
+    spec, _ = w.shown_runs()
+    return {
+        "header": {k: w.header.values[k].text() for k in HEADER},
+        "headline": w.header.headline.text(),
+        "text": w.text.text.toPlainText(),
+        "draft_rows": [tuple(t) for t in w.drafts.grid.texts],
+        "spec_curve": list(w.plots.spec_curve.getData()[1]) if spec else [],
+        "table": [[w.compare.table.item(r, c).text() for c in range(w.compare.table.columnCount())]
+                  for r in range(w.compare.table.rowCount())],
+    }
+
+
+@pytest.fixture(scope="module")
+def saved(qapp, dirs, tmp_path_factory):
+    """A run and a two-prompt comparison made live on a copy of the tiny target, saved by the
+    app (Export and the run history), and what the screen showed; then the copy is deleted."""
+    root = tmp_path_factory.mktemp("saved")
+    target = shutil.copytree(dirs["target"], root / "target")
+    with mock.patch.dict(os.environ, {"DSPARK_STUDIO_HOME": str(root / "home")}):
+        w = MainWindow(prefs=None)
+        w.resize(1280, 800)
+        w.show()
+        w.restore(str(target), [str(dirs["drafter"]), str(dirs["drafter2"])])
+        w.controls.prompt.setPlainText("the a of and to in")
+        w.controls.form.widget("max_tokens").setValue(10)
+        _wait(w, w.start_run)
+        run = {"file": w.export_data("json", False, str(root / "run.json")), "screen": _screen(w)}
+        w.controls.prompt_sets["two"] = ["the a of and", "to in is it"]
+        w.controls.prompt_set.addItem("two")
+        w.controls.prompt_set.setCurrentText("two")
+        w.controls.all_prompts.setChecked(True)
+        _wait(w, w.start_compare)
+        compare = {"file": next((root / "home" / "data" / "runs").glob("*-compare.json")), "screen": _screen(w)}
+        w.close()
+    shutil.rmtree(target)  # a replay needs no model, nor its directory
+    return {"run": run, "compare": compare, "root": root}
+
+
+@pytest.fixture
+def fresh(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
+    w = MainWindow(prefs=None)
+    qtbot.addWidget(w)
+    w.resize(1280, 800)
+    w.show()
+    yield w
+    w.close()
+
+
+def test_a_saved_run_replays_on_every_pane_without_a_model(qtbot, fresh, saved):
+    w = fresh
+    info = run_job(qtbot, w, lambda: w.open_replay([str(saved["run"]["file"])], "instant"))
+    assert info["ok"]
+    assert _screen(w) == saved["run"]["screen"]
+    assert w.header.mode.isVisible() and "REPLAY instant" in w.header.mode.text() and "run.json" in w.header.mode.text()
+    assert w.loaded_target is None and w.worker._target is None  # nothing was loaded
+    assert not list((Path(os.environ["DSPARK_STUDIO_HOME"]) / "data" / "runs").glob("*.json"))  # not re-saved
+
+
+def test_a_saved_comparison_replays_with_its_table(qtbot, fresh, saved):
+    w = fresh
+    doc = json.loads(saved["compare"]["file"].read_text())
+    assert run_job(qtbot, w, lambda: w.open_replay([str(saved["compare"]["file"])], "instant"))["ok"]
+    assert w.tabs.currentWidget() is w.compare
+    assert w.compare.rows == doc["comparison"]  # recomputed from the recorded events: the same table
+    assert _screen(w)["table"] == saved["compare"]["screen"]["table"]
+    assert w.header.headline.text() == "drafter vs plain decoding · pooled over 2 prompts"
+    assert w.worker._target is None
+
+
+def test_replay_keeps_the_recorded_timing(qtbot, saved):
+    rec = replay.read_recording(saved["compare"]["file"])
+    plan = replay.schedule(rec, job=1)
+    first = rec.runs[0]
+    rounds = [t for t, m in plan if type(m).__name__ == "RoundDone"][: len(first.events)]
+    assert rounds == [ev.elapsed_seconds for ev in first.events]  # the first run: its own clock
+    starts = [t for t, m in plan if type(m).__name__ == "RunStarted"]
+    assert starts[1] == pytest.approx(first.summary.total_seconds)  # the next run starts when it ended
+    total = plan[-1][0]
+    delivered = []
+    player = replay.Player(delivered.append)
+    player.play(plan, 2.0)
+    clock = __import__("time").monotonic()
+    qtbot.waitUntil(lambda: not player.playing, timeout=LONG)
+    assert __import__("time").monotonic() - clock >= total / 2 * 0.9  # 2×: half the recorded time, not less
+    assert [m for _t, m in plan] == delivered
+    delivered.clear()
+    player.play(plan, 0.0)  # instant
+    qtbot.waitUntil(lambda: not player.playing, timeout=LONG)
+    assert len(delivered) == len(plan)
+
+
+def test_a_file_that_is_not_a_saved_run_is_one_message(qtbot, fresh, saved, tmp_path):
+    w = fresh
+    assert run_job(qtbot, w, lambda: w.open_replay([str(saved["run"]["file"])], "instant"))["ok"]
+    shown = _screen(w)
+    doc = json.loads(saved["run"]["file"].read_text())
+    doc["runs"][0]["events"][1].pop("accepted")
+    cases = {"garbage.json": "{oops", "empty.json": json.dumps({"runs": []}), "broken.json": json.dumps(doc)}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+    for name, says in (("garbage.json", "not valid JSON"), ("empty.json", "has no runs"),
+                       ("broken.json", "run 1 is not readable"), ("missing.json", "is not a file")):
+        assert not w.open_replay([str(tmp_path / name)])
+        assert says in w.message.text() and "\n" not in w.message.text(), w.message.text()
+        assert _screen(w) == shown and not w.busy
+
+
+def test_space_plays_the_next_saved_run_in_presentation_mode(qtbot, fresh, saved):
+    w = fresh
+    files = [str(saved["run"]["file"]), str(saved["compare"]["file"])]
+    w.presenter.fullscreen = False
+    w.presenter.enter()
+    assert run_job(qtbot, w, lambda: w.open_replay(files, "instant"))["ok"]
+    assert "1 of 2" in w.header.mode.text() and w.tabs.currentWidget() is w.run_split
+    assert run_job(qtbot, w, lambda: qtbot.keyClick(w, Qt.Key_Space))["ok"]
+    assert "2 of 2" in w.header.mode.text() and w.tabs.currentWidget() is w.compare
+    w.presenter.leave()
+
+
+def test_dspark_studio_replay_starts_straight_into_it(saved, tmp_path):
+    out = tmp_path / "replay.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", DSPARK_STUDIO_HOME=str(tmp_path / "home"))
+    cmd = [sys.executable, "-m", "dspark_studio", "--replay", str(saved["compare"]["file"]), "--presentation",
+           "--target", str(saved["root"] / "target"), "--screenshot", str(out), "--size", "1280x800"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (QImage(str(out)).width(), QImage(str(out)).height()) == (1280, 800)
+
+
+def test_stop_ends_a_replay_and_keeps_what_was_shown(qtbot, fresh, saved):
+    w = fresh
+    with qtbot.waitSignal(w.job_finished, timeout=LONG) as sig:
+        assert w.open_replay([str(saved["compare"]["file"])], "1×")
+        assert w.busy and w.controls.stop_b.isEnabled() and not w.controls.run_b.isEnabled()
+        w.stop()
+    assert sig.args[0]["cancelled"] and not w.busy and w.controls.run_b.isEnabled()
+    assert not w.player.playing
+
+
+def test_a_run_saved_before_replay_existed_still_replays(qtbot, fresh, saved, tmp_path):
+    """Files written before the app saved the drafted tokens' text, the verdicts and the job's
+    kind: the draft rows take the text of committed tokens (else #id), the ✓ is unknown."""
+    w = fresh
+    doc = json.loads(saved["run"]["file"].read_text())
+    for key in ("kind", "prompts"):
+        doc.pop(key)
+    for r in doc["runs"]:
+        r.pop("drafted_text")
+        r.pop("verdict")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc))
+    assert run_job(qtbot, w, lambda: w.open_replay([str(old)], "instant"))["ok"]
+    screen, then = _screen(w), saved["run"]["screen"]
+    assert screen["header"] == {**then["header"], "same": "–"} and screen["text"] == then["text"]
+    pieces = {t.id: t.text for r in w.runs for e in r.rounds for t in e.committed}
+    spec = w.shown_runs()[0]
+    assert [list(t) for t in w.drafts.grid.texts] == [[pieces.get(d, f"#{d}") for d in e.drafted] for e in spec.rounds]

@@ -1,0 +1,218 @@
+"""The app tells the truth on screen (issue #12): each defect a newcomer found, driven through
+the real window, actions and worker on tiny models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtGui import QImage  # noqa: E402
+
+from dspark_studio import window as window_module  # noqa: E402
+from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
+
+
+def menu_action(w, menu: str, text: str):
+    """The QAction a person clicks: ``menu`` ▸ ``text`` of the window's menu bar."""
+    for top in w.menuBar().actions():
+        if top.text().replace("&", "") == menu:
+            for a in top.menu().actions():
+                if a.text() == text:
+                    return a
+    raise AssertionError(f"no menu item {menu} ▸ {text}")
+
+
+def test_save_plots_as_png_from_the_menu_writes_the_files(qtbot, window, dirs, tmp_path, monkeypatch):
+    w = window
+    setup(w, dirs, max_tokens=6)
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    folder = tmp_path / "pngs"
+    monkeypatch.setattr(window_module.QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
+    # triggered(bool) hands the slot a `checked` flag: it must not arrive as the folder
+    menu_action(w, "File", "Save plots as PNG…").trigger()
+    names = {p.stem for p in folder.glob("*.png")}
+    assert {"acceptance_by_position", "accepted_length", "tokens_per_sec", "draft_rows", "window"} <= names
+    assert not QImage(str(folder / "window.png")).isNull()
+    assert str(folder) in w.statusBar().currentMessage()
+
+
+def two_prompt_set(w) -> None:
+    """A prompt set of two prompts, chosen in the controls."""
+    w.controls.prompt_sets["two prompts"] = ["the a of and", "to in is it"]
+    w.controls.prompt_set.addItem("two prompts")
+    w.controls.prompt_set.setCurrentText("two prompts")
+
+
+def test_export_comparison_exports_the_comparison_on_screen_after_a_later_run(qtbot, window, dirs, tmp_path):
+    w = window
+    setup(w, dirs, drafters=("drafter", "drafter2"), max_tokens=8)
+    assert run_job(qtbot, w, w.start_compare)["ok"]
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    assert w.compare.table.rowCount() == 3  # the Compare tab still shows the comparison ...
+    doc = json.loads(w.export_data("json", True, str(tmp_path / "c.json")).read_text())
+    assert [r["label"] for r in doc["runs"]] == ["drafter", "drafter2", "plain decoding"]  # ... and exports it
+    assert [r["label"] for r in doc["comparison"]] == ["drafter", "drafter2", "plain decoding"]
+    doc = json.loads(w.export_data("json", False, str(tmp_path / "r.json")).read_text())
+    assert [r["method"] for r in doc["runs"]] == ["speculative", "baseline"]  # the Run tab's run
+
+
+def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
+    w = window
+    setup(w, dirs, drafters=("drafter", "drafter2"), max_tokens=10)
+    two_prompt_set(w)
+    w.controls.all_prompts.setChecked(True)
+    w.controls.drafters.setCurrentRow(0)  # the drafter Run uses: the header's choice after a comparison
+    assert run_job(qtbot, w, w.start_compare)["ok"]
+    assert w.tabs.currentWidget() is w.compare
+    h, table = w.header, w.compare.table
+
+    def cell(row: int, name: str) -> str:
+        col = [c[1] for c in compare_columns()].index(name)
+        return table.item(row, col).text()
+
+    assert h.headline.text() == "drafter vs plain decoding · pooled over 2 prompts"
+    assert h.values["speedup"].text() == cell(0, "Speedup") and h.values["tau"].text() == cell(0, "τ")
+    # one tokens/sec line per drafter and plain decoding, their prompts back to back (not 6 lines)
+    assert len(w.compare.tps.getPlotItem().listDataItems()) == 3
+    table.selectRow(1)  # a person picks drafter2's row
+    w.refresh()
+    assert h.headline.text() == "drafter2 vs plain decoding · pooled over 2 prompts"
+    assert h.values["speedup"].text() == cell(1, "Speedup") and h.values["tau"].text() == cell(1, "τ")
+    w.tabs.setCurrentWidget(w.run_split)  # the Run tab: drafter2's run of the last prompt
+    assert h.headline.text() == "drafter2 vs plain decoding · prompt 2 of 2"
+    spec, _base = w.shown_runs()
+    assert spec.label == "drafter2" and h.values["tau"].text() == f"{spec.figures().tau:.2f}"
+    # a one-prompt comparison: the header shows the selected drafter, not the last one run
+    w.controls.all_prompts.setChecked(False)
+    w.controls.drafters.setCurrentRow(0)
+    assert run_job(qtbot, w, w.start_compare)["ok"]
+    w.tabs.setCurrentWidget(w.run_split)
+    assert h.headline.text() == "drafter vs plain decoding" and w.shown_runs()[0].label == "drafter"
+
+
+def compare_columns():
+    from dspark_studio.compare import COLUMNS
+
+    return COLUMNS
+
+
+def test_a_new_run_shows_the_run_tab_also_from_presentation_mode(qtbot, window, dirs):
+    w = window
+    setup(w, dirs, max_tokens=6)
+    assert run_job(qtbot, w, w.start_compare)["ok"] and w.tabs.currentWidget() is w.compare
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    assert w.tabs.currentWidget() is w.run_split
+    w.tabs.setCurrentWidget(w.compare)
+    w.presenter.fullscreen = False
+    w.presenter.enter()
+    assert run_job(qtbot, w, w.presenter.next)["ok"]
+    assert w.tabs.currentWidget() is w.run_split
+    w.presenter.leave()
+
+
+def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
+    """Sampled runs: the speculative run stopped at EOS, plain decoding went on. The header's
+    speedup measures both over the tokens both made, and says so."""
+    from dspark_studio.panes.header import HeaderStrip
+    from dspark_studio.runs import BASELINE, RunRecord
+    from dspark_studio.session import View
+    from test_session import event, summary
+
+    def record(key, method, n, tps_at, per_round):
+        r = RunRecord(key, "d1" if method == "speculative" else BASELINE, method, "p", 0, None, {"temperature": 1.0})
+        done = 0
+        while done < n:
+            done = min(done + per_round, n)
+            r.rounds.append(event(len(r.rounds), per_round - 1, per_round - 1, [7] * per_round,
+                                  generated=done, seconds=done / tps_at(done)))
+        r.summary = summary(method, [7] * n, len(r.rounds), r.rounds[-1].tokens_per_sec)
+        return r
+
+    # plain decoding: 10 tok/s for its first 20 tokens, then much faster (its whole-run rate is 44 tok/s)
+    base = record(2, "baseline", 200, lambda k: 10.0 if k <= 20 else k / (2 + (k - 20) / 100), 1)
+    spec = record(1, "speculative", 20, lambda k: 20.0, 4)  # EOS after 20 tokens
+    h = HeaderStrip()
+    qtbot.addWidget(h)
+    h.show_view(View("run", "run", spec, base, (spec, base), 1, (), (), 0, None, False))
+    assert h.values["speedup"].text() == "2.00×"  # 20 tok/s against 10 over the same 20 tokens (not 0.45×)
+    assert "both measured over the first 20" in h.values["speedup"].toolTip()
+    # the two tok/s shown are the two the speedup divides, and say so
+    assert (h.values["spec"].text(), h.values["base"].text()) == ("20.0", "10.0")
+    assert h.captions["base"].text() == "plain tok/s · first 20 tokens"
+    short = record(3, "speculative", 2, lambda k: 20.0, 2)  # EOS after 2 tokens: too few to compare
+    h.show_view(View("run", "run", short, base, (short, base), 1, (), (), 0, None, False))
+    assert h.values["speedup"].text() == "–" and "too few to compare" in h.values["speedup"].toolTip()
+    assert h.captions["base"].text() == "plain tok/s"  # whole-run rates again
+
+
+def test_a_bad_drafter_comes_in_unticked_and_unselected_and_compare_skips_it(qtbot, window, dirs):
+    from PySide6.QtCore import Qt
+
+    from dspark_studio.runs import BASELINE
+
+    w, c = window, window.controls
+    setup(w, dirs, drafters=("drafter",), max_tokens=8)
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    broken = str(dirs["broken"])
+    c.add_drafter(broken, select=True)  # what Add… does with the directory a person picked
+    qtbot.waitUntil(lambda: c.drafter_error(broken) is not None, timeout=LONG)
+    item = c.drafters.item(1)
+    assert "⚠" in item.text() and "not valid JSON" in item.toolTip() and item.checkState() == Qt.Unchecked
+    assert c.run_drafter() == str(dirs["drafter"]) and "not valid JSON" in w.message.text()
+    c.add_drafter("/no/such/drafter", select=True)  # not a directory: marked at once
+    assert "not a directory" in c.drafter_error("/no/such/drafter") and c.run_drafter() == str(dirs["drafter"])
+    # Run with a bad drafter selected by hand: one message, nothing started, nothing shown is lost
+    shown = w.shown_runs()
+    c.drafters.setCurrentRow(1)
+    w.start_run()
+    assert not w.busy and w.shown_runs() == shown and "cannot run with drafter broken" in w.message.text()
+    # Compare skips a bad drafter ticked by hand, and one the worker only finds bad while comparing
+    item.setCheckState(Qt.Checked)
+    c.add_drafter(str(dirs["other_drafter"]))  # ticked; its load error has not arrived yet
+    assert str(dirs["other_drafter"]) in c.checked_drafters()
+    info = run_job(qtbot, w, w.start_compare)
+    assert info["ok"] and [r["label"] for r in w.compare.rows] == ["drafter", BASELINE]
+    assert "different target" in c.drafter_error(str(dirs["other_drafter"]))
+    assert str(dirs["other_drafter"]) not in c.checked_drafters()
+
+
+def test_a_plain_decoding_run_leaves_no_stale_tau_over_empty_axes(qtbot, window, dirs):
+    w = window
+    setup(w, dirs, max_tokens=8)
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    assert "τ =" in w.plots.hist.getPlotItem().titleLabel.text and not w.plots.boxes["hist"].is_empty
+    w.controls.drafters.takeItem(0)  # no drafter: Run does plain decoding only
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    assert "τ" not in w.plots.hist.getPlotItem().titleLabel.text and w.plots.boxes["hist"].is_empty
+    assert not w.plots.boxes["tps"].is_empty  # plain decoding's curve is drawn
+
+
+def test_recent_lists_remember_only_directories_that_loaded(qtbot, dirs, tmp_path, monkeypatch):
+    from dspark_studio import settings
+    from dspark_studio.window import MainWindow
+
+    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
+    prefs = settings.Settings()
+    w = MainWindow(prefs)
+    qtbot.addWidget(w)
+    w.show()
+    target = str(dirs["target"])
+    w.restore(target, [])
+    qtbot.waitUntil(lambda: prefs.recent("targets") == [target], timeout=LONG)
+    for bad in (str(tmp_path / "no-such-target"), str(dirs["broken"])):
+        w.message.hide()
+        w.controls.target.setEditText(bad)
+        w.on_target_chosen(bad)
+        qtbot.waitUntil(w.message.isVisible, timeout=LONG)
+    assert prefs.recent("targets") == [target]
+    assert [w.controls.target.itemText(i) for i in range(w.controls.target.count())] == [target]
+    w.controls.target.setEditText(target)
+    w.on_target_chosen(target)
+    w.controls.add_drafter(str(dirs["broken"]))
+    w.controls.add_drafter(str(dirs["drafter"]))
+    qtbot.waitUntil(lambda: str(dirs["drafter"]) in prefs.recent("drafters"), timeout=LONG)
+    assert str(dirs["broken"]) not in prefs.recent("drafters")
+    w.close()
