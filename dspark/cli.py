@@ -354,6 +354,10 @@ DELEGATED = {
 }
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _run(fn, arg) -> int:
     """Exit status: 0 done, 2 a mistake the user can fix (one line), 130 interrupted, 1 a bug
     (one line; the traceback goes to a log file)."""
@@ -376,10 +380,14 @@ def _run(fn, arg) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:
+    if argv is None:  # run as the dspark command (not called from Python)
+        import signal
+
         from .blas import use_fast_blas
 
         use_fast_blas()
+        # A terminal closing, kill or a scheduler: the same clean stop as Ctrl-C, whatever runs.
+        signal.signal(signal.SIGTERM, _interrupt)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in DELEGATED:
         import importlib
