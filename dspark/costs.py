@@ -113,9 +113,12 @@ def load_or_measure(target, drafter, block_size: int, remeasure: bool = False, s
     return costs
 
 
-def measure(target, drafter, block_size: int, context: int = 256, repeats: int = 7, key: str = "") -> Costs:
+def measure(target, drafter, block_size: int, context: int = 256, repeats: int = 7, key: str = "",
+            threads: dict[str, int] | None = None) -> Costs:
     """Time each phase on a cache holding ``context`` tokens; medians of ``repeats`` runs
-    after a warm-up. Nothing of it is kept in any generation's state."""
+    after a warm-up. ``threads`` (phase -> BLAS threads) fixes the counts; without it each
+    phase is timed at every count worth trying and the faster is kept. Nothing of it is
+    kept in any generation's state."""
     rng = mx.random.key(1234)
     vocab = target.dims.vocab_size
     ids = mx.random.randint(5, vocab, (context + block_size + 1,), key=rng).astype(mx.int32)
@@ -145,15 +148,17 @@ def measure(target, drafter, block_size: int, context: int = 256, repeats: int =
         rollback(cache, 1)
 
     phases = {"draft": [draft], "verify": [verify(w) for w in range(block_size + 1)], "step": [step]}
-    choices = _thread_choices()
-    by_threads = {n: _interleaved_ms(phases, repeats, n) for n in choices}
-    best: dict[str, int] = {}
-    timings: dict = {}
-    for phase in phases:
-        n_best = min(choices, key=lambda n: sum(by_threads[n][phase]))
-        timings[phase] = by_threads[n_best][phase]
-        if n_best:
-            best[phase] = n_best
+    if threads is not None:
+        timings, best = _interleaved_ms(phases, repeats, threads), dict(threads)
+    else:
+        choices = _thread_choices()
+        by_threads = {n: _interleaved_ms(phases, repeats, {p: n for p in phases}) for n in choices}
+        best, timings = {}, {}
+        for phase in phases:
+            n_best = min(choices, key=lambda n: sum(by_threads[n][phase]))
+            timings[phase] = by_threads[n_best][phase]
+            if n_best:
+                best[phase] = n_best
     blas.restore_threads()
     return Costs(verify_ms=tuple(monotone(timings["verify"])), draft_ms=timings["draft"][0],
                  step_ms=timings["step"][0], threads=best, context=context,
@@ -168,15 +173,16 @@ def _thread_choices() -> list[int]:
     return [1, n]
 
 
-def _interleaved_ms(phases: dict, repeats: int, threads: int) -> dict:
-    """Median milliseconds of each function of each phase. The functions take turns within
-    each repeat, so a change of the machine's load touches them all alike; the first turn
-    is a warm-up (kernels compiled, allocator caches filled)."""
-    if threads:
-        blas.set_threads(threads)
+def _interleaved_ms(phases: dict, repeats: int, threads: dict[str, int]) -> dict:
+    """Median milliseconds of each function of each phase, each phase at its BLAS thread
+    count (0 or absent: as it is). The functions take turns within each repeat, so a change
+    of the machine's load touches them all alike; the first turn is a warm-up (kernels
+    compiled, allocator caches filled)."""
     times = {phase: [[] for _ in fns] for phase, fns in phases.items()}
     for rep in range(repeats + 1):
         for phase, fns in phases.items():
+            if threads.get(phase):
+                blas.set_threads(threads[phase])
             for i, fn in enumerate(fns):
                 t0 = time.perf_counter()
                 fn()

@@ -140,6 +140,7 @@ def run(a, say) -> dict:
 
     from .. import prompts as _  # noqa: F401  (fail early on a broken install)
     from ..config import GenerationConfig
+    from ..costs import measure
     from ..engine import prompt_ids
     from ..files import output_dir
     from ..hub import resolve
@@ -174,7 +175,16 @@ def run(a, say) -> dict:
             arm.trial(ids[0], min(16, a.max_tokens), 0)
         bar = _bar(a, a.repeats * len(ids) * len(arm_list))
         baselines: dict = {}
+        drafters = {arm.drafter: arm.model for arm in arm_list if hasattr(arm, "model")}
+        doc["costs_by_repeat"] = []
         for r in range(a.repeats):
+            # The isolated costs the limit divides by, measured again in every repeat (at the
+            # thread counts chosen at the start), so they share the trials' load.
+            if bar:
+                bar.set_description(f"repeat {r + 1}/{a.repeats}: isolated costs")
+            now = {name: measure(target, d, d.block_size, repeats=3, threads=costs[name].threads)
+                   for name, d in drafters.items()}
+            doc["costs_by_repeat"].append({k: c.to_dict() for k, c in now.items()})
             for p, prompt in enumerate(ids):
                 shift = (r * len(ids) + p) % len(arm_list)
                 group = {}
@@ -189,7 +199,7 @@ def run(a, say) -> dict:
                 plain = group[report.PLAIN]
                 for arm in arm_list:
                     t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None,
-                                      costs.get(arm.drafter))
+                                      now.get(arm.drafter))
                     if arm.name != report.PLAIN and a.temperature == 0:
                         t.update(_verdict(target, t, plain, baselines, p, replace(cfg, seed=r)))
                     for k in ("token_logprobs", "prompt_tokens"):

@@ -16,7 +16,8 @@ does the same amount of work):
 - ``limit``: ``tau * step_ms / (t_draft + t_verify)``, the speedup this drafter and policy would
   reach with nothing but the two forwards in a round, where ``t_draft`` and ``t_verify`` (the
   mean over the trial's rounds of the verify cost at each round's width) are this machine's
-  isolated costs measured at the start of the benchmark (:mod:`dspark.costs`);
+  isolated costs (:mod:`dspark.costs`), measured again at the start of every repeat so that
+  they share the trials' load;
   ``efficiency`` = speedup / limit: how much of that the loop delivers;
 - ``in_loop``: (draft_ms + verify_ms) / round time, the share of a round spent in the phases.
 """
