@@ -3,7 +3,12 @@ prompts run), and one curve per drafter: acceptance by position, and decode toke
 prompts drawn back to back (so six prompts make one line per drafter, not eighteen).
 
 The table is the legend (each drafter's colour beside its name) and the selector: the selected
-row is the drafter the header and the Run tab describe."""
+row is the drafter the header and the Run tab describe.
+
+A ``dspark bench`` result opened from a file (``app.bench_io``) fills the same table with its
+arms (medians over its trials) and the acceptance curves; in place of the tokens/sec curves,
+which a benchmark does not keep, it draws the costs the benchmark measured. Costs measured
+here (the auto policy's, or Run ▸ Measure costs) are drawn beside a live comparison."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from PySide6.QtWidgets import (
 
 from .panes.header import SPEEDUP_TIP
 from .panes.plots import (
-    TIP_POSITION, TIP_TPS, PlotBox, integer_ticks, make_plot, rate_range, set_title, style_plot, title_html,
+    TIP_COSTS, TIP_POSITION, TIP_TPS, PlotBox, draw_costs, integer_ticks, make_plot, rate_range, set_title, style_plot, title_html,
     zero_based_range,
 )
 from .runs import BASELINE
@@ -44,6 +49,8 @@ def format_cell(key: str, row: dict) -> str:
     if key == "label":
         return v
     if key == "runs":
+        if row.get("runs_text"):  # a benchmark's arm: prompts × repeats
+            return row["runs_text"]
         return f"{row['finished']}/{row['planned']}" + (" · stopped" if row.get("stopped") else "")
     if key in ("tau", "acceptance_rate", "per_position_acceptance") and is_base:
         return "–"
@@ -93,8 +100,11 @@ class CompareView(QWidget):
         self.position.setToolTip(TIP_POSITION)
         self.tps = make_plot("Decode tok/s", "tok/s", "seconds of decoding, prompts back to back")
         self.tps.setToolTip(TIP_TPS_POOLED)
+        self.costs = make_plot("Measured cost on this machine", "ms", "drafts verified (rows = 1 + drafts)")
+        self.costs.setToolTip(TIP_COSTS)
         self.boxes = [PlotBox(self.position, "one line per drafter, after a comparison"),
-                      PlotBox(self.tps, "one line per drafter and plain decoding, during a comparison")]
+                      PlotBox(self.tps, "one line per drafter and plain decoding, during a comparison"),
+                      PlotBox(self.costs, "the auto policy's measured costs, once measured")]
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.empty, 0)
@@ -107,7 +117,8 @@ class CompareView(QWidget):
         self._show_table(False)
 
     def plots(self) -> dict[str, pg.PlotWidget]:
-        return {"compare_acceptance_by_position": self.position, "compare_tokens_per_sec": self.tps}
+        return {"compare_acceptance_by_position": self.position, "compare_tokens_per_sec": self.tps,
+                "compare_costs": self.costs}
 
     def set_theme(self, t: Theme) -> None:
         self.theme = t
@@ -131,7 +142,8 @@ class CompareView(QWidget):
 
     def show_view(self, view: View) -> None:
         """Draw the last comparison (a later single run leaves it in place)."""
-        shown = (tuple((id(r), len(r.rounds), r.done, r.verdict) for r in view.comparison), view.focus)
+        shown = (tuple((id(r), len(r.rounds), r.done, r.verdict) for r in view.comparison), view.focus,
+                 id(view.bench), repr(view.costs))
         if shown == self._drawn:
             return  # a single run's rounds: nothing here changed
         self._drawn = shown
@@ -139,9 +151,17 @@ class CompareView(QWidget):
         self._show_table(bool(rows))
         for box in self.boxes:
             box.set_empty(not rows)
+        bench = view.bench is not None
+        self.boxes[1].setVisible(not bench)  # a benchmark keeps no tokens/sec curves
+        self.boxes[2].setVisible(bool(view.costs))
+        self.boxes[2].set_empty(not view.costs)
+        runs_header = self.table.horizontalHeaderItem(1)
+        runs_header.setText("Prompts × repeats" if bench else "Prompts")
         order = [row["label"] for row in rows]
         self._fill_table(rows, order, view.focus)
         self._draw(rows, order, view.comparison)
+        if view.costs:
+            draw_costs(self.costs, view.costs, self.theme)
 
     def _fill_table(self, rows: list[dict], order: list[str], focus: str | None) -> None:
         self.table.blockSignals(True)
@@ -157,7 +177,7 @@ class CompareView(QWidget):
                     if row["drafter"]:
                         item.setToolTip(row["drafter"])
                 if key == "speedup" and row["label"] != BASELINE:
-                    item.setToolTip(f"{row['compared_tokens']} tokens compared, pooled over the prompts")
+                    item.setToolTip(_speedup_note(row))
                 self.table.setItem(r, c, item)
         if focus in order:
             self.table.selectRow(order.index(focus))
@@ -201,3 +221,16 @@ class CompareView(QWidget):
                 ys.append(y)
         if ys:
             rate_range(self.tps, ys)
+
+
+def _speedup_note(row: dict) -> str:
+    """The speedup cell's tooltip: how it was pooled, or a benchmark arm's spread and limit."""
+    spread = row.get("speedup_spread")
+    if not spread:
+        return f"{row['compared_tokens']} tokens compared, pooled over the prompts"
+    text = (f"median of {spread['n']} trials (dspark bench); middle half {spread['p25']:.2f}–{spread['p75']:.2f}×, "
+            f"range {spread['min']:.2f}–{spread['max']:.2f}×")
+    if row.get("limit"):
+        text += (f"\nlimit τ·step/(draft+verify) {row['limit']:.2f}×, efficiency {row['efficiency']:.2f}"
+                 if row.get("efficiency") is not None else f"\nlimit {row['limit']:.2f}×")
+    return text

@@ -25,7 +25,7 @@ def _figures(doc: dict, theme):
     import pyqtgraph as pg
     from PySide6.QtCore import Qt
 
-    from .panes.plots import integer_ticks, make_plot, style_plot
+    from .panes.plots import draw_costs, integer_ticks, make_plot, style_plot
 
     arms = [a for a in doc["arms"] if "speedup" in a]
     out = {}
@@ -57,23 +57,12 @@ def _figures(doc: dict, theme):
     out["acceptance"] = w
 
     w = make_plot("Measured cost on this machine", "ms", "drafts verified (rows = 1 + drafts)")
-    w.addLegend(offset=(10, 10))
-    for i, (name, c) in enumerate(doc.get("costs", {}).items()):
-        color = theme.series[i % len(theme.series)]
-        v = c["verify_ms"]
-        w.plot(list(range(len(v))), v, pen=pg.mkPen(color, width=3), symbol="o", symbolBrush=color,
-               name=f"verify ({name})")
-        w.addItem(pg.InfiniteLine(pos=c["draft_ms"], angle=0, pen=pg.mkPen(color, width=2, style=Qt.DashLine),
-                                  label=f"draft {name} {c['draft_ms']:.1f} ms", labelOpts={"color": theme.fg}))
-        step = c["step_ms"]
-    if doc.get("costs"):
-        w.addItem(pg.InfiniteLine(pos=step, angle=0, pen=pg.mkPen(theme.base, width=2),
-                                  label=f"plain step {step:.1f} ms", labelOpts={"color": theme.fg, "position": 0.9}))
-        w.setYRange(0, max(max(c["verify_ms"]) for c in doc["costs"].values()) * 1.15, padding=0)
-        integer_ticks(w, range(max(len(c["verify_ms"]) for c in doc["costs"].values())))
+    style_plot(w, theme)
+    draw_costs(w, doc.get("costs") or {}, theme)
     out["costs"] = w
-    for widget in out.values():
-        style_plot(widget, theme)
+    for name, widget in out.items():
+        if name != "costs":  # styled before drawing: its title is its legend
+            style_plot(widget, theme)
     return out
 
 

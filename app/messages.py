@@ -35,6 +35,16 @@ class LoadRequest:
     drafters: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class CostsRequest:
+    """This machine's verify and draft costs for each drafter on the target (``dspark.costs``):
+    the cached ones, or measured again when ``remeasure``."""
+
+    target: str
+    drafters: tuple[str, ...]
+    remeasure: bool = False
+
+
 # --- worker -> GUI --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Status:
@@ -61,6 +71,14 @@ class Loaded:
     target_id: str
     drafters: dict  # path -> DrafterInfo, for the drafters that loaded
     errors: dict  # path -> one-line reason, for those that did not
+
+
+@dataclass(frozen=True)
+class CostsMeasured:
+    """A drafter's measured costs on the loaded target (``dspark.costs.Costs.to_dict()``)."""
+
+    drafter: str  # the drafter directory
+    costs: dict
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Presentation mode: full screen, large type, high-contrast colours, the controls hidden,
 and one key to run the next prompt of the set (Space or →; ← goes back; Esc leaves). After
-File ▸ Open run… the same keys play the next saved run instead. A key pressed during a run is
+File ▸ Open run or benchmark… the same keys play the next saved run instead. A key pressed during a run is
 queued (one step) and said so in the status bar, never dropped."""
 
 from __future__ import annotations

@@ -6,13 +6,17 @@ no models.
 Two results live side by side: the runs of the last job (the Run tab) and the runs of the last
 comparison (the Compare tab). A single run after a comparison replaces the first, never the
 second, so what each tab shows is what it exports. The header describes the tab on screen.
+A ``dspark bench`` result opened from a file takes the Compare tab's place until the next
+comparison starts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from .messages import Checked, Job, JobDone, RoundDone, RunDone, RunStarted
+from .bench_io import bench_rows
+from .messages import Checked, CostsMeasured, Job, JobDone, RoundDone, RunDone, RunStarted
 from .runs import BASELINE, RunRecord, compare_rows
 
 RUN_TAB, COMPARE_TAB = "run", "compare"
@@ -34,6 +38,8 @@ class View:
     focus: str | None  # the drafter (a row label) the header and the Run tab describe after a comparison
     busy: bool
     replay: str = ""  # "" for live runs; else what is being replayed, for the header
+    bench: dict | None = None  # a dspark bench summary the Compare tab shows instead of a comparison
+    costs: dict | None = None  # drafter name -> measured costs (Costs.to_dict()) the Compare tab draws
 
     def row(self, label: str | None) -> dict | None:
         return next((r for r in self.rows if r["label"] == label), None)
@@ -57,6 +63,8 @@ class Session:
         self._fresh = False  # the current job has not started a run yet
         self._job_focus: str | None = None
         self._job_replay = ""
+        self.bench: dict | None = None  # an opened dspark bench summary (app.bench_io.read_bench)
+        self.costs: dict[str, dict] = {}  # drafter directory -> this machine's measured costs
 
     # --- jobs -----------------------------------------------------------------------------
     def new_job(self, kind: str, target: str, prompts, runs, config: dict, focus: str | None = None,
@@ -101,6 +109,8 @@ class Session:
             if rec is None:
                 return False
             rec.verdict = msg.verdict
+        elif isinstance(msg, CostsMeasured):
+            self.costs[msg.drafter] = msg.costs
         elif isinstance(msg, JobDone):
             if msg.job != job:
                 return False
@@ -120,6 +130,16 @@ class Session:
             self.comparison = self.runs  # the same list: the Compare tab grows with the job
             self.compare_prompts = self.prompt_count
             self.focus = self._job_focus
+            self.bench = None
+
+    def show_bench(self, doc: dict) -> bool:
+        """Show a benchmark result on the Compare tab (False while a job runs)."""
+        if self.busy:
+            return False
+        self.bench, self.comparison, self.compare_prompts = doc, [], int(doc["prompts"]["count"])
+        self.focus = next((r["label"] for r in bench_rows(doc) if r["label"] != BASELINE), None)
+        self.version += 1
+        return True
 
     # --- what is shown ----------------------------------------------------------------------
     def show_tab(self, tab: str) -> None:
@@ -135,7 +155,10 @@ class Session:
 
     def focused_label(self) -> str | None:
         """The focus when the comparison has it, else the comparison's first drafter."""
-        labels = [r.label for r in self.comparison if r.label != BASELINE]
+        if self.bench is not None:
+            labels = [r["label"] for r in bench_rows(self.bench) if r["label"] != BASELINE]
+        else:
+            labels = [r.label for r in self.comparison if r.label != BASELINE]
         if self.focus in labels:
             return self.focus
         return labels[0] if labels else None
@@ -157,7 +180,11 @@ class Session:
 
     def view(self) -> View:
         spec, base = self.shown_runs()
-        rows = tuple(compare_rows(self.comparison, self.compare_prompts)) if self.comparison else ()
+        if self.bench is not None:
+            rows, costs = tuple(bench_rows(self.bench)), self.bench.get("costs") or {}
+        else:
+            rows = tuple(compare_rows(self.comparison, self.compare_prompts)) if self.comparison else ()
+            costs = {Path(p).name: c for p, c in self.costs.items()}
         return View(self.shown_kind, self.tab, spec, base, tuple(self.runs), self.prompt_count,
                     tuple(self.comparison), rows, self.compare_prompts, self.focused_label(), self.busy,
-                    self.replay)
+                    self.replay, self.bench, costs)

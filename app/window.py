@@ -17,7 +17,8 @@ from PySide6.QtWidgets import (
     QFileDialog, QLabel, QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget,
 )
 
-from . import export, geometry, replay, settings
+from . import bench_io, export, geometry, replay, settings
+from .benchmarks import BenchActions
 from .compare import CompareView
 from .messages import Failed, JobDone, Loaded, LoadRequest, RunSpec, Status
 from .panes.controls import TYPED, ControlPanel, drafter_label
@@ -40,6 +41,7 @@ REFRESH_MS = 40
 class MainWindow(QMainWindow):
     request_load = Signal(object)
     request_job = Signal(object)
+    request_costs = Signal(object)
     request_shutdown = Signal()
     job_finished = Signal(dict)  # {"job", "ok", "cancelled"}, emitted on the GUI thread
 
@@ -53,9 +55,10 @@ class MainWindow(QMainWindow):
         self._drawn = -1  # the session version the panes show
         self.download = None  # the Download dialog, once opened
         self.player = replay.Player(self.on_message, self)  # replays deliver as the worker does
-        self.playlist: list[replay.Recording] = []  # File ▸ Open run…: Space / → plays the next
+        self.playlist: list[replay.Recording] = []  # File ▸ Open run or benchmark…: Space / → plays the next
         self.playing = -1  # the playlist's recording on screen
         self.replay_speed = "1×"
+        self.benchmarks = BenchActions(self)
         self._build()
         self._start_worker()
         self.presenter = Presenter(self)
@@ -148,7 +151,7 @@ class MainWindow(QMainWindow):
 
         m = self.menuBar().addMenu("&File")
         act(m, "Open target…", self.controls.browse_target, "Ctrl+O")
-        act(m, "Open run…", self.choose_replay, "Ctrl+Shift+O")
+        act(m, "Open run or benchmark…", self.choose_replay, "Ctrl+Shift+O")
         act(m, "Add drafter…", self.controls.browse_drafter, "Ctrl+D")
         act(m, "Download…", self.open_download)
         m.addSeparator()
@@ -156,6 +159,7 @@ class MainWindow(QMainWindow):
         act(m, "Export run as CSV…", lambda: self.export_data("csv", False))
         act(m, "Export comparison as JSON…", lambda: self.export_data("json", True))
         act(m, "Export comparison as CSV…", lambda: self.export_data("csv", True))
+        act(m, "Save comparison as benchmark…", self.benchmarks.save_comparison)
         act(m, "Save plots as PNG…", self.export_pngs, "Ctrl+Shift+S")
         m.addSeparator()
         act(m, "Quit", self.close, "Ctrl+Q")
@@ -163,6 +167,7 @@ class MainWindow(QMainWindow):
         act(m, "Run", self.start_run, "Ctrl+R")
         act(m, "Stop", self.stop, "Ctrl+.")
         act(m, "Compare drafters", self.start_compare, "Ctrl+Shift+R")
+        act(m, "Measure costs (auto policy)", self.benchmarks.measure_costs)
         act(m, "Next prompt", lambda: self.controls.step_prompt(1), "Ctrl+Right")
         act(m, "Previous prompt", lambda: self.controls.step_prompt(-1), "Ctrl+Left")
         m.addSeparator()
@@ -222,6 +227,7 @@ class MainWindow(QMainWindow):
         self.worker.moveToThread(self.thread_)
         self.request_load.connect(self.worker.load)
         self.request_job.connect(self.worker.run_job)
+        self.request_costs.connect(self.worker.measure_costs)
         self.request_shutdown.connect(self.worker.shutdown)
         self.worker.message.connect(self.on_message)
         self.thread_.start()
@@ -300,14 +306,18 @@ class MainWindow(QMainWindow):
 
     # --- replay ---------------------------------------------------------------------------
     def choose_replay(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Open saved runs (several: Space / → plays the next)",
-                                                str(settings.history_dir()), "Saved runs (*.json)")
+        paths, _ = QFileDialog.getOpenFileNames(self, "Open saved runs (several: Space / → plays the next) or a "
+                                                "dspark bench summary.json", str(settings.history_dir()),
+                                                "Saved runs and benchmarks (*.json)")
         if paths:
             self.open_replay(paths)
 
     def open_replay(self, paths: list[str], speed: str | None = None) -> bool:
         """Play saved runs or comparisons back on every pane, loading no model; several files
-        make a playlist. A file that is not one leaves everything as it was, with one message."""
+        make a playlist. A ``dspark bench`` summary opens on the Compare tab instead. A file
+        that is neither leaves everything as it was, with one message."""
+        if len(paths) == 1 and bench_io.is_bench_file(paths[0]):
+            return self.benchmarks.open(paths[0])
         if self.busy:
             self.on_failed("a run is in progress: stop it before opening a saved one")
             return False
@@ -359,6 +369,8 @@ class MainWindow(QMainWindow):
 
     def on_loaded(self, info: Loaded) -> None:
         """Mark each drafter's result; only what loaded joins the recent lists."""
+        if info.target != self.loaded_target:
+            self.session.costs.clear()  # measured on the previous target
         self.loaded_target = info.target
         for p in self.controls.drafter_paths():
             d = info.drafters.get(p)

@@ -18,11 +18,14 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from dspark import DflashDrafter, DsparkError, GenerationConfig, Summary, generate, generate_baseline, load_target
 from dspark import lossless
+from dspark.costs import Costs, load_or_measure
 from dspark.errors import report_bug
 from dspark.engine import run_to_summary
+from dspark.policy import parse as parse_policy
 
 from .messages import (
-    Checked, DrafterInfo, Failed, Job, JobDone, Loaded, LoadRequest, RoundDone, RunDone, RunSpec, RunStarted, Status,
+    Checked, CostsMeasured, CostsRequest, DrafterInfo, Failed, Job, JobDone, Loaded, LoadRequest, RoundDone, RunDone,
+    RunSpec, RunStarted, Status,
 )
 
 WARMUP_IDS = [2, 3, 4, 5]
@@ -54,6 +57,21 @@ class Worker(QObject):
         except DsparkError as e:
             self.message.emit(Failed(str(e)))
         except Exception as e:  # never let a load take the app down
+            self._unexpected(e)
+
+    @Slot(object)
+    def measure_costs(self, req: CostsRequest) -> None:
+        """Each drafter's costs on the target: cached, or measured now (a few seconds each)."""
+        try:
+            for msg in self._ensure(req.target, list(req.drafters)).values():
+                self.message.emit(Failed(msg))
+            for p in req.drafters:
+                if p in self._drafters:
+                    self._costs_for(p, self._drafters[p].block_size, remeasure=req.remeasure)
+            self.message.emit(Status("ready"))
+        except DsparkError as e:
+            self.message.emit(Failed(str(e)))
+        except Exception as e:
             self._unexpected(e)
 
     @Slot(object)
@@ -105,7 +123,11 @@ class Worker(QObject):
         self.message.emit(Status(f"{spec.label}: generating"))
         cancel = self.cancel_event.is_set
         if spec.drafter:
-            events = generate(self._target, self._drafters[spec.drafter], prompt, config, cancel=cancel)
+            drafter = self._drafters[spec.drafter]
+            costs = None
+            if parse_policy(config.policy).kind == "auto":  # the scheduler reads them: show which
+                costs = self._costs_for(spec.drafter, config.block_size or drafter.block_size)
+            events = generate(self._target, drafter, prompt, config, cancel=cancel, costs=costs)
         else:
             events = generate_baseline(self._target, prompt, config, cancel=cancel)
         summary = None
@@ -126,6 +148,14 @@ class Worker(QObject):
         for spec, key, s in done:
             if spec.drafter and s is not None and s.finish_reason != "cancelled":
                 self.message.emit(Checked(key, lossless.compare(self._target, s, base)))
+
+    def _costs_for(self, path: str, block_size: int, remeasure: bool = False) -> Costs:
+        """The drafter's costs at this block size (cached per machine and model by
+        ``dspark.costs``), sent to the window so it can draw the curve the scheduler reads."""
+        say = lambda text: self.message.emit(Status(text))  # noqa: E731
+        costs = load_or_measure(self._target, self._drafters[path], block_size, remeasure=remeasure, say=say)
+        self.message.emit(CostsMeasured(path, costs.to_dict()))
+        return costs
 
     def _piece(self, token: int) -> str:
         """A drafted token's text, for the draft grid (tokenizer lookup, no model work)."""

@@ -93,10 +93,13 @@ class HeaderStrip(QFrame):
         pass  # styled by the window's stylesheet
 
     def show_view(self, view: View) -> None:
-        head, _, rest = view.replay.partition(" · ")
+        badge = view.replay
+        if view.tab == COMPARE_TAB and view.bench is not None:  # measured elsewhere, maybe on another machine
+            badge = f"BENCHMARK · {view.bench.get('_path', '')} · {view.bench['environment'].get('cpu', '')}"
+        head, _, rest = badge.partition(" · ")
         self.mode.setText(f"{escape(head)}<br><small>{escape(rest)}</small>" if rest else escape(head))
-        self.mode.setToolTip(view.replay)
-        self.mode.setVisible(bool(view.replay))
+        self.mode.setToolTip(badge)
+        self.mode.setVisible(bool(badge))
         if view.tab == COMPARE_TAB:
             self._show_comparison(view)
         else:
@@ -145,7 +148,9 @@ class HeaderStrip(QFrame):
     def _show_comparison(self, view: View) -> None:
         row, base = view.row(view.focus), view.row(BASELINE)
         n = view.compare_prompts
-        if row is not None:
+        if row is not None and view.bench is not None:
+            headline = f"{row['label']} vs plain mlx-lm decoding · dspark bench: medians over {row['runs_text']} trials"
+        elif row is not None:
             headline = f"{row['label']} vs plain decoding · pooled over {plural(n, 'prompt')}"
         elif base is not None:
             headline = f"plain decoding only · {plural(n, 'prompt')}"
@@ -168,9 +173,16 @@ class HeaderStrip(QFrame):
             "ttft": f"{ttft * 1000:.0f} ms" if ttft is not None else "",
             "mem": f"{mem / 2**20:.0f} MB" if mem else "",
             "same": r.get("identical") or "",
-        }, headline, f"Pooled over {plural(n, 'prompt')}: {r.get('compared_tokens', 0)} tokens compared."
-                     if row is not None else "", basis)
+        }, headline, _pooled_note(view, r, n) if row is not None else "", basis)
         self.values["same"].setToolTip(SAME_TIP)
+
+
+def _pooled_note(view: View, row: dict, n: int) -> str:
+    if view.bench is not None:
+        s = view.bench["settings"]
+        return (f"dspark bench: the median over {row['runs_text']} trials (prompts × repeats) of each trial's "
+                f"speedup over plain mlx-lm decoding of the same prompt; {s['max_tokens']} tokens each, EOS ignored.")
+    return f"Pooled over {plural(n, 'prompt')}: {row.get('compared_tokens', 0)} tokens compared."
 
 
 def _compared_note(compared: int, spec, base) -> str:

@@ -61,12 +61,16 @@ def make_plot(title: str, left: str, bottom: str, integer_y: bool = False) -> pg
     return w
 
 
-def title_html(t: Theme, title: str, keys: list[tuple[str, str, bool]] = ()) -> str:
+KEYS_PER_LINE = 3  # a benchmark's nine arms in one line would widen the plot past the window
+
+
+def title_html(t: Theme, title: str, keys: list[tuple[str, str, bool]] = (), per_line: int = KEYS_PER_LINE) -> str:
     """A plot title and, on a line below it, its legend: (colour, name, dashed) per line drawn
     (two short lines keep a narrow plot readable where one long one would widen the window)."""
     keys = [f'<span style="color:{colour}">{"╍╍" if dashed else "━━"}&nbsp;{escape(name)}</span>'
             for colour, name, dashed in keys]
-    return escape(title) + ("<br>" + "&nbsp;&nbsp;&nbsp;".join(keys) if keys else "")
+    lines = ["&nbsp;&nbsp;&nbsp;".join(keys[i : i + per_line]) for i in range(0, len(keys), per_line)]
+    return "<br>".join([escape(title), *lines])
 
 
 def set_title(w: pg.PlotWidget, t: Theme, html: str) -> None:
@@ -96,6 +100,37 @@ def style_plot(w: pg.PlotWidget, t: Theme) -> None:
 
 def integer_ticks(w: pg.PlotWidget, values) -> None:
     w.getAxis("bottom").setTicks([[(float(v), str(v)) for v in values], []])
+
+
+TIP_COSTS = (
+    "This machine's measured costs (dspark.costs), which the auto verify policy schedules by:\n"
+    "solid, the target's verify forward of the anchor and w drafts (w = 0..G) with the drafter's taps;\n"
+    "dashed, one drafted block (its time in the legend); grey, one plain decoding step.\n"
+    "Each is a median of timed runs, cached per machine, model and MLX version."
+)
+
+
+def draw_costs(w: pg.PlotWidget, costs: dict, t: Theme) -> None:
+    """Each drafter's verify cost by width, its draft cost, and the plain step, from
+    ``{name: Costs.to_dict()}``; the legend is the title (``title_html``)."""
+    w.clear()
+    keys, top, width = [], 0.0, 0
+    for i, (name, c) in enumerate(costs.items()):
+        colour = t.series[i % len(t.series)]
+        v = [float(x) for x in c["verify_ms"]]
+        w.plot(np.arange(len(v), dtype=float), np.array(v), pen=pg.mkPen(colour, width=3), symbol="o",
+               symbolSize=8, symbolBrush=colour)
+        w.addItem(pg.InfiniteLine(pos=float(c["draft_ms"]), angle=0, pen=pg.mkPen(colour, width=2, style=Qt.DashLine)))
+        keys.append((colour, f"{name} (draft {float(c['draft_ms']):.1f} ms)", False))
+        top, width = max(top, max(v), float(c["draft_ms"])), max(width, len(v))
+    if costs:
+        step = float(next(iter(costs.values()))["step_ms"])
+        w.addItem(pg.InfiniteLine(pos=step, angle=0, pen=pg.mkPen(t.base, width=2)))
+        keys.append((t.base, f"plain step {step:.1f} ms", False))
+        w.setYRange(0, max(top, step) * 1.15, padding=0)
+        w.setXRange(-0.4, width - 0.6, padding=0)
+        integer_ticks(w, range(width))
+    set_title(w, t, title_html(t, w.property("titles")[0], keys, per_line=2))
 
 
 class PlotBox(QWidget):
