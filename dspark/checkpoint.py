@@ -54,6 +54,13 @@ def check_target_dir(directory: Path, config: dict) -> None:
     for key in TEXT_FIELDS:
         if key in text and text[key] is not None:
             f.int(key, key if key in LIMITS else "hidden_size")
+    types, layers = text.get("layer_types"), text.get("num_hidden_layers")
+    if types is not None and layers is not None:
+        if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+            raise DsparkError(f"{directory}/config.json: layer_types must be a list of names")
+        if len(types) != layers:  # mlx-lm would index past the list mid-load
+            raise DsparkError(f"{directory}/config.json lists {len(types)} layer_types for num_hidden_layers {layers}: "
+                              f"they must agree")
 
 
 # --------------------------------------------------------------------------- config forms

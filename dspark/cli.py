@@ -125,6 +125,9 @@ def cmd_costs(a) -> int:
     from .formats import load_drafter
     from .target import load_target
 
+    from .options import check_range
+
+    check_range("--block-size", a.block_size, 1, 64)  # as generate's: measuring allocates per width
     target = load_target(a.target, say=_warn)
     drafter = load_drafter(a.drafter, target, say=_warn)
     costs = load_or_measure(target, drafter, a.block_size or drafter.block_size, remeasure=a.remeasure, say=_warn)
@@ -264,6 +267,11 @@ def calibrate_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-len", type=int, default=64, help="prompt tokens cut from each stretch of a prompt file")
     ap.add_argument("--out", help="save the calibrated drafter here instead of over --drafter")
     a = ap.parse_args(argv)
+    from .options import check_range
+
+    for flag, value, hi in (("--rounds", a.rounds, 100_000), ("--max-tokens", a.max_tokens, 1_000_000),
+                            ("--prompt-len", a.prompt_len, 1_000_000)):
+        check_range(flag, value, 1, hi)
     target = load_target(a.target)
     drafter = DflashDrafter.load(a.drafter, target=target)
     if not isinstance(drafter, DflashDrafter):

@@ -127,6 +127,16 @@ def from_args(cls, namespace, **overrides):
     return cls(**{**values, **overrides})
 
 
+def check_range(flag: str, value: float | None, lo: float, hi: float | None = None) -> None:
+    """One line for a command's own numeric option (one that is no settings field) outside
+    ``lo``..``hi``; None (not given) passes."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value < lo or (hi is not None and value > hi):
+        raise DsparkError(f"{flag} must be " + (f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}")
+                          + f", not {value:g}")
+
+
 def check_options(value) -> None:
     """Raise a DsparkError naming the first option of ``value`` outside its legal values."""
     for spec in describe(type(value)):

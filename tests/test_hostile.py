@@ -109,6 +109,8 @@ def dirs(tmp_path_factory):
         "vocab_huge": T(t, root, "vocab_huge", lambda c: c.__setitem__("vocab_size", 10**9)),
         "model_type_path": T(t, root, "model_type_path", lambda c: c.__setitem__("model_type", "../../os")),
         "auto_map": T(t, root, "auto_map", lambda c: c.__setitem__("auto_map", {"AutoModel": "m.M"})),
+        "layers_disagree": T(t, root, "layers_disagree",
+                             lambda c: c.__setitem__("layer_types", (c.get("layer_types") or ["full_attention"] * c["num_hidden_layers"]) + ["full_attention"])),
     })
     tok_code = copy(t, root / "tokenizer_code")
     edit_json(tok_code / "tokenizer_config.json", lambda c: c.update(auto_map={"AutoTokenizer": ["tokenization_evil.Evil", None]},
@@ -198,6 +200,21 @@ def cases(d) -> list[tuple[str, list[str], int, str]]:
         ("train on a missing data file", ["train", "--target", t, "--data", str(r / "none.txt"), "--out", str(r / "t1")], 2,
          "file not found"),
         ("inspect a model directory", ["inspect", t], 2, "holds a model"),
+        ("inspect a drafter whose block is a million", ["inspect", str(d["block_huge"])], 2, "block-size must be between 1 and 64"),
+        ("layer_types and num_hidden_layers disagree", ["generate", "--target", str(d["layers_disagree"]), "--prompt", "x"], 2,
+         "layer_types for num_hidden_layers"),
+        ("costs for a block of a million", ["costs", "--target", t, "--drafter", str(d["drafter"]), "--block-size", "1000000"], 2,
+         "--block-size must be between 1 and 64"),
+        ("costs for a negative block", ["costs", "--target", t, "--drafter", str(d["drafter"]), "--block-size", "-3"], 2,
+         "--block-size must be between 1 and 64"),
+        ("calibrate on -5 rounds", ["calibrate", "--target", t, "--drafter", str(d["drafter"]), "--rounds", "-5"], 2,
+         "--rounds must be between 1"),
+        ("calibrate with empty prompts", ["calibrate", "--target", t, "--drafter", str(d["drafter"]), "--prompt-len", "0"], 2,
+         "--prompt-len must be between 1"),
+        ("make-demo with -1 target steps", ["make-demo", "--only", "target", "--target-steps", "-1", "--out", str(r / "md")], 2,
+         "--target-steps must be at least 1"),
+        ("make-demo with 0 drafter steps", ["make-demo", "--only", "eval", "--drafter-steps", "0", "--out", str(r / "md")], 2,
+         "steps must be"),
         ("quantize to 3 bits", ["quantize", str(d["drafter"]), "--bits", "3", "--out", str(r / "q3")], 2, "invalid choice"),
     ]
 
@@ -297,21 +314,20 @@ def test_sigterm_saves_a_checkpoint_and_resume_is_exact(dirs, data_file, tmp_pat
     """A run stopped by SIGTERM and resumed ends with the same weights as one run straight
     through: every checkpoint holds the random state that draws the next batch."""
     straight = tmp_path / "straight"
-    r = subprocess.run(train_cmd(dirs, data_file, straight, "--steps", "40"), capture_output=True, text=True, timeout=600)
+    # long enough that the signal, sent when the first checkpoint appears, always lands mid-loop
+    r = subprocess.run(train_cmd(dirs, data_file, straight, "--steps", "160"), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     stopped = tmp_path / "stopped"
-    p = subprocess.Popen(train_cmd(dirs, data_file, stopped, "--steps", "40", "--checkpoint-minutes", "0"),
+    p = subprocess.Popen(train_cmd(dirs, data_file, stopped, "--steps", "160", "--checkpoint-minutes", "0"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while not (stopped / "train_state.safetensors").exists() and time.time() < deadline:
         time.sleep(0.05)
-    time.sleep(0.5)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=300)
-    assert p.returncode in (0, 130) and "Traceback" not in err, err[-2000:]
-    if "checkpoint saved at step" not in err:  # the loop had ended: there was nothing to interrupt
-        pytest.skip("the training loop finished before the signal arrived")
-    r = subprocess.run(train_cmd(dirs, data_file, stopped, "--steps", "40", "--resume"), capture_output=True, text=True,
+    assert p.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert "checkpoint saved at step" in err, err[-2000:]
+    r = subprocess.run(train_cmd(dirs, data_file, stopped, "--steps", "160", "--resume"), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0 and "resumed at step" in r.stderr, r.stderr[-2000:]
     a, b = params(straight), params(stopped)

@@ -160,6 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafter-minutes", type=float, help="time budget of each drafter's training (default: none)")
     ap.add_argument("--fresh", action="store_true", help="start over instead of resuming checkpoints")
     a = ap.parse_args(argv)
+    from ..options import check_options, check_range
+
+    check_range("--target-steps", a.target_steps, 1)
+    for flag, value in (("--target-minutes", a.target_minutes), ("--drafter-minutes", a.drafter_minutes)):
+        check_range(flag, value, 0.01)
+    settings = dataclasses.replace(TRAINING, steps=a.drafter_steps, time_budget_minutes=a.drafter_minutes)
+    check_options(settings)
     out = Path(a.out)
     stages = [a.only] if a.only else ["target", "drafters", "eval"]
     if "target" in stages:
@@ -167,7 +174,6 @@ def main(argv: list[str] | None = None) -> int:
     if not (out / "target" / "config.json").is_file():
         raise DsparkError(f"no demo target in {out / 'target'}: run the target stage first")
     if "drafters" in stages:
-        settings = dataclasses.replace(TRAINING, steps=a.drafter_steps, time_budget_minutes=a.drafter_minutes)
         build_drafters(out, settings, resume=not a.fresh)
     if "eval" in stages:
         evaluate(out)

@@ -103,10 +103,9 @@ def describe(path: str | Path) -> dict:
     out = {"path": str(p), "format": fmt, "dtype": "/".join(dtypes), "bytes": checkpoint.tensor_bytes(p, skip=()),
            "quantization": config.get("quantization")}
     if fmt == "dspark-drafter":
-        from ..drafter import DflashConfig, TargetDims
+        from ..drafter import _read_native
 
-        cfg = DflashConfig.from_dict(Fields(config, p / "config.json").dict("cfg"))
-        dims = TargetDims(**config["dims"])
+        dims, cfg = _read_native(p, config)  # every field checked, as loading does
         out.update(block_size=cfg.block_size, drafts_per_round=cfg.block_size, tap_layers=list(cfg.tap_layers),
                    mask_token_id=cfg.mask_token_id, draft_vocab=dims.vocab_size, layers=cfg.num_layers,
                    markov_head=cfg.markov, confidence_head=cfg.confidence,
