@@ -88,6 +88,65 @@ def test_a_planted_mismatch_is_reported_as_one(root):
     assert lossless.compare(target, plain, plain).label() == "✓"
 
 
+def test_a_planted_near_miss_is_a_mismatch_not_a_tie(root):
+    """The runner-up token where the target's two clean evaluations agree on the order by more
+    than they disagree: close, but not a tie, and the check must say so."""
+    target = load_target(layout(root, "e4b-it-mlx-community-8bit"))
+    plain = run_to_summary(generate_baseline(target, PROMPT, GenerationConfig(max_tokens=40, stop_at_eos=False)))
+    ids = list(plain.prompt_tokens)
+    for k in range(4, 40):
+        P, dtype = lossless._plain_logprobs(target, ids, k, 2048)
+        P = [float(x) for x in P]
+        F = [float(x) for x in lossless._one_pass_logprobs(target, ids + list(plain.tokens[:k]), 2048)]
+        first, second = sorted(range(len(P)), key=lambda t: -P[t])[:2]
+        noise = max(abs(P[t] - F[t]) for t in sorted(range(len(P)), key=lambda t: -P[t])[:8])
+        if max(range(len(F)), key=F.__getitem__) == first and P[first] - P[second] > 2 * noise + 0.1:
+            break
+    else:
+        pytest.fail("no position where the runner-up is clearly second")
+    planted = dataclasses.replace(plain, tokens=plain.tokens[:k] + (second,) + plain.tokens[k + 1:])
+    v = lossless.compare(target, planted, plain)
+    assert v.first_difference.index == k and v.first_difference.kind == "mismatch", v.explain()
+    assert P[first] - P[second] < 8  # a near miss, not the least likely token
+
+
+@pytest.mark.parametrize("name", ["31b-it-hf-bf16", "e4b-it-mlx-community-8bit"])
+def test_a_planted_rollback_bug_is_a_mismatch(root, name, monkeypatch):
+    """mlx-lm's own trim of a rotating cache (it only moves counters): the engine then attends
+    to rejected rows, and the check must call the result a mismatch, not a tie."""
+    from mlx_lm.models.cache import RotatingKVCache
+
+    from dspark import cache as dcache
+
+    target = load_target(layout(root, name))
+    cfg = GenerationConfig(max_tokens=LAYOUTS[name][1], stop_at_eos=False)
+    plain = run_to_summary(generate_baseline(target, PROMPT, cfg))
+    oracle = OracleDrafter(list(plain.prompt_tokens) + list(plain.tokens), target.dims.vocab_size, block_size=6,
+                           corrupt=0.3)
+    exact = dcache._rollback_one
+    monkeypatch.setattr(dcache, "_rollback_one",
+                        lambda c, n: c.trim(n) if isinstance(c, RotatingKVCache) else exact(c, n))
+    spec = run_to_summary(generate(target, oracle, PROMPT, cfg))
+    v = lossless.compare(target, spec, plain)
+    assert not v.identical and v.first_difference.kind == "mismatch", v.explain()
+
+
+def test_greedy_takes_mlx_lm_s_choice_at_a_bf16_near_tie():
+    """Two logits distinct in bf16 whose log-probabilities round to the same value: mlx-lm's
+    greedy sampler (argmax of logits - logsumexp in the model's dtype) takes the lower id, and
+    so must the engine, where a plain argmax of the logits takes the other."""
+    from mlx_lm.sample_utils import make_sampler
+
+    from dspark.sampling import greedy_choice
+
+    logits = mx.zeros((1, 1000), mx.bfloat16)
+    logits[0, 3], logits[0, 7] = 0.5, 0.50390625  # one bf16 step apart
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)  # as mlx_lm.generate_step computes them
+    assert logprobs[0, 3].item() == logprobs[0, 7].item()  # the near tie rounds to a tie
+    assert mx.argmax(logits, axis=-1).item() == 7
+    assert greedy_choice(logits).item() == make_sampler(0.0)(logprobs).item() == 3
+
+
 def test_chat_template_wraps_the_prompt_as_one_user_turn(root):
     target = load_target(layout(root, "e2b-it-hf-bf16"))
     tok = target.tokenizer
