@@ -36,6 +36,8 @@ LAYOUTS = {  # name -> (writer, tokens compared)
     "e4b-it-mlx-community-8bit": (lambda d: mini.write_mlx_community(d, "e4b", 8, seed=_seed("e4b")), 200),
     "26b-a4b-it-mlx-community-4bit": (lambda d: mini.write_mlx_community(d, "26b-a4b", 4, seed=_seed("26b")), 200),
     "12b-it-mlx-community-4bit": (lambda d: mini.write_mlx_community(d, "12b", 4, seed=_seed("12b")), 200),
+    "e4b-it-mlx-lm-convert-4bit": (lambda d: mini.write_mlx_lm_convert(
+        d, mini.write_hf(d.with_name(d.name + "-hf"), "e4b", seed=_seed("e4b")), bits=4), 200),
 }
 
 
