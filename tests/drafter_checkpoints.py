@@ -163,10 +163,14 @@ def draft_vocabulary(tokens: list[int], size: int, vocab: int) -> list[int]:
 
 
 def write_speculators(path: Path, target, frequent: list[int], draft_vocab: int = 48, seed: int = 3,
-                      vocab: int = VOCAB, with_embedding: bool = True) -> Path:
+                      vocab: int = VOCAB, with_embedding: bool = True, sliding: bool = False,
+                      from_anchor: bool = False) -> Path:
     """vLLM speculators DSpark: Qwen3 backbone under transformer_layer_config, taps as
     aux_hidden_state_layer_ids, block 7 with 6 speculative tokens (slot 0 a pure anchor), a
-    reduced draft vocabulary with d2t offsets and t2d, lm_head over the draft vocabulary."""
+    reduced draft vocabulary with d2t offsets and t2d, lm_head over the draft vocabulary.
+    Variants: no embedding of its own (the target's is borrowed), a first layer with a causal
+    sliding window of 8, and ``sample_from_anchor`` (7 speculative tokens: the anchor slot
+    predicts)."""
     mx.random.seed(seed)
     chosen = draft_vocabulary(frequent, draft_vocab, vocab)
     d2t = np.array(chosen, np.int64) - np.arange(draft_vocab, dtype=np.int64)
@@ -182,17 +186,19 @@ def write_speculators(path: Path, target, frequent: list[int], draft_vocab: int 
     config = {
         "architectures": ["DSparkSpeculator"], "speculators_model_type": "dspark", "speculators_version": "synthetic",
         "speculators_config": {"algorithm": "dspark", "default_proposal_method": "greedy",
-                               "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 6}],
+                               "proposal_methods": [{"proposal_type": "greedy",
+                                                     "speculative_tokens": 7 if from_anchor else 6}],
                                "verifier": {"name_or_path": "local/tiny-gemma4",
                                             "architectures": ["Gemma4ForConditionalGeneration"]}},
         "transformer_layer_config": {
             "model_type": "qwen3", "hidden_size": H, "num_hidden_layers": 2, "num_attention_heads": 4,
             "num_key_value_heads": 4, "head_dim": 16, "intermediate_size": 128, "vocab_size": vocab,
             "rms_norm_eps": 1e-6, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
-            "max_position_embeddings": 4096, "layer_types": ["full_attention"] * 2, "sliding_window": None,
-            "use_sliding_window": False, "attention_bias": False},
+            "max_position_embeddings": 4096,
+            "layer_types": ["sliding_attention" if sliding else "full_attention", "full_attention"],
+            "sliding_window": 8 if sliding else None, "use_sliding_window": sliding, "attention_bias": False},
         "aux_hidden_state_layer_ids": TAPS, "draft_vocab_size": draft_vocab, "block_size": 7, "mask_token_id": 4,
-        "sample_from_anchor": False, "sliding_window_non_causal": False, "markov_rank": R, "markov_head_type": "vanilla",
+        "sample_from_anchor": from_anchor, "sliding_window_non_causal": False, "markov_rank": R, "markov_head_type": "vanilla",
         "enable_confidence_head": True, "confidence_head_with_markov": True,
     }
     return _save(path, config, w)

@@ -6,6 +6,8 @@ themselves (run in the test-only environment ``.venv-peers``, ``make peers``).""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import re
@@ -39,6 +41,10 @@ def dirs(tmp_path_factory):
              deepspec=ckpt.write_deepspec(root / "deepspec", model),
              deepspec_dflash=ckpt.write_deepspec(root / "deepspec_dflash", model, heads=False),
              speculators=ckpt.write_speculators(root / "speculators", model, list(plain.tokens[:90])))
+    frequent = list(plain.tokens[:90])
+    d.update(speculators_borrowed=ckpt.write_speculators(root / "sp_borrowed", model, frequent, with_embedding=False),
+             speculators_sliding=ckpt.write_speculators(root / "sp_sliding", model, frequent, sliding=True),
+             speculators_anchor=ckpt.write_speculators(root / "sp_anchor", model, frequent, from_anchor=True))
     return d
 
 
@@ -71,12 +77,15 @@ class Capture:
         return session
 
 
-def ours(target, drafter, plain):
+def ours(target, drafter, plain, rows: list | None = None):
     """Our run aligned with the peers': they take the first token from the target's prefill and
-    draft from there, so the prompt here includes it. (tokens, committed per round, round-1 logits)."""
+    draft from there, so the prompt here includes it. (tokens, committed per round, round-1 logits);
+    ``rows`` gets every round's DraftRows."""
     cap = Capture(drafter)
     cfg = GenerationConfig(max_tokens=N - 1, stop_at_eos=False)
     s = run_to_summary(generate(target, cap, ckpt.PROMPT + [plain.tokens[0]], cfg))
+    if rows is not None:
+        rows.extend(cap.rows)
     return [plain.tokens[0], *s.tokens], [a + 1 for a in s.accepted_lengths], np.array(cap.rows[0].logits[0])
 
 
@@ -98,6 +107,29 @@ CASES = {  # name -> (peer runner, drafts per round, format)
     "deepspec": ("mlx-dspark", 7, "deepspec"),
     "deepspec_dflash": ("mlx-dspark", 7, "deepspec"),
     "speculators": ("mlx-dspark", 6, "speculators"),
+    "speculators_borrowed": ("mlx-dspark", 6, "speculators"),  # the target's embedding, unscaled
+    "speculators_sliding": ("mlx-dspark", 6, "speculators"),  # a causal sliding-window layer
+    "speculators_anchor": ("mlx-dspark", 7, "speculators"),  # sample_from_anchor: slot 0 predicts
+}
+
+
+#: Where the peer departs from the format's own code, the peer's convention is set for the
+#: comparison (and the test checks that dspark's default is the training code's):
+#: speculators builds the block from ``self.embed_tokens(mask_token_ids)``, the verifier's
+#: embedding copied in by ``load_verifier_weights``, with no sqrt(d) scale (vllm-project/
+#: speculators, models/dflash/core.py ``_backbone_forward``); mlx-dspark scales it. And its
+#: sliding-window layers see the W context rows before the anchor, every block slot alike
+#: (``create_anchor_block_mask_mod``: ``kv_base_pos >= q_anchor - sliding_window``), and its
+#: full-attention layers stay bidirectional and unwindowed (the mask per ``layer_types``),
+#: where mlx-dspark windows each slot by its own position (``key_pos > query_pos - W``) and
+#: applies the window and the causal block to every layer once any layer slides.
+PEER_CONVENTION = {
+    "speculators_borrowed": (lambda d: d.spec.embed_scale == 1.0,
+                             lambda d: setattr(d.spec, "embed_scale", float(ckpt.H) ** 0.5)),
+    "speculators_sliding": (lambda d: d.layout.window_from_anchor and d.layout.windows == (8, None)
+                            and d.layout.causal == (True, False),
+                            lambda d: setattr(d, "layout", dataclasses.replace(
+                                d.layout, window_from_anchor=False, windows=(8, 8), causal=(True, True)))),
 }
 
 
@@ -106,9 +138,17 @@ def test_each_format_matches_its_reference_round_for_round(dirs, target, plain, 
     kind, drafts, fmt = CASES[name]
     drafter = load_drafter(dirs[name], target)
     assert drafter.format == fmt and drafter.block_size == drafts
-    tokens, tau, logits = ours(target, drafter, plain)
+    if name in PEER_CONVENTION:
+        is_default, to_peer = PEER_CONVENTION[name]
+        assert is_default(drafter)  # the training code's convention is what dspark does
+        to_peer(drafter)
+    rows: list = []
+    tokens, tau, logits = ours(target, drafter, plain, rows)
     assert tokens == list(plain.tokens)  # lossless, past several windows
     ref = peer(kind, dirs, name)
+    if drafter.has_confidence:  # the confidence head reads the same features the same way
+        z = np.array(rows[0].conf_logits[0])
+        assert np.allclose(z, np.array(ref["round1_confidence_logits"]), atol=1e-4), (z, ref["round1_confidence_logits"])
     assert ref["tokens"][: len(tokens)] == tokens
     # the peers clip their last block to the token budget: compare every round before it
     assert tau[: len(ref["tau"]) - 1] == ref["tau"][:-1] and len(set(tau)) >= 4

@@ -60,7 +60,8 @@ def read_spec(directory: Path, config: dict) -> Spec:
         raise t._fail("layer_types", kinds, f"{L} entries")
     use_sliding = tl.get("use_sliding_window", True) and tl.get("sliding_window")
     windows = tuple(t.int("sliding_window") if k == "sliding_attention" and use_sliding else None for k in kinds)
-    causal_sliding = not f.bool("sliding_window_non_causal", default=algo == "dspark")
+    # absent: speculators' config default (False), for either algorithm; full layers never causal
+    causal_sliding = not f.bool("sliding_window_non_causal", default=False)
     causal = tuple(w is not None and causal_sliding for w in windows)
     rank = f.int("markov_rank", default=0)
     header = _tensor_names(directory)
@@ -71,6 +72,9 @@ def read_spec(directory: Path, config: dict) -> Spec:
 
     taps = f.ints("aux_hidden_state_layer_ids", "tap_layer")
     notes = [] if "embed_tokens.weight" in header else ["no embed_tokens: the target's table, unscaled, as in training"]
+    if any(windows):
+        notes.append("sliding layers see the window before the anchor, full layers everything, as in training "
+                     "(mlx-dspark windows every layer by each slot's position)")
     return Spec("speculators", "DSpark" if algo == "dspark" else "DFlash", H, vocab, draft_vocab, taps, drafts,
                 f.int("mask_token_id"), BlockLayout(anchor_predicts=block == drafts, windows=windows, causal=causal,
                                                     window_from_anchor=True), layers, eps,

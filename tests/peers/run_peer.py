@@ -85,6 +85,7 @@ def run_mlx_dspark(target_dir: str, drafter_dir: str, prompt: list[int], max_tok
     def logits(self, hidden):
         out = compute_logits(self, hidden)
         seen.setdefault("base", out)
+        seen.setdefault("hidden", hidden)
         return out
 
     def sample(self, base, first_prev_token):
@@ -107,7 +108,12 @@ def run_mlx_dspark(target_dir: str, drafter_dir: str, prompt: list[int], max_tok
             row += np.array(drafter.markov_head.step_bias(mx.array([prev]))[0].astype(mx.float32))
         full.append(row.tolist())
         prev = tok
-    return {"tokens": list(res.token_ids), "tau": list(res.accept_lengths), "round1_logits": full}
+    out = {"tokens": list(res.token_ids), "tau": list(res.accept_lengths), "round1_logits": full}
+    if drafter.confidence_head is not None:  # round 1's confidence logits, as its adaptive truncation computes them
+        drafted = seen["tokens"].tolist()
+        z = drafter.confidence_logits(seen["hidden"][0], mx.array([seen["prev"]] + drafted[:-1]))
+        out["round1_confidence_logits"] = np.array(z.astype(mx.float32)).reshape(-1).tolist()
+    return out
 
 
 def main() -> None:
