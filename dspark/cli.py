@@ -91,7 +91,9 @@ def cmd_generate(a) -> int:
         run_to_summary(generate_baseline(target, prompt, warm))
         if drafter:
             run_to_summary(generate(target, drafter, prompt, warm))
-    events = generate(target, drafter, prompt, cfg, costs=costs) if drafter else generate_baseline(target, prompt, cfg)
+    # token probabilities are only printed by --json (Summary.token_logprobs): skip them otherwise
+    events = (generate(target, drafter, prompt, cfg, costs=costs, display=a.json) if drafter
+              else generate_baseline(target, prompt, cfg))
     summary = None
     for ev in events:
         if isinstance(ev, RoundEvent) and not a.json:

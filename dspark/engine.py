@@ -34,7 +34,9 @@ from .config import GenerationConfig
 from .events import CommittedToken, RoundEvent, Source, Summary
 from .policy import Scheduler
 from .policy import parse as parse_policy
-from .sampling import SamplingParams, accept_sampled, distribution, greedy_choice, token_probs
+from .sampling import (
+    SamplingParams, accept_sampled, distribution, greedy_choice, greedy_with_margin, tie_margin, token_probs,
+)
 from .target import Target
 
 class Proposer(Protocol):
@@ -105,7 +107,8 @@ class _Verdict:
 
 
 def _round(target: Target, session, cache: list, anchor: int, position: int, new_rows, block_size: int,
-           budget: int, sched: Scheduler, sp: SamplingParams, key: mx.array, threads: dict) -> _Verdict:
+           budget: int, sched: Scheduler, sp: SamplingParams, key: mx.array, threads: dict,
+           display: bool = True) -> _Verdict:
     k_draft, k_accept = mx.random.split(key)
     t0 = perf_counter()
     _threads(threads, "draft")
@@ -121,14 +124,17 @@ def _round(target: Target, session, cache: list, anchor: int, position: int, new
     logits, taps = target.forward(verify_ids[None], cache, session.tap_layers)
     drafted, dprobs, z = [], [], None
     if draft is not None:
-        mx.eval(draft.tokens, draft.draft_probs, draft.confidences, draft.conf_logits, session.state())  # sync 1
-        drafted, dprobs = draft.tokens[0].tolist(), draft.draft_probs[0].tolist()
+        # draft probabilities are for the screen: left unevaluated (never computed) without one
+        shown = draft.draft_probs if display else None
+        mx.eval(draft.tokens, shown, draft.confidences, draft.conf_logits, session.state())  # sync 1
+        drafted = draft.tokens[0].tolist()
+        dprobs = shown[0].tolist() if display else [math.nan] * len(drafted)
         conf = draft.confidences[0].tolist() if draft.confidences is not None else None
         z = draft.conf_logits[0].tolist() if draft.conf_logits is not None else None
     t1 = perf_counter()
     _threads(threads, "verify")
     q = draft.q[0, :width] if width and draft.q is not None else None
-    a, tokens, probs = _accept(logits[0], drafted[:width], q, sp, k_accept, taps)  # sync 2
+    a, tokens, probs = _accept(logits[0], drafted[:width], q, sp, k_accept, taps, display)  # sync 2
     rollback(cache, width - a)
     sched.observe(width, a)
     t2 = perf_counter()
@@ -142,15 +148,22 @@ def _threads(threads: dict, phase: str) -> None:
         blas.set_threads(n)
 
 
-def _accept(logits: mx.array, drafted: list[int], q: mx.array | None, sp: SamplingParams, key, taps):
+def _accept(logits: mx.array, drafted: list[int], q: mx.array | None, sp: SamplingParams, key, taps,
+            display: bool = True):
     """(accepted drafts a, the committed tokens d_1..d_a + the target's own, and the target's
-    probability of each). Evaluates the verify forward, ``taps`` included: one host sync."""
+    probability of each, NaN without ``display``). Evaluates the verify forward, ``taps``
+    included: one host sync (two when a row's best logits are within rounding of a tie)."""
     w = len(drafted)
     if sp.greedy:
-        best = greedy_choice(logits)
-        shown = token_probs(logits, best)
-        mx.eval(best, shown, taps)
-        best, shown = best.tolist(), shown.tolist()
+        best, margin = greedy_with_margin(logits)
+        shown = token_probs(logits, best) if display else None
+        mx.eval(best, margin, shown, taps)
+        if min(margin.tolist()) <= tie_margin(logits.shape[-1], logits.dtype):
+            best = greedy_choice(logits)  # a near tie: mlx-lm's own rule decides, as in plain decoding
+            shown = token_probs(logits, best) if display else None
+            mx.eval(best, shown)
+        best = best.tolist()
+        shown = shown.tolist() if display else [math.nan] * len(best)
         a = 0
         while a < w and drafted[a] == best[a]:
             a += 1
@@ -159,7 +172,7 @@ def _accept(logits: mx.array, drafted: list[int], q: mx.array | None, sp: Sampli
     d = mx.array(drafted, mx.int32)
     ok, fallback = accept_sampled(p, q, d, key)
     p_drafted, p_fallback = p[mx.arange(w), d], p[mx.arange(w + 1), fallback]
-    mx.eval(ok, fallback, p_drafted, p_fallback, taps)
+    mx.eval(ok, fallback, p_drafted, p_fallback, taps)  # p is the sampling distribution: free to show
     ok = ok.tolist()
     a = ok.index(False) if False in ok else w
     return a, drafted[:a] + [fallback.tolist()[a]], p_drafted.tolist()[:a] + [p_fallback.tolist()[a]]
@@ -182,10 +195,14 @@ def generate(
     config: GenerationConfig = GenerationConfig(),
     cancel: Callable[[], bool] | None = None,
     costs: Costs | None = None,
+    display: bool = True,
 ) -> Iterator[RoundEvent | Summary]:
     """Speculative generation: yields a ``RoundEvent`` per round, then a ``Summary``.
     ``costs`` (this machine's, :mod:`dspark.costs`) drive the ``auto`` policy and the
-    per-phase BLAS threads; ``auto`` loads or measures them when none are given."""
+    per-phase BLAS threads; ``auto`` loads or measures them when none are given.
+    ``display=False`` skips what only a screen reads: each drafted and, greedy, each committed
+    token's probability (a log-sum-exp over the vocabulary per row, a measurable share of a
+    round on a CPU); those fields are then NaN and ``Summary.token_logprobs`` is empty."""
     config.check(target.dims.vocab_size)
     pol = parse_policy(config.policy)
     ids = prompt_ids(target, prompt, config)
@@ -205,7 +222,7 @@ def generate(
         while run.wants_more():
             key, k_round = mx.random.split(key)
             v = _round(target, session, cache, anchor, position, new_rows, block_size, run.remaining - 1, sched,
-                       config.sampling, k_round, threads)
+                       config.sampling, k_round, threads, display)
             yield run.commit(anchor, v)
             anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
     finally:
@@ -359,7 +376,8 @@ class _Run:
             finish_reason=self.finish,
             peak_memory_bytes=int(mx.get_peak_memory()),
             accepted_histogram=f.accepted_histogram,
-            token_logprobs=tuple(math.log(max(t.target_prob, 1e-45)) for e in self.events for t in e.committed),
+            token_logprobs=tuple(math.log(max(t.target_prob, 1e-45)) for e in self.events for t in e.committed
+                                 if not math.isnan(t.target_prob)),
         )
 
 

@@ -109,7 +109,8 @@ def ulp(x: float, dtype: str) -> float:
 
 
 def classify(index: int, speculative: int | None, plain: int | None, plain_logprobs: Sequence[float] | None,
-             one_pass_logprobs: Sequence[float] | None, dtype: str, drift: float = 0.0, top: int = 8) -> Difference:
+             one_pass_logprobs: Sequence[float] | None, dtype: str, drift: float | None = None,
+             top: int = 8) -> Difference:
     """A difference at ``index`` given the target's log-probabilities there by plain decoding and
     by one many-row forward (see the module docstring); ``drift`` is recorded, not used."""
     if speculative is None or plain is None or plain_logprobs is None:
@@ -140,8 +141,8 @@ def compare(target, speculative, plain, prefill_step_size: int = 2048) -> Verdic
     ids = list(plain.prompt_tokens)
     logprobs, dtype = _plain_logprobs(target, ids, i, prefill_step_size)
     one_pass = _one_pass_logprobs(target, ids + list(plain.tokens[:i]), prefill_step_size)
-    shared = zip(speculative.token_logprobs[:i], plain.token_logprobs[:i])
-    drift = max((abs(x - y) for x, y in shared), default=0.0)
+    shared = list(zip(speculative.token_logprobs[:i], plain.token_logprobs[:i]))
+    drift = max((abs(x - y) for x, y in shared), default=0.0) if shared else None  # None: a run kept none
     return Verdict(False, classify(i, spec_tok, plain_tok, logprobs, one_pass, dtype, drift))
 
 

@@ -20,6 +20,32 @@ def greedy_choice(logits: mx.array) -> mx.array:
     return mx.argmax(logits - mx.logsumexp(logits, axis=-1, keepdims=True), axis=-1)
 
 
+def greedy_with_margin(logits: mx.array) -> tuple[mx.array, mx.array]:
+    """The argmax of each row of ``logits`` [S, V] and its margin over the runner-up, with no
+    exponential: on MLX's CPU backend a log-sum-exp over a vocabulary costs 4x an argmax
+    (25 ms for 8 rows of 262,144). Where the margin exceeds :func:`tie_margin` the argmax is
+    :func:`greedy_choice`'s token exactly; elsewhere call it (the engine does)."""
+    best = mx.argmax(logits, axis=-1)
+    top = mx.take_along_axis(logits, best[:, None], axis=-1)[:, 0]
+    others = mx.where(mx.arange(logits.shape[-1])[None, :] == best[:, None], -mx.inf, logits)
+    return best, (top - mx.max(others, axis=-1)).astype(mx.float32)
+
+
+def tie_margin(vocab: int, dtype) -> float:
+    """A margin above which mlx-lm's greedy rule cannot differ from the plain argmax.
+
+    mlx-lm takes the argmax of ``fl(l - lse)`` in the logits' dtype. ``fl(x - lse)`` is monotone
+    in ``x``, so it can only merge the best logit with another (and hand the lower id the
+    win) when the two are closer than one spacing of the dtype at ``|l_best - lse|``, which is
+    at most ``log V`` for the best token (``lse`` lies in ``[l_best, l_best + log V]``). Two
+    spacings at ``2 log V`` leave room for the rounding of ``lse`` itself."""
+    import math
+
+    bits = {mx.bfloat16: 7, mx.float16: 10}.get(dtype, 23)
+    magnitude = max(2 * math.log(max(vocab, 2)), 1.0)
+    return 2 * 2.0 ** (math.floor(math.log2(magnitude)) - bits)
+
+
 def distribution(logits: mx.array, sp: SamplingParams) -> mx.array:
     """Probabilities [..., V] the sampler draws from (float32)."""
     logits = logits.astype(mx.float32)

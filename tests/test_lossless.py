@@ -89,3 +89,56 @@ def test_plain_decodings_log_probabilities_are_read_exactly_from_memory(dtype):
     x = (mx.random.normal((500,), key=mx.random.key(1)) * 4).astype(dtype)
     mx.eval(x)
     assert [_host_value(x, i) for i in range(500)] == x.astype(mx.float32).tolist()
+
+
+def test_without_display_the_output_is_the_same_and_nothing_is_shown(case):
+    """``display=False`` (the benchmark's and the CLI's runs) skips the token probabilities and
+    changes nothing else: the same tokens, rounds and widths."""
+    import math
+
+    target, n, ref = case
+    oracle = OracleDrafter(PROMPT + ref, target.dims.vocab_size, block_size=6, corrupt=0.25, seed=1)
+    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
+    events = list(generate(target, oracle, PROMPT, cfg, display=False))
+    s = events[-1]
+    assert list(s.tokens) == ref and s.token_logprobs == ()
+    shown = run_to_summary(generate(target, oracle, PROMPT, cfg))
+    assert s.accepted_lengths == shown.accepted_lengths and s.verify_widths == shown.verify_widths
+    assert all(math.isnan(p) for e in events[:-1] for p in e.draft_probs)
+    assert all(math.isnan(t.target_prob) for e in events[:-1] for t in e.committed)
+    assert len(shown.token_logprobs) == len(ref)
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
+def test_the_argmax_shortcut_takes_mlx_lm_s_token_whenever_it_is_used(dtype):
+    """Where the margin over the runner-up exceeds ``tie_margin``, the plain argmax is mlx-lm's
+    greedy token (the argmax of logits - logsumexp in the dtype); rows built with near ties at
+    every scale, and rows whose best logits are equal, check both sides of the bound."""
+    import numpy as np
+
+    from dspark.sampling import greedy_choice, greedy_with_margin, tie_margin
+
+    rng = np.random.default_rng(0)
+    V = 4096
+    tol = tie_margin(V, dtype)
+    rows = []
+    for i in range(400):
+        x = rng.normal(0, rng.choice([0.5, 3, 12]), V)
+        j, k = rng.choice(V, 2, replace=False)
+        x[j] = x.max() + 40 * tol  # clear of the rest: the runner-up is x[k]
+        x[k] = x[j] - tol * 10.0 ** rng.uniform(-4, 1.5)  # a runner-up at every distance from the bound
+        if i % 10 == 0:
+            x[k] = x[j]  # an exact tie
+        rows.append(x)
+    flat = np.zeros(V)  # a flat row: the log-probabilities of 0.5 and 0.5039 round together below fp32
+    flat[3], flat[7] = 0.5, 0.50390625
+    rows.append(flat)
+    logits = mx.array(np.array(rows), dtype=dtype)
+    best, margin = greedy_with_margin(logits)
+    rule = greedy_choice(logits)
+    fast = [b for b, m in zip(best.tolist(), margin.tolist()) if m > tol]
+    exact = [r for r, m in zip(rule.tolist(), margin.tolist()) if m > tol]
+    assert fast == exact and 20 < len(fast) < 381  # the shortcut is used, and not everywhere
+    # the bound is not vacuous: below it, the plain argmax does sometimes differ from the rule
+    if dtype != mx.float32:
+        assert any(b != r for b, r, m in zip(best.tolist(), rule.tolist(), margin.tolist()) if m <= tol)

@@ -120,8 +120,6 @@ def _verdict(target, trial: dict, plain: dict, baselines: dict, key, cfg) -> dic
     """identical / lossless / first_difference of a greedy trial against the paired plain one."""
     if trial["token_ids"] == plain["token_ids"]:
         return {"identical": True, "lossless": True}
-    if "token_logprobs" not in trial:  # a peer: no log-probabilities to judge a tie by
-        return {"identical": False, "lossless": False}
     from .. import lossless
     from ..engine import generate_baseline, run_to_summary
 
@@ -130,7 +128,8 @@ def _verdict(target, trial: dict, plain: dict, baselines: dict, key, cfg) -> dic
 
         c = replace(cfg, max_tokens=len(plain["token_ids"]), stop_at_eos=False)
         baselines[key] = run_to_summary(generate_baseline(target, trial["prompt_tokens"], c))
-    spec = SimpleNamespace(tokens=trial["token_ids"], token_logprobs=trial["token_logprobs"])
+    # the target's own evaluations judge a difference (lossless.compare): a peer is judged alike
+    spec = SimpleNamespace(tokens=trial["token_ids"], token_logprobs=trial.get("token_logprobs") or [])
     v = lossless.compare(target, spec, baselines[key])
     return {"identical": False, "lossless": v.lossless, "first_difference": v.first_difference.to_dict()}
 

@@ -73,7 +73,8 @@ class Speculative:
 
     def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
         cfg = replace(self.cfg, max_tokens=max_tokens, seed=seed)
-        s = run_to_summary(generate(self.target, self.model, ids, cfg, costs=self.costs))
+        # as a program would run it: nothing computed for a screen (generate's display)
+        s = run_to_summary(generate(self.target, self.model, ids, cfg, costs=self.costs, display=False))
         return {"tokens": len(s.tokens), "token_ids": list(s.tokens), "decode_seconds": len(s.tokens) / s.tokens_per_sec,
                 "ttft_seconds": s.ttft_seconds, "peak_memory_bytes": s.peak_memory_bytes, "rounds": s.rounds,
                 "accepted": list(s.accepted_lengths), "widths": list(s.verify_widths),
