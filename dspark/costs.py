@@ -26,9 +26,10 @@ from mlx.utils import tree_flatten
 from . import blas
 from .cache import rollback
 from .config import SamplingParams
+from .sampling import greedy_with_margin
 from .files import write_text
 
-VERSION = 1
+VERSION = 2  # 2: draft and verify timed as display=False rounds read them
 PHASES = ("draft", "verify", "step")
 
 
@@ -133,12 +134,13 @@ def measure(target, drafter, block_size: int, context: int = 256, repeats: int =
 
     def draft():
         d = session.propose(anchor, context, None, block_size, SamplingParams(), mx.random.key(0))
-        mx.eval(d.tokens, d.draft_probs, d.confidences if d.confidences is not None else d.tokens, session.state())
+        # what a round evaluates without a screen (generate's display=False): no draft probabilities
+        mx.eval(d.tokens, d.confidences if d.confidences is not None else d.tokens, session.state())
 
     def verify(w):
         def run():
             logits, t = target.forward(ids[None, context : context + 1 + w], cache, taps)
-            mx.eval(mx.argmax(logits, axis=-1), t)
+            mx.eval(*greedy_with_margin(logits[0]), t)  # as the engine's greedy verification reads it
             rollback(cache, 1 + w)
         return run
 
