@@ -23,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--presentation", action="store_true", help="start in presentation mode")
     p.add_argument("--compare", action="store_true", help="with --screenshot: compare every drafter")
     p.add_argument("--replay", metavar="FILE", nargs="+",
-                   help="play saved runs or comparisons back (File ▸ Open run or benchmark…); no model is loaded")
+                   help="play saved runs or comparisons back, or open a dspark bench summary.json on the "
+                   "Compare tab (File ▸ Open run or benchmark…); no model is loaded")
     p.add_argument("--replay-speed", choices=["1", "2", "instant"],
                    help="replay at the recorded speed (1, the default), twice as fast, or at once")
     p.add_argument("--screenshot", metavar="FILE", help="run once headless, save the window as PNG, exit")
@@ -169,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             started = win.busy
         else:
             started = False
-        if not started:
+        if started and not win.busy:  # a benchmark opened: nothing runs, the tab is drawn
+            status["code"] = 0
+        if not started or not win.busy:
             QTimer.singleShot(300, grab_and_quit)
 
     QTimer.singleShot(0, start)

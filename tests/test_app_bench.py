@@ -117,3 +117,32 @@ def test_measure_costs_asks_the_worker_and_draws_what_it_measured(qtbot, window,
     assert len(costs["verify_ms"]) == 5 and costs["draft_ms"] > 0 and costs["step_ms"] > 0
     assert len(w.compare.costs.getPlotItem().listDataItems()) == 1
     assert "plain step" in w.compare.costs.getPlotItem().titleLabel.text
+
+
+def test_a_benchmark_opens_headless_for_a_screenshot(dirs, tmp_path):
+    """``dspark-studio --replay summary.json --screenshot`` (docs/make_screenshots.sh) draws the
+    benchmark on the Compare tab and exits 0 at once: nothing runs, so nothing is awaited."""
+    import subprocess
+    import sys
+
+    from test_app import _env
+
+    out = tmp_path / "bench"
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps(["the a of and to in"]))
+    env = _env(tmp_path)
+    env["DSPARK_COSTS_DIR"] = str(tmp_path / "costs")
+    r = subprocess.run([sys.executable, "-m", "dspark.cli", "bench", "--target", str(dirs["target"]), "--drafter",
+                        str(dirs["drafter"]), "--prompts", str(prompts), "--max-tokens", "8", "--repeats", "1",
+                        "--policy", "fixed", "--out", str(out), "--no-progress"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    shot = tmp_path / "bench.png"
+    r = subprocess.run([sys.executable, "-m", "dspark_studio", "--replay", str(out / "summary.json"), "--screenshot",
+                        str(shot), "--size", "1280x800", "--timeout", "60"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and shot.is_file(), r.stderr[-2000:]
+    from PySide6.QtGui import QImage
+
+    img = QImage(str(shot))
+    assert (img.width(), img.height()) == (1280, 800)

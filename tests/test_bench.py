@@ -20,7 +20,7 @@ PEERS = ROOT / ".venv-peers" / "bin" / "python"
 ARM_KEYS = ["tokens_per_sec", "speedup", "tau", "acceptance_rate", "per_position_acceptance", "accepted_histogram",
             "draft_ms", "verify_ms", "overhead_ms", "step_ms", "limit", "efficiency", "ttft_seconds",
             "peak_memory_bytes", "identical", "drafter", "policy"]
-ENV_KEYS = ["os", "cpu", "mlx", "device", "blas", "blas_threads", "git", "python"]
+ENV_KEYS = ["os", "cpu", "mlx", "device", "blas", "blas_threads", "git", "python", "plain_blas_threads"]
 
 
 @pytest.fixture(scope="module")

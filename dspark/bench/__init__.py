@@ -112,8 +112,7 @@ def build_arms(a, target, target_dir: str, cfg, say) -> tuple[list, dict]:
 
         draft = load_target(a.mlx_lm_draft, say=say)
         spec.append(arms.MlxLmDraft(target, draft.model, Path(a.mlx_lm_draft).name, a.mlx_lm_num_draft, cfg))
-    threads = next(iter(costs.values())).threads if costs else {}
-    return [arms.Plain(target, cfg, threads), *spec], costs
+    return [arms.Plain(target, cfg), *spec], costs
 
 
 def _verdict(target, trial: dict, plain: dict, baselines: dict, key, cfg) -> dict:
@@ -172,16 +171,25 @@ def run(a, say) -> dict:
     try:
         for arm in arm_list:  # warm-up: kernels compiled, caches filled, nothing recorded
             arm.trial(ids[0], min(16, a.max_tokens), 0)
+        from .arms import fastest_plain_threads
+
+        plain = arm_list[0]
+        plain.threads, speeds = fastest_plain_threads(target, cfg, ids[0])
+        doc["environment"]["plain_blas_threads"] = plain.threads or doc["environment"].get("blas_threads")
+        doc["environment"]["plain_tokens_per_sec_by_threads"] = speeds
         bar = _bar(a, a.repeats * len(ids) * len(arm_list))
         baselines: dict = {}
         drafters = {arm.drafter: arm.model for arm in arm_list if hasattr(arm, "model")}
+        # at the trials' mean context (a verify over a longer cache costs more): prompt + half the output
+        context = round(sum(map(len, ids)) / len(ids) + a.max_tokens / 2)
+        doc["costs_context"] = context
         doc["costs_by_repeat"] = []
         for r in range(a.repeats):
             # The isolated costs the limit divides by, measured again in every repeat (at the
             # thread counts chosen at the start), so they share the trials' load.
             if bar:
                 bar.set_description(f"repeat {r + 1}/{a.repeats}: isolated costs")
-            now = {name: measure(target, d, d.block_size, repeats=3, threads=costs[name].threads)
+            now = {name: measure(target, d, d.block_size, context=context, repeats=3, threads=costs[name].threads)
                    for name, d in drafters.items()}
             doc["costs_by_repeat"].append({k: c.to_dict() for k, c in now.items()})
             for p, prompt in enumerate(ids):

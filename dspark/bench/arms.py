@@ -34,16 +34,22 @@ def _sampler(cfg: GenerationConfig):
 
 
 class Plain:
+    """mlx-lm's ``generate_step`` at ``threads`` BLAS threads (None: the BLAS's own count):
+    :func:`fastest_plain_threads` picks the count plain decoding itself runs fastest at, so
+    the baseline is the strongest mlx-lm on this machine, not the default it ships with."""
+
     name, drafter, policy = PLAIN, None, None
 
-    def __init__(self, target, cfg: GenerationConfig, threads: dict | None = None):
-        self.target, self.cfg, self.threads = target, cfg, threads or {}
+    def __init__(self, target, cfg: GenerationConfig, threads: int | None = None):
+        self.target, self.cfg, self.threads = target, cfg, threads
 
     def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
         from mlx_lm.generate import generate_step
 
-        if self.threads.get("step"):
-            blas.set_threads(self.threads["step"])
+        if self.threads:
+            blas.set_threads(self.threads)
+        else:
+            blas.restore_threads()
         mx.random.seed(seed)
         marks: list[float] = []
         mx.reset_peak_memory()
@@ -62,6 +68,26 @@ class Plain:
         decode_start = marks[-1] if marks else start  # after all but the last prompt token
         return {"tokens": len(tokens), "token_ids": tokens, "decode_seconds": end - decode_start,
                 "ttft_seconds": (first or end) - start, "peak_memory_bytes": int(mx.get_peak_memory())}
+
+
+def fastest_plain_threads(target, cfg: GenerationConfig, ids: list[int], tokens: int = 48,
+                          repeats: int = 3) -> tuple[int | None, dict]:
+    """The BLAS thread count (1 or all) at which plain decoding of ``ids`` runs fastest here,
+    timed interleaved (medians of ``repeats``), and the tokens/sec of each; (None, {}) when
+    the BLAS has no thread control or one thread only. On a 2-core machine shared with other
+    jobs either can win, by 10-40%: guessing would hand plain decoding a handicap."""
+    from statistics import median
+
+    n = blas.default_threads()
+    if not n or n < 2:
+        return None, {}
+    rates: dict[int, list[float]] = {1: [], n: []}
+    for _ in range(repeats):
+        for k in rates:
+            rec = Plain(target, cfg, k).trial(ids, tokens, 0)
+            rates[k].append(rec["tokens"] / rec["decode_seconds"])
+    speed = {k: median(v) for k, v in rates.items()}
+    return max(speed, key=speed.get), speed
 
 
 class Speculative:
@@ -172,4 +198,4 @@ class Peer:
                 self.proc.kill()
 
 
-__all__ = ["MlxLmDraft", "PEER_SERVER", "Peer", "Plain", "Speculative"]
+__all__ = ["MlxLmDraft", "PEER_SERVER", "Peer", "Plain", "Speculative", "fastest_plain_threads"]

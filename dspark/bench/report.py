@@ -8,7 +8,9 @@ does the same amount of work):
 - ``tokens_per_sec``: tokens / decode seconds, decode seconds counted from the moment the
   prompt (all but its last token) is processed to the last token;
 - ``speedup``: an arm's tokens_per_sec over plain mlx-lm decoding's on the same prompt in the
-  same repeat (the two trials ran seconds apart); the arm's figure is the median over trials;
+  same repeat (the two trials ran seconds apart); the arm's figure is the median over trials.
+  Plain decoding runs at the BLAS thread count it was timed fastest at before the trials
+  (``environment.plain_blas_threads``), so the baseline is the strongest mlx-lm here;
 - ``tau``: committed tokens per round, the target's own token included;
 - ``draft_ms`` / ``verify_ms`` / ``overhead_ms``: per round; overhead is everything else in
   the decode time (events, text, the loop), ``decode / rounds - draft - verify``;
@@ -17,7 +19,8 @@ does the same amount of work):
   reach with nothing but the two forwards in a round, where ``t_draft`` and ``t_verify`` (the
   mean over the trial's rounds of the verify cost at each round's width) are this machine's
   isolated costs (:mod:`dspark.costs`), measured again at the start of every repeat so that
-  they share the trials' load;
+  they share the trials' load, on a cache as long as the trials' mean context (the prompt and
+  half the output: ``costs_context``); a model of the round, so a trial can beat it a little;
   ``efficiency`` = speedup / limit: how much of that the loop delivers;
 - ``in_loop``: (draft_ms + verify_ms) / round time, the share of a round spent in the phases.
 """
