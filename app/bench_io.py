@@ -4,7 +4,7 @@
 ``comparison_to_bench`` turns the app's comparison into that format (each finished prompt of
 each drafter a trial, paired with plain decoding of the same prompt), ``write_bench`` saves
 it, ``read_bench`` opens a benchmark's summary for the Compare tab, and ``bench_rows`` gives
-its arms the Compare table's row shape. Plain Python: no Qt, no model.
+its arms the Compare table's row shape. Plain Python: no Qt, no model (MLX only to describe the machine when saving).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 from dspark.bench import report
-from dspark.costs import Costs
 from dspark.errors import DsparkError
 
 from .runs import BASELINE, MIN_COMPARED, RunRecord, speedup
@@ -45,6 +44,8 @@ def comparison_to_bench(runs: list[RunRecord], target: str | None, prompts: int,
     done = [r for r in runs if r.done and not r.stopped and r.summary.tokens_per_sec > 0]
     if not done:
         raise DsparkError("nothing to save yet: no run of the comparison has finished")
+    from dspark.costs import Costs  # MLX: only when saving (the session reads benchmarks without it)
+
     bases = {r.prompt_index: r for r in done if r.method == "baseline"}
     costs = costs or {}
     trials = []

@@ -4,41 +4,41 @@ Threading (see shared/reference/app.md): one long-lived QThread runs ``Worker``;
 talks to it through queued signals and gets ``app.messages`` back, always into a bound method
 of this GUI-thread object. That slot only hands the message to the Qt-free ``Session``; a 40 ms
 timer redraws every pane from ``session.view()`` when something changed. Stop sets the
-worker's ``threading.Event`` directly.
+worker's ``threading.Event`` directly. Replay and export live in ``window_files``, the window's
+place and saved settings in ``window_state``, the benchmark actions in ``benchmarks``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QRect, QThread, QTimer, Qt, Signal, Slot
-from PySide6.QtGui import QAction, QActionGroup, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import (
-    QFileDialog, QLabel, QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget,
-)
+from PySide6.QtCore import QThread, QTimer, Qt, Signal, Slot
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import QLabel, QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
-from . import bench_io, export, geometry, replay, settings
+from . import export, replay, settings
 from .benchmarks import BenchActions
 from .compare import CompareView
 from .messages import Failed, JobDone, Loaded, LoadRequest, RunSpec, Status
-from .panes.controls import TYPED, ControlPanel, drafter_label
+from .panes.controls import ControlPanel, drafter_label
 from .panes.draft_grid import DraftPane
 from .panes.header import HeaderStrip
 from .panes.plots import PlotsPane
 from .panes.text_view import TextPane
 from .presentation import Presenter
 from dspark import blas
-from dspark.errors import DsparkError
 from dspark.prompts import prompt_sets
 from .runs import BASELINE, RunRecord
 from .session import COMPARE_TAB, RUN_TAB, Session
 from .theme import NORMAL, Theme, palette, stylesheet
+from .window_files import FilesMixin
+from .window_state import StateMixin
 from .worker import Worker
 
 REFRESH_MS = 40
 
 
-class MainWindow(QMainWindow):
+class MainWindow(FilesMixin, StateMixin, QMainWindow):
     request_load = Signal(object)
     request_job = Signal(object)
     request_costs = Signal(object)
@@ -304,51 +304,6 @@ class MainWindow(QMainWindow):
             self.worker.cancel()
             self.statusBar().showMessage("stopping …")
 
-    # --- replay ---------------------------------------------------------------------------
-    def choose_replay(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Open saved runs (several: Space / → plays the next) or a "
-                                                "dspark bench summary.json", str(settings.history_dir()),
-                                                "Saved runs and benchmarks (*.json)")
-        if paths:
-            self.open_replay(paths)
-
-    def open_replay(self, paths: list[str], speed: str | None = None) -> bool:
-        """Play saved runs or comparisons back on every pane, loading no model; several files
-        make a playlist. A ``dspark bench`` summary opens on the Compare tab instead. A file
-        that is neither leaves everything as it was, with one message."""
-        if len(paths) == 1 and bench_io.is_bench_file(paths[0]):
-            return self.benchmarks.open(paths[0])
-        if self.busy:
-            self.on_failed("a run is in progress: stop it before opening a saved one")
-            return False
-        try:
-            recordings = [replay.read_recording(p) for p in paths]
-        except DsparkError as e:
-            self.on_failed(str(e))
-            return False
-        self.playlist = recordings
-        self.replay_speed = speed or self.replay_speed
-        return self.play_recording(0)
-
-    def play_recording(self, index: int) -> bool:
-        if not self.playlist or self.busy:
-            return False
-        self.playing = index % len(self.playlist)
-        rec = self.playlist[self.playing]
-        n = len(self.playlist)
-        label = (f"REPLAY {self.replay_speed}" + (f" · {self.playing + 1} of {n}" if n > 1 else "")
-                 + f" · {rec.name}" + (f" · recorded {rec.created[:16].replace('T', ' ')}" if rec.created else ""))
-        job = self.session.new_job(rec.kind, rec.target or "", rec.prompts, rec.specs(), rec.runs[0].config,
-                                   replay=label)
-        self.message.hide()
-        first = _first_line(rec.prompts[0] if rec.prompts else "")
-        self.prompt_label.setText(first if len(rec.prompts) < 2 else f"{len(rec.prompts)} prompts · {first} …")
-        self.controls.set_busy(True)
-        self.tabs.setCurrentWidget(self.compare if rec.kind == "compare" else self.run_split)
-        self.statusBar().showMessage(f"replaying {rec.path} (no model loaded)")
-        self.player.play(replay.schedule(rec, job.id), replay.SPEEDS[self.replay_speed])
-        return True
-
     # --- worker messages (GUI thread; the session stores, the timer redraws) ---------------
     @Slot(object)
     def on_message(self, msg) -> None:
@@ -431,110 +386,6 @@ class MainWindow(QMainWindow):
         for pane in self.panes:
             pane.show_view(view)
 
-    # --- export ---------------------------------------------------------------------------
-    def export_data(self, fmt: str, comparison: bool, path: str | None = None) -> Path | None:
-        """What a tab shows, as JSON or CSV: the Run tab's run and its plain decoding, or the
-        Compare tab's comparison (every run, and its table rows)."""
-        if comparison:
-            runs, prompts = list(self.session.comparison), self.session.compare_prompts
-        else:
-            runs, prompts = [r for r in self.session.shown_runs() if r is not None], 1
-        if not runs:
-            self.on_failed("nothing to export yet: " + ("compare first" if comparison else "run first"))
-            return None
-        if path is None:
-            name = export.default_name(runs, comparison, fmt)
-            path, _ = QFileDialog.getSaveFileName(self, "Export", str(settings.exports_dir() / name), f"*.{fmt}")
-            if not path:
-                return None
-        try:
-            if fmt == "json":
-                out = export.write_json(path, runs, self.loaded_target, comparison, prompts)
-            else:
-                out = export.write_csv(path, runs, comparison, prompts)
-        except OSError as e:
-            self.on_failed(f"could not write {path}: {e.strerror or e}")
-            return None
-        self.statusBar().showMessage(f"exported {out}")
-        return out
-
-    def plot_widgets(self) -> dict[str, QWidget]:
-        out = {}
-        for pane in self.panes:
-            out.update(pane.plots())
-        return {**out, "window": self}
-
-    def export_pngs(self, folder: str | None = None) -> list[Path]:
-        if folder is None:
-            folder = QFileDialog.getExistingDirectory(self, "Save plots as PNG into", str(settings.exports_dir()))
-            if not folder:
-                return []
-        out = export.write_pngs(folder, self.plot_widgets())
-        self.statusBar().showMessage(f"saved {len(out)} PNG files to {folder}")
-        return out
-
-    # --- settings and quitting -------------------------------------------------------------
-    def place_on_screen(self) -> None:
-        """The saved geometry (else the default size), fitted to the screen's available area."""
-        geo = self.prefs.get("window/geometry", QByteArray(), QByteArray) if self.prefs else QByteArray()
-        if geo.isEmpty() or not self.restoreGeometry(geo):
-            self.setGeometry(geometry.default_rect(self.available_area()))
-        self.fit_to_screen()
-
-    def available_area(self) -> QRect:
-        """Where the window's inside may go: the screen's available area less the frame."""
-        screen = self.screen() or QGuiApplication.primaryScreen()
-        return geometry.client_area(screen.availableGeometry(), self.frameGeometry(), self.geometry())
-
-    def fit_to_screen(self) -> None:
-        if not (self.isMaximized() or self.isFullScreen()):
-            self.setGeometry(geometry.fit(self.geometry(), self.available_area()))
-
-    def restore(self, target: str | None, drafters: list[str], load: bool = True) -> None:
-        """Show these models (already chosen by main: command line, last used or demo), and
-        load them unless ``load`` is False (a replay needs no model)."""
-        p = self.prefs
-        if p is not None:
-            unreadable = []
-            self.controls.set_config(p.section("config"), lambda name, value: unreadable.append(name))
-            if unreadable:
-                self.statusBar().showMessage(f"the settings file had unreadable values for {', '.join(unreadable)}: "
-                                             f"defaults are used")
-            self.controls.recent_drafters = p.recent("drafters")
-        self.controls.set_target(target, p.recent("targets") if p else [])
-        self.controls.blockSignals(not load)  # adding a drafter asks for a load
-        for d in drafters:
-            self.controls.add_drafter(d)
-        self.controls.blockSignals(False)
-        typed = [t for t in p.get("prompt/typed", [], list) if isinstance(t, str) and t.strip()] if p else []
-        if typed:
-            self.controls.prompt_sets[TYPED] = typed
-            self.controls.prompt_set.addItem(TYPED)
-        set_name = p.get("prompt/set", "", str) if p else ""
-        if set_name:
-            self.controls.prompt_set.setCurrentText(set_name)
-        text = p.get("prompt/text", "", str) if p else ""
-        if text:
-            self.controls.prompt.setPlainText(text)
-        else:
-            self.controls.select_prompt(0)
-        if load:
-            self.load_models()
-
-    def save_settings(self) -> None:
-        p = self.prefs
-        if p is None:
-            return
-        p.set("window/geometry", self.presenter.normal_geometry if self.presenter.active else self.saveGeometry())
-        p.set("prompt/typed", self.controls.prompt_sets.get(TYPED, []))
-        p.set("models/target", self.controls.target_path())
-        p.set("models/drafters", self.controls.drafter_paths())
-        p.set("prompt/set", self.controls.prompt_set.currentText())
-        p.set("prompt/text", self.controls.prompt_text())
-        for k, v in self.controls.config().items():
-            p.set(f"config/{k}", "" if v is None else str(v))
-        p.sync()
-
     def closeEvent(self, e) -> None:
         self.timer.stop()
         self.save_settings()
@@ -542,8 +393,3 @@ class MainWindow(QMainWindow):
             self.download.shutdown()
         self.shutdown_worker()
         super().closeEvent(e)
-
-
-def _first_line(prompt: str) -> str:
-    lines = prompt.strip().splitlines()
-    return lines[0][:120] if lines else ""

@@ -170,7 +170,7 @@ def cmd_quantize(a) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------- train, calibrate
+# ----------------------------------------------------------------------------- train (calibrate: training/calibrate_cli.py)
 RUN_OPTIONS = ("time_budget_minutes", "checkpoint_minutes", "eval_prompts", "eval_tokens", "seed")
 DATA_OPTIONS = ("seq_len", "ctx_len", "prompt_len", "self_distill", "max_sequences", "anchors_per_seq",
                 "feature_cache_mb")
@@ -254,52 +254,6 @@ def _given_options(parser: argparse.ArgumentParser, argv) -> set[str]:
     return set(vars(known))
 
 
-def calibrate_main(argv: list[str] | None = None) -> int:
-    from .drafter import DflashDrafter
-    from .target import load_target
-    from .training.calibrate import calibrate_drafter, format_calibration
-
-    ap = Parser(prog="dspark calibrate", description="Fit STS temperatures of a drafter's confidence head.")
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--drafter", required=True, help="drafter directory (the temperatures are saved into it)")
-    ap.add_argument("--prompts", nargs="+", help="prompt files (.txt/.py/.md, or .jsonl with text/prompt); "
-                    "default: held-out corpus prompts")
-    ap.add_argument("--rounds", type=int, default=200, help="speculative rounds to collect")
-    ap.add_argument("--max-tokens", type=int, default=128, help="tokens generated per prompt")
-    ap.add_argument("--prompt-len", type=int, default=64, help="prompt tokens cut from each stretch of a prompt file")
-    ap.add_argument("--out", help="save the calibrated drafter here instead of over --drafter")
-    a = ap.parse_args(argv)
-    from .options import check_range
-
-    for flag, value, hi in (("--rounds", a.rounds, 100_000), ("--max-tokens", a.max_tokens, 1_000_000),
-                            ("--prompt-len", a.prompt_len, 1_000_000)):
-        check_range(flag, value, 1, hi)
-    target = load_target(a.target)
-    drafter = DflashDrafter.load(a.drafter, target=target)
-    if not isinstance(drafter, DflashDrafter):
-        raise DsparkError(f"{a.drafter} is a {drafter.format} drafter: calibration writes this project's own format only")
-    if not drafter.has_confidence:
-        raise DsparkError("this drafter has no confidence head: nothing to calibrate")
-    if a.prompts:
-        from .training.data import cut_prompts, encode_all
-        from .training.texts import read_texts
-
-        prompts = cut_prompts(encode_all(target, read_texts(a.prompts)), a.max_tokens + a.prompt_len, a.prompt_len)
-    else:
-        from .demo.corpus import heldout_prompts
-
-        prompts = heldout_prompts(max(4, a.rounds // 8))
-    if not prompts:
-        raise DsparkError("no prompts to calibrate on")
-    result = calibrate_drafter(target, drafter, prompts, rounds=a.rounds, max_tokens=a.max_tokens)
-    drafter.calibration = result.kept()
-    drafter.save(a.out or a.drafter)
-    print(format_calibration(result))
-    print(f"saved calibration to {Path(a.out or a.drafter)}"
-          + ("" if drafter.calibration else " (raw confidences kept: the fit did not lower the held-out ECE)"))
-    return 0
-
-
 # ----------------------------------------------------------------------------- the parser
 def build_parser() -> argparse.ArgumentParser:
     from .drafter import DflashConfig
@@ -358,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
 #: Subcommands whose modules own their option parsers: ``dspark X ...`` calls ``module.fn(rest)``.
 DELEGATED = {
     "train": ("dspark.cli:train_main", "train a drafter against a target (dspark train --help)"),
-    "calibrate": ("dspark.cli:calibrate_main", "fit a drafter's confidence temperatures (dspark calibrate --help)"),
+    "calibrate": ("dspark.training.calibrate_cli:main", "fit a drafter's confidence temperatures (dspark calibrate --help)"),
     "bench": ("dspark.bench:main", "time speculative decoding against plain mlx-lm decoding (dspark bench --help)"),
     "make-demo": ("dspark.demo.build:main", "rebuild and measure the bundled demo models (dspark make-demo --help)"),
 }

@@ -11,7 +11,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtGui import QImage  # noqa: E402
 
-from dspark_studio import window as window_module  # noqa: E402
+from dspark_studio import window_files as window_module  # noqa: E402  (where the file dialogs are)
 from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
 
 

@@ -1,0 +1,98 @@
+"""The house rules of the layout (docs/architecture.md), checked: ``dspark`` never imports Qt,
+the app's state and messages import neither Qt nor MLX, no module is longer than one sitting,
+no import cycles, and the app's generation form has one widget per ``GenerationConfig`` field."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"dspark": ROOT / "dspark", "dspark_studio": ROOT / "app"}
+MAX_LINES = 420  # "a few hundred": read in one sitting
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for f in folder.rglob("*.py"):
+            rel = f.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            out[".".join([pkg, *parts])] = f
+    return out
+
+
+def imports_of(name: str, path: Path) -> set[str]:
+    """Modules of the two packages that ``name`` imports at module level (not inside functions:
+    those are deliberate late imports)."""
+    tree = ast.parse(path.read_text())
+    pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            found.add(mod)
+            found |= {f"{mod}.{a.name}" for a in node.names}
+    return {m for m in found if m.split(".")[0] in PACKAGES and m in modules()}
+
+
+def test_no_module_is_longer_than_one_sitting():
+    long = {n: len(p.read_text().splitlines()) for n, p in modules().items()}
+    assert not {n: k for n, k in long.items() if k > MAX_LINES}
+
+
+def test_no_import_cycles_at_module_level():
+    graph = {n: imports_of(n, p) - {n} for n, p in modules().items()}
+    state: dict[str, int] = {}
+
+    def visit(n, trail):
+        if state.get(n) == 1:
+            pytest.fail("import cycle: " + " -> ".join(trail[trail.index(n):] + [n]))
+        if state.get(n) == 2:
+            return
+        state[n] = 1
+        for m in sorted(graph.get(n, ())):
+            visit(m, trail + [n])
+        state[n] = 2
+
+    for n in sorted(graph):
+        visit(n, [])
+
+
+@pytest.mark.parametrize("module, banned", [
+    ("dspark", ("PySide6", "pyqtgraph")),
+    ("dspark.engine", ("PySide6", "pyqtgraph")),
+    ("dspark.bench", ("PySide6", "pyqtgraph")),
+    ("dspark_studio.session", ("PySide6", "pyqtgraph", "mlx")),
+    ("dspark_studio.runs", ("PySide6", "pyqtgraph", "mlx")),
+    ("dspark_studio.messages", ("PySide6", "pyqtgraph", "mlx")),
+])
+def test_the_core_imports_no_qt_and_the_app_state_no_mlx(module, banned):
+    code = (f"import sys, {module}; bad = sorted({{m.split('.')[0] for m in sys.modules}} & set({banned!r})); "
+            "print(','.join(bad))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "", f"{module} imports {r.stdout.strip()}"
+
+
+def test_the_generation_form_has_one_widget_per_field(qtbot):
+    from dspark.config import GenerationConfig
+    from dspark.options import describe
+    from dspark_studio.panes.settings_form import SettingsForm
+
+    form = SettingsForm(GenerationConfig)
+    qtbot.addWidget(form)
+    fields = {s.name for s in describe(GenerationConfig) if s.form}
+    assert set(form.widgets) == fields and {"top_k", "policy", "chat_template", "system_prompt"} <= fields
+    assert GenerationConfig(**form.values()) == GenerationConfig()  # every default round-trips
