@@ -138,6 +138,13 @@ def read_bench(path: str | Path) -> dict:
     return doc
 
 
+def bench_costs(doc: dict) -> dict:
+    """The costs a benchmark's limits were computed from: the last repeat's (measured at the
+    trials' context and load), else those measured at its start."""
+    last = (doc.get("costs_by_repeat") or [None])[-1]
+    return last or doc.get("costs") or {}
+
+
 def _same_mark(arm: dict) -> str | None:
     if "compared" not in arm:
         return None
@@ -179,4 +186,4 @@ def bench_rows(doc: dict) -> list[dict]:
     return rows
 
 
-__all__ = ["bench_rows", "comparison_to_bench", "is_bench", "is_bench_file", "read_bench", "write_bench"]
+__all__ = ["bench_costs", "bench_rows", "comparison_to_bench", "is_bench", "is_bench_file", "read_bench", "write_bench"]

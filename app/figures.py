@@ -58,7 +58,9 @@ def _figures(doc: dict, theme):
 
     w = make_plot("Measured cost on this machine", "ms", "drafts verified (rows = 1 + drafts)")
     style_plot(w, theme)
-    draw_costs(w, doc.get("costs") or {}, theme)
+    from .bench_io import bench_costs
+
+    draw_costs(w, bench_costs(doc), theme)
     out["costs"] = w
     for name, widget in out.items():
         if name != "costs":  # styled before drawing: its title is its legend

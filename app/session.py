@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bench_io import bench_rows
+from .bench_io import bench_costs, bench_rows
 from .messages import Checked, CostsMeasured, Job, JobDone, RoundDone, RunDone, RunStarted
 from .runs import BASELINE, RunRecord, compare_rows
 
@@ -181,7 +181,7 @@ class Session:
     def view(self) -> View:
         spec, base = self.shown_runs()
         if self.bench is not None:
-            rows, costs = tuple(bench_rows(self.bench)), self.bench.get("costs") or {}
+            rows, costs = tuple(bench_rows(self.bench)), bench_costs(self.bench)
         else:
             rows = tuple(compare_rows(self.comparison, self.compare_prompts)) if self.comparison else ()
             costs = {Path(p).name: c for p, c in self.costs.items()}
