@@ -374,9 +374,12 @@ def test_a_full_disk_is_one_sentence_and_leaves_no_partial_file(dirs, data_file,
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_during_generate_is_one_line(dirs, sig):
+    # SIGINT as a terminal delivers it: a shell without job control starts background commands
+    # (`make test &`) with SIGINT ignored, and a child would inherit that
     p = subprocess.Popen([sys.executable, "-m", "dspark.cli", "generate", "--target", str(dirs["target"]), "--drafter",
                           str(dirs["drafter"]), "--prompt", "x", "--max-tokens", "100000", "--ignore-eos"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(4)
     p.send_signal(sig)
     _, err = p.communicate(timeout=60)
