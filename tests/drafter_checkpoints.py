@@ -164,13 +164,14 @@ def draft_vocabulary(tokens: list[int], size: int, vocab: int) -> list[int]:
 
 def write_speculators(path: Path, target, frequent: list[int], draft_vocab: int = 48, seed: int = 3,
                       vocab: int = VOCAB, with_embedding: bool = True, sliding: bool = False,
-                      from_anchor: bool = False) -> Path:
+                      from_anchor: bool = False, algorithm: str = "dspark") -> Path:
     """vLLM speculators DSpark: Qwen3 backbone under transformer_layer_config, taps as
     aux_hidden_state_layer_ids, block 7 with 6 speculative tokens (slot 0 a pure anchor), a
     reduced draft vocabulary with d2t offsets and t2d, lm_head over the draft vocabulary.
     Variants: no embedding of its own (the target's is borrowed), a first layer with a causal
-    sliding window of 8, and ``sample_from_anchor`` (7 speculative tokens: the anchor slot
-    predicts)."""
+    sliding window of 8, ``sample_from_anchor`` (7 speculative tokens: the anchor slot
+    predicts), and ``algorithm="dflash"``: speculators' DFlash head (no Markov or confidence
+    head; DSpark's class is DFlash's with them added)."""
     mx.random.seed(seed)
     chosen = draft_vocabulary(frequent, draft_vocab, vocab)
     d2t = np.array(chosen, np.int64) - np.arange(draft_vocab, dtype=np.int64)
@@ -183,6 +184,8 @@ def write_speculators(path: Path, target, frequent: list[int], draft_vocab: int 
          "confidence_head.proj.bias": mx.array([0.5]), **_markov(vocab, chosen), **_qwen3_layers(2)}
     if with_embedding:
         w["embed_tokens.weight"] = emb
+    if algorithm == "dflash":
+        w = {k: v for k, v in w.items() if not k.startswith(("markov_head.", "confidence_head."))}
     config = {
         "architectures": ["DSparkSpeculator"], "speculators_model_type": "dspark", "speculators_version": "synthetic",
         "speculators_config": {"algorithm": "dspark", "default_proposal_method": "greedy",
@@ -201,4 +204,24 @@ def write_speculators(path: Path, target, frequent: list[int], draft_vocab: int 
         "sample_from_anchor": from_anchor, "sliding_window_non_causal": False, "markov_rank": R, "markov_head_type": "vanilla",
         "enable_confidence_head": True, "confidence_head_with_markov": True,
     }
+    if algorithm == "dflash":
+        for key in ("markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"):
+            config.pop(key)
+        config.update(architectures=["DFlashSpeculator"], speculators_model_type="dflash")
+        config["speculators_config"]["algorithm"] = "dflash"
     return _save(path, config, w)
+
+
+def as_headless_dspark(src: Path, dst: Path) -> Path:
+    """A speculators DFlash head relabelled as a DSpark one with both heads off: the same
+    network (speculators' DSpark model is its DFlash model plus the heads), in the algorithm
+    mlx-dspark reads (it translates only ``dspark``)."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    config.update(architectures=["DSparkSpeculator"], speculators_model_type="dspark", markov_rank=0,
+                  enable_confidence_head=False, confidence_head_with_markov=False)
+    config["speculators_config"]["algorithm"] = "dspark"
+    (dst / "config.json").write_text(json.dumps(config, indent=1))
+    return dst

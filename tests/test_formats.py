@@ -44,7 +44,9 @@ def dirs(tmp_path_factory):
     frequent = list(plain.tokens[:90])
     d.update(speculators_borrowed=ckpt.write_speculators(root / "sp_borrowed", model, frequent, with_embedding=False),
              speculators_sliding=ckpt.write_speculators(root / "sp_sliding", model, frequent, sliding=True),
-             speculators_anchor=ckpt.write_speculators(root / "sp_anchor", model, frequent, from_anchor=True))
+             speculators_anchor=ckpt.write_speculators(root / "sp_anchor", model, frequent, from_anchor=True),
+             speculators_dflash=ckpt.write_speculators(root / "sp_dflash", model, frequent, algorithm="dflash"))
+    d["speculators_dflash_peer"] = ckpt.as_headless_dspark(d["speculators_dflash"], root / "sp_dflash_as_dspark")
     return d
 
 
@@ -110,7 +112,9 @@ CASES = {  # name -> (peer runner, drafts per round, format)
     "speculators_borrowed": ("mlx-dspark", 6, "speculators"),  # the target's embedding, unscaled
     "speculators_sliding": ("mlx-dspark", 6, "speculators"),  # a causal sliding-window layer
     "speculators_anchor": ("mlx-dspark", 7, "speculators"),  # sample_from_anchor: slot 0 predicts
+    "speculators_dflash": ("mlx-dspark", 6, "speculators"),  # the DFlash head; the peer reads it relabelled
 }
+PEER_DIR = {"speculators_dflash": "speculators_dflash_peer"}  # mlx-dspark translates only algorithm dspark
 
 
 #: Where the peer departs from the format's own code, the peer's convention is set for the
@@ -145,7 +149,7 @@ def test_each_format_matches_its_reference_round_for_round(dirs, target, plain, 
     rows: list = []
     tokens, tau, logits = ours(target, drafter, plain, rows)
     assert tokens == list(plain.tokens)  # lossless, past several windows
-    ref = peer(kind, dirs, name)
+    ref = peer(kind, dirs, PEER_DIR.get(name, name))
     if drafter.has_confidence:  # the confidence head reads the same features the same way
         z = np.array(rows[0].conf_logits[0])
         assert np.allclose(z, np.array(ref["round1_confidence_logits"]), atol=1e-4), (z, ref["round1_confidence_logits"])
