@@ -188,3 +188,25 @@ def test_plots_show_nothing_before_a_run_then_whole_counts_seconds_and_a_zero(qt
     assert "x0.001" not in seconds.labelString() and seconds.autoSIPrefixScale == 1.0
     low, high = w.plots.tps.getViewBox().viewRange()[1]
     assert low <= 0 < high and abs(low) < 0.1 * high  # the rate axis starts at 0
+
+
+def test_the_run_history_keeps_as_many_runs_as_the_settings_say(qtbot, dirs, tmp_path, monkeypatch):
+    """End to end: each finished run is saved, and the settings' ``history/keep`` prunes the
+    oldest as the next one is saved."""
+    from dspark_studio import settings
+    from dspark_studio.window import MainWindow
+
+    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
+    prefs = settings.Settings()
+    prefs.set("history/keep", "2")
+    w = MainWindow(prefs=prefs)
+    qtbot.addWidget(w)
+    w.show()
+    try:
+        setup(w, dirs, max_tokens=4)
+        for _ in range(3):
+            assert run_job(qtbot, w, w.start_run)["ok"]
+        saved = sorted(settings.history_dir().glob("*.json"))
+        assert len(saved) == 2, [p.name for p in saved]
+    finally:
+        w.close()
