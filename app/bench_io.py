@@ -4,7 +4,7 @@
 ``comparison_to_bench`` turns the app's comparison into that format (each finished prompt of
 each drafter a trial, paired with plain decoding of the same prompt), ``write_bench`` saves
 it, ``read_bench`` opens a benchmark's summary for the Compare tab, and ``bench_rows`` gives
-its arms the Compare table's row shape. Plain Python: no Qt, no model (MLX only to describe the machine when saving).
+its arms the Compare table's row shape. Plain Python: no Qt, no MLX.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from dspark.bench import report
 from dspark.errors import DsparkError
@@ -35,17 +36,15 @@ def _trial(run: RunRecord, arm: str, policy: str | None) -> dict:
 
 
 def comparison_to_bench(runs: list[RunRecord], target: str | None, prompts: int,
-                        costs: dict[str, dict] | None = None) -> tuple[dict, list[dict]]:
+                        costs: dict[str, dict] | None = None, environment: dict | None = None) -> tuple[dict, list[dict]]:
     """(summary document, trials) of a comparison, as ``dspark bench`` writes them. Only
     finished runs count; a drafter's prompt without a finished plain run has no speedup.
     ``costs``: drafter directory -> measured costs (``Costs.to_dict()``), for limit and
-    efficiency. The speedup is the app's own, over comparable work (``app.runs.speedup``),
+    efficiency; ``environment``: the worker's record of the machine (``messages.Loaded``). The speedup is the app's own, over comparable work (``app.runs.speedup``),
     which equals the benchmark's rate ratio whenever both runs made the same tokens."""
     done = [r for r in runs if r.done and not r.stopped and r.summary.tokens_per_sec > 0]
     if not done:
         raise DsparkError("nothing to save yet: no run of the comparison has finished")
-    from dspark.costs import Costs  # MLX: only when saving (the session reads benchmarks without it)
-
     bases = {r.prompt_index: r for r in done if r.method == "baseline"}
     costs = costs or {}
     trials = []
@@ -54,7 +53,8 @@ def comparison_to_bench(runs: list[RunRecord], target: str | None, prompts: int,
             trials.append(report.derive(_trial(r, report.PLAIN, None), None))
             continue
         policy = str(r.config.get("policy", "fixed"))
-        c = Costs.from_dict(costs[r.drafter]) if r.drafter in costs else None
+        # what report.derive reads of a dspark.costs.Costs, from its dict (no MLX here)
+        c = SimpleNamespace(**costs[r.drafter]) if r.drafter in costs else None
         base = bases.get(r.prompt_index)
         t = report.derive(_trial(r, f"{r.label} {policy}", policy), _trial(base, report.PLAIN, None) if base else None, c)
         if base is not None:
@@ -66,7 +66,7 @@ def comparison_to_bench(runs: list[RunRecord], target: str | None, prompts: int,
             t.update(identical=r.verdict.identical, lossless=r.verdict.lossless)
         trials.append(t)
     config = runs[0].config
-    doc = {"command": COMMAND, "environment": report.environment(), "target": target,
+    doc = {"command": COMMAND, "environment": dict(environment or {}), "target": target,
            "prompts": {"key": "app", "name": "the app's prompts", "count": prompts},
            "settings": {"max_tokens": config.get("max_tokens"), "repeats": 1,
                         "temperature": config.get("temperature", 0.0)},

@@ -58,7 +58,7 @@ class BenchActions:
                 return None
         try:
             doc, trials = bench_io.comparison_to_bench(runs, w.loaded_target, w.session.compare_prompts,
-                                                       w.session.costs)
+                                                       w.session.costs, w.environment)
             out = bench_io.write_bench(folder, doc, trials)
         except DsparkError as e:
             w.on_failed(str(e))

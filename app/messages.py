@@ -71,6 +71,7 @@ class Loaded:
     target_id: str
     drafters: dict  # path -> DrafterInfo, for the drafters that loaded
     errors: dict  # path -> one-line reason, for those that did not
+    environment: dict = field(default_factory=dict)  # dspark.bench.report.environment(), asked of MLX here
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ class MainWindow(FilesMixin, StateMixin, QMainWindow):
         self.theme = NORMAL
         self.session = Session()
         self.loaded_target: str | None = None
+        self.environment: dict = {}  # the worker's record of the machine, for saved benchmarks
         self._drawn = -1  # the session version the panes show
         self.download = None  # the Download dialog, once opened
         self.player = replay.Player(self.on_message, self)  # replays deliver as the worker does
@@ -327,6 +328,7 @@ class MainWindow(FilesMixin, StateMixin, QMainWindow):
         if info.target != self.loaded_target:
             self.session.costs.clear()  # measured on the previous target
         self.loaded_target = info.target
+        self.environment = info.environment
         for p in self.controls.drafter_paths():
             d = info.drafters.get(p)
             detail = (f"{d.format} drafter, {d.block_size} drafts per round, {d.params:,} parameters"

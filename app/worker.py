@@ -42,6 +42,7 @@ class Worker(QObject):
         self._drafters: dict[str, DflashDrafter] = {}
         self._pieces: dict[int, str] = {}
         self._key = 0
+        self._environment: dict = {}
 
     # --- called from the GUI thread directly (thread-safe) --------------------------------
     def cancel(self) -> None:
@@ -191,7 +192,11 @@ class Worker(QObject):
                     continue
             d = self._drafters[p]
             infos[p] = DrafterInfo(d.block_size, d.has_confidence, d.num_params(), d.weights_note(self._target), d.format)
-        self.message.emit(Loaded(target_path, self._target.target_id, infos, errors))
+        if not self._environment:  # the machine, MLX and BLAS a saved benchmark names (MLX asked here)
+            from dspark.bench.report import environment
+
+            self._environment = environment()
+        self.message.emit(Loaded(target_path, self._target.target_id, infos, errors, dict(self._environment)))
         self.message.emit(Status("ready"))
         return errors
 

@@ -21,7 +21,7 @@ def test_window_icon_is_found_through_resources():
 
 
 def test_self_test_runs_the_demo_pair_and_says_what_ran():
-    from dspark_studio import selftest
+    from dspark import selftest
 
     ok, line = selftest.check()
     assert ok, line
@@ -31,7 +31,7 @@ def test_self_test_runs_the_demo_pair_and_says_what_ran():
 
 def test_self_test_fails_with_the_reason_when_demo_models_are_missing(tmp_path, monkeypatch):
     from dspark import resources
-    from dspark_studio import selftest
+    from dspark import selftest
 
     monkeypatch.setenv("DSPARK_RESOURCES", str(tmp_path))
     resources.root.cache_clear()

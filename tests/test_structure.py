@@ -1,5 +1,5 @@
 """The house rules of the layout (docs/architecture.md), checked: ``dspark`` never imports Qt,
-the app's state and messages import neither Qt nor MLX, no module is longer than one sitting,
+the app's state and messages import neither Qt nor MLX, only the app's worker imports MLX, no module is longer than one sitting,
 no import cycles, and the app's generation form has one widget per ``GenerationConfig`` field."""
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ def test_no_import_cycles_at_module_level():
     ("dspark_studio.session", ("PySide6", "pyqtgraph", "mlx")),
     ("dspark_studio.runs", ("PySide6", "pyqtgraph", "mlx")),
     ("dspark_studio.messages", ("PySide6", "pyqtgraph", "mlx")),
+    ("dspark_studio.bench_io", ("PySide6", "pyqtgraph", "mlx")),
 ])
 def test_the_core_imports_no_qt_and_the_app_state_no_mlx(module, banned):
     code = (f"import sys, {module}; bad = sorted({{m.split('.')[0] for m in sys.modules}} & set({banned!r})); "
@@ -84,6 +85,20 @@ def test_the_core_imports_no_qt_and_the_app_state_no_mlx(module, banned):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "", f"{module} imports {r.stdout.strip()}"
+
+
+def test_only_the_worker_imports_mlx_in_the_app():
+    """MLX objects belong to the thread that made them: in the app only ``worker.py`` (the
+    model-owner thread) may reach MLX, at module level or inside a function."""
+    offenders = []
+    for name, path in modules().items():
+        if not name.startswith("dspark_studio.") or name == "dspark_studio.worker":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            offenders += [f"{name}: {n}" for n in names if n.split(".")[0] in ("mlx", "mlx_lm")]
+    assert not offenders
 
 
 def test_the_generation_form_has_one_widget_per_field(qtbot):
