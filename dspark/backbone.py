@@ -61,12 +61,14 @@ class DraftLayer(nn.Module):
 
 
 class MarkovHead(nn.Module):
-    """Low-rank bias from the previous token: B(x_prev) = W1[x_prev] @ W2."""
+    """Low-rank bias from the previous token: B(x_prev) = W1[x_prev] @ W2. W1's rows are
+    target ids; W2 outputs the draft vocabulary (``draft_vocab``: the target's unless a
+    published head reduced it, ``dspark.formats``)."""
 
-    def __init__(self, vocab: int, rank: int):
+    def __init__(self, vocab: int, rank: int, draft_vocab: int | None = None):
         super().__init__()
         self.markov_w1 = nn.Embedding(vocab, rank)
-        self.markov_w2 = nn.Linear(rank, vocab, bias=False)
+        self.markov_w2 = nn.Linear(rank, draft_vocab or vocab, bias=False)
         # Start as a zero bias so an untrained head leaves the backbone's logits unchanged.
         self.markov_w2.weight = mx.zeros_like(self.markov_w2.weight)
 

@@ -250,7 +250,7 @@ class DflashDrafter(BlockDrafter):
         from .formats.base import quantize
         from .validate import check_shapes
 
-        dims, cfg = _read_native(p, meta)
+        dims, cfg = read_native_config(p, meta)
         w = p / "model.safetensors"
         if not w.is_file():
             raise DsparkError(f"{p} has no model.safetensors")
@@ -291,7 +291,7 @@ def _check_cfg(cfg: DflashConfig, dims: TargetDims) -> None:
         raise DsparkError(f"mask token id {cfg.mask_token_id} is outside the vocabulary ({dims.vocab_size})")
 
 
-def _read_native(p: Path, meta: dict) -> tuple[TargetDims, DflashConfig]:
+def read_native_config(p: Path, meta: dict) -> tuple[TargetDims, DflashConfig]:
     """The dims and cfg sections of a native config.json, validated (types, ranges, the taps
     inside the target) before anything is allocated."""
     from .options import check_options

@@ -146,7 +146,9 @@ class BlockDrafter:
         h = self._backbone(self._block(proj, prev, gamma + start), ctx, context.offset, masks)[:, start:]
         base = self.head(proj, h)  # [A, G, V_draft]
         sp = opts.sampling
-        keys = mx.random.split(opts.key if opts.key is not None else mx.random.key(0), max(gamma, 1))
+        # one key per position, only when drawing (greedy drafting reads none)
+        keys = [None] * max(gamma, 1) if sp.greedy else \
+            mx.random.split(opts.key if opts.key is not None else mx.random.key(0), max(gamma, 1))
         e = None
         if self.has_markov and base.shape[-1] > MARKOV_SCORED * 2:
             choice, q, draft_probs, e = self._markov_on_candidates(base, prev, sp, keys)
@@ -179,7 +181,7 @@ class BlockDrafter:
                          confidences=self._calibrated(z) if z is not None else None, hidden=h, conf_logits=z,
                          logits=logits)
 
-    def _markov_on_candidates(self, base: mx.array, prev: mx.array, sp: SamplingParams, keys: mx.array):
+    def _markov_on_candidates(self, base: mx.array, prev: mx.array, sp: SamplingParams, keys):
         """The Markov loop on each position's ``MARKOV_SCORED`` best backbone candidates.
 
         The bias W2 W1[x_prev] of a whole vocabulary is a pass over all of W2 per position (at

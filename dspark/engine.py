@@ -114,7 +114,7 @@ def _round(target: Target, session, cache: list, anchor: int, position: int, new
     _threads(threads, "draft")
     draft = session.propose(anchor, position, new_rows, block_size, sp, k_draft) if block_size > 0 else None
     conf = None
-    if draft is not None and draft.confidences is not None and sched.wants_confidences(True):
+    if draft is not None and draft.confidences is not None and sched.reads_confidences:
         conf = draft.confidences[0].tolist()  # a host sync (it evaluates the draft), only for these policies
     width = sched.width(draft.tokens.shape[1], budget, conf) if draft is not None else 0
     verify_ids = mx.array([anchor], mx.int32)
@@ -129,7 +129,8 @@ def _round(target: Target, session, cache: list, anchor: int, position: int, new
         mx.eval(draft.tokens, shown, draft.confidences, draft.conf_logits, session.state())  # sync 1
         drafted = draft.tokens[0].tolist()
         dprobs = shown[0].tolist() if display else [math.nan] * len(drafted)
-        conf = draft.confidences[0].tolist() if draft.confidences is not None else None
+        if conf is None and draft.confidences is not None:  # unless the policy has read them already
+            conf = draft.confidences[0].tolist()
         z = draft.conf_logits[0].tolist() if draft.conf_logits is not None else None
     t1 = perf_counter()
     _threads(threads, "verify")

@@ -119,8 +119,6 @@ class RunningAcceptance:
             self.p[k] += EWMA_WEIGHT * (hit - self.p[k])
 
 
-
-
 class Scheduler:
     """One run's width decisions under ``policy`` (``costs``: a :class:`dspark.costs.Costs`,
     required by ``auto``)."""
@@ -131,9 +129,11 @@ class Scheduler:
         self.policy, self.costs = policy, costs
         self.running = RunningAcceptance(block_size)
 
-    def wants_confidences(self, has_confidence: bool) -> bool:
-        """Whether the decision reads this round's confidences (a host sync before the verify)."""
-        return self.policy.kind == "threshold" or (self.policy.kind == "auto" and has_confidence)
+    @property
+    def reads_confidences(self) -> bool:
+        """Whether the decision reads a drafter's confidences when it has them (a host sync
+        before the verify)."""
+        return self.policy.kind in ("threshold", "auto")
 
     def width(self, drafted: int, budget: int, confidences: list[float] | None) -> int:
         w = max(0, min(drafted, budget))

@@ -136,17 +136,16 @@ def _verdict(target, trial: dict, plain: dict, baselines: dict, key, cfg) -> dic
 def run(a, say) -> dict:
     from dataclasses import replace
 
-    from .. import prompts as _  # noqa: F401  (fail early on a broken install)
+    from .. import resources
     from ..config import GenerationConfig
     from ..costs import measure
     from ..engine import prompt_ids
-    from ..files import output_dir
+    from ..files import output_dir, write_text
     from ..hub import resolve
     from ..target import load_target
+    from .arms import fastest_plain_threads
 
     _check(a)
-    from .. import resources
-
     target_dir = a.target or (str(resources.demo_model("target")) if resources.demo_model("target") else None)
     if target_dir is None:
         raise DsparkError("no --target given and no demo target in resources/demo/target")
@@ -171,11 +170,9 @@ def run(a, say) -> dict:
     try:
         for arm in arm_list:  # warm-up: kernels compiled, caches filled, nothing recorded
             arm.trial(ids[0], min(16, a.max_tokens), 0)
-        from .arms import fastest_plain_threads
-
-        plain = arm_list[0]
-        plain.threads, speeds = fastest_plain_threads(target, cfg, ids[0])
-        doc["environment"]["plain_blas_threads"] = plain.threads or doc["environment"].get("blas_threads")
+        baseline = arm_list[0]  # plain decoding, at the thread count it runs fastest at here
+        baseline.threads, speeds = fastest_plain_threads(target, cfg, ids[0])
+        doc["environment"]["plain_blas_threads"] = baseline.threads or doc["environment"].get("blas_threads")
         doc["environment"]["plain_tokens_per_sec_by_threads"] = speeds
         bar = _bar(a, a.repeats * len(ids) * len(arm_list))
         baselines: dict = {}
@@ -225,8 +222,6 @@ def run(a, say) -> dict:
                 arm.close()
     doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     doc["arms"] = report.summarize(trials)
-    from ..files import write_text
-
     write_text(out / "summary.json", json.dumps(doc, indent=1))
     return doc
 

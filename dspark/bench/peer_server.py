@@ -25,34 +25,26 @@ import sys
 import time
 
 
-def load_dflash(target_dir: str, drafter_dir: str):
+def zlab_load(target_dir: str, drafter_dir: str):
+    """z-lab's target and drafter from local folders (``load_draft`` takes hub names only, so
+    ``snapshot_download`` is pointed at the folder for the call): (model, draft, tokenizer)."""
     import dflash.model_mlx as zl
-    import mlx.core as mx
 
     model, tokenizer = zl.load(target_dir)
     original = zl.snapshot_download
     zl.snapshot_download = lambda repo, **kw: repo if os.path.isdir(repo) else original(repo, **kw)
     try:
-        draft = zl.load_draft(drafter_dir)  # it takes hub names only: pointed at the local folder
+        draft = zl.load_draft(drafter_dir)
     finally:
         zl.snapshot_download = original
-
-    def run(ids, max_tokens):
-        committed, times = [], []
-        for r in zl.stream_generate(model, draft, tokenizer, mx.array(ids), max_tokens=max_tokens, temperature=0.0):
-            times.append(time.perf_counter())
-            committed.append(list(r.tokens))
-        return committed, times[0], times[-1]
-
-    return run
+    return model, draft, tokenizer
 
 
-def load_mlx_dspark(target_dir: str, drafter_dir: str):
+def mlxvlm_target(target_dir: str):
+    """mlx-vlm's gemma4.Model holding the mlx-lm target's weights (a 1-layer unused vision
+    tower): mlx-dspark runs Gemma-4 only through mlx-vlm."""
     import mlx.core as mx
-    import mlx_dspark.generate as G
     from mlx.utils import tree_flatten
-    from mlx_dspark.load import load_drafter
-    from mlx_dspark.target import Target
     from mlx_lm import load
     from mlx_vlm.models.gemma4 import Model
     from mlx_vlm.models.gemma4.config import ModelConfig, TextConfig, VisionConfig
@@ -65,6 +57,31 @@ def load_mlx_dspark(target_dir: str, drafter_dir: str):
                             vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"]))
     vlm.language_model.load_weights(list(tree_flatten(lm.parameters())))
     mx.eval(vlm.parameters())
+    return vlm, tokenizer
+
+
+def load_dflash(target_dir: str, drafter_dir: str):
+    import dflash.model_mlx as zl
+    import mlx.core as mx
+
+    model, draft, tokenizer = zlab_load(target_dir, drafter_dir)
+
+    def run(ids, max_tokens):
+        committed, times = [], []
+        for r in zl.stream_generate(model, draft, tokenizer, mx.array(ids), max_tokens=max_tokens, temperature=0.0):
+            times.append(time.perf_counter())
+            committed.append(list(r.tokens))
+        return committed, times[0], times[-1]
+
+    return run
+
+
+def load_mlx_dspark(target_dir: str, drafter_dir: str):
+    import mlx_dspark.generate as G
+    from mlx_dspark.load import load_drafter
+    from mlx_dspark.target import Target
+
+    vlm, tokenizer = mlxvlm_target(target_dir)
     target = Target(vlm, tokenizer)
     drafter, _ = load_drafter(drafter_dir, quantize=False)
 

@@ -93,7 +93,6 @@ def load_drafter(path: str | Path, target=None, say=None):
 def describe(path: str | Path) -> dict:
     """What a drafter directory is, without loading a target or its weights (``dspark inspect``)."""
     from .. import checkpoint
-    from ..validate import Fields
 
     p, config, fmt = read_drafter_config(path)
     headers = {}
@@ -103,9 +102,9 @@ def describe(path: str | Path) -> dict:
     out = {"path": str(p), "format": fmt, "dtype": "/".join(dtypes), "bytes": checkpoint.tensor_bytes(p, skip=()),
            "quantization": config.get("quantization")}
     if fmt == "dspark-drafter":
-        from ..drafter import _read_native
+        from ..drafter import read_native_config
 
-        dims, cfg = _read_native(p, config)  # every field checked, as loading does
+        dims, cfg = read_native_config(p, config)  # every field checked, as loading does
         out.update(block_size=cfg.block_size, drafts_per_round=cfg.block_size, tap_layers=list(cfg.tap_layers),
                    mask_token_id=cfg.mask_token_id, draft_vocab=dims.vocab_size, layers=cfg.num_layers,
                    markov_head=cfg.markov, confidence_head=cfg.confidence,

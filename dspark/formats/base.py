@@ -11,10 +11,11 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from ..backbone import ConfidenceHead, MarkovHead
 from ..drafting import BlockDrafter, BlockLayout
 from ..errors import DrafterMismatchError, DsparkError
 from ..validate import Fields, check_shapes
-from .layers import ConfidenceHead, DraftBody, MarkovHead
+from .layers import DraftBody
 
 
 @dataclass
@@ -68,7 +69,7 @@ class Spec:
         if self.own_head:
             net.lm_head = nn.Linear(self.hidden, self.draft_vocab, bias=False)
         if self.markov_rank:
-            net.markov_head = MarkovHead(self.vocab, self.draft_vocab, self.markov_rank)
+            net.markov_head = MarkovHead(self.vocab, self.markov_rank, self.draft_vocab)
         if self.confidence:
             net.confidence_head = ConfidenceHead(self.hidden + (self.markov_rank if self.confidence_with_markov else 0))
         return net

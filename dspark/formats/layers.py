@@ -124,26 +124,3 @@ class DraftBody(nn.Module):
         self.hidden_norm = nn.RMSNorm(hidden, eps=eps)
         self.layers = layers
         self.norm = nn.RMSNorm(hidden, eps=eps)
-
-
-class MarkovHead(nn.Module):
-    """DeepSpec's vanilla Markov head: bias(prev) = W2 (W1[prev]); W1 rows are target ids, W2
-    outputs the draft vocabulary (the target's unless it was reduced)."""
-
-    def __init__(self, vocab: int, draft_vocab: int, rank: int):
-        super().__init__()
-        self.markov_w1 = nn.Embedding(vocab, rank)
-        self.markov_w2 = nn.Linear(rank, draft_vocab, bias=False)
-
-    def __call__(self, prev: mx.array) -> tuple[mx.array, mx.array]:
-        e = self.markov_w1(prev)
-        return self.markov_w2(e), e
-
-
-class ConfidenceHead(nn.Module):
-    def __init__(self, dim: int):
-        super().__init__()
-        self.proj = nn.Linear(dim, 1)
-
-    def __call__(self, feats: mx.array) -> mx.array:
-        return self.proj(feats)[..., 0]

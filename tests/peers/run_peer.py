@@ -18,23 +18,21 @@ Every peer prefills the whole prompt and takes the first token from the target a
 from __future__ import annotations
 
 import json
-import os
 import sys
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
+
+# the benchmark's peer loaders (a script of plain Python, importing nothing from dspark)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dspark" / "bench"))
+from peer_server import mlxvlm_target, zlab_load  # noqa: E402
 
 
 def run_zlab(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int) -> dict:
     import dflash.model_mlx as zl
 
-    model, tokenizer = zl.load(target_dir)
-    original = zl.snapshot_download
-    zl.snapshot_download = lambda repo, **kw: repo if os.path.isdir(repo) else original(repo, **kw)
-    try:
-        draft = zl.load_draft(drafter_dir)
-    finally:
-        zl.snapshot_download = original
+    model, draft, tokenizer = zlab_load(target_dir, drafter_dir)
     calls, call = [], zl.DFlashDraftModel.__call__
 
     def record(self, inputs, target_hidden, cache, logits_start=0):
@@ -52,24 +50,6 @@ def run_zlab(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: i
     finally:
         zl.DFlashDraftModel.__call__ = call
     return {"tokens": tokens, "tau": tau, "round1_logits": np.array(calls[0][0].astype(mx.float32)).tolist()}
-
-
-def mlxvlm_target(target_dir: str):
-    """mlx-vlm's gemma4.Model holding the mlx-lm target's weights (a 1-layer unused vision tower)."""
-    from mlx.utils import tree_flatten
-    from mlx_lm import load
-    from mlx_vlm.models.gemma4 import Model
-    from mlx_vlm.models.gemma4.config import ModelConfig, TextConfig, VisionConfig
-
-    lm, tokenizer = load(target_dir)
-    cfg = {**vars(lm.args)}
-    vision = VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,
-                          num_key_value_heads=1, head_dim=16, global_head_dim=16)
-    vlm = Model(ModelConfig(text_config=TextConfig.from_dict(cfg), vision_config=vision,
-                            vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"]))
-    vlm.language_model.load_weights(list(tree_flatten(lm.parameters())))
-    mx.eval(vlm.parameters())
-    return vlm, tokenizer
 
 
 def run_mlx_dspark(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int) -> dict:
