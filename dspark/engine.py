@@ -35,7 +35,8 @@ from .events import CommittedToken, RoundEvent, Source, Summary
 from .policy import Scheduler
 from .policy import parse as parse_policy
 from .sampling import (
-    SamplingParams, accept_sampled, distribution, greedy_choice, greedy_with_margin, tie_margin, token_probs,
+    SamplingParams, accept_sampled, distribution, greedy_choice, greedy_with_margin, soft_cap, tie_margin,
+    token_probs,
 )
 from .target import Target
 
@@ -121,7 +122,8 @@ def _round(target: Target, session, cache: list, anchor: int, position: int, new
     if width:
         verify_ids = mx.concatenate([verify_ids, draft.tokens[0, :width].astype(mx.int32)])
     # The verify graph is built on the lazy draft, so it is ready when the draft is read.
-    logits, taps = target.forward(verify_ids[None], cache, session.tap_layers)
+    # before the soft-cap: greedy verification caps only the values it compares (_accept)
+    logits, taps = target.forward(verify_ids[None], cache, session.tap_layers, capped=False)
     drafted, dprobs, z = [], [], None
     if draft is not None:
         # draft probabilities are for the screen: left unevaluated (never computed) without one
@@ -135,7 +137,8 @@ def _round(target: Target, session, cache: list, anchor: int, position: int, new
     t1 = perf_counter()
     _threads(threads, "verify")
     q = draft.q[0, :width] if width and draft.q is not None else None
-    a, tokens, probs = _accept(logits[0], drafted[:width], q, sp, k_accept, taps, display)  # sync 2
+    a, tokens, probs = _accept(logits[0], target.projection.softcap, drafted[:width], q, sp, k_accept, taps,
+                               display)  # sync 2
     rollback(cache, width - a)
     sched.observe(width, a)
     t2 = perf_counter()
@@ -149,17 +152,19 @@ def _threads(threads: dict, phase: str) -> None:
         blas.set_threads(n)
 
 
-def _accept(logits: mx.array, drafted: list[int], q: mx.array | None, sp: SamplingParams, key, taps,
-            display: bool = True):
+def _accept(raw: mx.array, softcap: float | None, drafted: list[int], q: mx.array | None, sp: SamplingParams,
+            key, taps, display: bool = True):
     """(accepted drafts a, the committed tokens d_1..d_a + the target's own, and the target's
-    probability of each, NaN without ``display``). Evaluates the verify forward, ``taps``
-    included: one host sync (two when a row's best logits are within rounding of a tie)."""
+    probability of each, NaN without ``display``), from the verify rows' head outputs ``raw``
+    before the soft-cap. Evaluates the verify forward, ``taps`` included: one host sync (two
+    when a row's best logits are within rounding of a tie)."""
     w = len(drafted)
+    logits = soft_cap(raw, softcap)  # lazy: computed only where read
     if sp.greedy:
-        best, margin = greedy_with_margin(logits)
+        best, margin = greedy_with_margin(raw, softcap)
         shown = token_probs(logits, best) if display else None
         mx.eval(best, margin, shown, taps)
-        if min(margin.tolist()) <= tie_margin(logits.shape[-1], logits.dtype):
+        if min(margin.tolist()) <= tie_margin(raw.shape[-1], raw.dtype, softcap):
             best = greedy_choice(logits)  # a near tie: mlx-lm's own rule decides, as in plain decoding
             shown = token_probs(logits, best) if display else None
             mx.eval(best, shown)

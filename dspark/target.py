@@ -19,6 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from .errors import DsparkError, NotGemma4Error, read_config
+from .sampling import soft_cap
 
 
 @dataclass(frozen=True)
@@ -64,11 +65,12 @@ class DraftProjection:
         lm = self._lm
         return lm.model.embed_tokens.as_linear(h) if lm.tie_word_embeddings else lm.lm_head(h)
 
+    def cap(self, x: mx.array) -> mx.array:
+        """The target's soft-cap of head outputs (identity without one)."""
+        return soft_cap(x, self.softcap)
+
     def logits(self, h: mx.array) -> mx.array:
-        out = self.head(h)
-        if self.softcap:
-            out = mx.tanh(out / self.softcap) * self.softcap
-        return out
+        return self.cap(self.head(h))
 
 
 def _language_model(model: nn.Module) -> nn.Module:
@@ -144,15 +146,23 @@ class Target:
             for i, layer in originals.items():
                 layers[i] = layer
 
-    def forward(self, tokens: mx.array, cache: list | None, tap_layers: Sequence[int], logits: bool = True):
+    def forward(self, tokens: mx.array, cache: list | None, tap_layers: Sequence[int], logits: bool = True,
+                capped: bool = True):
         """Run ``tokens`` ([B, S] ids) through the target, appending to ``cache``.
 
         Returns ``(logits [B, S, V] or None, taps [B, S, m*H])``: taps are the tapped layers'
         outputs concatenated in the order of ``tap_layers``. Logits come from the model's own
-        head, so they round exactly as in plain mlx-lm decoding.
+        head, so they round exactly as in plain mlx-lm decoding; ``capped=False`` stops before
+        the soft-cap (``projection.cap`` finishes them, in mlx-lm's ops) for readers that need
+        the cap on a few values only.
         """
         with self._recording(tap_layers) as sink:
-            out = self.lm(tokens, cache=cache) if logits else self.lm.model(tokens, cache=cache)
+            if not logits:
+                out = self.lm.model(tokens, cache=cache)
+            elif capped:
+                out = self.lm(tokens, cache=cache)
+            else:  # mlx-lm's Model.__call__ up to its soft-cap
+                out = self.projection.head(self.lm.model(tokens, cache=cache))
         taps = mx.concatenate([sink[i] for i in tap_layers], axis=-1)
         return (out if logits else None), taps
 

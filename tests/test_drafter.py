@@ -199,6 +199,7 @@ def test_the_candidate_markov_loop_drafts_what_the_full_loop_does_when_the_best_
     h = mx.random.normal((1, 9, d.m * target.dims.hidden_size), key=mx.random.key(0))
     full = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
     monkeypatch.setattr(dspark.drafting, "MARKOV_SCORED", 8)
+    monkeypatch.setattr(dspark.drafting, "MARKOV_FULL_WEIGHTS", 0)
     pruned = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
     assert pruned.tokens.tolist() == full.tokens.tolist() and pruned.logits is None
     assert np.allclose(np.array(pruned.confidences), np.array(full.confidences), atol=1e-5)

@@ -46,6 +46,8 @@ def test_random_drafter_matches_plain_greedy(case, scored, monkeypatch):
         import dspark.drafting
 
         monkeypatch.setattr(dspark.drafting, "MARKOV_SCORED", scored)
+
+        monkeypatch.setattr(dspark.drafting, "MARKOV_FULL_WEIGHTS", 0)
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=5, num_layers=1, markov_rank=16), seed=1)
     if scored:  # a Markov head that moves logits, so the candidates matter
@@ -107,6 +109,42 @@ def test_without_display_the_output_is_the_same_and_nothing_is_shown(case):
     assert all(math.isnan(p) for e in events[:-1] for p in e.draft_probs)
     assert all(math.isnan(t.target_prob) for e in events[:-1] for t in e.committed)
     assert len(shown.token_logprobs) == len(ref)
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
+def test_the_shortcut_before_the_soft_cap_takes_mlx_lm_s_token_whenever_it_is_used(dtype):
+    """The engine reads the verify rows before Gemma's soft-cap and caps only the best and the
+    runner-up: wherever that margin exceeds ``tie_margin(.., softcap)``, the raw argmax is
+    mlx-lm's greedy token of the capped logits. Rows reach far into the cap's flat tails, where
+    distinct raw logits round to one capped value, and sit at every distance from the bound."""
+    import numpy as np
+
+    from dspark.sampling import greedy_choice, greedy_with_margin, soft_cap, tie_margin
+
+    rng = np.random.default_rng(1)
+    V, cap = 4096, 30.0
+    tol = tie_margin(V, dtype, cap)
+    rows = []
+    for i in range(400):
+        x = rng.normal(0, rng.choice([0.5, 3, 12, 40]), V)
+        j, k = rng.choice(V, 2, replace=False)
+        x[j] = x.max() + 40 * tol
+        x[k] = x[j] - tol * 10.0 ** rng.uniform(-4, 2)  # a runner-up at every distance from the bound
+        if i % 10 == 0:
+            x[k] = x[j]
+        rows.append(x)
+    raw = mx.array(np.array(rows), dtype=dtype)
+    best, margin = greedy_with_margin(raw, cap)
+    rule = greedy_choice(soft_cap(raw, cap))  # mlx-lm: the capped logits, then its rule
+    fast = [b for b, m in zip(best.tolist(), margin.tolist()) if m > tol]
+    exact = [r for r, m in zip(rule.tolist(), margin.tolist()) if m > tol]
+    assert fast == exact and 20 < len(fast) < 381  # the shortcut is used, and not everywhere
+    # the bound is not vacuous: below it the raw argmax often is not mlx-lm's token (the cap
+    # merges distinct raw logits, and the lower id wins)
+    assert any(b != r for b, r, m in zip(best.tolist(), rule.tolist(), margin.tolist()) if m <= tol)
+    # without a cap the raw margin is the margin: the same rule as before
+    assert tie_margin(V, dtype, None) == tie_margin(V, dtype) < tol
+    assert greedy_with_margin(raw, None)[1].tolist() == greedy_with_margin(raw)[1].tolist()
 
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])

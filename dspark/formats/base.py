@@ -14,6 +14,7 @@ from mlx.utils import tree_flatten
 from ..backbone import ConfidenceHead, MarkovHead
 from ..drafting import BlockDrafter, BlockLayout
 from ..errors import DrafterMismatchError, DsparkError
+from ..sampling import soft_cap
 from ..validate import Fields, check_shapes
 from .layers import DraftBody
 
@@ -155,13 +156,14 @@ class CheckpointDrafter(BlockDrafter):
         rows = self.net.embed_tokens(ids) if self.spec.own_embedding else proj.table(ids)
         return rows * (proj.embed_scale if self.spec.embed_scale is None else self.spec.embed_scale)
 
-    def head(self, proj, h: mx.array) -> mx.array:
+    def head_raw(self, proj, h: mx.array) -> mx.array:
         out = self.net.lm_head(h) if self.spec.own_head else proj.head(h)
         if self.spec.output_multiplier != 1.0:
             out = out * self.spec.output_multiplier
-        if self.spec.softcap:
-            out = mx.tanh(out / self.spec.softcap) * self.spec.softcap
         return out
+
+    def cap(self, proj, x: mx.array) -> mx.array:
+        return soft_cap(x, self.spec.softcap)
 
     def check_target(self, target) -> None:
         self.spec.check_target(target)
