@@ -3,9 +3,12 @@ the drafter's block, and a plain one-token step, measured once per machine, mode
 shape and MLX version and kept in the user cache folder (``dspark costs --remeasure`` measures
 again). The ``auto`` verify policy reads it; ``dspark bench`` records it.
 
-On Linux with OpenBLAS each phase is also timed with one BLAS thread and with all of them, and
-the faster count is kept per phase: a one-row decode and a many-row verify do not prefer the
-same count, and neither does a loaded machine.
+On Linux with OpenBLAS the BLAS thread count is chosen by measurement too: for the plain step
+the faster of one thread and all of them, timed alone; for the speculative loop the count whole
+rounds run faster at, timed as rounds. Phases timed alone mislead here: on the 2-core project
+machine the verify forward timed alone was faster at one thread, yet rounds that switched to one
+thread for the verify ran 12-14% slower than rounds at two threads throughout (OpenBLAS's
+threads spin after the draft's products and contend with MLX's), so the loop uses one count.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .config import SamplingParams
 from .sampling import greedy_with_margin
 from .files import write_text
 
-VERSION = 2  # 2: draft and verify timed as display=False rounds read them
+VERSION = 3  # 2: draft and verify timed as display=False rounds read them; 3: one thread count for the loop
 PHASES = ("draft", "verify", "step")
 
 
@@ -117,9 +120,9 @@ def load_or_measure(target, drafter, block_size: int, remeasure: bool = False, s
 def measure(target, drafter, block_size: int, context: int = 256, repeats: int = 7, key: str = "",
             threads: dict[str, int] | None = None) -> Costs:
     """Time each phase on a cache holding ``context`` tokens; medians of ``repeats`` runs
-    after a warm-up. ``threads`` (phase -> BLAS threads) fixes the counts; without it each
-    phase is timed at every count worth trying and the faster is kept. Nothing of it is
-    kept in any generation's state."""
+    after a warm-up. ``threads`` (phase -> BLAS threads) fixes the counts; without it the plain
+    step keeps the count it is timed faster at, and the draft and the verify the count whole
+    rounds run faster at (module docstring). Nothing of it is kept in any generation's state."""
     rng = mx.random.key(1234)
     vocab = target.dims.vocab_size
     ids = mx.random.randint(5, vocab, (context + block_size + 1,), key=rng).astype(mx.int32)
@@ -139,8 +142,9 @@ def measure(target, drafter, block_size: int, context: int = 256, repeats: int =
 
     def verify(w):
         def run():
-            logits, t = target.forward(ids[None, context : context + 1 + w], cache, taps)
-            mx.eval(*greedy_with_margin(logits[0]), t)  # as the engine's greedy verification reads it
+            raw, t = target.forward(ids[None, context : context + 1 + w], cache, taps, capped=False)
+            # as the engine's greedy verification reads it
+            mx.eval(*greedy_with_margin(raw[0], target.projection.softcap), t)
             rollback(cache, 1 + w)
         return run
 
@@ -155,12 +159,10 @@ def measure(target, drafter, block_size: int, context: int = 256, repeats: int =
     else:
         choices = _thread_choices()
         by_threads = {n: _interleaved_ms(phases, repeats, {p: n for p in phases}) for n in choices}
-        best, timings = {}, {}
-        for phase in phases:
-            n_best = min(choices, key=lambda n: sum(by_threads[n][phase]))
-            timings[phase] = by_threads[n_best][phase]
-            if n_best:
-                best[phase] = n_best
+        step_n = min(choices, key=lambda n: by_threads[n]["step"][0])
+        loop_n = _fastest_loop_threads(target, drafter, ids[:context].tolist(), block_size, choices)
+        timings = {**by_threads[loop_n], "step": by_threads[step_n]["step"]}
+        best = {p: n for p, n in (("draft", loop_n), ("verify", loop_n), ("step", step_n)) if n}
     blas.restore_threads()
     return Costs(verify_ms=tuple(monotone(timings["verify"])), draft_ms=timings["draft"][0],
                  step_ms=timings["step"][0], threads=best, context=context,
@@ -173,6 +175,27 @@ def _thread_choices() -> list[int]:
     if not n or n < 2:
         return [0]
     return [1, n]
+
+
+def _fastest_loop_threads(target, drafter, prompt: list[int], block_size: int, choices: list[int],
+                          repeats: int = 3, tokens: int = 32) -> int:
+    """The BLAS thread count (of ``choices``) at which whole speculative rounds run fastest:
+    short greedy generations from ``prompt``, every draft verified, the counts taking turns,
+    median milliseconds per round after a warm-up turn."""
+    from .config import GenerationConfig
+    from .engine import generate, run_to_summary  # the engine imports this module
+
+    if len(choices) < 2:
+        return choices[0]
+    cfg = GenerationConfig(max_tokens=tokens, block_size=block_size, policy="fixed", stop_at_eos=False)
+    ms: dict[int, list[float]] = {n: [] for n in choices}
+    for rep in range(repeats + 1):
+        for n in choices:
+            pinned = Costs(verify_ms=(), draft_ms=0.0, step_ms=0.0, threads={"draft": n, "verify": n})
+            s = run_to_summary(generate(target, drafter, prompt, cfg, costs=pinned, display=False))
+            if rep and s.rounds:
+                ms[n].append(len(s.tokens) / max(s.tokens_per_sec, 1e-9) / s.rounds * 1000)
+    return min(choices, key=lambda n: median(ms[n]) if ms[n] else float("inf"))
 
 
 def _interleaved_ms(phases: dict, repeats: int, threads: dict[str, int]) -> dict:

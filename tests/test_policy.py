@@ -69,6 +69,35 @@ def test_costs_are_measured_once_and_then_read_from_the_cache(tmp_path, monkeypa
     assert costs_mod.key_for(target, other, 4) != first.key  # another drafter shape: other costs
 
 
+@pytest.mark.parametrize("slow", [1, 2])
+def test_the_loop_runs_at_the_thread_count_whole_rounds_are_faster_at(slow, tmp_path, monkeypatch):
+    """The draft and the verify share one BLAS thread count, the one whole rounds are timed
+    faster at (here rounds are made 3 ms slower at ``slow`` threads; the phases timed alone
+    are not, so a choice from them would be a coin toss)."""
+    import time
+
+    from dspark import blas, engine
+
+    monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path))
+    now = {"threads": 2}
+    monkeypatch.setattr(blas, "default_threads", lambda: 2)
+    monkeypatch.setattr(blas, "set_threads", lambda n: now.update(threads=n))
+    monkeypatch.setattr(blas, "restore_threads", lambda: now.update(threads=2))
+    real_round = engine._round
+
+    def round_slower_at_one_count(*a, **k):
+        if now["threads"] == slow:
+            time.sleep(0.003)
+        return real_round(*a, **k)
+
+    monkeypatch.setattr(engine, "_round", round_slower_at_one_count)
+    target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=1)
+    c = costs_mod.measure(target, drafter, 4, context=32, repeats=2)
+    fast = 3 - slow
+    assert c.threads["draft"] == c.threads["verify"] == fast and c.threads["step"] in (1, 2)
+
+
 TARGETS = {"sliding16": dict(window=16), "sliding24-kvshared-perlayer": dict(window=24, shared=2, per_layer=8)}
 
 
