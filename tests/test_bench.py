@@ -107,6 +107,26 @@ def test_an_interrupted_bench_keeps_the_trials_that_finished(dirs, tmp_path, mon
     assert kept and len(kept) == sum(a["trials"] for a in doc["arms"])
 
 
+def test_an_arm_whose_output_differs_is_judged_without_its_prompt(dirs, tmp_path, monkeypatch):
+    """A peer's record carries only its tokens: a difference from plain decoding is judged from
+    the prompt the benchmark gave it (it once raised KeyError: 'prompt_tokens')."""
+    from dspark.bench import arms
+
+    real = arms.Speculative.trial
+
+    def like_a_peer_that_errs(self, ids, max_tokens, seed):
+        rec = real(self, ids, max_tokens, seed)
+        rec.pop("prompt_tokens"), rec.pop("token_logprobs")
+        rec["token_ids"] = rec["token_ids"][:-1] + [(rec["token_ids"][-1] + 1) % 64]
+        return rec
+
+    monkeypatch.setattr(arms.Speculative, "trial", like_a_peer_that_errs)
+    out = tmp_path / "out"
+    assert bench(dirs, out, "--policy", "fixed", "--repeats", "1") == 0
+    arm = json.loads((out / "summary.json").read_text())["arms"][1]
+    assert arm["identical"] == 0 and arm["compared"] == 2 and arm["lossless"] == 0
+
+
 def test_plots_are_drawn_by_the_app(dirs, tmp_path):
     pytest.importorskip("pyqtgraph")
     out = tmp_path / "out"
@@ -137,7 +157,7 @@ def test_the_dflash_peer_runs_the_same_drafter_in_the_same_run(dirs, tmp_path, c
     out = tmp_path / "out"
     assert main(["bench", "--target", str(dirs["target"]), "--drafter", str(dirs["zlab"]), "--prompts",
                  str(dirs["prompts"]), "--max-tokens", "40", "--repeats", "1", "--policy", "fixed", "--peer", "dflash",
-                 "--peer", "mlx-dspark", "--out", str(out), "--no-progress"]) == 0
+                 "--peer", "dflash-mlx", "--peer", "mlx-dspark", "--out", str(out), "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert "the mlx-dspark peer does not read zlab (zlab-dflash format)" in err
     doc = json.loads((out / "summary.json").read_text())
@@ -146,3 +166,6 @@ def test_the_dflash_peer_runs_the_same_drafter_in_the_same_run(dirs, tmp_path, c
     # the same drafter and target (the peer drafts from the token after the prompt pass, one
     # position later than this engine, so the rounds are shifted, not the same)
     assert theirs["tau"] == pytest.approx(ours["tau"], rel=0.1) and theirs["speedup"] > 0
+    other = doc["arms"][3]  # bstnxbt's dflash-mlx, the same z-lab head
+    assert other["arm"] == "dflash-mlx zlab" and other["identical"] == other["compared"] == 2
+    assert other["tau"] == pytest.approx(ours["tau"], rel=0.1) and other["speedup"] > 0

@@ -36,7 +36,7 @@ def build_parser() -> Parser:
                    "fixed and auto): fixed, fixed:K, threshold:C, auto")
     p.add_argument("--mlx-lm-draft", help="also run mlx-lm's own speculative decoding with this small draft model")
     p.add_argument("--mlx-lm-num-draft", type=int, default=3, help="draft tokens per round of --mlx-lm-draft")
-    p.add_argument("--peer", action="append", default=[], choices=["dflash", "mlx-dspark"],
+    p.add_argument("--peer", action="append", default=[], choices=["dflash", "dflash-mlx", "mlx-dspark"],
                    help="also run this peer package's loop with each drafter it reads (repeatable)")
     p.add_argument("--peer-python", help="a Python with the peers installed (default: the checkout's .venv-peers)")
     p.add_argument("--out", required=True, help="folder for trials.jsonl, trials.csv, summary.json (and figures)")
@@ -103,7 +103,8 @@ def build_arms(a, target, target_dir: str, cfg, say) -> tuple[list, dict]:
         spec += [arms.Speculative(target, drafter, name, p, cfg, costs[name]) for p in policies]
         for kind in a.peer:
             fmt = getattr(drafter, "format", "")
-            if (kind, fmt) in (("dflash", "zlab-dflash"), ("mlx-dspark", "deepspec"), ("mlx-dspark", "speculators")):
+            if (kind, fmt) in (("dflash", "zlab-dflash"), ("dflash-mlx", "zlab-dflash"), ("mlx-dspark", "deepspec"),
+                               ("mlx-dspark", "speculators")):
                 spec.append(arms.Peer(kind, _peer_python(a), target_dir, d, name, drafter.block_size))
             else:
                 say(f"the {kind} peer does not read {name} ({fmt} format): no {kind} arm for it")
@@ -115,8 +116,9 @@ def build_arms(a, target, target_dir: str, cfg, say) -> tuple[list, dict]:
     return [arms.Plain(target, cfg), *spec], costs
 
 
-def _verdict(target, trial: dict, plain: dict, baselines: dict, key, cfg) -> dict:
-    """identical / lossless / first_difference of a greedy trial against the paired plain one."""
+def _verdict(target, trial: dict, plain: dict, baselines: dict, key, cfg, prompt: list[int]) -> dict:
+    """identical / lossless / first_difference of a greedy trial (of ``prompt``'s ids) against
+    the paired plain one."""
     if trial["token_ids"] == plain["token_ids"]:
         return {"identical": True, "lossless": True}
     from .. import lossless
@@ -126,7 +128,7 @@ def _verdict(target, trial: dict, plain: dict, baselines: dict, key, cfg) -> dic
         from dataclasses import replace
 
         c = replace(cfg, max_tokens=len(plain["token_ids"]), stop_at_eos=False)
-        baselines[key] = run_to_summary(generate_baseline(target, trial["prompt_tokens"], c))
+        baselines[key] = run_to_summary(generate_baseline(target, prompt, c))
     # the target's own evaluations judge a difference (lossless.compare): a peer is judged alike
     spec = SimpleNamespace(tokens=trial["token_ids"], token_logprobs=trial.get("token_logprobs") or [])
     v = lossless.compare(target, spec, baselines[key])
@@ -205,7 +207,7 @@ def run(a, say) -> dict:
                     t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None,
                                       now.get(arm.drafter))
                     if arm.name != report.PLAIN and a.temperature == 0:
-                        t.update(_verdict(target, t, plain, baselines, p, replace(cfg, seed=r)))
+                        t.update(_verdict(target, t, plain, baselines, p, replace(cfg, seed=r), prompt))
                     for k in ("token_logprobs", "prompt_tokens"):
                         t.pop(k, None)
                     trials.append(t)

@@ -1,6 +1,6 @@
 """A peer package's speculative loop, timed trial by trial for ``dspark bench``.
 
-    PEER_PYTHON peer_server.py dflash|mlx-dspark TARGET_DIR DRAFTER_DIR [OPENBLAS_PATH]
+    PEER_PYTHON peer_server.py dflash|dflash-mlx|mlx-dspark TARGET_DIR DRAFTER_DIR [OPENBLAS_PATH]
 
 Runs in a Python that has the peer installed (the project's ``.venv-peers``, ``make peers``),
 never in the project's own, and imports nothing from ``dspark``. It loads the target and the
@@ -11,6 +11,9 @@ is the tokens after the first over the time after it (mlx-lm's own definition); 
 ``decode_seconds`` is scaled to all N tokens at that rate. Greedy only.
 
 - ``dflash``: z-lab's ``dflash.model_mlx`` (``load`` / ``load_draft`` / ``stream_generate``);
+- ``dflash-mlx``: bstnxbt's ``dflash_mlx`` runtime (``load_runtime_bundle`` /
+  ``stream_dflash_generate``) with its verify mode ``dflash`` (every draft verified; its default
+  ``adaptive`` shortens blocks after rejections), no prefix cache and no draft quantization;
 - ``mlx-dspark``: ``mlx_dspark.generate.speculative_generate`` with its drafter unquantized, every
   draft verified and no n-gram drafts (its defaults quantize, cap and mix), on mlx-vlm's
   Gemma-4 model holding the same weights (mlx-dspark runs Gemma-4 only through mlx-vlm).
@@ -76,6 +79,60 @@ def load_dflash(target_dir: str, drafter_dir: str):
     return run
 
 
+def load_dflash_mlx(target_dir: str, drafter_dir: str):
+    from dflash_mlx.engine.events import SummaryEvent, TokenEvent
+    from dflash_mlx.runtime import stream_dflash_generate
+    from dflash_mlx.runtime.bundle import load_runtime_bundle
+    from dflash_mlx.runtime.context import build_offline_runtime_context
+
+    context = build_offline_runtime_context(verify_mode="dflash")
+    b = load_runtime_bundle(model_ref=target_dir, draft_ref=_with_rope_theta(drafter_dir), draft_quant="none",
+                            verify_config=context.verify)
+
+    def run(ids, max_tokens):
+        tokens, times, accepted = [], [], []
+        events = stream_dflash_generate(
+            target_model=b.target_model, target_ops=b.target_ops, tokenizer=b.tokenizer, draft_model=b.draft_model,
+            draft_backend=b.draft_backend, prompt="", prompt_tokens_override=list(ids), max_new_tokens=max_tokens,
+            stop_token_ids=[], publish_generation_snapshot=False, runtime_context=context)
+        for ev in events:
+            if isinstance(ev, TokenEvent):
+                times.append(time.perf_counter())
+                tokens.append(int(ev.token_id))
+            elif isinstance(ev, SummaryEvent):
+                accepted = list(ev.acceptance_history)  # accepted drafts per cycle; a cycle commits one more
+        committed, i = [tokens[:1]], 1  # the first token comes from the prompt pass
+        for a in accepted:
+            committed.append(tokens[i : i + a + 1])
+            i += a + 1
+        return [c for c in committed if c], times[0], times[-1]
+
+    return run
+
+
+def _with_rope_theta(drafter_dir: str) -> str:
+    """dflash-mlx reads RoPE only from a top-level ``rope_theta``; Gemma-era z-lab heads nest it
+    under ``rope_parameters``. Such a head is handed over as a temporary folder with the value
+    copied up and the weights linked; anything else as it is."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    src = Path(drafter_dir)
+    config = json.loads((src / "config.json").read_text())
+    theta = (config.get("rope_parameters") or {}).get("rope_theta")
+    if "rope_theta" in config or theta is None:
+        return drafter_dir
+    dst = Path(tempfile.mkdtemp(prefix="dflash-mlx-"))
+    atexit.register(shutil.rmtree, dst, ignore_errors=True)
+    for f in src.iterdir():
+        if f.name != "config.json":
+            (dst / f.name).symlink_to(f.resolve())
+    (dst / "config.json").write_text(json.dumps({**config, "rope_theta": theta}))
+    return str(dst)
+
+
 def load_mlx_dspark(target_dir: str, drafter_dir: str):
     import mlx_dspark.generate as G
     from mlx_dspark.load import load_drafter
@@ -104,7 +161,7 @@ def main() -> None:
     if rest and rest[0]:
         ctypes.CDLL(rest[0], mode=os.RTLD_GLOBAL)  # the same BLAS as the benchmark's own process, before mlx
     try:
-        run = {"dflash": load_dflash, "mlx-dspark": load_mlx_dspark}[kind](target_dir, drafter_dir)
+        run = {"dflash": load_dflash, "dflash-mlx": load_dflash_mlx, "mlx-dspark": load_mlx_dspark}[kind](target_dir, drafter_dir)
         print(json.dumps({"ready": True}), flush=True)
     except Exception as e:  # noqa: BLE001  (reported to the benchmark, which goes on without this arm)
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
@@ -121,7 +178,9 @@ def main() -> None:
             n = len(tokens)
             window = t_last - t_first  # the time after the first token
             rounds = committed[1:]
-            out = {"tokens": n, "token_ids": tokens, "decode_seconds": window * n / max(n - 1, 1),
+            # the rate counts every token made; the comparison with plain decoding only the first
+            # max_tokens (mlx-dspark commits a whole last round, one token past the request)
+            out = {"tokens": n, "token_ids": tokens[: req["max_tokens"]], "decode_seconds": window * n / max(n - 1, 1),
                    "ttft_seconds": (t_first - start) if t_first else None, "rounds": len(rounds),
                    "accepted": [len(c) - 1 for c in rounds],
                    "draft_seconds": 0.0, "verify_seconds": 0.0, "peak_memory_bytes": int(mx.get_peak_memory())}
