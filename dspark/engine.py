@@ -205,7 +205,7 @@ def generate(
 ) -> Iterator[RoundEvent | Summary]:
     """Speculative generation: yields a ``RoundEvent`` per round, then a ``Summary``.
     ``costs`` (this machine's, :mod:`dspark.costs`) drive the ``auto`` policy and the
-    per-phase BLAS threads; ``auto`` loads or measures them when none are given.
+    loop's BLAS thread count; ``auto`` loads or measures them when none are given.
     ``display=False`` skips what only a screen reads: each drafted and, greedy, each committed
     token's probability (a log-sum-exp over the vocabulary per row, a measurable share of a
     round on a CPU); those fields are then NaN and ``Summary.token_logprobs`` is empty."""
