@@ -3,9 +3,9 @@ the drafter's block, and a plain one-token step, measured once per machine, mode
 shape and MLX version and kept in the user cache folder (``dspark costs --remeasure`` measures
 again). The ``auto`` verify policy reads it; ``dspark bench`` records it.
 
-On Linux with OpenBLAS the BLAS thread count is chosen by measurement too: for the plain step
-the faster of one thread and all of them, timed alone; for the speculative loop the count whole
-rounds run faster at, timed as rounds. Phases timed alone mislead here: on the 2-core project
+The plain step is mlx-lm's own decoding timed per token. On Linux with OpenBLAS the BLAS thread
+count is chosen by measurement too: for the plain step the faster of one thread and all of them;
+for the speculative loop the count whole rounds run faster at, timed as rounds. Phases timed alone mislead here: on the 2-core project
 machine the verify forward timed alone was faster at one thread, yet rounds that switched to one
 thread for the verify ran 12-14% slower than rounds at two threads throughout (OpenBLAS's
 threads spin after the draft's products and contend with MLX's), so the loop uses one count.
@@ -32,7 +32,8 @@ from .config import SamplingParams
 from .sampling import greedy_with_margin
 from .files import write_text
 
-VERSION = 3  # 2: draft and verify timed as display=False rounds read them; 3: one thread count for the loop
+VERSION = 4  # 2: draft and verify timed as display=False rounds read them; 3: one thread count for the
+# loop; 4: the plain step timed as mlx-lm decodes
 PHASES = ("draft", "verify", "step")
 
 
@@ -40,7 +41,7 @@ PHASES = ("draft", "verify", "step")
 class Costs:
     verify_ms: tuple[float, ...]  # [w]: a verify forward of the anchor and w drafts, with taps
     draft_ms: float  # one drafted block
-    step_ms: float  # one plain decoding step (one row, logits only)
+    step_ms: float  # one token of plain mlx-lm decoding (generate_step)
     threads: dict[str, int] = field(default_factory=dict)  # phase -> BLAS threads (empty: not set)
     context: int = 0  # committed tokens in the cache while measuring
     measured_at: str = ""
@@ -148,20 +149,19 @@ def measure(target, drafter, block_size: int, context: int = 256, repeats: int =
             rollback(cache, 1 + w)
         return run
 
-    def step():
-        logits = target.model(ids[None, context : context + 1], cache=cache)
-        mx.eval(mx.argmax(logits[:, -1], axis=-1))
-        rollback(cache, 1)
-
-    phases = {"draft": [draft], "verify": [verify(w) for w in range(block_size + 1)], "step": [step]}
+    phases = {"draft": [draft], "verify": [verify(w) for w in range(block_size + 1)]}
+    prompt = ids[:context].tolist()
     if threads is not None:
         timings, best = _interleaved_ms(phases, repeats, threads), dict(threads)
+        n = threads.get("step", 0)
+        timings["step"] = [_plain_step_ms(target, prompt, {n: []}, repeats)[n]]
     else:
         choices = _thread_choices()
         by_threads = {n: _interleaved_ms(phases, repeats, {p: n for p in phases}) for n in choices}
-        step_n = min(choices, key=lambda n: by_threads[n]["step"][0])
-        loop_n = _fastest_loop_threads(target, drafter, ids[:context].tolist(), block_size, choices)
-        timings = {**by_threads[loop_n], "step": by_threads[step_n]["step"]}
+        step_by = _plain_step_ms(target, prompt, {n: [] for n in choices}, repeats)
+        step_n = min(choices, key=step_by.get)
+        loop_n = _fastest_loop_threads(target, drafter, prompt, block_size, choices)
+        timings = {**by_threads[loop_n], "step": [step_by[step_n]]}
         best = {p: n for p, n in (("draft", loop_n), ("verify", loop_n), ("step", step_n)) if n}
     blas.restore_threads()
     return Costs(verify_ms=tuple(monotone(timings["verify"])), draft_ms=timings["draft"][0],
@@ -175,6 +175,23 @@ def _thread_choices() -> list[int]:
     if not n or n < 2:
         return [0]
     return [1, n]
+
+
+def _plain_step_ms(target, prompt: list[int], ms: dict[int, list[float]], repeats: int, tokens: int = 24) -> dict:
+    """Milliseconds per token of plain decoding as mlx-lm runs it (``generate_step``, each step
+    queued while the last one computes) after ``prompt``, at each BLAS thread count in ``ms``
+    (0: as it is), taking turns; medians after a warm-up turn. A step timed alone, with the
+    cache rolled back after it, cost about twice as much on the demo target."""
+    from mlx_lm.generate import generate_step
+
+    for rep in range(min(repeats, 3) + 1):
+        for n in ms:
+            if n:
+                blas.set_threads(n)
+            times = [time.perf_counter() for _ in generate_step(mx.array(prompt), target.model, max_tokens=tokens)]
+            if rep:
+                ms[n].append((times[-1] - times[0]) / (len(times) - 1) * 1000)
+    return {n: median(v) for n, v in ms.items()}
 
 
 def _fastest_loop_threads(target, drafter, prompt: list[int], block_size: int, choices: list[int],
