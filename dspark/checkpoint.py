@@ -102,6 +102,13 @@ def model_config_overrides(config: dict) -> dict | None:
 
 
 # --------------------------------------------------------------------------- safetensors headers
+def safetensors_files(directory: Path) -> list[Path]:
+    """A directory's ``*.safetensors`` files, sorted, without hidden ones: a process killed while
+    writing leaves ``.<name>.<pid>.tmp.safetensors`` (``dspark.files.atomic_write``), which is
+    not part of the checkpoint (pathlib's glob, unlike a shell's, matches dot files)."""
+    return sorted(f for f in Path(directory).glob("*.safetensors") if not f.name.startswith("."))
+
+
 def read_header(path: Path) -> dict:
     """The JSON header of a safetensors file, without reading its tensors."""
     if not path.is_file():
@@ -125,7 +132,7 @@ def read_header(path: Path) -> dict:
 def tensor_bytes(directory: Path, skip=TOWER_PREFIXES) -> int:
     """Bytes of the tensors a loader keeps (the towers' are skipped), from the headers."""
     total = 0
-    for f in sorted(directory.glob("*.safetensors")):
+    for f in safetensors_files(directory):
         for name, info in read_header(f).items():
             if name == "__metadata__" or name.removeprefix("model.").startswith(skip):
                 continue
@@ -143,7 +150,7 @@ def moe_cpu_extra_bytes(directory: Path, config: dict) -> int:
     if not text.get("enable_moe_block") or not _cpu():
         return 0
     extra = 0
-    for f in sorted(directory.glob("*.safetensors")):
+    for f in safetensors_files(directory):
         for name, info in read_header(f).items():
             if name != "__metadata__" and ".experts." in name and info.get("dtype") in ("BF16", "F16"):
                 begin, end = info["data_offsets"]

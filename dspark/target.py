@@ -250,7 +250,7 @@ def load_target(path: str | Path, say=None) -> Target:
         _get_classes(config)
     except (ValueError, KeyError, TypeError):
         raise NotGemma4Error(f"{p} is not a Gemma-4 model (model type {config.get('model_type')!r})") from None
-    if not list(p.glob("*.safetensors")):
+    if not checkpoint.safetensors_files(p):
         raise DsparkError(f"{p} has no .safetensors weights")
     checkpoint.check_fits(f"the target {p.name}", checkpoint.estimate_target_bytes(p, config), say=say)
     overrides = checkpoint.model_config_overrides(config)

@@ -356,6 +356,22 @@ def test_kill_9_during_checkpoint_writes_never_leaves_a_broken_one(dirs, data_fi
     assert not list(out.glob(".*.tmp*"))  # what the killed runs were writing was cleaned up
 
 
+def test_what_a_killed_write_leaves_is_not_read_as_part_of_the_checkpoint(dirs, tmp_path, capsys):
+    """A kill -9 mid-write leaves a hidden ``.<name>.<pid>.tmp.safetensors`` beside the files
+    (cleaned up by the next training run, not by inspect or generate): it is not a weight
+    file. The kill test above met one, truncated, and inspect refused the whole directory."""
+    import shutil
+
+    d = tmp_path / "drafter"
+    shutil.copytree(dirs["drafter"], d)
+    (d / ".model.safetensors.4242.tmp.safetensors").write_bytes(b"\x10")  # cut after one byte
+    (d / ".train_state.safetensors.4243.tmp.safetensors").write_bytes(b"")
+    assert main(["inspect", str(d)]) == 0
+    assert main(["generate", "--target", str(dirs["target"]), "--drafter", str(d), "--prompt", "t3 t5 t7",
+                 "--max-tokens", "8"]) == 0
+    capsys.readouterr()
+
+
 def test_a_full_disk_is_one_sentence_and_leaves_no_partial_file(dirs, data_file, tmp_path):
     mount = tmp_path / "small"
     mount.mkdir()

@@ -29,7 +29,9 @@ def refuse_code(directory: Path, config: dict) -> None:
         what = f"Python files ({', '.join(code[:3])})" if code else "custom code (auto_map in config.json)"
         raise DsparkError(f"{directory} asks to run {what}; dspark never runs code from a checkpoint: "
                           f"use a directory with config.json and .safetensors weights only")
-    if not list(directory.glob("*.safetensors")) and any(directory.glob(f"*{s}") for s in PICKLES):
+    from ..checkpoint import safetensors_files
+
+    if not safetensors_files(directory) and any(directory.glob(f"*{s}") for s in PICKLES):
         raise DsparkError(f"{directory} holds pickled weights, which can run code when loaded: dspark reads "
                           f".safetensors only")
 
@@ -96,7 +98,7 @@ def describe(path: str | Path) -> dict:
 
     p, config, fmt = read_drafter_config(path)
     headers = {}
-    for f in sorted(p.glob("*.safetensors")):
+    for f in checkpoint.safetensors_files(p):
         headers.update({k: v for k, v in checkpoint.read_header(f).items() if k != "__metadata__"})
     dtypes = sorted({v["dtype"] for v in headers.values()})
     out = {"path": str(p), "format": fmt, "dtype": "/".join(dtypes), "bytes": checkpoint.tensor_bytes(p, skip=()),

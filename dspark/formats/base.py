@@ -76,10 +76,10 @@ class Spec:
         return net
 
     def build(self, directory: Path) -> "CheckpointDrafter":
-        from ..checkpoint import read_header
+        from ..checkpoint import read_header, safetensors_files
 
         header = {}
-        for f in sorted(directory.glob("*.safetensors")):
+        for f in safetensors_files(directory):
             header.update(read_header(f))
         header.pop("__metadata__", None)
         tables = {k: header.pop(k) for k in ("d2t", "t2d") if k in header}
@@ -89,7 +89,7 @@ class Spec:
         quantize(net, header, self.quantization, directory)
         check_shapes(header, {k: v.shape for k, v in tree_flatten(net.parameters())}, directory / "*.safetensors")
         weights = {}
-        for f in sorted(directory.glob("*.safetensors")):
+        for f in safetensors_files(directory):
             try:
                 weights.update(mx.load(str(f)))
             except Exception as e:  # mlx raises RuntimeError/ValueError for damaged files

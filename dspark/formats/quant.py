@@ -13,6 +13,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from ..checkpoint import safetensors_files
 from ..errors import DsparkError
 from . import read_drafter_config
 
@@ -50,7 +51,7 @@ def quantize_drafter(src: str | Path, out: str | Path, bits: int, group_size: in
         drafter.save(out)
     else:
         weights = dict(tree_flatten(drafter.net.parameters()))
-        for f in sorted(p.glob("*.safetensors")):  # the vocabulary tables travel as they are
+        for f in safetensors_files(p):  # the vocabulary tables travel as they are
             weights.update({k: v for k, v in mx.load(str(f)).items() if k in ("d2t", "t2d")})
         tmp = out / "model.tmp.safetensors"
         mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
@@ -59,5 +60,5 @@ def quantize_drafter(src: str | Path, out: str | Path, bits: int, group_size: in
         for extra in ("README.md", "LICENSE"):
             if (p / extra).is_file():
                 shutil.copyfile(p / extra, out / extra)
-    after = sum(f.stat().st_size for f in out.glob("*.safetensors"))
+    after = sum(f.stat().st_size for f in safetensors_files(out))
     return {"format": fmt, "bits": bits, "group_size": group_size, "bytes_before": before, "bytes_after": after}

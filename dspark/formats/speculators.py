@@ -87,9 +87,9 @@ def read_spec(directory: Path, config: dict) -> Spec:
 
 
 def _tensor_names(directory: Path) -> set[str]:
-    from ..checkpoint import read_header
+    from ..checkpoint import read_header, safetensors_files
 
     names: set[str] = set()
-    for f in sorted(directory.glob("*.safetensors")):
+    for f in safetensors_files(directory):
         names.update(k for k in read_header(f) if k != "__metadata__")
     return names
