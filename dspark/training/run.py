@@ -182,9 +182,11 @@ def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bo
     stopped, last_ckpt, recent = "steps", time.perf_counter(), []
     loop_start, first_step = time.perf_counter(), trainer.step
     try:
-        _stop_on_sigterm()
+        _defer_stop_signals()
         batch = trainer.sample_batch() if trainer.step < s.steps else None
         while trainer.step < s.steps:
+            if _stop_asked:
+                raise KeyboardInterrupt  # here, between steps: the state is whole
             if budget is not None and time.perf_counter() - t_start > budget:
                 stopped = "time budget"
                 break
@@ -208,29 +210,36 @@ def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bo
         say(f"\ninterrupted: checkpoint saved at step {trainer.step}; continue with --resume")
         raise
     finally:
-        _stop_on_sigterm(restore=True)
+        _defer_stop_signals(restore=True)
         if bar:
             bar.close()
     return stopped, recent
 
 
-_previous_sigterm: list = []
+_previous_handlers: list = []
+_stop_asked: list = []  # non-empty once SIGINT or SIGTERM arrived during the training loop
 
 
-def _stop_on_sigterm(restore: bool = False) -> None:
-    """SIGTERM (what a logout, ``kill`` or a scheduler sends) stops training like Ctrl-C: the
-    checkpoint is written, then the process ends. Signals can only be caught on the main thread."""
+def _defer_stop_signals(restore: bool = False) -> None:
+    """SIGINT (Ctrl-C) and SIGTERM (what a logout, ``kill`` or a scheduler sends) stop training:
+    the loop stops before its next step, writes the checkpoint, and the process ends. The
+    handler only takes note: an exception raised wherever the signal lands could fall between
+    a step's update and its bookkeeping (weights of step k+1 saved as step k), and the resume
+    would not be exact. Signals can only be caught on the main thread."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return
     if restore:
-        if _previous_sigterm:
-            signal.signal(signal.SIGTERM, _previous_sigterm.pop())
+        if _previous_handlers:
+            for sig, handler in _previous_handlers.pop().items():
+                signal.signal(sig, handler)
+        _stop_asked.clear()
         return
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        _stop_asked.append(signum)
 
-    _previous_sigterm.append(signal.signal(signal.SIGTERM, interrupt))
+    _stop_asked.clear()
+    _previous_handlers.append({sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)})
