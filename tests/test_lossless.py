@@ -111,6 +111,24 @@ def test_without_display_the_output_is_the_same_and_nothing_is_shown(case):
     assert len(shown.token_logprobs) == len(ref)
 
 
+def test_without_display_the_confidence_head_runs_only_for_a_policy_that_reads_it(case):
+    """A fixed width reads no confidences: without a screen they are not computed (None in the
+    events), and the output, rounds and widths stay those of a displayed run; a threshold
+    policy reads them, so its rounds still carry them."""
+    target, n, ref = case
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
+    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
+    hidden = list(generate(target, drafter, PROMPT, cfg, display=False))
+    shown = list(generate(target, drafter, PROMPT, cfg))
+    assert list(hidden[-1].tokens) == ref == list(shown[-1].tokens)
+    assert hidden[-1].verify_widths == shown[-1].verify_widths
+    assert all(e.confidences is None and e.confidence_logits is None for e in hidden[:-1])
+    assert all(len(e.confidences) == 4 for e in shown[:-1])
+    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, policy="threshold:0.3")
+    read = list(generate(target, drafter, PROMPT, cfg, display=False))
+    assert list(read[-1].tokens) == ref and all(len(e.confidences) == 4 for e in read[:-1])
+
+
 @pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
 def test_the_shortcut_before_the_soft_cap_takes_mlx_lm_s_token_whenever_it_is_used(dtype):
     """The engine reads the verify rows before Gemma's soft-cap and caps only the best and the
