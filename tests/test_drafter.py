@@ -200,6 +200,58 @@ def test_the_candidate_markov_loop_drafts_what_the_full_loop_does_when_the_best_
     full = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
     monkeypatch.setattr(dspark.drafting, "MARKOV_SCORED", 8)
     monkeypatch.setattr(dspark.drafting, "MARKOV_FULL_WEIGHTS", 0)
+    monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
     pruned = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
     assert pruned.tokens.tolist() == full.tokens.tolist() and pruned.logits is None
     assert np.allclose(np.array(pruned.confidences), np.array(full.confidences), atol=1e-5)
+
+
+def _markov_drafter(target, seed=5):
+    """A drafter whose Markov head moves the logits (W2 is zero at init)."""
+    d = DflashDrafter.init(target, DflashConfig(block_size=5, num_layers=1, markov_rank=16), seed=seed)
+    w2 = d.net.markov_head.markov_w2
+    w2.weight = mx.random.normal(w2.weight.shape, key=mx.random.key(seed)) * 2.0
+    return d
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_markov_table_drafts_what_the_head_computes_row_by_row(monkeypatch, temperature):
+    """A small head's biases come from its table; drafting with it gives the tokens, logits, q
+    and confidences of the loop that applies the head to each previous token."""
+    import dspark.drafting
+
+    target = tiny_target(seed=0, vocab=96)
+    d = _markov_drafter(target)
+    h = mx.random.normal((1, 9, d.m * target.dims.hidden_size), key=mx.random.key(0))
+    opts = DraftOpts(SamplingParams(temperature=temperature), key=mx.random.key(2))
+    tabled = d.forward_rows(target.projection, h, [7], 5, opts)
+    assert d._table[1].shape == (96, 96)
+    monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
+    full = d.forward_rows(target.projection, h, [7], 5, opts)
+    assert tabled.tokens.tolist() == full.tokens.tolist()
+    assert np.allclose(np.array(tabled.logits), np.array(full.logits), atol=1e-4)
+    assert np.allclose(np.array(tabled.confidences), np.array(full.confidences), atol=1e-5)
+    if temperature:
+        assert np.allclose(np.array(tabled.q), np.array(full.q), atol=1e-5)
+
+
+def test_the_markov_table_follows_new_weights_and_its_size_limit(monkeypatch):
+    """Training installs new arrays: the next draft tabulates them again. A head over the limit
+    gets no table."""
+    import dspark.drafting
+
+    target = tiny_target(seed=0, vocab=96)
+    d = _markov_drafter(target)
+    h = mx.random.normal((1, 9, d.m * target.dims.hidden_size), key=mx.random.key(0))
+    d.forward_rows(target.projection, h, [7], 5, DraftOpts())
+    old = d._table[1]
+    w2 = d.net.markov_head.markov_w2
+    w2.weight = -w2.weight
+    after = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
+    assert d._table[1] is not old and np.allclose(np.array(d._table[1]), -np.array(old), atol=1e-5)
+    monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
+    fresh = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
+    assert after.tokens.tolist() == fresh.tokens.tolist()
+    assert np.allclose(np.array(after.logits), np.array(fresh.logits), atol=1e-4)
+    monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 96 * 96 * 4 - 1)
+    assert d._markov_table() is None

@@ -39,18 +39,21 @@ def test_reference_is_not_degenerate(case):
     assert len(ref) == n and len(set(ref)) >= 8
 
 
-@pytest.mark.parametrize("scored", [None, 8])
+@pytest.mark.parametrize("scored", [None, "full", 8])
 def test_random_drafter_matches_plain_greedy(case, scored, monkeypatch):
-    """``scored``: the Markov loop scores only 8 candidates a position (the large-vocabulary path)."""
-    if scored:
-        import dspark.drafting
+    """The Markov loop reads a table of biases (small heads, None), scores every id ("full"),
+    or only 8 candidates a position (8, the large-vocabulary path)."""
+    import dspark.drafting
 
+    if scored == "full":
+        monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
+    if scored == 8:
         monkeypatch.setattr(dspark.drafting, "MARKOV_SCORED", scored)
-
         monkeypatch.setattr(dspark.drafting, "MARKOV_FULL_WEIGHTS", 0)
+        monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=5, num_layers=1, markov_rank=16), seed=1)
-    if scored:  # a Markov head that moves logits, so the candidates matter
+    if scored == 8:  # a Markov head that moves logits, so the candidates matter
         w2 = drafter.net.markov_head.markov_w2
         w2.weight = mx.random.normal(w2.weight.shape, key=mx.random.key(3)) * 2.0
     s = spec(target, drafter, n)

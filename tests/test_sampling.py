@@ -66,8 +66,8 @@ def test_speculative_sampling_matches_target_distribution(target, name, monkeypa
         import dspark.drafting
 
         monkeypatch.setattr(dspark.drafting, "MARKOV_SCORED", 4)
-
         monkeypatch.setattr(dspark.drafting, "MARKOV_FULL_WEIGHTS", 0)
+        monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
         name = "random-drafter-T1"
     kw, kind = CASES[name]
     cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, **kw)
