@@ -32,8 +32,8 @@ from .config import SamplingParams
 from .sampling import greedy_with_margin
 from .files import write_text
 
-VERSION = 4  # 2: draft and verify timed as display=False rounds read them; 3: one thread count for the
-# loop; 4: the plain step timed as mlx-lm decodes
+VERSION = 5  # 2: draft and verify timed as display=False rounds read them; 3: one thread count for the
+# loop; 4: the plain step timed as mlx-lm decodes; 5: small Markov heads draft from a table (cheaper drafts)
 PHASES = ("draft", "verify", "step")
 
 
