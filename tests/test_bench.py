@@ -69,6 +69,39 @@ def test_bench_writes_every_trial_and_the_figures_of_every_arm(dirs, tmp_path, c
     # mlx-lm's draft model is the target itself: every draft is accepted
     peer = doc["arms"][5]
     assert peer["identical"] == 4 and peer["acceptance_rate"] == 1.0
+    # with OpenBLAS on several cores, plain decoding ran at one BLAS thread and at all of them in
+    # every trial, and kept the faster
+    from dspark.bench.arms import plain_thread_choices
+
+    plain, choices = [t for t in trials if t["arm"] == "plain"], plain_thread_choices()
+    if choices:
+        assert all(set(t["tokens_per_sec_by_threads"]) == {str(c) for c in choices} for t in plain)
+        assert all(t["tokens_per_sec"] == pytest.approx(max(t["tokens_per_sec_by_threads"].values())) for t in plain)
+        assert doc["environment"]["plain_blas_threads"] in choices
+
+
+def test_plain_decoding_keeps_the_faster_thread_count_of_each_trial(monkeypatch):
+    """Every plain trial runs at each BLAS thread count and keeps the faster run, whichever
+    count it is and whichever ran first; the report says which count won how often."""
+    from dspark.bench import arms
+
+    seconds = iter([2.0, 1.0, 1.0, 3.0])  # trial 1: 1 thread 2 s, 2 threads 1 s; trial 2 (order reversed): 2 threads 1 s, 1 thread 3 s
+    ran = []
+
+    def fake_run(self, ids, max_tokens, seed, threads):
+        ran.append(threads)
+        return {"tokens": 10, "token_ids": [threads] * 10, "decode_seconds": next(seconds), "ttft_seconds": 0.0,
+                "peak_memory_bytes": 0}
+
+    monkeypatch.setattr(arms.Plain, "_run", fake_run)
+    plain = arms.Plain(None, None, [1, 2])
+    first, second = plain.trial([1], 10, seed=0), plain.trial([1], 10, seed=1)
+    assert ran == [1, 2, 2, 1]
+    assert first["blas_threads"] == 2 and first["decode_seconds"] == 1.0 and first["token_ids"] == [2] * 10
+    assert second["blas_threads"] == 2 and second["tokens_per_sec_by_threads"] == {"2": 10.0, "1": 10 / 3}
+    trials = [{"arm": "plain", **first}, {"arm": "plain", **second}]
+    assert report.plain_threads(trials)["plain_blas_threads"] == 2
+    assert report.plain_threads(trials)["plain_trials_won_by_threads"] == {"2": 2}
 
 
 def test_figures_are_derived_as_documented():

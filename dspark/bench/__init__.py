@@ -113,7 +113,7 @@ def build_arms(a, target, target_dir: str, cfg, say) -> tuple[list, dict]:
 
         draft = load_target(a.mlx_lm_draft, say=say)
         spec.append(arms.MlxLmDraft(target, draft.model, Path(a.mlx_lm_draft).name, a.mlx_lm_num_draft, cfg))
-    return [arms.Plain(target, cfg), *spec], costs
+    return [arms.Plain(target, cfg, arms.plain_thread_choices()), *spec], costs
 
 
 def _verdict(target, trial: dict, plain: dict, baselines: dict, key, cfg, prompt: list[int]) -> dict:
@@ -145,7 +145,6 @@ def run(a, say) -> dict:
     from ..files import output_dir, write_text
     from ..hub import resolve
     from ..target import load_target
-    from .arms import fastest_plain_threads
 
     _check(a)
     target_dir = a.target or (str(resources.demo_model("target")) if resources.demo_model("target") else None)
@@ -172,10 +171,6 @@ def run(a, say) -> dict:
     try:
         for arm in arm_list:  # warm-up: kernels compiled, caches filled, nothing recorded
             arm.trial(ids[0], min(16, a.max_tokens), 0)
-        baseline = arm_list[0]  # plain decoding, at the thread count it runs fastest at here
-        baseline.threads, speeds = fastest_plain_threads(target, cfg, ids[0])
-        doc["environment"]["plain_blas_threads"] = baseline.threads or doc["environment"].get("blas_threads")
-        doc["environment"]["plain_tokens_per_sec_by_threads"] = speeds
         bar = _bar(a, a.repeats * len(ids) * len(arm_list))
         baselines: dict = {}
         drafters = {arm.drafter: arm.model for arm in arm_list if hasattr(arm, "model")}
@@ -223,6 +218,7 @@ def run(a, say) -> dict:
             if hasattr(arm, "close"):
                 arm.close()
     doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    doc["environment"].update(report.plain_threads(trials, doc["environment"].get("blas_threads")))
     doc["arms"] = report.summarize(trials)
     write_text(out / "summary.json", json.dumps(doc, indent=1))
     return doc

@@ -34,20 +34,33 @@ def _sampler(cfg: GenerationConfig):
 
 
 class Plain:
-    """mlx-lm's ``generate_step`` at ``threads`` BLAS threads (None: the BLAS's own count):
-    :func:`fastest_plain_threads` picks the count plain decoding itself runs fastest at, so
-    the baseline is the strongest mlx-lm on this machine, not the default it ships with."""
+    """mlx-lm's ``generate_step`` at each of ``threads`` BLAS thread counts in turn (None: the
+    BLAS's own count), keeping the faster run: the baseline is the strongest mlx-lm on this
+    machine at that moment, not the default it ships with nor a count guessed beforehand.
+    On the shared 2-core project machine either count can win by 10-40% from one minute to the
+    next; a count picked once before the trials (2 threads, timed 183 against 179 tok/s) then
+    ran the trials at 148 tok/s where one thread had run 177 twenty minutes before, and every
+    speedup of that run was 1.2x too high."""
 
     name, drafter, policy = PLAIN, None, None
 
-    def __init__(self, target, cfg: GenerationConfig, threads: int | None = None):
-        self.target, self.cfg, self.threads = target, cfg, threads
+    def __init__(self, target, cfg: GenerationConfig, threads: list[int] | None = None):
+        self.target, self.cfg, self.threads = target, cfg, threads or [None]
 
     def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
+        order = self.threads if seed % 2 == 0 else self.threads[::-1]  # neither count always goes first
+        runs = {k: self._run(ids, max_tokens, seed, k) for k in order}
+        rate = {k: r["tokens"] / r["decode_seconds"] if r["decode_seconds"] > 0 else 0.0 for k, r in runs.items()}
+        best = max(runs, key=rate.get)
+        if len(runs) == 1:
+            return runs[best]
+        return {**runs[best], "blas_threads": best, "tokens_per_sec_by_threads": {str(k): v for k, v in rate.items()}}
+
+    def _run(self, ids: list[int], max_tokens: int, seed: int, threads: int | None) -> dict:
         from mlx_lm.generate import generate_step
 
-        if self.threads:
-            blas.set_threads(self.threads)
+        if threads:
+            blas.set_threads(threads)
         else:
             blas.restore_threads()
         mx.random.seed(seed)
@@ -70,24 +83,11 @@ class Plain:
                 "ttft_seconds": (first or end) - start, "peak_memory_bytes": int(mx.get_peak_memory())}
 
 
-def fastest_plain_threads(target, cfg: GenerationConfig, ids: list[int], tokens: int = 48,
-                          repeats: int = 3) -> tuple[int | None, dict]:
-    """The BLAS thread count (1 or all) at which plain decoding of ``ids`` runs fastest here,
-    timed interleaved (medians of ``repeats``), and the tokens/sec of each; (None, {}) when
-    the BLAS has no thread control or one thread only. On a 2-core machine shared with other
-    jobs either can win, by 10-40%: guessing would hand plain decoding a handicap."""
-    from statistics import median
-
+def plain_thread_choices() -> list[int] | None:
+    """The BLAS thread counts plain decoding is tried at in every trial: 1 and all of them with
+    OpenBLAS on a multi-core machine, else None (the BLAS as it is)."""
     n = blas.default_threads()
-    if not n or n < 2:
-        return None, {}
-    rates: dict[int, list[float]] = {1: [], n: []}
-    for _ in range(repeats):
-        for k in rates:
-            rec = Plain(target, cfg, k).trial(ids, tokens, 0)
-            rates[k].append(rec["tokens"] / rec["decode_seconds"])
-    speed = {k: median(v) for k, v in rates.items()}
-    return max(speed, key=speed.get), speed
+    return [1, n] if n and n > 1 else None
 
 
 class Speculative:

@@ -9,8 +9,9 @@ does the same amount of work):
   prompt (all but its last token) is processed to the last token;
 - ``speedup``: an arm's tokens_per_sec over plain mlx-lm decoding's on the same prompt in the
   same repeat (the two trials ran seconds apart); the arm's figure is the median over trials.
-  Plain decoding runs at the BLAS thread count it was timed fastest at before the trials
-  (``environment.plain_blas_threads``), so the baseline is the strongest mlx-lm here;
+  Each plain trial runs at one BLAS thread and at all of them in turn and keeps the faster
+  (``blas_threads`` in the trial; ``environment.plain_blas_threads`` is the count that won
+  most trials), so the baseline is the strongest mlx-lm here at that moment;
 - ``tau``: committed tokens per round, the target's own token included;
 - ``draft_ms`` / ``verify_ms`` / ``overhead_ms``: per round; overhead is everything else in
   the decode time (events, text, the loop), ``decode / rounds - draft - verify``;
@@ -41,7 +42,7 @@ from .. import metrics
 PLAIN = "plain"  # the baseline arm's name
 CSV_FIELDS = ["arm", "drafter", "policy", "repeat", "prompt_index", "tokens", "tokens_per_sec", "speedup", "tau",
               "acceptance_rate", "draft_ms", "verify_ms", "overhead_ms", "in_loop", "step_ms", "limit", "efficiency",
-              "ttft_seconds", "peak_memory_bytes", "identical", "lossless", "per_position_acceptance"]
+              "ttft_seconds", "peak_memory_bytes", "identical", "lossless", "per_position_acceptance", "blas_threads"]
 
 
 def committed_per_round(accepted: list[int], tokens: int) -> list[int]:
@@ -80,6 +81,23 @@ def derive(trial: dict, plain: dict | None, costs=None) -> dict:
             t["limit"] = t["tau"] * step / ideal
             t["efficiency"] = t["speedup"] / t["limit"]
     return t
+
+
+def plain_threads(trials: list[dict], default=None) -> dict:
+    """How plain decoding's trials ran: ``plain_blas_threads``, the BLAS thread count that won
+    the most of them (each ran at every count and kept the faster), and
+    ``plain_tokens_per_sec_by_threads``, the median tokens/sec at each count."""
+    plain = [t for t in trials if t.get("arm") == PLAIN]
+    wins: dict = {}
+    rates: dict[str, list[float]] = {}
+    for t in plain:
+        if "blas_threads" in t:
+            wins[t["blas_threads"]] = wins.get(t["blas_threads"], 0) + 1
+        for k, v in (t.get("tokens_per_sec_by_threads") or {}).items():
+            rates.setdefault(k, []).append(v)
+    return {"plain_blas_threads": max(wins, key=wins.get) if wins else default,
+            "plain_tokens_per_sec_by_threads": {k: median(v) for k, v in rates.items()},
+            "plain_trials_won_by_threads": {str(k): n for k, n in wins.items()}}
 
 
 def _spread(values: list[float]) -> dict:
@@ -183,5 +201,5 @@ def read_trials(folder: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-__all__ = ["CSV_FIELDS", "PLAIN", "TrialLog", "committed_per_round", "derive", "environment", "read_trials",
-           "summarize", "summarize_arm"]
+__all__ = ["CSV_FIELDS", "PLAIN", "TrialLog", "committed_per_round", "derive", "environment", "plain_threads",
+           "read_trials", "summarize", "summarize_arm"]
