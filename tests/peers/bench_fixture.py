@@ -4,10 +4,10 @@ z-lab DFlash head and a DeepSpec DSpark head for it (the formats tests' syntheti
 
     .venv/bin/python tests/peers/bench_fixture.py OUT [--vocab 4096] [--window 32]
     .venv/bin/dspark bench --target OUT/target --drafter OUT/deepspec --prompts OUT/prompts.json \\
-        --max-tokens 128 --repeats 5 --policy fixed --peer mlx-dspark --out RESULTS
+        --max-tokens 128 --repeats 6 --policy fixed --peer mlx-dspark --out RESULTS
 
-The drafters' weights carry a planted preference (tau about 1.5-2.5), not training: the
-comparison is of loops running the same drafter on the same target, not of drafters.
+The drafters' weights carry a planted preference (tau about 1.5 at the default vocabulary), not
+training: the comparison is of loops running the same drafter on the same target, not of drafters.
 """
 
 from __future__ import annotations
