@@ -72,11 +72,19 @@ test: setup peers
 demo: setup
 	$(VENV)/bin/dspark make-demo $(ARGS)
 
-# The Linux one-folder bundle (dist/dspark-studio/, built in its own venv with PyInstaller), then
-# a copy of it started as a person's machine would: from /, bare environment, --self-test.
+# The app, built in its own venv with PyInstaller, then a copy of it started as a person's machine
+# would. Linux: the one-folder bundle dist/dspark-studio/, started from / in a bare environment with
+# --self-test. macOS: dist/DSpark Studio.app, unzipped from its zip, checked with codesign and
+# plutil, self-tested in a bare environment and through LaunchServices (packaging/README.md).
+UNAME ?= $(shell uname -s)
 bundle:
+ifeq ($(UNAME),Darwin)
+	PYTHON=$(PYTHON) packaging/build_macos.sh
+	packaging/test_app_macos.sh dist/DSpark-Studio-macOS.zip
+else
 	PYTHON=$(PYTHON) packaging/build_linux.sh
 	packaging/test_bundle.sh dist/dspark-studio/dspark-studio
+endif
 
 clean:
 	rm -rf $(VENV) $(PEERS) *.egg-info build dist

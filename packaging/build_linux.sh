@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . packaging/common.sh
+[ "$(uname -s)" = Linux ] || die "this builds the Linux bundle; on a Mac run packaging/build_macos.sh"
 
 start=$SECONDS
 fresh_venv

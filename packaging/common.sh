@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by build_linux.sh and build_macos.sh (sourced from the repository root, not run).
 
 VENV=build/packaging-venv
@@ -16,12 +17,28 @@ find_python() {
   die "Python >= 3.12 not found: install python3.12 or python3.13, or set PYTHON"
 }
 
+# PyInstaller bundles the interpreter's shared library (libpython, or the Python of a framework
+# build) and stops late, with "Python was built without a shared library", when there is none:
+# pyenv builds Python that way by default on macOS. Refuse such an interpreter before building.
+check_shared_python() {
+  local py=$1 shared
+  shared=$("$py" -c 'import sysconfig as s; print(int(bool(s.get_config_var("Py_ENABLE_SHARED") or s.get_config_var("PYTHONFRAMEWORK"))))') \
+    || die "$py does not run"
+  [ "$shared" = 1 ] && return
+  if [ "$(uname -s)" = Darwin ]; then
+    die "$py was built without a shared library, which PyInstaller needs: install Python 3.12 or 3.13 from python.org or Homebrew (brew install python@3.12) and run again with PYTHON set to it"
+  fi
+  die "$py was built without a shared library, which PyInstaller needs: use your distribution's python3.12 (or pyenv with PYTHON_CONFIGURE_OPTS=--enable-shared) and run again with PYTHON set to it"
+}
+
 # A clean venv with the project installed as a wheel would be (not editable: PyInstaller must
 # find dspark_studio as a real package) and PyInstaller, which nothing else ever installs.
 # setuptools builds the wheel in build/lib: cleared too, so no deleted file lingers in it.
 fresh_venv() {
   local py
   py=$(find_python)
+  check_shared_python "$py"
+  echo "$(basename "$0"): building with $("$py" -c 'import sys; print(sys.executable, sys.version.split()[0])')" >&2
   rm -rf "$VENV" build/pyinstaller build/lib build/bdist.*
   "$py" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import plistlib
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -196,6 +197,49 @@ def test_launcher_starts_the_installed_app():
     assert "from dspark_studio.main import main" in text
     assert os.access(ROOT / "packaging" / "build_linux.sh", os.X_OK)
     assert os.access(ROOT / "packaging" / "build_macos.sh", os.X_OK)
+    assert os.access(ROOT / "packaging" / "test_app_macos.sh", os.X_OK)
+
+
+@pytest.mark.parametrize("shared, framework, ok", [("1", "", True), ("0", "Python", True), ("0", "", False)])
+def test_the_build_refuses_a_python_without_a_shared_library_in_one_sentence(tmp_path, shared, framework, ok):
+    """pyenv builds Python without a shared library on macOS; PyInstaller would stop late with
+    "Python was built without a shared library". A python.org or Homebrew framework build has none
+    either (Py_ENABLE_SHARED 0) but PYTHONFRAMEWORK set, and works."""
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\n"
+                    f"case \"$2\" in *Py_ENABLE_SHARED*) echo {int(shared == '1' or bool(framework))} ;; esac\n")
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", "-c", f'. packaging/common.sh; check_shared_python "{fake}" && echo chosen'],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if ok:
+        assert r.returncode == 0 and r.stdout.strip() == "chosen", r.stderr
+    else:
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert "built without a shared library, which PyInstaller needs" in r.stderr
+
+
+def test_png_check_tells_a_drawn_window_from_a_blank_one(tmp_path):
+    import zlib
+
+    sys.path.insert(0, str(ROOT / "packaging"))
+    import png_check
+
+    def png(w, h, pixel):
+        rows = b"".join(b"\0" + bytes(pixel(x, y) for x in range(w) for _ in range(3)) for y in range(h))
+        chunk = lambda kind, body: (struct.pack(">I", len(body)) + kind + body
+                                    + struct.pack(">I", zlib.crc32(kind + body)))
+        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+    (tmp_path / "blank.png").write_bytes(png(200, 100, lambda x, y: 240))
+    (tmp_path / "drawn.png").write_bytes(png(200, 100, lambda x, y: (x * 7 + y * 3) % 256))
+    assert png_check.main([str(tmp_path / "blank.png"), "200x100"]) == 1
+    assert png_check.main([str(tmp_path / "drawn.png"), "200x100"]) == 0
+    assert png_check.main([str(tmp_path / "drawn.png"), "1600x1000"]) == 1
+    assert png_check.main([str(tmp_path / "drawn.png"), "any", "20"]) == 0
+    assert png_check.main([str(ROOT / "docs" / "screenshot.png"), "1600x1000"]) == 0
+    (tmp_path / "not.png").write_text("no")
+    assert png_check.main([str(tmp_path / "not.png")]) == 1
 
 
 
