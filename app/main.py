@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=900, help="with --screenshot: give up after this many seconds")
     p.add_argument("--self-test", nargs="?", const="", metavar="FILE.png",
                    help="check the demo models run (and, with FILE, save the window); print one line, exit")
+    p.add_argument("--on-screen", action="store_true",
+                   help="with --screenshot or --self-test FILE: show the window on the screen while it runs "
+                   "(default: drawn offscreen, whatever display there is)")
     return p
 
 
@@ -44,6 +47,14 @@ def _size(text: str) -> tuple[int, int]:
     if not (320 <= w <= 10_000 and 240 <= h <= 10_000):
         raise argparse.ArgumentTypeError(f"{text} is outside 320x240 .. 10000x10000")
     return w, h
+
+
+def headless_platform(args, environ) -> None:
+    """A screenshot run (also the self-test's window) draws offscreen on every platform: a DISPLAY
+    (XQuartz on a Mac, a desktop on Linux) must not make it open a window. ``--on-screen`` and an
+    explicit ``QT_QPA_PLATFORM`` win."""
+    if args.screenshot and not args.on_screen:
+        environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
 def missing_system_library() -> str | None:
@@ -86,9 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.self_test is not None:
         from .selftest import run
 
-        return run(args.self_test or None)
-    if args.screenshot and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+        return run(args.self_test or None, on_screen=args.on_screen)
+    headless_platform(args, os.environ)
     missing = missing_system_library()
     if missing:
         print(missing, file=sys.stderr)

@@ -11,15 +11,17 @@ place of the app that touches MLX. Exit 0, or 1 with the reason in the line.
 from __future__ import annotations
 
 
-def run(screenshot: str | None) -> int:
-    """``--self-test [FILE]``: the check, then (if it passed and FILE is given) the window."""
+def run(screenshot: str | None, on_screen: bool = False) -> int:
+    """``--self-test [FILE]``: the check, then (if it passed and FILE is given) the window, drawn
+    offscreen unless ``on_screen`` (a launch through macOS's LaunchServices uses the Cocoa platform)."""
     from dspark.selftest import TOKENS, check, held_out_prompt
 
     ok, line = check()
     if ok and screenshot:
         from .main import main
 
-        code = main(["--screenshot", screenshot, "--max-tokens", str(TOKENS), "--prompt", held_out_prompt()])
+        code = main(["--screenshot", screenshot, "--max-tokens", str(TOKENS), "--prompt", held_out_prompt()]
+                    + (["--on-screen"] if on_screen else []))
         ok = code == 0
         line += f"; window saved to {screenshot}" if ok else f"; the window run failed (exit {code})"
     print(f"dspark-studio self-test: {'ok' if ok else 'FAILED'}: {line}", flush=True)

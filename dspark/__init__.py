@@ -39,6 +39,18 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 
+# DSPARK_DEVICE (dspark.device) must pick MLX's device before mlx-lm is imported: mlx_lm.generate
+# makes its generation stream on the default device of that moment. MLX is imported here only
+# when the variable is set; a wrong value is reported, in one sentence, when a model is loaded.
+if __import__("os").environ.get("DSPARK_DEVICE"):
+    from .device import use_env_device as _use_env_device
+    from .errors import DsparkError as _DsparkError
+
+    try:
+        _use_env_device()
+    except _DsparkError:
+        pass
+
 
 def __getattr__(name: str):
     if name in _WHERE:

@@ -178,25 +178,52 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.1f} GB"
 
 
+def metal_working_set() -> int | None:
+    """Metal's recommended working set in bytes, when MLX computes on a Mac's GPU (None elsewhere).
+    MLX's buffers live in memory the GPU must keep resident; beyond this size macOS pages them and
+    generation slows to a crawl, which is why mlx-lm warns against it (``wired_limit`` in
+    ``mlx_lm/generate.py`` reads the same ``max_recommended_working_set_size``)."""
+    if sys.platform != "darwin":
+        return None
+    try:
+        import mlx.core as mx
+
+        if mx.default_device().type != mx.gpu:
+            return None
+        return int(mx.device_info().get("max_recommended_working_set_size") or 0) or None
+    except (AttributeError, ImportError, RuntimeError, ValueError):
+        return None
+
+
+def memory_budget() -> tuple[int, str] | None:
+    """What the models must fit in, in bytes, and how to name it in a sentence: Metal's recommended
+    working set on a Mac computing on its GPU, else the machine's physical memory."""
+    metal = metal_working_set()
+    if metal:
+        return metal, f"Metal's recommended working set on this Mac is {gib(metal)}"
+    total = machine_memory()
+    return (total, f"this machine has {gib(total)} in all") if total else None
+
+
 def check_fits(what: str, needed: int, already: int = 0, say=None) -> None:
     """Refuse (DsparkError) or warn (``say``) before loading ``needed`` bytes on top of
-    ``already`` loaded ones, against the machine's memory. ``DSPARK_IGNORE_MEMORY=1`` skips it."""
-    total = machine_memory()
-    if not total or os.environ.get("DSPARK_IGNORE_MEMORY"):
+    ``already`` loaded ones, against :func:`memory_budget`. ``DSPARK_IGNORE_MEMORY=1`` skips it."""
+    budget = memory_budget()
+    if budget is None or os.environ.get("DSPARK_IGNORE_MEMORY"):
         return
+    total, limit = budget
     use = needed + already
     if use > REFUSE_SHARE * total:
-        raise DsparkError(f"{what} needs about {gib(needed)} of memory and this machine has {gib(total)} in all "
+        raise DsparkError(f"{what} needs about {gib(needed)} of memory and {limit} "
                           f"({gib(already)} already in use by loaded models): choose a smaller or quantised "
                           f"checkpoint (set DSPARK_IGNORE_MEMORY=1 to try anyway)")
     if use > WARN_SHARE * total and say is not None:
-        say(f"{what} needs about {gib(needed)} of this machine's {gib(total)}: expect swapping")
+        say(f"{what} needs about {gib(needed)} and {limit}: expect swapping")
 
 
 # --------------------------------------------------------------------------- MoE on the CPU
 def _cpu() -> bool:
-    if sys.platform == "darwin":
-        return False
+    """MLX computes on its CPU backend (Linux; a Mac only when told to, DSPARK_DEVICE=cpu)."""
     import mlx.core as mx
 
     return mx.default_device() == mx.cpu
@@ -250,4 +277,4 @@ def estimate_target_bytes(directory: Path, config: dict) -> int:
 
 
 __all__ = ["check_fits", "cpu_safe_experts", "estimate_target_bytes", "legacy_text_config", "machine_memory",
-           "model_config_overrides", "read_header", "tensor_bytes"]
+           "memory_budget", "metal_working_set", "model_config_overrides", "read_header", "tensor_bytes"]

@@ -1,7 +1,13 @@
 """The self-test of an install: load the demo pair, generate ``TOKENS`` tokens speculatively
 and by plain mlx-lm decoding, check that the two agree (``dspark.lossless``), and say in one
-line which device and BLAS ran and what came out. ``dspark-studio --self-test`` runs it (and CI
-after each bundle build); everything MLX stays on the calling thread.
+line which device computed, which BLAS ran and what came out. ``dspark-studio --self-test`` runs
+it (and CI after each bundle build); everything MLX stays on the calling thread.
+
+A device that MLX *can* use proves nothing (``mx.metal.is_available()`` is true wherever Metal is
+compiled in), and a GPU that returns garbage would still agree with itself: a virtual GPU has
+been seen returning zeros from compute kernels. So when the default device is a GPU, the demo
+target's logits for the prompt are computed on it and on the CPU and must agree; and on macOS a
+run that computed on the CPU fails, since the app is built for Metal.
 """
 
 from __future__ import annotations
@@ -12,18 +18,50 @@ TOKENS = 32
 #: resources/prompts/demo.json: held-out openings on which the demo target writes plausible code
 #: (tests/test_demo.py checks it), not a repeated line that any drafter, even a broken one, predicts.
 PROMPT_SET, PROMPT_INDEX = "demo", 0
+#: The largest difference of the demo target's float32 logits between the GPU and the CPU that
+#: still counts as the same computation (their soft-capped range is +-30; rounding moves them by
+#: about 1e-5).
+DEVICE_TOLERANCE = 1e-2
 
 
-def device() -> str:
-    """The default MLX device, and on macOS whether Metal is in use (a missing or too new
-    metallib shows here, or as the error of the first evaluation)."""
+def computed_on() -> tuple[str, str]:
+    """The device MLX computes on by default, ("gpu" or "cpu", its name from ``mx.device_info``)."""
     import mlx.core as mx
 
     dev = mx.default_device()
-    name = "gpu" if dev.type == mx.gpu else "cpu"
-    if sys.platform == "darwin":
-        return f"{name} ({'Metal in use' if name == 'gpu' and mx.metal.is_available() else 'Metal not in use'})"
-    return name
+    kind = "gpu" if dev.type == mx.gpu else "cpu"
+    try:
+        info = mx.device_info(dev)
+    except (AttributeError, RuntimeError, ValueError):  # an mlx without device_info
+        info = {}
+    name = str(info.get("device_name") or info.get("architecture") or "").strip()
+    return kind, name
+
+
+def logits_on(model, ids: list[int], device) -> "object":
+    """The target's last-position logits for ``ids``, computed on ``device`` (a fresh cache)."""
+    import mlx.core as mx
+
+    with mx.stream(device):
+        out = model(mx.array(ids)[None])[0, -1].astype(mx.float32)
+        mx.eval(out)
+    return out
+
+
+def device_check(model, ids: list[int], device=None) -> str | None:
+    """None when ``device`` (default: MLX's default device) computes what the CPU computes, or is
+    the CPU; else why not, in one sentence."""
+    import mlx.core as mx
+
+    device = device or mx.default_device()
+    if device.type != mx.gpu:
+        return None
+    gpu, cpu = logits_on(model, ids, device), logits_on(model, ids, mx.Device(mx.cpu))
+    diff = float(mx.max(mx.abs(gpu - cpu)).item())
+    if not diff <= DEVICE_TOLERANCE:  # also NaN
+        return (f"the GPU computed other logits than the CPU for the same prompt (largest difference {diff:.3g}, "
+                f"allowed {DEVICE_TOLERANCE}): this GPU does not run MLX's kernels correctly")
+    return None
 
 
 def held_out_prompt() -> str | None:
@@ -38,10 +76,10 @@ def check(tokens: int = TOKENS) -> tuple[bool, str]:
     from dspark import blas, resources
 
     try:
-        where = device()
+        kind, name = computed_on()
     except (ImportError, OSError, RuntimeError) as e:  # a broken mlx install or a missing metallib
         return False, f"mlx does not load: {type(e).__name__}: {e}"
-    head = f"device {where}, BLAS {blas.describe()}"
+    head = f"device {kind}{f' ({name})' if name else ''}, BLAS {blas.describe()}"
     paths = {name: resources.demo_model(name) for name in ("target", "dspark")}
     missing = [name for name, p in paths.items() if p is None]
     if missing:
@@ -63,10 +101,50 @@ def check(tokens: int = TOKENS) -> tuple[bool, str]:
         spec = dspark.run_to_summary(dspark.generate(target, drafter, prompt, cfg))
         plain = dspark.run_to_summary(dspark.generate_baseline(target, prompt, cfg))
         verdict = lossless.compare(target, spec, plain)
+        wrong_device = device_check(target.model, list(spec.prompt_tokens))
+        kind, name = computed_on()  # what the run computed on
     except Exception as e:  # anything at all is a failed self-test, said in the one line
         return False, f"{head}; the demo run failed: {type(e).__name__}: {e}"
+    checked = ", checked against the CPU" if kind == "gpu" else ""
+    head = f"device {kind}{f' ({name})' if name else ''}{checked}, BLAS {blas.describe()}"
     figures = (f"{len(spec.tokens)} tokens, tau {spec.tau:.2f}, {spec.tokens_per_sec:.0f} tok/s vs "
                f"{plain.tokens_per_sec:.0f} plain, speedup "
                f"{metrics.speedup(spec.tokens_per_sec, plain.tokens_per_sec):.2f}x")
+    if wrong_device:
+        return False, f"{head}; {figures}; {wrong_device}"
+    if sys.platform == "darwin" and kind != "gpu":
+        return False, (f"{head}; {figures}; the demo run computed on the CPU, not on Metal: this Mac's GPU is not "
+                       f"available to MLX")
     ok = len(spec.tokens) == tokens and verdict.lossless
     return ok, f"{head}; {figures}; {verdict.explain()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dspark.selftest``: the check, one line, exit 0 or 1. ``--device``: only whether
+    MLX's default device computes what the CPU computes on the demo target (CI asks this of a
+    runner before choosing where the test suite runs; a GPU that crashes the process says so too)."""
+    from dspark import blas
+
+    blas.use_fast_blas()
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--device"]:
+        import dspark
+        from dspark import resources
+
+        try:
+            target = dspark.load_target(resources.demo_model("target"))
+        except dspark.DsparkError as e:
+            print(f"dspark.selftest: {e}", flush=True)
+            return 2
+        why = device_check(target.model, target.encode(held_out_prompt() or "def f(x):"))
+        kind, name = computed_on()
+        verdict = why or ("computes what the CPU computes" if kind == "gpu" else "the CPU (nothing to compare)")
+        print(f"dspark.selftest: device {kind} ({name}): {verdict}", flush=True)
+        return 1 if why else 0
+    ok, line = check()
+    print(f"dspark.selftest: {'ok' if ok else 'FAILED'}: {line}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -240,7 +240,9 @@ def load_target(path: str | Path, say=None) -> Target:
     from mlx_lm.utils import _get_classes, load_model, load_tokenizer
 
     from . import checkpoint, hub
+    from .device import use_env_device
 
+    use_env_device()  # before the first array of the model is made
     p = hub.resolve(str(path), say=say)
     if not p.is_dir():
         raise DsparkError(f"target directory not found: {p}")

@@ -9,3 +9,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from dspark.blas import use_fast_blas  # noqa: E402
 
 use_fast_blas()
+
+# DSPARK_DEVICE=cpu|gpu (dspark.device): CI on a virtual Mac whose GPU does not run MLX runs the
+# suite on the CPU; subprocesses inherit it and apply it when they load a model.
+from dspark.device import use_env_device  # noqa: E402
+
+use_env_device()

@@ -156,10 +156,21 @@ def load_mlx_dspark(target_dir: str, drafter_dir: str):
     return run
 
 
+def use_env_device() -> None:
+    """DSPARK_DEVICE=cpu|gpu, as dspark.device applies it, before mlx-lm is imported (its
+    generation stream takes the default device of that moment)."""
+    name = os.environ.get("DSPARK_DEVICE", "").strip().lower()
+    if name in ("cpu", "gpu"):
+        import mlx.core as mx
+
+        mx.set_default_device(mx.cpu if name == "cpu" else mx.gpu)
+
+
 def main() -> None:
     kind, target_dir, drafter_dir, *rest = sys.argv[1:]
     if rest and rest[0]:
         ctypes.CDLL(rest[0], mode=os.RTLD_GLOBAL)  # the same BLAS as the benchmark's own process, before mlx
+    use_env_device()  # the peer computes where dspark does
     try:
         run = {"dflash": load_dflash, "dflash-mlx": load_dflash_mlx, "mlx-dspark": load_mlx_dspark}[kind](target_dir, drafter_dir)
         print(json.dumps({"ready": True}), flush=True)
