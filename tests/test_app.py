@@ -160,11 +160,13 @@ def test_screenshot_writes_window_png(dirs, tmp_path):
     assert (img.width(), img.height()) == (1600, 1000)
 
 
-def test_a_home_that_cannot_be_created_still_runs_and_says_the_run_was_not_kept(qtbot, window, dirs, monkeypatch):
-    """The history under a folder that cannot exist (a read-only place): the run still
-    happens and shows, and the status bar says it was not kept."""
+def test_a_home_that_cannot_be_created_still_runs_and_says_the_run_was_not_kept(qtbot, window, dirs, monkeypatch,
+                                                                                tmp_path):
+    """The history under a folder that cannot exist (below a regular file, on every platform):
+    the run still happens and shows, and the status bar says it was not kept."""
     w = window
-    monkeypatch.setenv("DSPARK_STUDIO_HOME", "/proc/dspark-studio-cannot-exist")
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "a-file" / "home"))
     setup(w, dirs, max_tokens=6)
     assert run_job(qtbot, w, w.start_run)["ok"]
     spec, base = w.shown_runs()

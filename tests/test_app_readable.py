@@ -4,6 +4,8 @@ the slow-BLAS note. Headless, tiny models."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -161,6 +163,8 @@ def test_exports_are_named_after_what_they_hold_and_the_history_keeps_the_newest
     assert (folder / "notes.txt").exists()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="only mlx[cpu] on Linux links a slow reference BLAS; a Mac uses Accelerate / Metal")
 def test_the_status_bar_says_when_matrix_products_run_on_the_slow_reference_blas(qtbot, monkeypatch):
     from dspark import blas
 
@@ -172,6 +176,18 @@ def test_the_status_bar_says_when_matrix_products_run_on_the_slow_reference_blas
     assert "libopenblas0-pthread" in w.blas_note.text() or "OpenBLAS" in w.blas_note.text()
     w.statusBar().showMessage("something else")
     assert w.blas_note.isVisible()  # a permanent note, not a message the next one replaces
+    w.close()
+
+
+@pytest.mark.skipif(sys.platform != "darwin", reason="what a Mac shows; Linux has the test above")
+def test_a_mac_never_shows_the_slow_blas_note(qtbot):
+    from dspark import blas
+
+    assert not blas.is_slow() and blas.describe() == "Accelerate / Metal"
+    w = MainWindow(None)
+    qtbot.addWidget(w)
+    w.show()
+    assert not w.blas_note.isVisible()
     w.close()
 
 

@@ -65,3 +65,18 @@ def test_a_missing_xcb_cursor_library_is_one_line_not_an_abort(monkeypatch, caps
     assert "libxcb-cursor0" in err and "sudo apt-get install libxcb-cursor0" in err and err.count("\n") == 1
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")  # no X11 window: not needed
     assert main.missing_system_library() is None
+
+
+@pytest.mark.parametrize("argv, environ, expected", [
+    (["--screenshot", "x.png"], {"DISPLAY": ":0"}, "offscreen"),  # XQuartz on a Mac, a desktop on Linux
+    (["--self-test", "x.png"], {"DISPLAY": ":0"}, None),  # decided when the self-test starts its window run
+    (["--screenshot", "x.png", "--on-screen"], {"DISPLAY": ":0"}, None),
+    (["--screenshot", "x.png"], {"QT_QPA_PLATFORM": "xcb"}, "xcb"),  # the user's choice wins
+    ([], {"DISPLAY": ":0"}, None),  # the app itself opens its window
+])
+def test_headless_runs_draw_offscreen_whatever_display_there_is(argv, environ, expected):
+    from dspark_studio import main
+
+    env = dict(environ)
+    main.headless_platform(main.build_parser().parse_args(argv), env)
+    assert env.get("QT_QPA_PLATFORM") == expected

@@ -105,3 +105,23 @@ def test_console_script_prints_no_traceback(dirs, tmp_path):
                         "--prompt", "x"], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
 
+
+
+def test_dspark_device_chooses_where_mlx_computes_and_a_wrong_value_is_one_line(dirs):
+    """DSPARK_DEVICE=cpu makes the CLI compute on the CPU (mlx-lm's generation stream included,
+    which is made when mlx-lm is imported); any other value than cpu or gpu is one sentence."""
+    import os
+
+    env = dict(os.environ, DSPARK_DEVICE="cpu")
+    probe = ("import sys, dspark.target, mlx.core as mx, mlx_lm.generate; g = sys.modules[\"mlx_lm.generate\"]; "
+             "print(mx.default_device(), g.generation_stream)")
+    r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.count("cpu") == 2, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "dspark.cli", "generate", "--target", str(dirs / "target"),
+                        "--prompt", "x", "--max-tokens", "2"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    env["DSPARK_DEVICE"] = "tpu"
+    r = subprocess.run([sys.executable, "-m", "dspark.cli", "generate", "--target", str(dirs / "target"),
+                        "--prompt", "x"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "DSPARK_DEVICE is 'tpu': it must be cpu or gpu" in r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr

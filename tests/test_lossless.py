@@ -7,6 +7,7 @@ from mlx_lm.generate import generate_step
 
 from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, run_to_summary
 from oracle import OracleDrafter
+from same import assert_same_greedy
 from tiny import tiny_target
 
 TARGETS = {
@@ -57,7 +58,7 @@ def test_random_drafter_matches_plain_greedy(case, scored, monkeypatch):
         w2 = drafter.net.markov_head.markov_w2
         w2.weight = mx.random.normal(w2.weight.shape, key=mx.random.key(3)) * 2.0
     s = spec(target, drafter, n)
-    assert list(s.tokens) == ref
+    assert_same_greedy(target, PROMPT, s.tokens, ref)
     assert s.rounds > n // 3  # mostly rejections
 
 
@@ -66,7 +67,7 @@ def test_oracle_drafter_matches_plain_greedy(case, seed):
     target, n, ref = case
     oracle = OracleDrafter(PROMPT + ref, target.dims.vocab_size, block_size=6, corrupt=0.25, seed=seed)
     s = spec(target, oracle, n)
-    assert list(s.tokens) == ref
+    assert_same_greedy(target, PROMPT, s.tokens, ref)
     assert 0 in s.verify_widths  # rounds of width 1: the anchor alone
     assert max(s.accepted_lengths) == 6  # long accepts
     assert any(0 < a < w for a, w in zip(s.accepted_lengths, s.verify_widths))  # mixed rejections
@@ -76,7 +77,7 @@ def test_confidence_policy_varies_width_and_stays_exact(case):
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
     s = spec(target, drafter, n, policy="threshold:0.2")
-    assert list(s.tokens) == ref
+    assert_same_greedy(target, PROMPT, s.tokens, ref)
     assert len(set(s.verify_widths)) > 1
 
 
@@ -84,7 +85,7 @@ def test_max_tokens_truncates_exactly(case):
     target, n, ref = case
     oracle = OracleDrafter(PROMPT + ref, target.dims.vocab_size, corrupt=0.0)
     for m in (1, 2, 7):
-        assert list(spec(target, oracle, m).tokens) == ref[:m]
+        assert_same_greedy(target, PROMPT, spec(target, oracle, m).tokens, ref[:m])
 
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
@@ -106,7 +107,8 @@ def test_without_display_the_output_is_the_same_and_nothing_is_shown(case):
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
     events = list(generate(target, oracle, PROMPT, cfg, display=False))
     s = events[-1]
-    assert list(s.tokens) == ref and s.token_logprobs == ()
+    assert_same_greedy(target, PROMPT, s.tokens, ref)
+    assert s.token_logprobs == ()
     shown = run_to_summary(generate(target, oracle, PROMPT, cfg))
     assert s.accepted_lengths == shown.accepted_lengths and s.verify_widths == shown.verify_widths
     assert all(math.isnan(p) for e in events[:-1] for p in e.draft_probs)
@@ -123,13 +125,15 @@ def test_without_display_the_confidence_head_runs_only_for_a_policy_that_reads_i
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
     hidden = list(generate(target, drafter, PROMPT, cfg, display=False))
     shown = list(generate(target, drafter, PROMPT, cfg))
-    assert list(hidden[-1].tokens) == ref == list(shown[-1].tokens)
+    assert list(hidden[-1].tokens) == list(shown[-1].tokens)  # the same kernels: no room for a tie
+    assert_same_greedy(target, PROMPT, hidden[-1].tokens, ref)
     assert hidden[-1].verify_widths == shown[-1].verify_widths
     assert all(e.confidences is None and e.confidence_logits is None for e in hidden[:-1])
     assert all(len(e.confidences) == 4 for e in shown[:-1])
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, policy="threshold:0.3")
     read = list(generate(target, drafter, PROMPT, cfg, display=False))
-    assert list(read[-1].tokens) == ref and all(len(e.confidences) == 4 for e in read[:-1])
+    assert_same_greedy(target, PROMPT, read[-1].tokens, ref)
+    assert all(len(e.confidences) == 4 for e in read[:-1])
 
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
@@ -201,3 +205,19 @@ def test_the_argmax_shortcut_takes_mlx_lm_s_token_whenever_it_is_used(dtype):
     # the bound is not vacuous: below it, the plain argmax does sometimes differ from the rule
     if dtype != mx.float32:
         assert any(b != r for b, r, m in zip(best.tolist(), rule.tolist(), margin.tolist()) if m <= tol)
+
+
+def test_a_difference_from_plain_decoding_passes_only_on_a_gpu_and_only_as_a_tie(case, monkeypatch):
+    """The helper every engine test uses (tests/same.py) fails on a real difference: always on the
+    CPU, and on a GPU unless the target's own evaluations find a numerical tie."""
+    import same
+
+    target, n, ref = case
+    wrong = list(ref)
+    wrong[10] = (wrong[10] + 1) % target.dims.vocab_size
+    with pytest.raises(AssertionError, match="on the CPU"):
+        same.assert_same_greedy(target, PROMPT, wrong, ref)
+    monkeypatch.setattr(same, "on_gpu", lambda: True)
+    with pytest.raises(AssertionError, match="a mismatch, not a tie"):
+        same.assert_same_greedy(target, PROMPT, wrong, ref)
+    same.assert_same_greedy(target, PROMPT, ref, ref)

@@ -184,8 +184,13 @@ def test_a_base_model_without_template_is_unchanged(root):
 def test_bf16_moe_experts_run_on_the_cpu_with_metal_numbers(root):
     from mlx_lm.models.switch_layers import SwitchLinear
 
-    target = load_target(layout(root, "26b-a4b-it-hf-bf16-moe"))
+    d = layout(root, "26b-a4b-it-hf-bf16-moe")
+    target = load_target(d)
     experts = [m for _, m in target.model.named_modules() if isinstance(m, SwitchLinear)]
+    if mx.default_device().type == mx.gpu:  # Metal multiplies bf16 experts itself: nothing is changed
+        assert experts and all(type(m) is SwitchLinear and m.weight.dtype == mx.bfloat16 for m in experts)
+        assert checkpoint.moe_cpu_extra_bytes(d, json.loads((d / "config.json").read_text())) == 0
+        return
     assert experts and all(type(m) is not SwitchLinear and m.weight.dtype == mx.float32 for m in experts)
     m = experts[0]
     x = (mx.random.normal((1, 3, 1, 1, m.weight.shape[-1])) * 0.5).astype(mx.bfloat16)  # as SwitchGLU calls it
@@ -214,6 +219,7 @@ def test_memory_is_checked_before_loading(root, monkeypatch):
     needed = checkpoint.estimate_target_bytes(d, json.loads((d / "config.json").read_text()))
     on_disk = sum(f.stat().st_size for f in d.glob("*.safetensors"))
     assert 0.8 * on_disk < needed < on_disk  # from the headers alone, the towers left out
+    monkeypatch.setattr(checkpoint, "metal_working_set", lambda: None)  # as on Linux, or a Mac computing on its CPU
     monkeypatch.setattr(checkpoint, "machine_memory", lambda: needed)  # the model would fill it all
     with pytest.raises(DsparkError, match=r"needs about .* this machine has"):
         load_target(d)
@@ -221,6 +227,21 @@ def test_memory_is_checked_before_loading(root, monkeypatch):
     monkeypatch.setattr(checkpoint, "machine_memory", lambda: int(needed / 0.8))
     load_target(d, say=warnings.append)
     assert warnings and "expect swapping" in warnings[0]
+    # on a Mac computing on Metal, the GPU's recommended working set is the limit, not the RAM
+    monkeypatch.setattr(checkpoint, "machine_memory", lambda: 100 * needed)
+    monkeypatch.setattr(checkpoint, "metal_working_set", lambda: needed)
+    with pytest.raises(DsparkError, match=r"needs about .* Metal's recommended working set on this Mac is"):
+        load_target(d)
+
+
+def test_the_memory_budget_is_metals_working_set_exactly_where_mlx_computes_on_a_macs_gpu():
+    gpu_mac = sys.platform == "darwin" and mx.default_device().type == mx.gpu
+    budget, limit = checkpoint.memory_budget()
+    if gpu_mac:
+        assert budget == mx.device_info()["max_recommended_working_set_size"] and "Metal" in limit
+    else:
+        assert checkpoint.metal_working_set() is None
+        assert budget == checkpoint.machine_memory() and "this machine has" in limit
 
 
 def test_open_a_target_by_its_hugging_face_name_from_the_local_cache(root, tmp_path):

@@ -21,12 +21,41 @@ def test_window_icon_is_found_through_resources():
 
 
 def test_self_test_runs_the_demo_pair_and_says_what_ran():
+    import mlx.core as mx
+
     from dspark import selftest
 
     ok, line = selftest.check()
+    kind, name = selftest.computed_on()
+    assert kind == ("gpu" if mx.default_device().type == mx.gpu else "cpu")
+    assert name and f"device {kind} ({name})" in line, line  # the device MLX computed on, named
+    if sys.platform == "darwin" and kind == "cpu":  # DSPARK_DEVICE=cpu on a Mac: the app is built for Metal
+        assert not ok and "computed on the CPU, not on Metal" in line, line
+        return
     assert ok, line
-    for part in ("device cpu", "BLAS ", f"{selftest.TOKENS} tokens", "tau ", "speedup ", "identical to plain"):
+    if sys.platform == "darwin":
+        assert "checked against the CPU" in line and "BLAS Accelerate / Metal" in line, line
+    for part in ("BLAS ", f"{selftest.TOKENS} tokens", "tau ", "speedup ", "identical to plain"):
         assert part in line, line
+
+
+def test_a_gpu_that_computes_garbage_fails_the_self_test_loudly(monkeypatch):
+    """A virtual GPU has been seen returning zeros from compute kernels; spec and plain decoding
+    would then agree with each other, so the device is checked against the CPU."""
+    import mlx.core as mx
+
+    from dspark import load_target, resources, selftest
+
+    target = load_target(resources.demo_model("target"))
+    ids = target.encode(selftest.held_out_prompt())[:16]
+    assert selftest.device_check(target.model, ids, mx.Device(mx.cpu)) is None  # the CPU is not checked against itself
+    honest = selftest.logits_on
+    monkeypatch.setattr(selftest, "logits_on", lambda model, ids, device: honest(model, ids, mx.Device(mx.cpu)))
+    assert selftest.device_check(target.model, ids, mx.Device(mx.gpu)) is None  # the same logits: fine
+    monkeypatch.setattr(selftest, "logits_on", lambda model, ids, device: (
+        mx.zeros((target.dims.vocab_size,)) if device.type == mx.gpu else honest(model, ids, mx.Device(mx.cpu))))
+    why = selftest.device_check(target.model, ids, mx.Device(mx.gpu))
+    assert why and "the GPU computed other logits than the CPU" in why
 
 
 def test_self_test_fails_with_the_reason_when_demo_models_are_missing(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from mlx_lm.models import gemma4
 
 from dspark import DflashConfig, DflashDrafter, GenerationConfig, NotGemma4Error, Target, generate, load_target, run_to_summary
 from oracle import OracleDrafter
+from same import assert_same_greedy
 from tiny import tiny_args, tiny_model, write_tokenizer
 
 PROMPT = [5, 9, 11, 3, 7, 21, 2]
@@ -22,9 +23,9 @@ def check_lossless(target, n=80):
     assert len(set(ref)) >= 8
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
     oracle = OracleDrafter(PROMPT + ref, target.dims.vocab_size, corrupt=0.3)
-    assert list(run_to_summary(generate(target, oracle, PROMPT, cfg)).tokens) == ref
+    assert_same_greedy(target, PROMPT, run_to_summary(generate(target, oracle, PROMPT, cfg)).tokens, ref)
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=8), seed=0)
-    assert list(run_to_summary(generate(target, drafter, PROMPT, cfg)).tokens) == ref
+    assert_same_greedy(target, PROMPT, run_to_summary(generate(target, drafter, PROMPT, cfg)).tokens, ref)
 
 
 def test_moe_target():
