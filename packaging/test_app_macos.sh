@@ -31,7 +31,7 @@ for key in CFBundleIdentifier CFBundleExecutable CFBundleShortVersionString LSMi
   plutil -extract "$key" raw -o - "$plist" >/dev/null || fail "Info.plist has no $key"
 done
 exe="$app/Contents/MacOS/$(plutil -extract CFBundleExecutable raw -o - "$plist")"
-mkdir "$tmp/home" "$tmp/home-ls"
+mkdir "$tmp/home"
 
 expect_gpu_run() {  # the self-test line: ok, on the GPU (named), identical to plain decoding
   grep -q "self-test: ok: device gpu (" <<<"$1" || fail "the self-test did not pass on the GPU: $1"
@@ -47,9 +47,10 @@ echo "$line"
 expect_gpu_run "$line"
 "$python" "$repo/packaging/png_check.py" "$tmp/selftest.png" 1600x1000 20 >&2 || fail "the offscreen screenshot is not a drawn window"
 
-# LaunchServices, as a double-click starts it: open waits (-W) for a new instance (-n); its exit
-# status is open's, not the app's, so the app's own line and screenshot decide.
-HOME="$tmp/home-ls" open -W -n --stdout "$tmp/ls.out" --stderr "$tmp/ls.err" "$app" \
+# LaunchServices, as a double-click starts it (with launchd's environment, not this shell's): open
+# waits (-W) for a new instance (-n); its exit status is open's, not the app's, so the app's own
+# line and screenshot decide.
+open -W -n --stdout "$tmp/ls.out" --stderr "$tmp/ls.err" "$app" \
   --args --self-test "$tmp/launched.png" --on-screen || fail "open could not launch the app: $(cat "$tmp/ls.err" 2>/dev/null)"
 line=$(cat "$tmp/ls.out" 2>/dev/null || true)
 echo "$line"
