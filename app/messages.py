@@ -72,6 +72,7 @@ class Loaded:
     drafters: dict  # path -> DrafterInfo, for the drafters that loaded
     errors: dict  # path -> one-line reason, for those that did not
     environment: dict = field(default_factory=dict)  # dspark.bench.report.environment(), asked of MLX here
+    notes: tuple = ()  # warnings of the target's load (memory), as the CLI prints them
 
 
 @dataclass(frozen=True)

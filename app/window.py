@@ -344,7 +344,7 @@ class MainWindow(FilesMixin, StateMixin, QMainWindow):
                 self.controls.recent_drafters = self.prefs.add_recent("drafters", p)
         if not info.errors and not self.busy:
             self.message.hide()
-        notes = [f"{Path(p).name}: {d.note}" for p, d in info.drafters.items() if d.note]
+        notes = list(info.notes) + [f"{Path(p).name}: {d.note}" for p, d in info.drafters.items() if d.note]
         if notes:
             self.statusBar().showMessage("; ".join(notes))
 

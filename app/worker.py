@@ -16,12 +16,11 @@ from pathlib import Path
 import mlx.core as mx
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from dspark import DflashDrafter, DsparkError, GenerationConfig, Summary, generate, generate_baseline, load_target
+from dspark import DsparkError, GenerationConfig, Summary, generate, generate_baseline, load_drafter, load_target
 from dspark import lossless
-from dspark.costs import Costs, load_or_measure
+from dspark.costs import Costs, for_policy, load_or_measure
 from dspark.errors import report_bug
 from dspark.engine import run_to_summary
-from dspark.policy import parse as parse_policy
 
 from .messages import (
     Checked, CostsMeasured, CostsRequest, DrafterInfo, Failed, Job, JobDone, Loaded, LoadRequest, RoundDone, RunDone,
@@ -39,7 +38,9 @@ class Worker(QObject):
         self.cancel_event = threading.Event()
         self._target = None
         self._target_path: str | None = None
-        self._drafters: dict[str, DflashDrafter] = {}
+        self._drafters: dict = {}  # path -> a drafter of any format (dspark.loading.load_drafter)
+        self._notes: dict[str, list[str]] = {}  # path -> what loading it warned about
+        self._target_notes: list[str] = []
         self._pieces: dict[int, str] = {}
         self._key = 0
         self._environment: dict = {}
@@ -125,9 +126,10 @@ class Worker(QObject):
         cancel = self.cancel_event.is_set
         if spec.drafter:
             drafter = self._drafters[spec.drafter]
-            costs = None
-            if parse_policy(config.policy).kind == "auto":  # the scheduler reads them: show which
-                costs = self._costs_for(spec.drafter, config.block_size or drafter.block_size)
+            costs = for_policy(config.policy, self._target, drafter, config.block_size or drafter.block_size,
+                               say=lambda text: self.message.emit(Status(text)))
+            if costs is not None:  # the scheduler reads them: show which
+                self.message.emit(CostsMeasured(spec.drafter, costs.to_dict()))
             events = generate(self._target, drafter, prompt, config, cancel=cancel, costs=costs)
         else:
             events = generate_baseline(self._target, prompt, config, cancel=cancel)
@@ -175,7 +177,8 @@ class Worker(QObject):
         if target_path != self._target_path or self._target is None:
             self._free_all()
             self.message.emit(Status(f"loading target {Path(target_path).name} ..."))
-            self._target = load_target(target_path)
+            self._target_notes = []
+            self._target = load_target(target_path, say=self._target_notes.append)
             self._target_path = target_path
             self.message.emit(Status("warming up ..."))
             run_to_summary(generate_baseline(self._target, self._warm_ids(), self._warm_cfg()))
@@ -184,19 +187,22 @@ class Worker(QObject):
             if p not in self._drafters:
                 try:
                     self.message.emit(Status(f"loading drafter {Path(p).name} ..."))
-                    d = DflashDrafter.load(p, target=self._target)
+                    self._notes[p] = []
+                    d = load_drafter(p, self._target, say=self._notes[p].append)  # the CLI's loader and warnings
                     run_to_summary(generate(self._target, d, self._warm_ids(), self._warm_cfg()))
                     self._drafters[p] = d
                 except DsparkError as e:
                     errors[p] = f"drafter {Path(p).name}: {e}"
                     continue
             d = self._drafters[p]
-            infos[p] = DrafterInfo(d.block_size, d.has_confidence, d.num_params(), d.weights_note(self._target), d.format)
+            note = "; ".join(self._notes.get(p, []) + [n for n in [d.weights_note(self._target)] if n]) or None
+            infos[p] = DrafterInfo(d.block_size, d.has_confidence, d.num_params(), note, d.format)
         if not self._environment:  # the machine, MLX and BLAS a saved benchmark names (MLX asked here)
             from dspark.bench.report import environment
 
             self._environment = environment()
-        self.message.emit(Loaded(target_path, self._target.target_id, infos, errors, dict(self._environment)))
+        self.message.emit(Loaded(target_path, self._target.target_id, infos, errors, dict(self._environment),
+                                 tuple(self._target_notes)))
         self.message.emit(Status("ready"))
         return errors
 

@@ -32,7 +32,8 @@ _WHERE = {
     "DraftProjection": "target",
     "Target": "target",
     "TargetDims": "target",
-    "load_target": "target",
+    "load_drafter": "loading",
+    "load_target": "loading",
     "TrainSettings": "training.trainer",
     "train_drafter": "training.run",
 }

@@ -18,7 +18,7 @@ from .options import Parser
 def cmd_init(a) -> int:
     from .drafter import DflashConfig, DflashDrafter
     from .options import check_options, from_args
-    from .target import load_target
+    from .loading import load_target
 
     from .files import output_dir
 
@@ -56,13 +56,12 @@ def _warn(text: str) -> None:
 
 def cmd_generate(a) -> int:
     from . import lossless, metrics, resources
-    from .costs import load_or_measure
+    from .costs import for_policy
     from .engine import GenerationConfig, generate, generate_baseline, length_note, prompt_ids, run_to_summary
-    from .formats import load_drafter
-    from .policy import parse as parse_policy
+    from .loading import load_drafter
     from .events import RoundEvent, Summary
     from .options import from_args
-    from .target import load_target
+    from .loading import load_target
 
     cfg = from_args(GenerationConfig, a)
     cfg.check()
@@ -82,9 +81,7 @@ def cmd_generate(a) -> int:
     note = length_note(target, len(prompt_ids(target, prompt, cfg)), cfg.max_tokens)
     if note:
         _warn(f"warning: {note}")
-    costs = None
-    if drafter is not None and parse_policy(cfg.policy).kind == "auto":
-        costs = load_or_measure(target, drafter, cfg.block_size or drafter.block_size, say=_warn)
+    costs = for_policy(cfg.policy, target, drafter, cfg.block_size or drafter.block_size, say=_warn) if drafter else None
     if a.baseline:
         # Warm both paths up first (kernel compilation, allocations) so neither pays it in the timed run.
         warm = GenerationConfig(max_tokens=8, seed=cfg.seed)
@@ -124,8 +121,8 @@ def cmd_generate(a) -> int:
 
 def cmd_costs(a) -> int:
     from .costs import describe, load_or_measure
-    from .formats import load_drafter
-    from .target import load_target
+    from .loading import load_drafter
+    from .loading import load_target
 
     from .options import check_range
 
@@ -138,7 +135,7 @@ def cmd_costs(a) -> int:
 
 
 def cmd_inspect(a) -> int:
-    from .formats import describe
+    from .loading import describe_drafter as describe
 
     info = describe(a.dir)
     if a.json:
@@ -162,7 +159,7 @@ def cmd_inspect(a) -> int:
 
 
 def cmd_quantize(a) -> int:
-    from .formats.quant import quantize_drafter
+    from .convert import quantize_drafter
 
     r = quantize_drafter(a.dir, a.out, a.bits, a.group_size)
     print(f"wrote a {r['bits']}-bit {r['format']} drafter to {a.out}: {r['bytes_before'] / 2**20:.1f} MiB -> "
@@ -201,7 +198,7 @@ def train_parser() -> argparse.ArgumentParser:
 
 def train_main(argv: list[str] | None = None) -> int:
     from .demo.corpus import heldout_prompts, iter_texts
-    from .target import load_target
+    from .loading import load_target
     from .training.run import REPORT_FILE, train_drafter
     from .training.texts import read_texts
 

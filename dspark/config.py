@@ -1,10 +1,11 @@
-"""The settings of one generation, without MLX: the app's GUI thread builds its form from
-``GenerationConfig`` (see :mod:`dspark.options`) and never loads a model."""
+"""Settings as data, without MLX: one generation's (``GenerationConfig``; the app's GUI thread builds
+its form from it, see :mod:`dspark.options`, and never loads a model) and a drafter's shape
+(``DflashConfig``, which ``dspark init`` and ``dspark train`` build their options from)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from .errors import DsparkError
 from .options import check_options, option
@@ -72,3 +73,39 @@ class GenerationConfig:
         if not isinstance(extra, dict):
             raise DsparkError("chat-template-config must be a JSON object")
         return {"enable_thinking": False, **extra}
+
+
+def default_taps(num_layers: int, n: int = 3) -> tuple[int, ...]:
+    """DFlash's rule: ``n`` evenly spaced layers from 1 to N-3 (N//2 when n == 1)."""
+    if n == 1:
+        return (num_layers // 2,)
+    hi = max(1, num_layers - 3)
+    return tuple(sorted({round(1 + i * (hi - 1) / (n - 1)) for i in range(n)}))
+
+
+@dataclass(frozen=True)
+class DflashConfig:
+    """The drafter's shape (``dspark init`` and ``dspark train`` build their options from it)."""
+
+    block_size: int = option(7, "tokens drafted per round (G)", lo=1, hi=64)
+    num_layers: int = option(2, "drafter transformer layers", flag="--layers", lo=1, hi=64)
+    tap_layers: tuple[int, ...] = option((), "comma-separated target layer indices whose outputs the drafter reads",
+                                         flag="--taps", none="evenly spaced")
+    mask_token_id: int = option(4, "the mask token filling the block after the anchor (Gemma's <mask> is 4)",
+                                lo=0, hi=10_000_000)
+    markov: bool = option(True, "DSpark's Markov head (--no-markov: DFlash-style)")
+    markov_rank: int = option(256, "rank of the Markov head", lo=1, hi=65_536)
+    confidence: bool = option(True, "the confidence head")
+    rope_theta: float = option(10000.0, "RoPE base of the drafter's attention", lo=1.0, hi=1e12)
+    intermediate_size: int = option(0, "MLP width (0: the target's)", lo=0, hi=1_000_000)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DflashConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise DsparkError(f"unknown drafter config keys: {sorted(unknown)}")
+        d = dict(d)
+        if "tap_layers" in d:
+            d["tap_layers"] = tuple(d["tap_layers"])
+        return cls(**d)

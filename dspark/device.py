@@ -1,6 +1,6 @@
 """Which device MLX computes on: its own default (Metal's GPU on a Mac; the CPU on Linux, or the
 GPU with ``mlx[cuda]``), unless ``DSPARK_DEVICE`` says ``cpu`` or ``gpu``. A model load applies
-it (:func:`dspark.target.load_target`), and so does the test suite at its start.
+it (:func:`dspark.loading.load_target`), and so does the test suite at its start.
 
 Why it exists: a Mac without a usable GPU (a virtual machine whose paravirtual GPU does not run
 MLX's kernels) can still run everything on its CPU, and a CPU run on a Mac is a useful

@@ -1,4 +1,4 @@
-"""``DflashDrafter``: the seed's drafter class in Python (see ``shared/seed/DflashDrafter-api.txt``).
+"""``DflashDrafter``: the seed's drafter class in Python (its API: docs/seed-api.md).
 
 DSpark = the DFlash parallel backbone over ``m`` tapped target layers, plus a low-rank Markov
 head (sequential drafting) and a confidence head. With both heads off it is a DFlash-style
@@ -6,15 +6,13 @@ drafter in DSpark's slot convention: block position k (0-based) predicts the tok
 position + k + 1, so the anchor slot predicts too and a block of ``G`` positions drafts ``G``
 tokens.
 
-Directory format: ``config.json`` (format, version, target_id, target_weights, dims, cfg,
-calibration) and
-``model.safetensors``. Nothing in a drafter directory is ever executed.
+``load`` and ``save`` read and write this project's own directory format
+(``dspark.formats.native``); ``dspark.loading.load_drafter`` loads any format.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
@@ -22,50 +20,14 @@ import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
 from .backbone import DraftNet, init_params
+from .config import DflashConfig, default_taps
 from .drafting import BlockDrafter, DraftOpts, DraftRows
 from .errors import DrafterMismatchError, DsparkError
-from .options import option
+from .formats import native
+from .modeldir import read_config
 from .target import DraftProjection, Target, TargetDims
 
-FORMAT = "dspark-drafter"
-VERSION = 1
 T = TypeVar("T")
-
-
-def default_taps(num_layers: int, n: int = 3) -> tuple[int, ...]:
-    """DFlash's rule: ``n`` evenly spaced layers from 1 to N-3 (N//2 when n == 1)."""
-    if n == 1:
-        return (num_layers // 2,)
-    hi = max(1, num_layers - 3)
-    return tuple(sorted({round(1 + i * (hi - 1) / (n - 1)) for i in range(n)}))
-
-
-@dataclass(frozen=True)
-class DflashConfig:
-    """The drafter's shape (``dspark init`` and ``dspark train`` build their options from it)."""
-
-    block_size: int = option(7, "tokens drafted per round (G)", lo=1, hi=64)
-    num_layers: int = option(2, "drafter transformer layers", flag="--layers", lo=1, hi=64)
-    tap_layers: tuple[int, ...] = option((), "comma-separated target layer indices whose outputs the drafter reads",
-                                         flag="--taps", none="evenly spaced")
-    mask_token_id: int = option(4, "the mask token filling the block after the anchor (Gemma's <mask> is 4)",
-                                lo=0, hi=10_000_000)
-    markov: bool = option(True, "DSpark's Markov head (--no-markov: DFlash-style)")
-    markov_rank: int = option(256, "rank of the Markov head", lo=1, hi=65_536)
-    confidence: bool = option(True, "the confidence head")
-    rope_theta: float = option(10000.0, "RoPE base of the drafter's attention", lo=1.0, hi=1e12)
-    intermediate_size: int = option(0, "MLP width (0: the target's)", lo=0, hi=1_000_000)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "DflashConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise DsparkError(f"unknown drafter config keys: {sorted(unknown)}")
-        d = dict(d)
-        if "tap_layers" in d:
-            d["tap_layers"] = tuple(d["tap_layers"])
-        return cls(**d)
 
 
 @dataclass
@@ -102,18 +64,19 @@ class DflashDrafter(BlockDrafter):
     # --- construction -----------------------------------------------------------------
     @staticmethod
     def dims_of(target: Target) -> TargetDims:
+        """The seed's ``dimsOf(model)``: what a drafter needs to know of its target."""
         return target.dims
 
     @classmethod
     def init(cls, target: Target, cfg: DflashConfig, target_id: str | None = None, seed: int = 0):
-        drafter = cls.init_from_dims(target.dims, cfg, target_id or target.target_id, seed)
+        drafter = cls.init_from_dims(cls.dims_of(target), cfg, target_id or target.target_id, seed)
         drafter.target_weights = target.weights_fingerprint
         return drafter
 
     @classmethod
     def init_from_dims(cls, dims: TargetDims, cfg: DflashConfig, target_id: str, seed: int = 0):
         cfg = cfg if cfg.tap_layers else _with(cfg, tap_layers=default_taps(dims.num_layers))
-        _check_cfg(cfg, dims)
+        native.check_cfg(cfg, dims)
         net = DraftNet(dims, cfg)
         init_params(net, mx.random.key(seed))
         mx.eval(net.parameters())
@@ -214,62 +177,29 @@ class DflashDrafter(BlockDrafter):
             return "this drafter was trained against different weights of this target (acceptance may be low)"
         return None
 
-    # --- files ---------------------------------------------------------------------------
+    # --- files (dspark.formats.native) ----------------------------------------------------
     def save(self, path: str | Path) -> None:
-        """``config.json`` + ``model.safetensors``, each written whole or not at all (weights
-        first: a config never names weights that are not there)."""
-        from .files import output_dir, save_safetensors, write_text
-
-        p = output_dir(path, allow_existing=True)
-        meta = {
-            "format": FORMAT,
-            "version": VERSION,
-            "target_id": self.target_id,
-            "target_weights": self.target_weights,
-            "dims": self.dims.to_dict(),
-            "cfg": asdict(self.cfg),
-            "calibration": self.calibration,
-            "quantization": self.quantization,
-        }
-        save_safetensors(p / "model.safetensors", dict(tree_flatten(self.net.parameters())), {"format": FORMAT})
-        write_text(p / "config.json", json.dumps(meta, indent=2) + "\n")
+        """``config.json`` + ``model.safetensors``, each written whole or not at all."""
+        native.write(path, self.net, {
+            "target_id": self.target_id, "target_weights": self.target_weights, "dims": self.dims.to_dict(),
+            "cfg": asdict(self.cfg), "calibration": self.calibration, "quantization": self.quantization})
 
     @classmethod
-    def load(cls, path: str | Path, target: Target | None = None) -> BlockDrafter:
-        """Load a drafter directory (or Hugging Face name) of any supported format
-        (``dspark.formats``); with ``target``, refuse one that does not fit it."""
-        from .formats import load_drafter
-
-        return load_drafter(path, target)
-
-    @classmethod
-    def load_native(cls, p: Path, meta: dict, target: Target | None = None) -> "DflashDrafter":
-        """This project's own format: ``config.json`` (checked before anything is allocated)
-        and ``model.safetensors``, possibly quantized."""
-        from .checkpoint import read_header
-        from .formats.base import quantize
-        from .validate import check_shapes
-
-        dims, cfg = read_native_config(p, meta)
-        w = p / "model.safetensors"
-        if not w.is_file():
-            raise DsparkError(f"{p} has no model.safetensors")
-        header = read_header(w)
-        header.pop("__metadata__", None)
-        net = DraftNet(dims, cfg)
-        quantize(net, header, meta.get("quantization"), p)
-        check_shapes(header, {k: v.shape for k, v in tree_flatten(net.parameters())}, w)
-        drafter = cls(net, dims, cfg, meta["target_id"], meta.get("calibration"))
+    def load(cls, path: str | Path, target: Target | None = None) -> "DflashDrafter":
+        """A drafter directory in this project's own format (the seed's ``load(dir)``); with
+        ``target``, one that does not fit it is refused before its weights are read. Published
+        formats: ``dspark.loading.load_drafter``."""
+        p = Path(path).expanduser()
+        if not p.is_dir():
+            raise DsparkError(f"drafter directory not found: {p}")
+        meta = read_config(p, "a drafter")
+        dims, cfg = native.read_config(p, meta)
+        drafter = cls(native.empty_net(p, meta, dims, cfg), dims, cfg, meta["target_id"], meta.get("calibration"))
         drafter.target_weights = meta.get("target_weights")
+        drafter.quantization = meta.get("quantization")
         if target is not None:
             drafter.check_target(target)
-        try:
-            weights = mx.load(str(w))
-        except Exception as e:  # mlx raises RuntimeError/ValueError for damaged files
-            raise DsparkError(f"{w} is not a readable safetensors file ({e})") from None
-        net.load_weights(list(weights.items()))
-        mx.eval(net.parameters())
-        drafter.quantization = meta.get("quantization")
+        native.load_weights(drafter.net, p)
         return drafter
 
     def dispose(self) -> None:
@@ -281,41 +211,4 @@ def _with(cfg: DflashConfig, **changes) -> DflashConfig:
     return DflashConfig(**{**asdict(cfg), **changes})
 
 
-def _check_cfg(cfg: DflashConfig, dims: TargetDims) -> None:
-    if cfg.block_size < 1 or cfg.num_layers < 1:
-        raise DsparkError("block size and number of drafter layers must be at least 1")
-    bad = [t for t in cfg.tap_layers if not 0 <= t < dims.num_layers - 1]
-    if bad or len(set(cfg.tap_layers)) != len(cfg.tap_layers):
-        raise DsparkError(f"tap layers {list(cfg.tap_layers)} must be distinct indices in 0..{dims.num_layers - 2}")
-    if not 0 <= cfg.mask_token_id < dims.vocab_size:
-        raise DsparkError(f"mask token id {cfg.mask_token_id} is outside the vocabulary ({dims.vocab_size})")
-
-
-def read_native_config(p: Path, meta: dict) -> tuple[TargetDims, DflashConfig]:
-    """The dims and cfg sections of a native config.json, validated (types, ranges, the taps
-    inside the target) before anything is allocated."""
-    from .options import check_options
-    from .validate import Fields
-
-    if meta.get("version") != VERSION:
-        raise DsparkError(f"{p} is drafter format version {meta.get('version')!r}, this dspark reads {VERSION}")
-    f = Fields(meta, p / "config.json")
-    if not isinstance(meta.get("target_id"), str):
-        raise DsparkError(f"{p / 'config.json'} has no target_id")
-    d = Fields(f.dict("dims"), p / "config.json (dims)")
-    try:
-        dims = TargetDims(
-            hidden_size=d.int("hidden_size"), num_layers=d.int("num_layers", "num_hidden_layers"),
-            vocab_size=d.int("vocab_size"), num_heads=d.int("num_heads", "num_attention_heads"),
-            num_kv_heads=d.int("num_kv_heads", "num_key_value_heads"), head_dim=d.int("head_dim"),
-            intermediate_size=d.int("intermediate_size"), rms_norm_eps=d.float("rms_norm_eps", "rms_norm_eps"),
-            final_logit_softcapping=d.float("final_logit_softcapping", "softcap") if d.has("final_logit_softcapping") else None)
-        cfg = DflashConfig.from_dict(f.dict("cfg"))
-    except TypeError as e:
-        raise DsparkError(f"{p / 'config.json'} has a malformed dims/cfg section ({e})") from None
-    check_options(cfg)
-    _check_cfg(cfg, dims)
-    return dims, cfg
-
-
-__all__ = ["DflashConfig", "DflashDrafter", "DraftOpts", "DraftRows", "TrainOut", "default_taps"]
+__all__ = ["DflashConfig", "DflashDrafter", "DraftOpts", "DraftRows", "TrainOut", "default_taps"]  # config's re-exported

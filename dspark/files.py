@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from .errors import DsparkError
 
@@ -49,6 +51,35 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         raise DsparkError(f"could not write {path}: {reason(e)}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def staged_dir(path: str | Path) -> Iterator[Path]:
+    """A whole output directory, written or not at all: the caller fills a hidden temporary
+    folder beside ``path`` (``.<name>.<pid>.tmp``), which becomes ``path`` by one rename when the
+    block ends without an error, and is deleted otherwise. ``path`` must not hold anything yet:
+    a killed or failed write leaves no half-written directory that a rerun would refuse."""
+    p = Path(path).expanduser()
+    if p.exists() and (not p.is_dir() or any(p.iterdir())):
+        raise DsparkError(f"{p} exists and is not an empty directory")
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    except OSError as e:
+        raise DsparkError(f"cannot create {p} ({reason(e)})") from None
+    try:
+        yield tmp
+        if p.is_dir():
+            p.rmdir()  # empty (checked above): the rename puts the new one in its place
+        os.rename(tmp, p)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise DsparkError(f"could not write {p}: {reason(e)}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

@@ -90,7 +90,7 @@ def check(tokens: int = TOKENS) -> tuple[bool, str]:
     try:
         import dspark
         from dspark import lossless, metrics
-        from dspark.formats import load_drafter
+        from dspark.loading import load_drafter
 
         target = dspark.load_target(paths["target"])
         drafter = load_drafter(paths["dspark"], target)

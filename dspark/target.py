@@ -1,4 +1,5 @@
-"""The Gemma-4 target: loading through mlx-lm, hidden-state taps, and the frozen projection.
+"""The Gemma-4 target: an mlx-lm model with hidden-state taps and the frozen projection
+(``dspark.loading.load_target`` makes one from a directory).
 
 ``Target`` wraps an mlx-lm Gemma-4 model without copying its forward loop. Taps are recorded
 by putting a small proxy in place of each tapped decoder layer that stores the layer's output
@@ -12,13 +13,13 @@ import hashlib
 import json
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from .errors import DsparkError, NotGemma4Error, read_config
+from .errors import DsparkError, NotGemma4Error
+from .gemma4 import cpu_safe_experts
 from .sampling import soft_cap
 
 
@@ -73,7 +74,7 @@ class DraftProjection:
         return self.cap(self.head(h))
 
 
-def _language_model(model: nn.Module) -> nn.Module:
+def language_model(model: nn.Module) -> nn.Module:
     """The text model inside ``model``: itself, or the multimodal wrapper's language model."""
     lm = getattr(model, "language_model", model)
     inner = getattr(lm, "model", None)
@@ -100,10 +101,8 @@ class Target:
     """A Gemma-4 target model ready for speculative decoding."""
 
     def __init__(self, model: nn.Module, tokenizer=None, path: str | None = None, config: dict | None = None):
-        from .checkpoint import cpu_safe_experts
-
         self.model = model  # what mlx-lm's own generate_step is given
-        self.lm = _language_model(model)
+        self.lm = language_model(model)
         cpu_safe_experts(model)  # bf16 MoE experts cannot run on MLX's CPU backend otherwise
         self.tokenizer = tokenizer
         self.path = path
@@ -231,44 +230,3 @@ def _weights_fingerprint(lm: nn.Module) -> str:
     for norm in [lm.model.norm] + [layer.input_layernorm for layer in lm.model.layers]:
         h.update(np.round(np.array(norm.weight.astype(mx.float32)), 3).tobytes())
     return h.hexdigest()[:16]
-
-
-def load_target(path: str | Path, say=None) -> Target:
-    """Load a Gemma-4 target: a directory, or a Hugging Face name (from the local cache, else
-    downloaded), text model or multimodal wrapper, any quantization. ``say`` gets warnings
-    (memory) and progress lines."""
-    from mlx_lm.utils import _get_classes, load_model, load_tokenizer
-
-    from . import checkpoint, hub
-    from .device import use_env_device
-
-    use_env_device()  # before the first array of the model is made
-    p = hub.resolve(str(path), say=say)
-    if not p.is_dir():
-        raise DsparkError(f"target directory not found: {p}")
-    config = read_config(p, "a model")
-    checkpoint.check_target_dir(p, config)
-    try:  # an architecture mlx-lm does not know is not Gemma-4: say so before reading weights
-        _get_classes(config)
-    except (ValueError, KeyError, TypeError):
-        raise NotGemma4Error(f"{p} is not a Gemma-4 model (model type {config.get('model_type')!r})") from None
-    if not checkpoint.safetensors_files(p):
-        raise DsparkError(f"{p} has no .safetensors weights")
-    checkpoint.check_fits(f"the target {p.name}", checkpoint.estimate_target_bytes(p, config), say=say)
-    overrides = checkpoint.model_config_overrides(config)
-    try:
-        model, config = load_model(p, lazy=False, model_config=overrides, trust_remote_code=False)
-    except ValueError as e:
-        if "not supported" in str(e):
-            raise NotGemma4Error(
-                f"{p} is not a Gemma-4 model (model type {config.get('model_type')!r})"
-            ) from None
-        raise DsparkError(f"cannot load the target in {p}: {e}") from None
-    except (RuntimeError, OSError, KeyError) as e:
-        raise DsparkError(f"cannot load the target weights in {p}: {e}") from None
-    _language_model(model)  # refuse a non-Gemma-4 model before anything else
-    try:
-        tokenizer = load_tokenizer(p, {"trust_remote_code": False}, eos_token_ids=config.get("eos_token_id"))
-    except Exception as e:  # tokenizers raises many kinds
-        raise DsparkError(f"cannot load the tokenizer in {p}: {e}") from None
-    return Target(model, tokenizer, path=str(p), config=config)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark import DflashDrafter, GenerationConfig, generate, generate_baseline, load_target, run_to_summary
+from dspark import GenerationConfig, generate, generate_baseline, load_drafter, load_target, run_to_summary
 from dspark.demo.build import acceptance
 from dspark.demo.corpus import heldout_prompts
 from same import assert_same_greedy
@@ -27,7 +27,7 @@ def test_demo_target_loads_with_plain_mlx_lm():
 
 def held_out_tau(target, kind: str) -> float:
     """tau as ``make-demo`` measures it, on three held-out prompts of 96 tokens."""
-    drafter = DflashDrafter.load(DEMO / kind, target=target)
+    drafter = load_drafter(DEMO / kind, target)
     return acceptance(target, drafter, heldout_prompts(3), tokens=96)["tau"]
 
 
@@ -40,7 +40,7 @@ def test_dspark_drafter_accepts_on_held_out_prompts_and_beats_dflash(target):
 
 @pytest.mark.parametrize("kind", ["dspark", "dflash"])
 def test_demo_pair_is_lossless_for_600_tokens(target, kind):
-    drafter = DflashDrafter.load(DEMO / kind, target=target)
+    drafter = load_drafter(DEMO / kind, target)
     prompt = heldout_prompts(1)[0]
     cfg = GenerationConfig(max_tokens=600, stop_at_eos=False)
     spec = run_to_summary(generate(target, drafter, prompt, cfg))

@@ -23,7 +23,8 @@ from dspark import GenerationConfig, generate, generate_baseline, load_target, r
 from dspark.cli import main as dspark
 from dspark.drafting import BlockLayout
 from dspark.errors import DrafterMismatchError, DsparkError
-from dspark.formats import describe, load_drafter
+from dspark.loading import describe_drafter as describe
+from dspark.loading import load_drafter
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / ".venv-peers" / "bin" / "python"

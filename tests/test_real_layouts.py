@@ -20,7 +20,7 @@ import pytest
 
 import miniatures as mini
 from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, generate_baseline, load_target, run_to_summary
-from dspark import checkpoint, lossless
+from dspark import gemma4, lossless, modeldir
 from dspark.errors import DsparkError
 from oracle import OracleDrafter
 
@@ -189,7 +189,7 @@ def test_bf16_moe_experts_run_on_the_cpu_with_metal_numbers(root):
     experts = [m for _, m in target.model.named_modules() if isinstance(m, SwitchLinear)]
     if mx.default_device().type == mx.gpu:  # Metal multiplies bf16 experts itself: nothing is changed
         assert experts and all(type(m) is SwitchLinear and m.weight.dtype == mx.bfloat16 for m in experts)
-        assert checkpoint.moe_cpu_extra_bytes(d, json.loads((d / "config.json").read_text())) == 0
+        assert gemma4.moe_cpu_extra_bytes(d, json.loads((d / "config.json").read_text())) == 0
         return
     assert experts and all(type(m) is not SwitchLinear and m.weight.dtype == mx.float32 for m in experts)
     m = experts[0]
@@ -210,38 +210,38 @@ def test_a_malformed_per_layer_config_is_one_sentence():
     config = {"text_config": {"layer_types": ["sliding_attention", "full_attention", "full_attention"],
                               "per_layer_config": {"1": {"head_dim": 256}, "2": {"head_dim": 512}}}}
     with pytest.raises(DsparkError, match="different shapes"):
-        checkpoint.legacy_text_config(config)
-    assert checkpoint.legacy_text_config({"text_config": {"global_head_dim": 512}}) is None
+        gemma4.legacy_text_config(config)
+    assert gemma4.legacy_text_config({"text_config": {"global_head_dim": 512}}) is None
 
 
 def test_memory_is_checked_before_loading(root, monkeypatch):
     d = layout(root, "e2b-it-hf-bf16")
-    needed = checkpoint.estimate_target_bytes(d, json.loads((d / "config.json").read_text()))
+    needed = gemma4.estimate_target_bytes(d, json.loads((d / "config.json").read_text()))
     on_disk = sum(f.stat().st_size for f in d.glob("*.safetensors"))
     assert 0.8 * on_disk < needed < on_disk  # from the headers alone, the towers left out
-    monkeypatch.setattr(checkpoint, "metal_working_set", lambda: None)  # as on Linux, or a Mac computing on its CPU
-    monkeypatch.setattr(checkpoint, "machine_memory", lambda: needed)  # the model would fill it all
+    monkeypatch.setattr(modeldir, "metal_working_set", lambda: None)  # as on Linux, or a Mac computing on its CPU
+    monkeypatch.setattr(modeldir, "machine_memory", lambda: needed)  # the model would fill it all
     with pytest.raises(DsparkError, match=r"needs about .* this machine has"):
         load_target(d)
     warnings = []
-    monkeypatch.setattr(checkpoint, "machine_memory", lambda: int(needed / 0.8))
+    monkeypatch.setattr(modeldir, "machine_memory", lambda: int(needed / 0.8))
     load_target(d, say=warnings.append)
     assert warnings and "expect swapping" in warnings[0]
     # on a Mac computing on Metal, the GPU's recommended working set is the limit, not the RAM
-    monkeypatch.setattr(checkpoint, "machine_memory", lambda: 100 * needed)
-    monkeypatch.setattr(checkpoint, "metal_working_set", lambda: needed)
+    monkeypatch.setattr(modeldir, "machine_memory", lambda: 100 * needed)
+    monkeypatch.setattr(modeldir, "metal_working_set", lambda: needed)
     with pytest.raises(DsparkError, match=r"needs about .* Metal's recommended working set on this Mac is"):
         load_target(d)
 
 
 def test_the_memory_budget_is_metals_working_set_exactly_where_mlx_computes_on_a_macs_gpu():
     gpu_mac = sys.platform == "darwin" and mx.default_device().type == mx.gpu
-    budget, limit = checkpoint.memory_budget()
+    budget, limit = modeldir.memory_budget()
     if gpu_mac:
         assert budget == mx.device_info()["max_recommended_working_set_size"] and "Metal" in limit
     else:
-        assert checkpoint.metal_working_set() is None
-        assert budget == checkpoint.machine_memory() and "this machine has" in limit
+        assert modeldir.metal_working_set() is None
+        assert budget == modeldir.machine_memory() and "this machine has" in limit
 
 
 def test_open_a_target_by_its_hugging_face_name_from_the_local_cache(root, tmp_path):

@@ -82,7 +82,7 @@ def build_arms(a, target, target_dir: str, cfg, say) -> tuple[list, dict]:
     """The arms, plain decoding first, and this machine's costs for each drafter."""
     from .. import resources
     from ..costs import load_or_measure
-    from ..formats import load_drafter
+    from ..loading import load_drafter
     from ..policy import parse
     from . import arms
 

@@ -198,4 +198,4 @@ class Peer:
                 self.proc.kill()
 
 
-__all__ = ["MlxLmDraft", "PEER_SERVER", "Peer", "Plain", "Speculative", "fastest_plain_threads"]
+__all__ = ["MlxLmDraft", "PEER_SERVER", "Peer", "Plain", "Speculative", "plain_thread_choices"]

@@ -14,9 +14,11 @@ from mlx.utils import tree_flatten
 from ..backbone import ConfidenceHead, MarkovHead
 from ..drafting import BlockDrafter, BlockLayout
 from ..errors import DrafterMismatchError, DsparkError
+from ..modeldir import read_header, safetensors_files
 from ..sampling import soft_cap
-from ..validate import Fields, check_shapes
+from ..validate import check_shapes
 from .layers import DraftBody
+from .quant import apply_quantization
 
 
 @dataclass
@@ -76,8 +78,6 @@ class Spec:
         return net
 
     def build(self, directory: Path) -> "CheckpointDrafter":
-        from ..checkpoint import read_header, safetensors_files
-
         header = {}
         for f in safetensors_files(directory):
             header.update(read_header(f))
@@ -86,7 +86,7 @@ class Spec:
         if self.d2t and "d2t" not in tables:
             raise DsparkError(f"{directory}: draft_vocab_size is {self.draft_vocab} but the weights have no d2t table")
         net = self.net()
-        quantize(net, header, self.quantization, directory)
+        apply_quantization(net, header, self.quantization, directory)
         check_shapes(header, {k: v.shape for k, v in tree_flatten(net.parameters())}, directory / "*.safetensors")
         weights = {}
         for f in safetensors_files(directory):
@@ -118,28 +118,6 @@ class Spec:
             "target": {"hidden_size": self.hidden, "vocab_size": self.vocab, "num_layers": self.num_target_layers,
                        "min_layers": max(self.taps) + 1},
         }
-
-
-def quantize(net: nn.Module, header: dict, quantization: dict | None, where: Path) -> None:
-    """Turn the modules the checkpoint stores quantized (a ``<module>.scales`` tensor) into
-    quantized ones, with the group size and bits of the config's ``quantization`` block."""
-    quantized = {k[: -len(".scales")] for k in header if k.endswith(".scales")}
-    if not quantized:
-        return
-    if not quantization:
-        raise DsparkError(f"{where} has quantized weights but no quantization block in config.json")
-    f = Fields(quantization, where / "config.json")
-    default = (f.int("group_size", "group_size"), f.int("bits", "bits"))
-
-    def predicate(path: str, module) -> bool | dict:
-        if path not in quantized:
-            return False
-        own = quantization.get(path)
-        if isinstance(own, dict):
-            return {"group_size": f.int("group_size", "group_size", config=own), "bits": f.int("bits", "bits", config=own)}
-        return True
-
-    nn.quantize(net, group_size=default[0], bits=default[1], class_predicate=predicate)
 
 
 class CheckpointDrafter(BlockDrafter):

@@ -1,64 +1,38 @@
-"""``dspark quantize DIR --bits 4|8 --out DIR``: a drafter of any format, quantized in mlx's layout
-(``weight`` uint32 + ``scales`` + ``biases`` per quantized matrix, a ``quantization`` block in
-config.json), written in the same format so every reader of it loads it back."""
+"""Drafters stored quantized in mlx's layout (``weight`` uint32 + ``scales`` + ``biases`` per
+quantized matrix, a ``quantization`` block in config.json), in any format: the modules the
+checkpoint stores quantized are made so before its weights are loaded. ``dspark quantize``
+(``dspark.convert``) writes such a checkpoint."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from pathlib import Path
 
-import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten
 
-from ..checkpoint import safetensors_files
 from ..errors import DsparkError
-from . import read_drafter_config
+from ..validate import Fields
 
 
-def quantize_drafter(src: str | Path, out: str | Path, bits: int, group_size: int = 64) -> dict:
-    """Quantize every linear / embedding matrix whose input width is a multiple of
-    ``group_size``; returns what was written (for the CLI's summary line)."""
-    if bits not in (4, 8):
-        raise DsparkError(f"--bits must be 4 or 8, not {bits}")
-    p, config, fmt = read_drafter_config(src)
-    if config.get("quantization"):
-        raise DsparkError(f"{p} is already quantized ({config['quantization']})")
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DsparkError(f"{out} exists and is not an empty directory")
-    if fmt == "dspark-drafter":
-        from ..drafter import DflashDrafter
+def apply_quantization(net: nn.Module, header: dict, quantization: dict | None, where: Path) -> None:
+    """Turn the modules the checkpoint stores quantized (a ``<module>.scales`` tensor) into
+    quantized ones, with the group size and bits of the config's ``quantization`` block."""
+    quantized = {k[: -len(".scales")] for k in header if k.endswith(".scales")}
+    if not quantized:
+        return
+    if not quantization:
+        raise DsparkError(f"{where} has quantized weights but no quantization block in config.json")
+    f = Fields(quantization, where / "config.json")
+    default = (f.int("group_size", "group_size"), f.int("bits", "bits"))
 
-        drafter = DflashDrafter.load_native(p, config)
-    else:
-        from . import _module
+    def predicate(path: str, module) -> bool | dict:
+        if path not in quantized:
+            return False
+        own = quantization.get(path)
+        if isinstance(own, dict):
+            return {"group_size": f.int("group_size", "group_size", config=own), "bits": f.int("bits", "bits", config=own)}
+        return True
 
-        drafter = _module(fmt).read_spec(p, config).build(p)
-    before = sum(v.nbytes for _, v in tree_flatten(drafter.net.parameters()))
+    nn.quantize(net, group_size=default[0], bits=default[1], class_predicate=predicate)
 
-    def eligible(path: str, m) -> bool:
-        return hasattr(m, "to_quantized") and m.weight.shape[-1] % group_size == 0
 
-    nn.quantize(drafter.net, group_size=group_size, bits=bits, class_predicate=eligible)
-    mx.eval(drafter.net.parameters())
-    block = {"group_size": group_size, "bits": bits, "mode": "affine"}
-    out.mkdir(parents=True, exist_ok=True)
-    if fmt == "dspark-drafter":
-        drafter.quantization = block
-        drafter.save(out)
-    else:
-        weights = dict(tree_flatten(drafter.net.parameters()))
-        for f in safetensors_files(p):  # the vocabulary tables travel as they are
-            weights.update({k: v for k, v in mx.load(str(f)).items() if k in ("d2t", "t2d")})
-        tmp = out / "model.tmp.safetensors"
-        mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
-        os.replace(tmp, out / "model.safetensors")
-        (out / "config.json").write_text(json.dumps({**config, "quantization": block}, indent=1) + "\n")
-        for extra in ("README.md", "LICENSE"):
-            if (p / extra).is_file():
-                shutil.copyfile(p / extra, out / extra)
-    after = sum(f.stat().st_size for f in safetensors_files(out))
-    return {"format": fmt, "bits": bits, "group_size": group_size, "bytes_before": before, "bytes_after": after}
+__all__ = ["apply_quantization"]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..drafting import BlockLayout
 from ..errors import DsparkError
+from ..modeldir import read_header, safetensors_files
 from ..validate import Fields
 from .base import Spec
 from .layers import Qwen3Layer
@@ -87,8 +88,6 @@ def read_spec(directory: Path, config: dict) -> Spec:
 
 
 def _tensor_names(directory: Path) -> set[str]:
-    from ..checkpoint import read_header, safetensors_files
-
     names: set[str] = set()
     for f in safetensors_files(directory):
         names.update(k for k in read_header(f) if k != "__metadata__")

@@ -3,6 +3,7 @@ held-out rounds (:mod:`dspark.training.calibrate`) and save them into the drafte
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..errors import DsparkError
@@ -11,7 +12,7 @@ from ..options import Parser
 
 def main(argv: list[str] | None = None) -> int:
     from ..drafter import DflashDrafter
-    from ..target import load_target
+    from ..loading import load_drafter, load_target
     from .calibrate import calibrate_drafter, format_calibration
 
     ap = Parser(prog="dspark calibrate", description="Fit STS temperatures of a drafter's confidence head.")
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
                             ("--prompt-len", a.prompt_len, 1_000_000)):
         check_range(flag, value, 1, hi)
     target = load_target(a.target)
-    drafter = DflashDrafter.load(a.drafter, target=target)
+    drafter = load_drafter(a.drafter, target, say=lambda msg: print(f"dspark: {msg}", file=sys.stderr))
     if not isinstance(drafter, DflashDrafter):
         raise DsparkError(f"{a.drafter} is a {drafter.format} drafter: calibration writes this project's own format only")
     if not drafter.has_confidence:
