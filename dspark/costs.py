@@ -3,12 +3,16 @@ the drafter's block, and a plain one-token step, measured once per machine, mode
 shape and MLX version and kept in the user cache folder (``dspark costs --remeasure`` measures
 again). The ``auto`` verify policy reads it; ``dspark bench`` records it.
 
+The phases are the engine's own (:mod:`dspark.rounds`), run as a round runs them without a screen.
 The plain step is mlx-lm's own decoding timed per token. On Linux with OpenBLAS the BLAS thread
 count is chosen by measurement too: for the plain step the faster of one thread and all of them;
-for the speculative loop the count whole rounds run faster at, timed as rounds. Phases timed alone mislead here: on the 2-core project
-machine the verify forward timed alone was faster at one thread, yet rounds that switched to one
-thread for the verify ran 12-14% slower than rounds at two threads throughout (OpenBLAS's
-threads spin after the draft's products and contend with MLX's), so the loop uses one count.
+for the speculative loop the count whole rounds run faster at, timed as rounds. Phases timed
+alone mislead there: on a 2-core x86 CPU the verify forward timed alone was faster at one
+thread, yet rounds that switched to one thread for the verify ran 12-14% slower than rounds at
+two threads throughout (OpenBLAS's threads spin after the draft's products and contend with
+MLX's), so the loop uses one count. On a Mac MLX computes on the GPU and no count is chosen.
+
+:func:`for_policy` is the one place that decides when a run needs costs (the ``auto`` policy).
 """
 
 from __future__ import annotations
@@ -26,14 +30,15 @@ from typing import Callable
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from . import blas
+from . import blas, rounds
 from .cache import rollback
 from .config import SamplingParams
-from .sampling import greedy_with_margin
 from .files import write_text
+from .policy import Scheduler
+from .policy import parse as parse_policy
 
-VERSION = 5  # 2: draft and verify timed as display=False rounds read them; 3: one thread count for the
-# loop; 4: the plain step timed as mlx-lm decodes; 5: small Markov heads draft from a table (cheaper drafts)
+#: Bumped whenever what is measured changes, so costs cached by an older version are measured again.
+VERSION = 6
 PHASES = ("draft", "verify", "step")
 
 
@@ -118,6 +123,13 @@ def load_or_measure(target, drafter, block_size: int, remeasure: bool = False, s
     return costs
 
 
+def for_policy(policy: str, target, drafter, block_size: int, say: Callable[[str], None] | None = None) -> Costs | None:
+    """This machine's costs when the verify ``policy`` schedules by them (``auto``), else None."""
+    if parse_policy(policy).kind != "auto":
+        return None
+    return load_or_measure(target, drafter, block_size, say=say)
+
+
 def measure(target, drafter, block_size: int, context: int = 256, repeats: int = 7, key: str = "",
             threads: dict[str, int] | None = None) -> Costs:
     """Time each phase on a cache holding ``context`` tokens; medians of ``repeats`` runs
@@ -138,14 +150,15 @@ def measure(target, drafter, block_size: int, context: int = 256, repeats: int =
 
     def draft():
         d = session.propose(anchor, context, None, block_size, SamplingParams(), mx.random.key(0))
-        # what a round evaluates without a screen (generate's display=False): no draft probabilities
-        mx.eval(d.tokens, d.confidences if d.confidences is not None else d.tokens, session.state())
+        rounds.read_draft(d, session, display=False, heads=False)  # as a round reads it without a screen
+
+    drafted = ids[None, context + 1:]  # random drafts: a greedy verify costs the same whatever it accepts
 
     def verify(w):
         def run():
-            raw, t = target.forward(ids[None, context : context + 1 + w], cache, taps, capped=False)
-            # as the engine's greedy verification reads it
-            mx.eval(*greedy_with_margin(raw[0], target.projection.softcap), t)
+            logits, taps_ = rounds.verify_forward(target, cache, taps, anchor, drafted, w)
+            rounds.accept(logits[0], target.projection.softcap, drafted[0, :w].tolist(), None, SamplingParams(),
+                          None, taps_, display=False)
             rollback(cache, 1 + w)
         return run
 
@@ -195,24 +208,28 @@ def _plain_step_ms(target, prompt: list[int], ms: dict[int, list[float]], repeat
 
 
 def _fastest_loop_threads(target, drafter, prompt: list[int], block_size: int, choices: list[int],
-                          repeats: int = 3, tokens: int = 32) -> int:
+                          repeats: int = 3, n_rounds: int = 8) -> int:
     """The BLAS thread count (of ``choices``) at which whole speculative rounds run fastest:
-    short greedy generations from ``prompt``, every draft verified, the counts taking turns,
-    median milliseconds per round after a warm-up turn."""
-    from .config import GenerationConfig
-    from .engine import generate, run_to_summary  # the engine imports this module
-
+    ``n_rounds`` rounds as the engine runs them without a screen (every draft verified, greedy)
+    from the same prefilled prompt, the counts taking turns; median milliseconds per round after
+    a warm-up turn."""
     if len(choices) < 2:
         return choices[0]
-    cfg = GenerationConfig(max_tokens=tokens, block_size=block_size, policy="fixed", stop_at_eos=False)
     ms: dict[int, list[float]] = {n: [] for n in choices}
     for rep in range(repeats + 1):
         for n in choices:
-            pinned = Costs(verify_ms=(), draft_ms=0.0, step_ms=0.0, threads={"draft": n, "verify": n})
-            s = run_to_summary(generate(target, drafter, prompt, cfg, costs=pinned, display=False))
-            if rep and s.rounds:
-                ms[n].append(len(s.tokens) / max(s.tokens_per_sec, 1e-9) / s.rounds * 1000)
-    return min(choices, key=lambda n: median(ms[n]) if ms[n] else float("inf"))
+            session, cache = drafter.start(target), target.make_cache()
+            new_rows = rounds.prefill(target, cache, prompt[:-1], session.tap_layers, 2048)
+            sched, threads = Scheduler(parse_policy("fixed"), block_size), {"draft": n, "verify": n}
+            anchor, position, key = prompt[-1], len(prompt) - 1, mx.random.key(0)
+            t0 = time.perf_counter()
+            for _ in range(n_rounds):
+                v = rounds.speculative_round(target, session, cache, anchor, position, new_rows, block_size,
+                                             block_size, sched, SamplingParams(), key, threads, display=False)
+                anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
+            if rep:
+                ms[n].append((time.perf_counter() - t0) / n_rounds * 1000)
+    return min(choices, key=lambda n: median(ms[n]))
 
 
 def _interleaved_ms(phases: dict, repeats: int, threads: dict[str, int]) -> dict:
@@ -254,5 +271,5 @@ def describe(costs: Costs) -> str:
             f"drafts [{v}] ms" + (f"; BLAS threads: {t}" if t else ""))
 
 
-__all__ = ["Costs", "PHASES", "cache_dir", "describe", "key_for", "load_or_measure", "machine", "measure",
-           "shape_fingerprint"]
+__all__ = ["Costs", "PHASES", "cache_dir", "describe", "for_policy", "key_for", "load_or_measure", "machine",
+           "measure", "shape_fingerprint"]

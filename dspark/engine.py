@@ -1,62 +1,28 @@
-"""The speculative generation loop, and plain mlx-lm decoding in the same event schema.
-
-One round (DSpark convention: the anchor is the last committed token, not yet seen by the
-target), in :func:`_round`:
-
-1. draft: the drafter proposes ``block_size`` tokens from the anchor and the tap rows so far;
-2. verify: the target scores ``[anchor, d_1..d_w]`` in one forward (``w`` from the policy);
-3. accept: greedy, while ``d_k`` is the target's choice; sampling, the ratio test; then one
-   target token (a correction, or a bonus when all ``w`` were accepted);
-4. roll back: the target's KV cache forgets the ``w - a`` rejected rows;
-5. the tap rows of ``[anchor, d_1..d_a]`` become the drafter's new context rows.
-
-A round has two host syncs: reading the draft (which also times it) and reading the verdict.
-Everything else about a run (clock, text, stop rules, events, summary) is :class:`_Run`'s,
-shared with :func:`generate_baseline`.
+"""The speculative generation loop, and plain mlx-lm decoding in the same event schema: a run
+prefills the prompt, then runs rounds (:mod:`dspark.rounds`: draft, verify, accept, roll back)
+until its stop rules say so. Everything else about a run (clock, text, stop rules, events,
+summary) is :class:`_Run`'s, shared with :func:`generate_baseline`.
 """
 
 from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
 from time import perf_counter
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Sequence
 
 import mlx.core as mx
 import numpy as np
 
 from . import blas, metrics
-from .cache import rollback
-from .costs import Costs, load_or_measure
-from .errors import DsparkError
 from .config import GenerationConfig
+from .costs import Costs, for_policy
+from .errors import DsparkError
 from .events import CommittedToken, RoundEvent, Source, Summary
 from .policy import Scheduler
 from .policy import parse as parse_policy
-from .sampling import (
-    SamplingParams, accept_sampled, distribution, greedy_choice, greedy_with_margin, soft_cap, tie_margin,
-    token_probs,
-)
+from .rounds import Proposer, RoundOutcome, prefill, speculative_round
 from .target import Target
-
-class Proposer(Protocol):
-    """Anything that drafts: ``DflashDrafter`` or, in tests, an oracle."""
-
-    def start(self, target: Target) -> "Session": ...
-
-
-class Session(Protocol):
-    tap_layers: Sequence[int]
-    block_size: int
-
-    def propose(self, anchor: int, position: int, new_rows: mx.array | None, block_size: int,
-                sampling: SamplingParams, key: mx.array):
-        """Return an object with ``tokens`` [1, G], ``draft_probs`` [1, G], ``q`` [1, G, V]
-        (the exact distributions sampled from; None if greedy), ``confidences`` and
-        ``conf_logits`` [1, G] (or None), all lazy."""
-
-    def state(self) -> list: ...
 
 
 def prompt_ids(target: Target, prompt: str | Sequence[int], config: GenerationConfig = GenerationConfig()) -> list[int]:
@@ -90,117 +56,6 @@ def length_note(target: Target, prompt_tokens: int, max_tokens: int) -> str | No
 
 
 # ----------------------------------------------------------------------------- one round
-@dataclass
-class _Verdict:
-    """What one round decided, as host values."""
-
-    drafted: list[int]
-    draft_probs: list[float]
-    confidences: list[float] | None
-    conf_logits: list[float] | None
-    width: int
-    accepted: int
-    tokens: list[int]  # accepted drafts, then the target's token
-    target_probs: list[float]
-    draft_seconds: float
-    verify_seconds: float
-    new_rows: mx.array  # tap rows of [anchor, d_1..d_a], the drafter's next context
-
-
-def _round(target: Target, session, cache: list, anchor: int, position: int, new_rows, block_size: int,
-           budget: int, sched: Scheduler, sp: SamplingParams, key: mx.array, threads: dict,
-           display: bool = True) -> _Verdict:
-    k_draft, k_accept = mx.random.split(key)
-    t0 = perf_counter()
-    _threads(threads, "draft")
-    draft = session.propose(anchor, position, new_rows, block_size, sp, k_draft) if block_size > 0 else None
-    conf = None
-    if draft is not None and draft.confidences is not None and sched.reads_confidences:
-        conf = draft.confidences[0].tolist()  # a host sync (it evaluates the draft), only for these policies
-    elif draft is not None:
-        # Start the draft before the verify graph is built below. On MLX's CPU backend the
-        # dispatch runs nearly in step with the compute, so the overlap is small: with the
-        # confidence head skipped (below) 1.04x on the demo pair, within the noise.
-        mx.async_eval(draft.tokens, session.state())
-    width = sched.width(draft.tokens.shape[1], budget, conf) if draft is not None else 0
-    verify_ids = mx.array([anchor], mx.int32)
-    if width:
-        verify_ids = mx.concatenate([verify_ids, draft.tokens[0, :width].astype(mx.int32)])
-    # The verify graph is built on the lazy draft, so it is ready when the draft is read.
-    # before the soft-cap: greedy verification caps only the values it compares (_accept)
-    logits, taps = target.forward(verify_ids[None], cache, session.tap_layers, capped=False)
-    drafted, dprobs, z = [], [], None
-    if draft is not None:
-        # What only a screen reads is left unevaluated (never computed) without one: the draft
-        # probabilities and, unless the policy has read them, the confidence head.
-        shown = draft.draft_probs if display else None
-        heads = display or conf is not None
-        c_arr, z_arr = (draft.confidences, draft.conf_logits) if heads else (None, None)
-        mx.eval(draft.tokens, shown, c_arr, z_arr, session.state())  # sync 1
-        drafted = draft.tokens[0].tolist()
-        dprobs = shown[0].tolist() if display else [math.nan] * len(drafted)
-        if conf is None and c_arr is not None:
-            conf = c_arr[0].tolist()
-        z = z_arr[0].tolist() if z_arr is not None else None
-    t1 = perf_counter()
-    _threads(threads, "verify")
-    q = draft.q[0, :width] if width and draft.q is not None else None
-    a, tokens, probs = _accept(logits[0], target.projection.softcap, drafted[:width], q, sp, k_accept, taps,
-                               display)  # sync 2
-    rollback(cache, width - a)
-    sched.observe(width, a)
-    t2 = perf_counter()
-    return _Verdict(drafted, dprobs, conf, z, width, a, tokens, probs, t1 - t0, t2 - t1, taps[:, : a + 1])
-
-
-def _threads(threads: dict, phase: str) -> None:
-    """The BLAS thread count measured best for this phase (dspark.costs), if any."""
-    n = threads.get(phase)
-    if n:
-        blas.set_threads(n)
-
-
-def _accept(raw: mx.array, softcap: float | None, drafted: list[int], q: mx.array | None, sp: SamplingParams,
-            key, taps, display: bool = True):
-    """(accepted drafts a, the committed tokens d_1..d_a + the target's own, and the target's
-    probability of each, NaN without ``display``), from the verify rows' head outputs ``raw``
-    before the soft-cap. Evaluates the verify forward, ``taps`` included: one host sync (two
-    when a row's best logits are within rounding of a tie)."""
-    w = len(drafted)
-    logits = soft_cap(raw, softcap)  # lazy: computed only where read
-    if sp.greedy:
-        best, margin = greedy_with_margin(raw, softcap)
-        shown = token_probs(logits, best) if display else None
-        mx.eval(best, margin, shown, taps)
-        if min(margin.tolist()) <= tie_margin(raw.shape[-1], raw.dtype, softcap):
-            best = greedy_choice(logits)  # a near tie: mlx-lm's own rule decides, as in plain decoding
-            shown = token_probs(logits, best) if display else None
-            mx.eval(best, shown)
-        best = best.tolist()
-        shown = shown.tolist() if display else [math.nan] * len(best)
-        a = 0
-        while a < w and drafted[a] == best[a]:
-            a += 1
-        return a, drafted[:a] + [best[a]], shown[: a + 1]
-    p = distribution(logits, sp)
-    d = mx.array(drafted, mx.int32)
-    ok, fallback = accept_sampled(p, q, d, key)
-    p_drafted, p_fallback = p[mx.arange(w), d], p[mx.arange(w + 1), fallback]
-    mx.eval(ok, fallback, p_drafted, p_fallback, taps)  # p is the sampling distribution: free to show
-    ok = ok.tolist()
-    a = ok.index(False) if False in ok else w
-    return a, drafted[:a] + [fallback.tolist()[a]], p_drafted.tolist()[:a] + [p_fallback.tolist()[a]]
-
-
-def _prefill(target: Target, cache: list, ids: list[int], taps: Sequence[int], step: int) -> mx.array | None:
-    rows = []
-    for i in range(0, len(ids), step):
-        _, t = target.forward(mx.array([ids[i : i + step]]), cache, taps, logits=False)
-        mx.eval(t, [c.state for c in cache])
-        rows.append(t)
-    return mx.concatenate(rows, axis=1) if rows else None
-
-
 # ----------------------------------------------------------------------------- runs
 def generate(
     target: Target,
@@ -223,20 +78,20 @@ def generate(
     ids = prompt_ids(target, prompt, config)
     session = drafter.start(target)
     block_size = session.block_size if config.block_size is None else config.block_size
-    if costs is None and pol.kind == "auto":
-        costs = load_or_measure(target, drafter, block_size)
+    if costs is None:
+        costs = for_policy(config.policy, target, drafter, block_size)
     sched = Scheduler(pol, block_size, costs)
     threads = costs.threads if costs is not None else {}
     run = _Run("speculative", target, ids, config, cancel)
     key = mx.random.key(config.seed)
     cache = target.make_cache()
-    new_rows = _prefill(target, cache, ids[:-1], session.tap_layers, config.prefill_step_size)
+    new_rows = prefill(target, cache, ids[:-1], session.tap_layers, config.prefill_step_size)
     run.prefilled()
     anchor, position = ids[-1], len(ids) - 1
     try:
         while run.wants_more():
             key, k_round = mx.random.split(key)
-            v = _round(target, session, cache, anchor, position, new_rows, block_size, run.remaining - 1, sched,
+            v = speculative_round(target, session, cache, anchor, position, new_rows, block_size, run.remaining - 1, sched,
                        config.sampling, k_round, threads, display)
             yield run.commit(anchor, v)
             anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
@@ -278,7 +133,7 @@ def generate_baseline(
         if not run.wants_more():
             break
         prob = math.exp(_host_value(logprobs, tok))
-        yield run.commit(anchor, _Verdict([], [], None, None, 0, 0, [tok], [prob], 0.0, 0.0, None))
+        yield run.commit(anchor, RoundOutcome([], [], None, None, 0, 0, [tok], [prob], 0.0, 0.0, None))
         anchor = tok
     yield run.summary()
 
@@ -338,7 +193,7 @@ class _Run:
         self.detok.add_token(token)
         return self.detok.last_segment
 
-    def commit(self, anchor: int, v: _Verdict) -> RoundEvent:
+    def commit(self, anchor: int, v: RoundOutcome) -> RoundEvent:
         index, a = len(self.events), v.accepted
         committed = []
         for k, tok in enumerate(v.tokens):
@@ -405,4 +260,4 @@ def run_to_summary(events: Iterator[RoundEvent | Summary]) -> Summary:
     return summary
 
 
-__all__ = ["GenerationConfig", "generate", "generate_baseline", "prompt_ids", "run_to_summary"]
+__all__ = ["GenerationConfig", "Proposer", "generate", "generate_baseline", "prompt_ids", "run_to_summary"]

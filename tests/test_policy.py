@@ -77,21 +77,21 @@ def test_the_loop_runs_at_the_thread_count_whole_rounds_are_faster_at(slow, tmp_
     are not, so a choice from them would be a coin toss)."""
     import time
 
-    from dspark import blas, engine
+    from dspark import blas, rounds
 
     monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path))
     now = {"threads": 2}
     monkeypatch.setattr(blas, "default_threads", lambda: 2)
     monkeypatch.setattr(blas, "set_threads", lambda n: now.update(threads=n))
     monkeypatch.setattr(blas, "restore_threads", lambda: now.update(threads=2))
-    real_round = engine._round
+    real_round = rounds.speculative_round
 
     def round_slower_at_one_count(*a, **k):
         if now["threads"] == slow:
             time.sleep(0.003)
         return real_round(*a, **k)
 
-    monkeypatch.setattr(engine, "_round", round_slower_at_one_count)
+    monkeypatch.setattr(rounds, "speculative_round", round_slower_at_one_count)
     target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=1)
     c = costs_mod.measure(target, drafter, 4, context=32, repeats=2)

@@ -1,0 +1,175 @@
+"""One speculative round (DSpark convention: the anchor is the last committed token, not yet seen
+by the target), the loop's unit of work; ``dspark.engine`` runs rounds, ``dspark.costs`` times
+their phases on this machine:
+
+1. draft: the drafter proposes ``block_size`` tokens from the anchor and the tap rows so far;
+2. verify: the target scores ``[anchor, d_1..d_w]`` in one forward (``w`` from the policy);
+3. accept: greedy, while ``d_k`` is the target's choice; sampling, the ratio test; then one
+   target token (a correction, or a bonus when all ``w`` were accepted);
+4. roll back: the target's KV cache forgets the ``w - a`` rejected rows;
+5. the tap rows of ``[anchor, d_1..d_a]`` become the drafter's new context rows.
+
+A round has two host syncs: reading the draft (which also times it) and reading the outcome.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Protocol, Sequence
+
+import mlx.core as mx
+
+from . import blas
+from .cache import rollback
+from .config import SamplingParams
+from .policy import Scheduler
+from .sampling import accept_sampled, distribution, greedy_choice, greedy_with_margin, soft_cap, tie_margin, token_probs
+from .target import Target
+
+
+class Proposer(Protocol):
+    """Anything that drafts: ``DflashDrafter`` or, in tests, an oracle."""
+
+    def start(self, target: Target) -> "DraftSession": ...
+
+
+class DraftSession(Protocol):
+    """A drafter's state for one generation (its context rows); ``dspark.drafting.BlockDraftSession``."""
+
+    tap_layers: Sequence[int]
+    block_size: int
+
+    def propose(self, anchor: int, position: int, new_rows: mx.array | None, block_size: int,
+                sampling: SamplingParams, key: mx.array):
+        """Return an object with ``tokens`` [1, G], ``draft_probs`` [1, G], ``q`` [1, G, V]
+        (the exact distributions sampled from; None if greedy), ``confidences`` and
+        ``conf_logits`` [1, G] (or None), all lazy."""
+
+    def state(self) -> list: ...
+
+
+@dataclass
+class RoundOutcome:
+    """What one round decided, as host values."""
+
+    drafted: list[int]
+    draft_probs: list[float]
+    confidences: list[float] | None
+    conf_logits: list[float] | None
+    width: int
+    accepted: int
+    tokens: list[int]  # accepted drafts, then the target's token
+    target_probs: list[float]
+    draft_seconds: float
+    verify_seconds: float
+    new_rows: mx.array  # tap rows of [anchor, d_1..d_a], the drafter's next context
+
+
+def speculative_round(target: Target, session: DraftSession, cache: list, anchor: int, position: int, new_rows,
+                      block_size: int, budget: int, sched: Scheduler, sp: SamplingParams, key: mx.array,
+                      threads: dict, display: bool = True) -> RoundOutcome:
+    k_draft, k_accept = mx.random.split(key)
+    t0 = perf_counter()
+    use_phase_threads(threads, "draft")
+    draft = session.propose(anchor, position, new_rows, block_size, sp, k_draft) if block_size > 0 else None
+    conf = None
+    if draft is not None and draft.confidences is not None and sched.reads_confidences:
+        conf = draft.confidences[0].tolist()  # a host sync (it evaluates the draft), only for these policies
+    elif draft is not None:
+        # Start the draft before the verify graph is built below. On MLX's CPU backend the
+        # dispatch runs nearly in step with the compute, so the overlap is small: with the
+        # confidence head skipped (below) 1.04x on the demo pair, within the noise.
+        mx.async_eval(draft.tokens, session.state())
+    width = sched.width(draft.tokens.shape[1], budget, conf) if draft is not None else 0
+    # The verify graph is built on the lazy draft, so it is ready when the draft is read.
+    logits, taps = verify_forward(target, cache, session.tap_layers, anchor, draft.tokens if width else None, width)
+    drafted, dprobs, z = [], [], None
+    if draft is not None:
+        drafted, dprobs, c, z = read_draft(draft, session, display, heads=display or conf is not None)  # sync 1
+        conf = c if conf is None else conf
+    t1 = perf_counter()
+    use_phase_threads(threads, "verify")
+    q = draft.q[0, :width] if width and draft.q is not None else None
+    a, tokens, probs = accept(logits[0], target.projection.softcap, drafted[:width], q, sp, k_accept, taps,
+                              display)  # sync 2
+    rollback(cache, width - a)
+    sched.observe(width, a)
+    t2 = perf_counter()
+    return RoundOutcome(drafted, dprobs, conf, z, width, a, tokens, probs, t1 - t0, t2 - t1, taps[:, : a + 1])
+
+
+def verify_forward(target: Target, cache: list, tap_layers: Sequence[int], anchor: int, draft_tokens, width: int):
+    """The target's forward over ``[anchor, d_1..d_width]`` (lazy), its head outputs before the
+    soft-cap (greedy verification caps only the values it compares: :func:`accept`) and its taps."""
+    verify_ids = mx.array([anchor], mx.int32)
+    if width:
+        verify_ids = mx.concatenate([verify_ids, draft_tokens[0, :width].astype(mx.int32)])
+    return target.forward(verify_ids[None], cache, tap_layers, capped=False)
+
+
+def read_draft(draft, session: DraftSession, display: bool, heads: bool):
+    """Evaluate a draft as a round reads it (one host sync): (drafted ids, their draft
+    probabilities, confidences, confidence logits). What only a screen reads is left unevaluated,
+    so never computed, without one: the draft probabilities (NaN) and, unless ``heads``, the
+    confidence head (None)."""
+    shown = draft.draft_probs if display else None
+    c_arr, z_arr = (draft.confidences, draft.conf_logits) if heads else (None, None)
+    mx.eval(draft.tokens, shown, c_arr, z_arr, session.state())
+    drafted = draft.tokens[0].tolist()
+    dprobs = shown[0].tolist() if display else [math.nan] * len(drafted)
+    return (drafted, dprobs, c_arr[0].tolist() if c_arr is not None else None,
+            z_arr[0].tolist() if z_arr is not None else None)
+
+
+def use_phase_threads(threads: dict, phase: str) -> None:
+    """The BLAS thread count measured best for this phase (dspark.costs), if any."""
+    n = threads.get(phase)
+    if n:
+        blas.set_threads(n)
+
+
+def accept(raw: mx.array, softcap: float | None, drafted: list[int], q: mx.array | None, sp: SamplingParams,
+            key, taps, display: bool = True):
+    """(accepted drafts a, the committed tokens d_1..d_a + the target's own, and the target's
+    probability of each, NaN without ``display``), from the verify rows' head outputs ``raw``
+    before the soft-cap. Evaluates the verify forward, ``taps`` included: one host sync (two
+    when a row's best logits are within rounding of a tie)."""
+    w = len(drafted)
+    logits = soft_cap(raw, softcap)  # lazy: computed only where read
+    if sp.greedy:
+        best, margin = greedy_with_margin(raw, softcap)
+        shown = token_probs(logits, best) if display else None
+        mx.eval(best, margin, shown, taps)
+        if min(margin.tolist()) <= tie_margin(raw.shape[-1], raw.dtype, softcap):
+            best = greedy_choice(logits)  # a near tie: mlx-lm's own rule decides, as in plain decoding
+            shown = token_probs(logits, best) if display else None
+            mx.eval(best, shown)
+        best = best.tolist()
+        shown = shown.tolist() if display else [math.nan] * len(best)
+        a = 0
+        while a < w and drafted[a] == best[a]:
+            a += 1
+        return a, drafted[:a] + [best[a]], shown[: a + 1]
+    p = distribution(logits, sp)
+    d = mx.array(drafted, mx.int32)
+    ok, fallback = accept_sampled(p, q, d, key)
+    p_drafted, p_fallback = p[mx.arange(w), d], p[mx.arange(w + 1), fallback]
+    mx.eval(ok, fallback, p_drafted, p_fallback, taps)  # p is the sampling distribution: free to show
+    ok = ok.tolist()
+    a = ok.index(False) if False in ok else w
+    return a, drafted[:a] + [fallback.tolist()[a]], p_drafted.tolist()[:a] + [p_fallback.tolist()[a]]
+
+
+def prefill(target: Target, cache: list, ids: list[int], taps: Sequence[int], step: int) -> mx.array | None:
+    rows = []
+    for i in range(0, len(ids), step):
+        _, t = target.forward(mx.array([ids[i : i + step]]), cache, taps, logits=False)
+        mx.eval(t, [c.state for c in cache])
+        rows.append(t)
+    return mx.concatenate(rows, axis=1) if rows else None
+
+
+__all__ = ["DraftSession", "Proposer", "RoundOutcome", "accept", "prefill", "read_draft", "speculative_round",
+           "use_phase_threads", "verify_forward"]
