@@ -1,92 +1,13 @@
-"""``dspark-studio``: start the desktop app, or (``--screenshot FILE``) run once headless,
-save a grab of the whole window and exit; ``--replay FILE ...`` plays saved runs back
-without loading a model; ``--self-test [FILE]`` checks this install."""
+"""``dspark-studio``: start the desktop app, or (``--screenshot FILE``) run once headless, save a
+grab of the whole window and exit (``dspark_studio.headless``); ``--replay FILE ...`` plays saved
+runs back without loading a model; ``--self-test [FILE]`` checks this install
+(``dspark_studio.selftest``). The options and the window they open: ``dspark_studio.startup``."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-from pathlib import Path
 
-SCREENSHOT_SIZE = (1600, 1000)
-FIRST_START = ("These are the demo models. Your own: File ▸ Open target… (a Gemma-4 folder), "
-               "File ▸ Add drafter…, or File ▸ Download…")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dspark-studio", description="Watch speculative decoding with block drafters.")
-    p.add_argument("--target", help="target model directory (default: last used, else the demo target)")
-    p.add_argument("--drafter", action="append", default=[], help="drafter directory (repeatable)")
-    p.add_argument("--prompt", help="prompt text (default: the first prompt of the set)")
-    p.add_argument("--max-tokens", type=int, help="tokens to generate")
-    p.add_argument("--presentation", action="store_true", help="start in presentation mode")
-    p.add_argument("--compare", action="store_true", help="with --screenshot: compare every drafter")
-    p.add_argument("--replay", metavar="FILE", nargs="+",
-                   help="play saved runs or comparisons back, or open a dspark bench summary.json on the "
-                   "Compare tab (File ▸ Open run or benchmark…); no model is loaded")
-    p.add_argument("--replay-speed", choices=["1", "2", "instant"],
-                   help="replay at the recorded speed (1, the default), twice as fast, or at once")
-    p.add_argument("--screenshot", metavar="FILE", help="run once headless, save the window as PNG, exit")
-    p.add_argument("--size", metavar="WxH", type=_size, default=SCREENSHOT_SIZE,
-                   help="with --screenshot: the window size (default 1600x1000)")
-    p.add_argument("--timeout", type=float, default=900, help="with --screenshot: give up after this many seconds")
-    p.add_argument("--self-test", nargs="?", const="", metavar="FILE.png",
-                   help="check the demo models run (and, with FILE, save the window); print one line, exit")
-    p.add_argument("--on-screen", action="store_true",
-                   help="with --screenshot or --self-test FILE: show the window on the screen while it runs "
-                   "(default: drawn offscreen, whatever display there is)")
-    return p
-
-
-def _size(text: str) -> tuple[int, int]:
-    try:
-        w, h = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT (e.g. 1280x800)") from None
-    if not (320 <= w <= 10_000 and 240 <= h <= 10_000):
-        raise argparse.ArgumentTypeError(f"{text} is outside 320x240 .. 10000x10000")
-    return w, h
-
-
-def headless_platform(args, environ) -> None:
-    """A screenshot run (also the self-test's window) draws offscreen on every platform: a DISPLAY
-    (XQuartz on a Mac, a desktop on Linux) must not make it open a window. ``--on-screen`` and an
-    explicit ``QT_QPA_PLATFORM`` win."""
-    if args.screenshot and not args.on_screen:
-        environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
-
-def missing_system_library() -> str | None:
-    """On Linux under X11, Qt's xcb platform plugin aborts the whole process (exit 134) when
-    libxcb-cursor0 is missing; say so in one line before Qt starts, with the command to run."""
-    if not sys.platform.startswith("linux"):
-        return None
-    platform = os.environ.get("QT_QPA_PLATFORM", "")
-    if platform and not platform.startswith("xcb"):
-        return None
-    if not os.environ.get("DISPLAY") or (not platform and os.environ.get("WAYLAND_DISPLAY")):
-        return None
-    import ctypes.util
-
-    if ctypes.util.find_library("xcb-cursor") is None:
-        return ("dspark-studio: Qt needs libxcb-cursor0 to open a window on X11: run "
-                "sudo apt-get install libxcb-cursor0 (make setup installs it and the rest when run as root)")
-    return None
-
-
-def choose_models(args, prefs) -> tuple[str | None, list[str]]:
-    """Command line first; then (not for screenshots) the last used; then the demo models."""
-    from . import settings
-
-    if args.target:
-        return args.target, list(args.drafter)
-    if prefs is not None:
-        target = prefs.get("models/target", "", str)
-        if target and Path(target).is_dir():
-            drafters = [d for d in prefs.get("models/drafters", [], list) if Path(d).is_dir()]
-            return target, list(args.drafter) or drafters
-    return settings.demo_target(), list(args.drafter) or settings.demo_drafters()
+from .startup import build_parser, missing_system_library, open_window, replay_speed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,96 +19,24 @@ def main(argv: list[str] | None = None) -> int:
         from .selftest import run
 
         return run(args.self_test or None, on_screen=args.on_screen)
-    headless_platform(args, os.environ)
+    if args.screenshot:
+        from .headless import run_screenshot
+
+        return run_screenshot(args)
     missing = missing_system_library()
     if missing:
         print(missing, file=sys.stderr)
         return 1
-
     from PySide6.QtCore import QTimer
-    from PySide6.QtGui import QIcon
-    from PySide6.QtWidgets import QApplication, QLabel
 
-    from dspark import resources
-
-    from . import settings
-    from .window import MainWindow
-
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setOrganizationName(settings.ORG)
-    app.setApplicationName(settings.APP)
-    app.setStyle("Fusion")  # the same look on macOS and Linux; themed by app.theme
-    app.setWindowIcon(QIcon(str(resources.path("icons", "dspark-studio.png"))))
-    prefs = None if args.screenshot else settings.Settings()
-    first_start = prefs is not None and not prefs.q.allKeys()
-    win = MainWindow(prefs)
-    target, drafters = choose_models(args, prefs)
-    if first_start and not args.target and not args.replay:  # nothing saved yet: say how to open one's own
-        win.statusBar().addPermanentWidget(QLabel(FIRST_START))
-    win.restore(target, drafters, load=not args.replay)
-    if args.prompt is not None:
-        win.controls.prompt.setPlainText(args.prompt)
-    if args.max_tokens:
-        win.controls.set_config({**win.controls.config(), "max_tokens": args.max_tokens})
-    if target is None and not args.replay:
-        win.on_failed("no target model: choose one with File ▸ Open target (the demo models are not built yet)")
-    speed = {"1": "1×", "2": "2×", "instant": "instant"}.get(args.replay_speed or "", None)
-
-    if not args.screenshot:
-        win.place_on_screen()
-        win.show()
-        if args.presentation:
-            win.presenter.enter()
-        if args.replay:
-            QTimer.singleShot(0, lambda: win.open_replay(args.replay, speed))
-        return app.exec()
-
-    status = {"code": 1}
-    win.resize(*args.size)
-    win.presenter.fullscreen = False
+    app, win, _ = open_window(args, prefs_wanted=True)
+    win.place_on_screen()
     win.show()
     if args.presentation:
         win.presenter.enter()
-
-    def grab_and_quit() -> None:
-        win.refresh()
-        app.processEvents()
-        ok = win.grab().save(args.screenshot)
-        print(f"dspark-studio: saved {args.screenshot} ({win.width()}x{win.height()})" if ok
-              else f"dspark-studio: could not write {args.screenshot}", file=sys.stderr)
-        if not ok:
-            status["code"] = 1
-        win.close()
-
-    def finished(info: dict) -> None:
-        if status["code"] != 2:
-            status["code"] = 0 if info.get("ok") else 1
-        QTimer.singleShot(300, grab_and_quit)
-
-    def give_up() -> None:
-        print("dspark-studio: screenshot run timed out", file=sys.stderr)
-        status["code"] = 2
-        win.stop()
-
-    win.job_finished.connect(finished)
-    QTimer.singleShot(int(args.timeout * 1000), give_up)
-
-    def start() -> None:
-        if args.replay:
-            started = win.open_replay(args.replay, speed or "instant")
-        elif target is not None:
-            (win.start_compare if args.compare else win.start_run)()
-            started = win.busy
-        else:
-            started = False
-        if started and not win.busy:  # a benchmark opened: nothing runs, the tab is drawn
-            status["code"] = 0
-        if not started or not win.busy:
-            QTimer.singleShot(300, grab_and_quit)
-
-    QTimer.singleShot(0, start)
-    app.exec()
-    return status["code"]
+    if args.replay:
+        QTimer.singleShot(0, lambda: win.open_replay(args.replay, replay_speed(args)))
+    return app.exec()
 
 
 if __name__ == "__main__":

@@ -18,10 +18,11 @@ def run(screenshot: str | None, on_screen: bool = False) -> int:
 
     ok, line = check()
     if ok and screenshot:
-        from .main import main
+        from .headless import run_screenshot
+        from .startup import build_parser
 
-        code = main(["--screenshot", screenshot, "--max-tokens", str(TOKENS), "--prompt", held_out_prompt()]
-                    + (["--on-screen"] if on_screen else []))
+        argv = ["--screenshot", screenshot, "--max-tokens", str(TOKENS), "--prompt", held_out_prompt()]
+        code = run_screenshot(build_parser().parse_args(argv + (["--on-screen"] if on_screen else [])))
         ok = code == 0
         line += f"; window saved to {screenshot}" if ok else f"; the window run failed (exit {code})"
     print(f"dspark-studio self-test: {'ok' if ok else 'FAILED'}: {line}", flush=True)

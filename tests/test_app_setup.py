@@ -53,9 +53,9 @@ def test_make_system_packages_installs_or_says_the_one_command(tmp_path):
 def test_a_missing_xcb_cursor_library_is_one_line_not_an_abort(monkeypatch, capsys):
     import ctypes.util
 
-    from dspark_studio import main
+    from dspark_studio import main, startup
 
-    monkeypatch.setattr(main.sys, "platform", "linux")
+    monkeypatch.setattr(startup.sys, "platform", "linux")
     monkeypatch.setenv("DISPLAY", ":0")
     monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
@@ -64,7 +64,7 @@ def test_a_missing_xcb_cursor_library_is_one_line_not_an_abort(monkeypatch, caps
     err = capsys.readouterr().err
     assert "libxcb-cursor0" in err and "sudo apt-get install libxcb-cursor0" in err and err.count("\n") == 1
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")  # no X11 window: not needed
-    assert main.missing_system_library() is None
+    assert startup.missing_system_library() is None
 
 
 @pytest.mark.parametrize("argv, environ, expected", [
@@ -75,8 +75,8 @@ def test_a_missing_xcb_cursor_library_is_one_line_not_an_abort(monkeypatch, caps
     ([], {"DISPLAY": ":0"}, None),  # the app itself opens its window
 ])
 def test_headless_runs_draw_offscreen_whatever_display_there_is(argv, environ, expected):
-    from dspark_studio import main
+    from dspark_studio import startup
 
     env = dict(environ)
-    main.headless_platform(main.build_parser().parse_args(argv), env)
+    startup.headless_platform(startup.build_parser().parse_args(argv), env)
     assert env.get("QT_QPA_PLATFORM") == expected

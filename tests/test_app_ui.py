@@ -75,7 +75,7 @@ def test_settings_and_recent_dirs_persist(qtbot, dirs, home):
     prefs2 = settings.Settings()
     assert prefs2.recent("targets")[0] == str(dirs["target"])
     assert str(dirs["drafter"]) in prefs2.recent("drafters")
-    from dspark_studio.main import build_parser, choose_models
+    from dspark_studio.startup import build_parser, choose_models
 
     target, drafters = choose_models(build_parser().parse_args([]), prefs2)
     assert (target, drafters) == (str(dirs["target"]), [str(dirs["drafter"])])
