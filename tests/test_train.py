@@ -130,7 +130,11 @@ def test_resume_continues_exactly(target, seqs, tmp_path):
     third = fresh()
     third.load_state(tmp_path)
     again = third.sample_batch()
-    assert all(np.array_equal(np.array(x), np.array(y)) for x, y in zip(pending, again))
+    # the same sequences, anchors and labels exactly; the target's tap rows are recomputed by a
+    # fresh feature cache in other batch groupings, which round differently on some BLAS kernels
+    taps, owner, positions, prev, labels, valid, hidden = zip(pending, again)
+    assert all(np.array_equal(np.array(x), np.array(y)) for x, y in (owner, positions, prev, labels, valid))
+    assert all(np.allclose(np.array(x), np.array(y), atol=1e-5) for x, y in (taps, hidden))
 
 
 def test_train_drafter_resumes_from_its_checkpoint(target, tmp_path):

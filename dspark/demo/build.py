@@ -27,6 +27,7 @@ from ..errors import DsparkError
 from ..options import Parser
 from ..resources import demo_dir
 from ..training.trainer import TrainSettings
+from .target_model import CKPT_DIR, CKPT_FILE
 
 #: The demo recipe, as data: both drafters share one shape except their heads, and train
 #: with the same settings on the same self-distilled sequences.
@@ -37,22 +38,21 @@ DRAFTERS = {
 }
 TRAINING = TrainSettings(steps=5000, self_distill=True, max_sequences=3000, eval_prompts=8, eval_tokens=128,
                          feature_cache_mb=4096)
-TARGET_STEPS = 360
 
 
-def build_target(out: Path, steps: int, minutes: float | None, resume: bool) -> None:
-    from .pretrain import CKPT_DIR, CKPT_FILE, train_target
+def build_target(out: Path, minutes: float | None, resume: bool) -> None:
+    from .pretrain import train_target
 
     if resume and (out / "target" / "config.json").is_file() and not (out / "target" / CKPT_DIR / CKPT_FILE).is_file():
         print(f"the demo target in {out / 'target'} is built (no checkpoint to continue): kept; --fresh rebuilds it",
               file=sys.stderr)
         return
     resumable = resume and (out / "target" / CKPT_DIR / CKPT_FILE).is_file()
-    train_target(out / "target", steps, time_budget_minutes=minutes, resume=resumable)
+    train_target(out / "target", time_budget_minutes=minutes, resume=resumable)
 
 
 def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple(DRAFTERS)) -> None:
-    from ..target import load_target
+    from ..loading import load_target
     from ..training.run import DATA_FILE, train_drafter
     from ..training.trainer import STATE_FILE
     from .corpus import heldout_prompts, iter_texts, prompt_sites
@@ -98,9 +98,8 @@ def evaluate(out: Path, prompts: int = 8, wide_prompts: int = 32, speed_prompts:
 
     from .. import metrics
     from ..blas import describe as blas
-    from ..drafter import DflashDrafter
     from ..engine import GenerationConfig, generate, generate_baseline, run_to_summary
-    from ..target import load_target
+    from ..loading import load_drafter, load_target
     from .corpus import heldout_prompts
 
     target = load_target(out / "target")
@@ -117,7 +116,7 @@ def evaluate(out: Path, prompts: int = 8, wide_prompts: int = 32, speed_prompts:
     for kind in DRAFTERS:
         if not (out / kind / "config.json").is_file():
             continue
-        drafter = DflashDrafter.load(out / kind, target=target)
+        drafter = load_drafter(out / kind, target)
         entry = {**acceptance(target, drafter, held), "parameters": drafter.num_params()}
         # The 8-prompt set is small and a third of it is codec boilerplate: a wider one too.
         entry["wide"] = acceptance(target, drafter, heldout_prompts(wide_prompts))
@@ -154,7 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="dspark make-demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(demo_dir()), help="where the demo models go (default: resources/demo)")
     ap.add_argument("--only", choices=["target", "drafters", "eval"], help="run one stage only")
-    ap.add_argument("--target-steps", type=int, default=TARGET_STEPS)
     ap.add_argument("--target-minutes", type=float, help="time budget of the target's training (default: none)")
     ap.add_argument("--drafter-steps", type=int, default=TRAINING.steps)
     ap.add_argument("--drafter-minutes", type=float, help="time budget of each drafter's training (default: none)")
@@ -162,7 +160,6 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from ..options import check_options, check_range
 
-    check_range("--target-steps", a.target_steps, 1)
     for flag, value in (("--target-minutes", a.target_minutes), ("--drafter-minutes", a.drafter_minutes)):
         check_range(flag, value, 0.01)
     settings = dataclasses.replace(TRAINING, steps=a.drafter_steps, time_budget_minutes=a.drafter_minutes)
@@ -170,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     stages = [a.only] if a.only else ["target", "drafters", "eval"]
     if "target" in stages:
-        build_target(out, a.target_steps, a.target_minutes, resume=not a.fresh)
+        build_target(out, a.target_minutes, resume=not a.fresh)
     if not (out / "target" / "config.json").is_file():
         raise DsparkError(f"no demo target in {out / 'target'}: run the target stage first")
     if "drafters" in stages:

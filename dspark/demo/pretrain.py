@@ -1,297 +1,245 @@
-"""Build and train the project's demo target: a tiny Gemma-4-architecture LM, from scratch.
+"""Train the project's demo target from scratch: a Gemma-4-architecture LM (``gemma4_text``) on
+the Python standard library's source (:mod:`dspark.demo.corpus`), saved as a plain mlx-lm
+checkpoint directory that ``mlx_lm.load(dir)`` rebuilds exactly.
 
-No model hub is reachable, so the demo target is trained here on the Python standard library
-source (see :mod:`dspark.corpus`). The result is a plain mlx-lm checkpoint directory
-(``config.json`` with ``"model_type": "gemma4_text"``, ``model.safetensors``, tokenizer
-files) that ``mlx_lm.load(dir)`` rebuilds exactly; the DSpark engine treats it like any other
-Gemma 4 target.
+The recipe is data (:class:`TargetRecipe`): the model's shape (``target_model.MODEL_ARGS``) and
+the schedule, in phases of (steps, sequence length, batch): most steps on short windows, which
+train fastest per token, then long windows, so the global layers learn the positions a long
+prompt reaches. One AdamW learning-rate schedule (warm-up, cosine decay) spans all phases.
 
 Tokenizer: byte-level BPE (4096 ids) with fixed special ids ``<pad>``=0, ``<eos>``=1,
-``<bos>``=2, ``<unk>``=3, ``<mask>``=4 (``<mask>`` is id 4 in Gemma too; the drafter uses it).
-BOS convention: **nothing is prepended**, neither in training nor at inference
-(``add_bos_token`` is false and the tokenizer has no post-processor), so ``encode`` then
-``decode`` gives back the text exactly. Training text is the train-split files, each followed
-by ``<eos>``, concatenated and cut into windows of ``seq_len`` tokens.
+``<bos>``=2, ``<unk>``=3, ``<mask>``=4; nothing is prepended (see ``dspark.demo.bpe``).
 
-Run: ``python -m dspark.pretrain --out resources/demo/target [--steps N]
-[--time-budget-minutes M] [--resume] [--seed 0]``. Checkpoints (model + optimizer + step +
-RNG, safetensors and JSON, never pickle) go to ``<out>/.ckpt/``; the final model files are
-written atomically (temporary name, then rename).
+Checkpoints (model + optimizer + step + recipe, safetensors and JSON, never pickle) go to
+``<out>/.ckpt/`` every ``checkpoint_every`` steps and on Ctrl-C or SIGTERM; the data order is a
+pure function of (seed, phase, step), so ``resume=True`` continues exactly. The final files are
+written under temporary names and renamed into place, ``config.json`` last.
+
+Run: ``python -m dspark.demo.pretrain --out DIR [--resume] [--time-budget-minutes M]``, or
+``dspark make-demo --only target``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
+import numpy as np
 
+from ..errors import DsparkError
 from ..options import Parser
+from ..training.loop import Progress, train_loop
 from . import corpus
 from .bpe import encode_documents, load_tokenizer, save_tokenizer, train_tokenizer
-from .target_model import (
-    CKPT_DIR,
-    CKPT_FILE,
-    Batches,
-    build_model,
-    count_parameters,
-    eval_windows,
-    evaluate,
-    load_checkpoint,
-    loss_fn,
-    lr_schedule,
-    model_config,
-    save_checkpoint,
-    save_model,
-    verify_saved,
-)
+from .target_model import (CKPT_DIR, CKPT_FILE, MODEL_ARGS, Batches, build_model, count_parameters, eval_windows,
+                           evaluate, load_checkpoint, loss_fn, lr_schedule, model_config, save_checkpoint, save_model,
+                           verify_saved)
 
 
-# ----------------------------------------------------------------------------- training
+@dataclass(frozen=True)
+class Phase:
+    steps: int
+    seq_len: int
+    batch_size: int
 
-def _fmt_hms(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+@dataclass(frozen=True)
+class TargetRecipe:
+    """How the demo target is made. 4,096 tokens a step in both phases: 1,000 steps of 16 x 256,
+    then 250 of 2 x 2,048 (5.1M tokens, two epochs of the train split)."""
+
+    phases: tuple[Phase, ...] = (Phase(1000, 256, 16), Phase(250, 2048, 2))
+    lr: float = 1.5e-3
+    warmup: int = 50
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    model: dict = field(default_factory=lambda: dict(MODEL_ARGS))  # gemma4_text ModelArgs fields
+    checkpoint_every: int = 50
+    eval_seq_len: int = 256  # held-out perplexity on windows of this length (comparable across recipes)
+    eval_seqs: int = 128
+
+    @property
+    def steps(self) -> int:
+        return sum(p.steps for p in self.phases)
+
+    def phase_at(self, step: int) -> tuple[int, Phase, int]:
+        """(phase index, phase, step within it) of global ``step``."""
+        for i, p in enumerate(self.phases):
+            if step < p.steps or i == len(self.phases) - 1:
+                return i, p, step
+            step -= p.steps
+        raise AssertionError("unreachable")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "phases": [asdict(p) for p in self.phases]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TargetRecipe":
+        return cls(**{**d, "phases": tuple(Phase(**p) for p in d["phases"])})
 
 
-def train_target(
-    out_dir: str | Path,
-    steps: int = 360,
-    *,
-    batch_size: int = 16,
-    seq_len: int = 256,
-    lr: float = 2e-3,
-    warmup: int = 30,
-    weight_decay: float = 0.01,
-    grad_clip: float = 1.0,
-    seed: int = 0,
-    time_budget_minutes: float | None = None,
-    resume: bool = False,
-    checkpoint_every: int = 50,
-    eval_seqs: int = 128,
-    compile_step: bool | None = None,
-    progress: bool = True,
-    log: Callable[[str], None] | None = None,
-) -> dict:
-    """Train (or resume) the demo target into ``out_dir`` and return the training stats.
-
-    ``steps`` fixes the learning-rate schedule (warm-up, then cosine decay over ``steps``);
-    ``time_budget_minutes`` bounds the training loop of this call: at the budget it stops
-    after the current step, checkpoints, and still writes a usable final model (resume later
-    with ``resume=True`` to finish the schedule). ``resume=True`` continues from
-    ``<out_dir>/.ckpt/`` with the tokenizer and settings saved there.
-    """
+def train_target(out_dir: str | Path, recipe: TargetRecipe = TargetRecipe(), *, resume: bool = False,
+                 time_budget_minutes: float | None = None, compile_step: bool | None = None,
+                 tokenizer_dir: str | Path | None = None, progress: bool = True,
+                 log: Callable[[str], None] | None = None) -> dict:
+    """Train (or, with ``resume``, continue) the demo target into ``out_dir``; returns the stats
+    written to ``training.json``. ``time_budget_minutes`` stops this call's loop after that long
+    and still writes a usable model (resume later to finish the schedule). ``tokenizer_dir``
+    reuses a saved tokenizer instead of training one (tests)."""
     out_dir = Path(out_dir)
-    ckpt_dir = out_dir / CKPT_DIR
+    ckpt_dir, say = out_dir / CKPT_DIR, log or (lambda m: print(m, file=sys.stderr, flush=True))
     ckpt_path = ckpt_dir / CKPT_FILE
-    say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    t_setup = time.time()
-
-    hyper = dict(steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr, warmup=warmup,
-                 weight_decay=weight_decay, grad_clip=grad_clip, seed=seed)
     if resume:
-        if not ckpt_path.exists():
-            raise FileNotFoundError(f"no checkpoint to resume from at {ckpt_path}")
-        _, meta = mx.load(str(ckpt_path), return_metadata=True)
-        saved = json.loads(meta["meta"])["hyper"]
-        # The data order and schedule depend on these; only the step count may change.
-        for key in ("batch_size", "seq_len", "seed"):
-            if saved[key] != hyper[key]:
-                say(f"resume: using saved {key}={saved[key]} (not {hyper[key]})")
-        hyper = {**saved, "steps": steps}
+        recipe = _resumed_recipe(ckpt_path, recipe)
         tok = load_tokenizer(ckpt_dir)
-        say(f"resume: tokenizer from {ckpt_dir}")
     else:
-        say("training tokenizer on the train split ...")
-        tok = train_tokenizer(corpus.iter_texts("train"))
+        tok = load_tokenizer(Path(tokenizer_dir)) if tokenizer_dir else train_tokenizer(corpus.iter_texts("train"))
         save_tokenizer(tok, ckpt_dir)
-
     train_ids = encode_documents(tok, list(corpus.iter_texts("train")))
     held_ids = encode_documents(tok, list(corpus.iter_texts("heldout")))
-    info = corpus.corpus_info()
-    say(f"corpus: Python {info['python_version']} stdlib, {info['files_train']} train files "
-        f"({len(train_ids):,} tokens), {info['files_heldout']} held-out files "
-        f"({len(held_ids):,} tokens); setup {time.time() - t_setup:.0f}s")
+    batches = [Batches(train_ids, p.seq_len, p.batch_size, recipe.seed + i) for i, p in enumerate(recipe.phases)]
+    held_windows = eval_windows(held_ids, recipe.eval_seq_len, recipe.eval_seqs)
 
-    batches = Batches(train_ids, hyper["seq_len"], hyper["batch_size"], hyper["seed"])
-    held_windows = eval_windows(held_ids, hyper["seq_len"], eval_seqs)
-    train_windows = eval_windows(train_ids, hyper["seq_len"], eval_seqs)
-
-    mx.random.seed(hyper["seed"])
-    config = model_config()
+    mx.random.seed(recipe.seed)
+    config = model_config(recipe.model)
     model = build_model(config)
-    n_params = count_parameters(model)
-    optimizer = optim.AdamW(
-        learning_rate=lr_schedule(hyper["lr"], steps, hyper["warmup"]),
-        weight_decay=hyper["weight_decay"])
+    optimizer = optim.AdamW(learning_rate=lr_schedule(recipe.lr, recipe.steps, recipe.warmup),
+                            weight_decay=recipe.weight_decay)
     optimizer.init(model.trainable_parameters())
-
-    step, history = 0, {"train_time_s": 0.0, "tokens": 0, "log": []}
+    state = {"step": 0, "history": {"train_time_s": 0.0, "tokens": 0, "log": []}}
     if resume:
-        step, meta = load_checkpoint(ckpt_path, model, optimizer)
-        history = meta["history"]
-        say(f"resume: at step {step}")
-    say(f"model: gemma4_text, {n_params:,} parameters; {steps} steps of "
-        f"{hyper['batch_size']}x{hyper['seq_len']} tokens")
+        state["step"], meta = load_checkpoint(ckpt_path, model, optimizer)
+        state["history"] = meta["history"]
+        say(f"resume: at step {state['step']} of {recipe.steps}")
+    history = state["history"]
+    say(f"model: gemma4_text, {count_parameters(model):,} parameters; {recipe.steps} steps in phases "
+        + ", ".join(f"{p.steps} x {p.batch_size}x{p.seq_len}" for p in recipe.phases))
 
-    def checkpoint():
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
-        save_checkpoint(ckpt_path, model, optimizer, step, {"hyper": hyper, "history": history})
-
-    def train_step(x, y):
+    def loss_and_update(x, y):
         loss, grads = nn.value_and_grad(model, loss_fn)(model, x, y)
-        grads, gnorm = optim.clip_grad_norm(grads, hyper["grad_clip"])
+        grads, gnorm = optim.clip_grad_norm(grads, recipe.grad_clip)
         optimizer.update(model, grads)
         return loss, gnorm
 
     if compile_step is None:
-        # Measured on the 2-core CPU: the compiled step took 10-14 s of CPU time per step
-        # against 7-8 s uncompiled (and its first call can take a minute), so compile only
-        # on a GPU.
+        # On a 2-core x86 CPU the compiled step took 10-14 s of CPU time per step against 7-8 s
+        # uncompiled (and its first call can take a minute); compile on a GPU only.
         compile_step = mx.default_device().type == mx.gpu
     if compile_step:
-        state = [model.state, optimizer.state]
-        train_step = partial(mx.compile, inputs=state, outputs=state)(train_step)
+        loss_and_update = partial(mx.compile, inputs=[model.state, optimizer.state],
+                                  outputs=[model.state, optimizer.state])(loss_and_update)
 
-    stop = {"signal": None}
+    def one_step() -> dict[str, str]:
+        t = time.perf_counter()
+        i, phase, local = recipe.phase_at(state["step"])
+        loss, gnorm = loss_and_update(*batches[i](local))
+        mx.eval(loss, gnorm, model.parameters(), optimizer.state)
+        loss = loss.item()
+        if not math.isfinite(loss):
+            raise DsparkError(f"the target's loss became {loss} at step {state['step']}: lower the learning rate")
+        state["step"] += 1
+        history["train_time_s"] += time.perf_counter() - t
+        history["tokens"] += phase.batch_size * phase.seq_len
+        smooth = history.get("smoothed_loss")
+        history["smoothed_loss"] = smooth = loss if smooth is None else 0.95 * smooth + 0.05 * loss
+        if state["step"] % 10 == 0:
+            history["log"].append({"step": state["step"], "loss": round(smooth, 4),
+                                   "lr": round(optimizer.learning_rate.item(), 6)})
+        if state["step"] % recipe.checkpoint_every == 0:
+            held = evaluate(model, held_windows[:32])
+            history["log"].append({"step": state["step"], "heldout_loss_32": round(held, 4)})
+        rate = history["tokens"] / max(history["train_time_s"], 1e-9)
+        return {"loss": f"{smooth:.3f}", "phase": f"{i + 1}/{len(recipe.phases)} ({phase.seq_len})",
+                "tok/s": f"{rate:,.0f}"}
 
-    def on_signal(signum, _frame):
-        stop["signal"] = signum
+    def checkpoint() -> None:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        save_checkpoint(ckpt_path, model, optimizer, state["step"], {"recipe": recipe.to_dict(), "history": history})
 
-    old_handlers = {}
-    if threading.current_thread() is threading.main_thread():  # signals: main thread only
-        old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    budget_s = time_budget_minutes * 60 if time_budget_minutes else None
-    tokens_per_step = hyper["batch_size"] * hyper["seq_len"]
-    bar = None
-    if progress and sys.stderr.isatty():  # a log file gets plain lines instead
-        from tqdm import tqdm
-        bar = tqdm(total=steps, initial=step, desc="pretrain", unit="step", dynamic_ncols=True)
-    write = bar.write if bar else say
-    t0 = time.time()
-    start_step = step
-    smooth = history.get("smoothed_loss")  # EMA of the batch loss, carried across resumes
-    stopped_by = "steps"
+    budget = time_budget_minutes * 60 if time_budget_minutes else None
     try:
-        while step < steps:
-            if stop["signal"] is not None:
-                stopped_by = "signal"
-                break
-            if budget_s is not None and time.time() - t0 >= budget_s:
-                stopped_by = "time budget"
-                break
-            ts = time.time()
-            x, y = batches(step)
-            loss, gnorm = train_step(x, y)
-            mx.eval(loss, gnorm, model.parameters(), optimizer.state)
-            loss = loss.item()
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"loss became {loss} at step {step}")
-            dt = time.time() - ts
-            step += 1
-            history["train_time_s"] += dt
-            history["tokens"] += tokens_per_step
-            smooth = loss if smooth is None else 0.95 * smooth + 0.05 * loss
-            history["smoothed_loss"] = smooth
-            elapsed = time.time() - t0
-            tps = tokens_per_step * (step - start_step) / elapsed
-            left = (steps - step) * elapsed / (step - start_step)
-            if budget_s is not None:
-                left = min(left, budget_s - elapsed)
-            if bar:
-                bar.update(1)
-                bar.set_postfix_str(
-                    f"loss {smooth:.3f} | {tps:,.0f} tok/s | left {_fmt_hms(left)}", refresh=False)
-            if step % 10 == 0 or step == steps:
-                history["log"].append({"step": step, "loss": round(smooth, 4),
-                                       "lr": round(optimizer.learning_rate.item(), 6)})
-                if bar is None:
-                    write(f"step {step}/{steps} loss {smooth:.4f} (batch {loss:.4f}) "
-                          f"gnorm {gnorm.item():.2f} lr {optimizer.learning_rate.item():.2e} "
-                          f"{tps:,.0f} tok/s, left {_fmt_hms(left)}")
-            if step % checkpoint_every == 0 and step < steps:
-                checkpoint()
-                held = evaluate(model, held_windows[:32])
-                history["log"].append({"step": step, "heldout_loss_32": round(held, 4)})
-                write(f"step {step}: checkpoint saved; held-out loss (32 seqs) {held:.4f}")
-    finally:
-        if bar:
-            bar.close()
-        for s, h in old_handlers.items():
-            signal.signal(s, h)
-
+        stopped = train_loop(lambda: state["step"], recipe.steps, one_step, checkpoint,
+                             lambda: state["step"] % recipe.checkpoint_every == 0,
+                             Progress(recipe.steps, "pretrain", progress, say=say), budget)
+    except KeyboardInterrupt:
+        say(f"interrupted at step {state['step']}; checkpoint saved. Continue with --resume.")
+        raise
     checkpoint()
-    if stopped_by == "signal":
-        say(f"interrupted at step {step}; checkpoint saved. Continue with --resume.")
-        raise KeyboardInterrupt
+    return _finish(out_dir, model, config, recipe, history, state["step"], stopped, train_ids, held_ids, say)
 
+
+def _resumed_recipe(ckpt_path: Path, asked: TargetRecipe) -> TargetRecipe:
+    """The recipe a checkpoint was trained with, which must be the one asked for (the data order
+    and the schedule depend on every field)."""
+    if not ckpt_path.is_file():
+        raise DsparkError(f"no checkpoint to resume from at {ckpt_path}")
+    _, meta = mx.load(str(ckpt_path), return_metadata=True)
+    saved = TargetRecipe.from_dict(json.loads(meta["meta"])["recipe"])
+    if saved.to_dict() != asked.to_dict():
+        diff = next(k for k, v in saved.to_dict().items() if asked.to_dict()[k] != v)
+        raise DsparkError(f"--resume: the target in {ckpt_path.parent.parent} was trained with another {diff} "
+                          f"({getattr(saved, diff)!r}); train into a new --out to change it")
+    return saved
+
+
+def _finish(out_dir: Path, model, config: dict, recipe: TargetRecipe, history: dict, step: int, stopped: str,
+            train_ids: np.ndarray, held_ids: np.ndarray, say) -> dict:
+    """Evaluate, write the model directory and ``training.json``, check it reloads."""
     say("evaluating ...")
-    held_loss = evaluate(model, held_windows)
-    train_loss = evaluate(model, train_windows)
+    held_loss = evaluate(model, eval_windows(held_ids, recipe.eval_seq_len, recipe.eval_seqs))
+    train_loss = evaluate(model, eval_windows(train_ids, recipe.eval_seq_len, recipe.eval_seqs))
+    longest = max(p.seq_len for p in recipe.phases)
+    held_long = evaluate(model, eval_windows(held_ids, longest, 8), batch=1)
     stats = {
-        "steps_done": step,
-        "steps_scheduled": steps,
-        "stopped_by": stopped_by,
+        "steps_done": step, "steps_scheduled": recipe.steps, "stopped_by": stopped,
         "tokens_seen": history["tokens"],
         "train_time_minutes": round(history["train_time_s"] / 60, 2),
         "tokens_per_second": round(history["tokens"] / max(history["train_time_s"], 1e-9), 1),
-        "final_train_loss_smoothed": round(smooth, 4) if smooth is not None else None,
+        "final_train_loss_smoothed": round(history.get("smoothed_loss") or math.nan, 4),
         "train_loss_eval": round(train_loss, 4),
         "heldout_loss": round(held_loss, 4),
         "heldout_perplexity": round(math.exp(held_loss), 3),
-        "eval_tokens_each": int(held_windows.shape[0] * hyper["seq_len"]),
-        "parameters": n_params,
-        "hyper": hyper,
-        "corpus": info,
+        "heldout_eval": f"{recipe.eval_seqs} windows of {recipe.eval_seq_len} tokens spread over the held-out files",
+        f"heldout_loss_{longest}": round(held_long, 4),
+        "parameters": count_parameters(model),
+        "recipe": recipe.to_dict(),
+        "corpus": corpus.corpus_info(),
         "corpus_tokens": {"train": int(len(train_ids)), "heldout": int(len(held_ids))},
         "mlx_version": mx.__version__,
+        "device": str(mx.default_device()),
         "loss_log": history["log"],
     }
-    save_model(model, config, ckpt_dir, out_dir,
-               {"training.json": json.dumps(stats, indent=2) + "\n"})
-    sample = next(corpus.iter_texts("heldout"))[:2000]
-    stats.update(verify_saved(out_dir, model, sample))
-    say(f"done: {step} steps, {history['tokens']:,} tokens in "
-        f"{history['train_time_s'] / 60:.1f} min ({stats['tokens_per_second']:,.0f} tok/s); "
-        f"train loss {train_loss:.4f}, held-out loss {held_loss:.4f} "
-        f"(perplexity {math.exp(held_loss):.2f}); saved to {out_dir}")
+    save_model(model, config, out_dir / CKPT_DIR, out_dir, {"training.json": json.dumps(stats, indent=2) + "\n"})
+    stats.update(verify_saved(out_dir, model, next(corpus.iter_texts("heldout"))[:2000]))
+    say(f"done: {step} steps, {history['tokens']:,} tokens in {history['train_time_s'] / 60:.1f} min; train loss "
+        f"{train_loss:.4f}, held-out loss {held_loss:.4f} (perplexity {math.exp(held_loss):.2f}); saved to {out_dir}")
     return stats
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m dspark.pretrain",
-                                description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m dspark.demo.pretrain", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="resources/demo/target", help="output model directory")
-    p.add_argument("--steps", type=int, default=360,
-                   help="total optimizer steps (sets the LR schedule)")
     p.add_argument("--time-budget-minutes", type=float, default=None,
                    help="stop the training loop after this long and still write the model")
     p.add_argument("--resume", action="store_true", help="continue from <out>/.ckpt/")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--compile", dest="compile_step", action="store_true", default=None,
                    help="mx.compile the train step (default: only on a GPU)")
     p.add_argument("--no-compile", dest="compile_step", action="store_false")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
     try:
-        train_target(a.out, a.steps, batch_size=a.batch_size, seq_len=a.seq_len, lr=a.lr,
-                     warmup=a.warmup, seed=a.seed, time_budget_minutes=a.time_budget_minutes,
-                     resume=a.resume, checkpoint_every=a.checkpoint_every,
-                     compile_step=a.compile_step, progress=not a.no_progress)
+        train_target(a.out, resume=a.resume, time_budget_minutes=a.time_budget_minutes, compile_step=a.compile_step,
+                     progress=not a.no_progress)
     except KeyboardInterrupt:
         return 130
     return 0

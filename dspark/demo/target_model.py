@@ -22,12 +22,14 @@ from mlx_lm.models import gemma4_text
 
 from .bpe import BOS_ID, EOS_ID, MASK_ID, PAD_ID, TOKENIZER_FILES, VOCAB_SIZE, _atomic_write_text
 
-#: The demo target's shape. 5 sliding-window layers (window 64) then 1 global layer, like
-#: Gemma 4's 5:1 pattern; the window is small so ordinary generations cross it.
+#: The demo target's shape: Gemma-4's proportions in small. 12 layers, five sliding-window layers
+#: (window 64, small so that ordinary generations cross it) to each global one, as Gemma 4's 5:1
+#: pattern; 256 wide, so that plain decoding stays interactive on two CPU cores; positions up to
+#: 4,096 (it trains on windows of up to 2,048).
 MODEL_ARGS = dict(
     model_type="gemma4_text",
     hidden_size=256,
-    num_hidden_layers=6,
+    num_hidden_layers=12,
     intermediate_size=1024,
     num_attention_heads=4,
     num_key_value_heads=1,
@@ -54,10 +56,11 @@ CKPT_FILE = "checkpoint.safetensors"
 
 # ----------------------------------------------------------------------------- model
 
-def model_config() -> dict:
-    """The full ``config.json``: every ModelArgs field spelled out (so ``mlx_lm.load``
-    never falls back to a default that differs from the trained model) plus the token ids."""
-    args = gemma4_text.ModelArgs(**MODEL_ARGS)
+def model_config(model_args: dict | None = None) -> dict:
+    """The full ``config.json`` of a model with these ModelArgs fields (default ``MODEL_ARGS``):
+    every field spelled out (so ``mlx_lm.load`` never falls back to a default that differs from
+    the trained model) plus the token ids."""
+    args = gemma4_text.ModelArgs(**(model_args or MODEL_ARGS))
     config = dataclasses.asdict(args)
     config.update(
         architectures=["Gemma4ForCausalLM"],
@@ -153,9 +156,9 @@ def save_checkpoint(path: Path, model, optimizer, step: int, meta: dict) -> None
     arrays = {f"model.{k}": v for k, v in tree_flatten(model.parameters())}
     arrays.update({f"opt.{k}": v for k, v in tree_flatten(optimizer.state)})
     # RNG state: MLX's generator is only used to initialise the weights (no dropout), and
-    # the data order is a pure function of (seed, step) -- see Batches -- so the seed and
-    # the next sample index are the whole random state of a run.
-    rng = {"data_seed": meta["hyper"]["seed"], "next_sample": step * meta["hyper"]["batch_size"]}
+    # the data order is a pure function of (seed, phase, step) -- see Batches -- so the seed
+    # and the next step are the whole random state of a run.
+    rng = {"data_seed": meta["recipe"]["seed"], "next_step": step}
     metadata = {"step": str(step), "rng": json.dumps(rng), "meta": json.dumps(meta)}
     tmp = path.with_name("checkpoint.tmp.safetensors")
     mx.save_safetensors(str(tmp), arrays, metadata=metadata)

@@ -29,7 +29,8 @@ from ..drafter import DflashConfig, DflashDrafter
 from ..errors import DsparkError
 from ..files import output_dir, remove_stale, write_text
 from ..target import Target
-from .data import Sequences, build_training_data, encode_all, held_out_prompts, progress_bar
+from .data import Sequences, build_training_data, encode_all, held_out_prompts
+from .loop import Progress, train_loop
 from .trainer import STATE_FILE, DrafterTrainer, TrainSettings
 
 DATA_FILE = "train_data.safetensors"
@@ -117,7 +118,7 @@ RESUMABLE = frozenset({"steps", "time_budget_minutes", "checkpoint_minutes", "ev
 def saved_run(out: Path) -> tuple[dict, dict] | None:
     """(drafter config, settings) a checkpoint in ``out`` was trained with, from its header
     alone; None when there is no checkpoint."""
-    from ..checkpoint import read_header
+    from ..modeldir import read_header
 
     path = out / STATE_FILE
     if not path.is_file():
@@ -172,74 +173,36 @@ def _training_data(target, texts, heldout_texts, out: Path, s: TrainSettings, da
 
 
 def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bool, say) -> tuple[str, list]:
-    """Train to ``settings.steps`` (or the time budget), checkpointing as it goes; returns
-    (what stopped it, the last losses). An interrupt saves a checkpoint and re-raises."""
+    """Train to ``settings.steps`` (or the time budget, counted from ``t_start``), checkpointing
+    as it goes (``dspark.training.loop``); returns (what stopped it, the last losses). An
+    interrupt saves a checkpoint and re-raises."""
     s, drafter = trainer.s, trainer.drafter
-    budget = s.time_budget_minutes * 60 if s.time_budget_minutes else None
-    bar = progress_bar(s.steps, progress, "train", "step")
-    if bar:
-        bar.update(trainer.step)
-    stopped, last_ckpt, recent = "steps", time.perf_counter(), []
-    loop_start, first_step = time.perf_counter(), trainer.step
-    try:
-        _defer_stop_signals()
-        batch = trainer.sample_batch() if trainer.step < s.steps else None
-        while trainer.step < s.steps:
-            if _stop_asked:
-                raise KeyboardInterrupt  # here, between steps: the state is whole
-            if budget is not None and time.perf_counter() - t_start > budget:
-                stopped = "time budget"
-                break
-            outs = trainer.train_step(batch)
-            batch = trainer.sample_batch() if trainer.step < s.steps else None  # overlaps the update
-            loss, ce, tv, conf, norm = (float(x) for x in outs)
-            if not math.isfinite(loss):
-                raise DsparkError(f"the loss became {loss} at step {trainer.step}; try a lower --lr")
-            recent = (recent + [(loss, ce, tv, conf)])[-50:]
-            if bar:
-                rate = (trainer.step - first_step) * s.batch_anchors / max(time.perf_counter() - loop_start, 1e-9)
-                bar.set_postfix(loss=f"{loss:.3f}", tv=f"{tv:.3f}", anchors_s=f"{rate:.0f}", refresh=False)
-                bar.update(1)
-            if time.perf_counter() - last_ckpt > s.checkpoint_minutes * 60:
-                drafter.save(out)
-                trainer.save_state(out)
-                last_ckpt = time.perf_counter()
-    except KeyboardInterrupt:
+    pending = [trainer.sample_batch() if trainer.step < s.steps else None]
+    recent: list = []
+    last_save, loop_start, first_step = [time.perf_counter()], time.perf_counter(), trainer.step
+
+    def one_step() -> dict[str, str]:
+        outs = trainer.train_step(pending[0])
+        pending[0] = trainer.sample_batch() if trainer.step < s.steps else None  # overlaps the update
+        loss, ce, tv, conf, norm = (float(x) for x in outs)
+        if not math.isfinite(loss):
+            raise DsparkError(f"the loss became {loss} at step {trainer.step}; try a lower --lr")
+        recent.append((loss, ce, tv, conf))
+        del recent[:-50]
+        rate = (trainer.step - first_step) * s.batch_anchors / max(time.perf_counter() - loop_start, 1e-9)
+        return {"loss": f"{loss:.3f}", "tv": f"{tv:.3f}", "anchors/s": f"{rate:.0f}"}
+
+    def save() -> None:
         drafter.save(out)
-        trainer.save_state(out)
+        trainer.save_state(out)  # with the RNG state that draws the waiting batch again
+        last_save[0] = time.perf_counter()
+
+    budget = s.time_budget_minutes * 60 if s.time_budget_minutes else None
+    try:
+        stopped = train_loop(lambda: trainer.step, s.steps, one_step, save,
+                             lambda: time.perf_counter() - last_save[0] > s.checkpoint_minutes * 60,
+                             Progress(s.steps, "train", progress, say=say), budget, t_start)
+    except KeyboardInterrupt:
         say(f"\ninterrupted: checkpoint saved at step {trainer.step}; continue with --resume")
         raise
-    finally:
-        _defer_stop_signals(restore=True)
-        if bar:
-            bar.close()
     return stopped, recent
-
-
-_previous_handlers: list = []
-_stop_asked: list = []  # non-empty once SIGINT or SIGTERM arrived during the training loop
-
-
-def _defer_stop_signals(restore: bool = False) -> None:
-    """SIGINT (Ctrl-C) and SIGTERM (what a logout, ``kill`` or a scheduler sends) stop training:
-    the loop stops before its next step, writes the checkpoint, and the process ends. The
-    handler only takes note: an exception raised wherever the signal lands could fall between
-    a step's update and its bookkeeping (weights of step k+1 saved as step k), and the resume
-    would not be exact. Signals can only be caught on the main thread."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if restore:
-        if _previous_handlers:
-            for sig, handler in _previous_handlers.pop().items():
-                signal.signal(sig, handler)
-        _stop_asked.clear()
-        return
-
-    def interrupt(signum, frame):
-        _stop_asked.append(signum)
-
-    _stop_asked.clear()
-    _previous_handlers.append({sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)})

@@ -1,0 +1,115 @@
+"""The one training loop skeleton the demo target's pretraining and drafter training share: steps
+until the schedule or the time budget ends, a checkpoint when one is due and on Ctrl-C or SIGTERM,
+and one progress line with the rate and an estimate of the time left.
+
+A stop signal is only noted where it lands and acted on between two steps: an exception raised
+in the middle of a step could fall between its update and its bookkeeping (the weights of step
+k+1 saved as step k), and a resume would no longer be exact.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+class StopSignals:
+    """While active, SIGINT (Ctrl-C) and SIGTERM (a logout, ``kill``, a scheduler) only set
+    ``asked``; the previous handlers come back on exit. Signals reach the main thread only, so
+    elsewhere nothing is installed."""
+
+    def __init__(self):
+        self.asked: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._note) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _note(self, signum, _frame) -> None:
+        self.asked = signum
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+
+def hms(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+@dataclass
+class Progress:
+    """A tqdm bar on a terminal, else a plain line every ``every`` steps (a log file). Shows the
+    step, the figures the step reported, the rate and the estimated time left (from this run's
+    own steps; with a time budget, whichever ends first)."""
+
+    total: int
+    desc: str
+    enabled: bool = True
+    every: int = 10
+    say: Callable[[str], None] = field(default=lambda m: print(m, file=sys.stderr, flush=True))
+
+    def start(self, step: int, budget_s: float | None) -> None:
+        self.first, self.t0, self.budget_s = step, time.perf_counter(), budget_s
+        self.bar = None
+        if self.enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, initial=step, desc=self.desc, unit="step", dynamic_ncols=True,
+                            file=sys.stderr)
+
+    def left(self, step: int) -> float:
+        elapsed = time.perf_counter() - self.t0
+        left = (self.total - step) * elapsed / max(step - self.first, 1)
+        return min(left, self.budget_s - elapsed) if self.budget_s is not None else left
+
+    def update(self, step: int, figures: dict[str, str]) -> None:
+        text = " | ".join([*(f"{k} {v}" for k, v in figures.items()), f"left {hms(self.left(step))}"])
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(text, refresh=False)
+        elif self.enabled and (step % self.every == 0 or step == self.total):
+            self.say(f"{self.desc} step {step}/{self.total}: {text}")
+
+    def write(self, text: str) -> None:
+        (self.bar.write if self.bar is not None else self.say)(text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def train_loop(step: Callable[[], int], steps: int, one_step: Callable[[], dict[str, str]],
+               checkpoint: Callable[[], None], checkpoint_due: Callable[[], bool], progress: Progress,
+               budget_s: float | None = None, started: float | None = None) -> str:
+    """Run ``one_step`` until ``step()`` reaches ``steps`` or the time budget (counted from
+    ``started``, default now) is spent; returns what stopped it ("steps" or "time budget").
+    ``checkpoint`` runs whenever ``checkpoint_due()`` says so and, on a stop signal, before
+    ``KeyboardInterrupt`` is raised; the caller checkpoints at the end."""
+    started = time.perf_counter() if started is None else started
+    progress.start(step(), budget_s)
+    try:
+        with StopSignals() as stop:
+            while step() < steps:
+                if stop.asked is not None:
+                    checkpoint()
+                    raise KeyboardInterrupt  # here, between steps: the state is whole
+                if budget_s is not None and time.perf_counter() - started >= budget_s:
+                    return "time budget"
+                figures = one_step()
+                progress.update(step(), figures)
+                if checkpoint_due() and step() < steps:
+                    checkpoint()
+    finally:
+        progress.close()
+    return "steps"
+
+
+__all__ = ["Progress", "StopSignals", "hms", "train_loop"]
