@@ -17,13 +17,13 @@ from types import SimpleNamespace
 from dspark.bench import report
 from dspark.errors import DsparkError
 
-from .runs import BASELINE, MIN_COMPARED, RunRecord, speedup
+from .runs import BASELINE, MIN_COMPARED, Run, speedup
 
 MAX_SUMMARY_BYTES = 64 * 2**20
 COMMAND = "DSpark Studio: Compare"
 
 
-def _trial(run: RunRecord, arm: str, policy: str | None) -> dict:
+def _trial(run: Run, arm: str, policy: str | None) -> dict:
     s = run.summary
     trial = {"arm": arm, "drafter": None if run.drafter is None else run.label, "policy": policy, "repeat": 0,
              "prompt_index": run.prompt_index, "tokens": len(s.tokens), "token_ids": list(s.tokens),
@@ -35,7 +35,7 @@ def _trial(run: RunRecord, arm: str, policy: str | None) -> dict:
     return trial
 
 
-def comparison_to_bench(runs: list[RunRecord], target: str | None, prompts: int,
+def comparison_to_bench(runs: list[Run], target: str | None, prompts: int,
                         costs: dict[str, dict] | None = None, environment: dict | None = None) -> tuple[dict, list[dict]]:
     """(summary document, trials) of a comparison, as ``dspark bench`` writes them. Only
     finished runs count; a drafter's prompt without a finished plain run has no speedup.

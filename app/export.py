@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QWidget
 
-from .runs import RunRecord, compare_rows
+from .runs import Run, compare_rows
 from dspark import __version__
 from dspark.events import event_to_dict
 
@@ -23,7 +23,7 @@ COMPARE_FIELDS = ["label", "runs", "finished", "tokens", "rounds", "tau", "accep
                   "tokens_per_sec", "speedup", "identical", "per_position_acceptance", "drafter"]
 
 
-def run_dict(run: RunRecord) -> dict:
+def run_dict(run: Run) -> dict:
     return {
         "label": run.label,
         "method": run.method,
@@ -38,7 +38,7 @@ def run_dict(run: RunRecord) -> dict:
     }
 
 
-def document(runs: list[RunRecord], target: str | None, comparison: bool, prompts: int | None = None) -> dict:
+def document(runs: list[Run], target: str | None, comparison: bool, prompts: int | None = None) -> dict:
     """Everything needed to read the runs back (``app.replay``): the events, the drafted
     tokens' text, the verdicts, and (a comparison) its table as it was shown."""
     doc = {
@@ -55,7 +55,7 @@ def document(runs: list[RunRecord], target: str | None, comparison: bool, prompt
     return doc
 
 
-def write_json(path: str | Path, runs: list[RunRecord], target: str | None, comparison: bool = False,
+def write_json(path: str | Path, runs: list[Run], target: str | None, comparison: bool = False,
                prompts: int | None = None) -> Path:
     path = Path(path)
     path.write_text(json.dumps(document(runs, target, comparison, prompts), indent=1, default=str))
@@ -66,7 +66,7 @@ def _slug(text: str, limit: int = 24) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:limit].strip("-").lower()
 
 
-def default_name(runs: list[RunRecord], comparison: bool, fmt: str) -> str:
+def default_name(runs: list[Run], comparison: bool, fmt: str) -> str:
     """A file name that says what is in it: time, drafter(s), prompt(s)."""
     stamp = time.strftime("%Y%m%d-%H%M")
     drafters = list(dict.fromkeys(r.label for r in runs if r.method == "speculative"))
@@ -79,7 +79,7 @@ def default_name(runs: list[RunRecord], comparison: bool, fmt: str) -> str:
     return f"{stamp}-{what.strip('-')}.{fmt}"
 
 
-def _run_row(run: RunRecord) -> dict:
+def _run_row(run: Run) -> dict:
     s, f = run.summary, run.figures()
     return {
         "label": run.label, "method": run.method, "prompt_index": run.prompt_index,
@@ -94,7 +94,7 @@ def _run_row(run: RunRecord) -> dict:
     }
 
 
-def write_csv(path: str | Path, runs: list[RunRecord], comparison: bool = False, prompts: int | None = None) -> Path:
+def write_csv(path: str | Path, runs: list[Run], comparison: bool = False, prompts: int | None = None) -> Path:
     """One row per run, or (comparison) one row per drafter plus plain decoding."""
     path = Path(path)
     if comparison:
@@ -125,7 +125,7 @@ def write_pngs(folder: str | Path, widgets: dict[str, QWidget]) -> list[Path]:
 HISTORY_NAME = re.compile(r"^\d{8}-\d{6}(-\d+)?-(run|compare)\.json$")
 
 
-def save_history(runs: list[RunRecord], target: str | None, comparison: bool, prompts: int | None = None,
+def save_history(runs: list[Run], target: str | None, comparison: bool, prompts: int | None = None,
                  keep: int | None = None, max_bytes: int | None = None) -> str | None:
     """Keep a finished job as JSON in the run history folder, then drop the oldest kept jobs
     beyond ``keep`` files or ``max_bytes`` (``prune_history``). Never fails the app: returns a

@@ -1,9 +1,6 @@
-"""Figures of a ``dspark bench`` result, drawn with the app's own plot styling, as PNG files.
-
-    python -m dspark_studio.figures BENCH_OUT_DIR [--presentation]
-
-``dspark bench --plot`` runs this in a separate process (the ``dspark`` library never imports
-Qt). It reads ``summary.json`` and writes ``speedup.png`` (each arm's median speedup over plain
+"""Figures of a ``dspark bench`` result, drawn with the app's own plot styling, as PNG files:
+``dspark-studio --bench-figures BENCH_OUT_DIR [--presentation]`` (plotting stays in the app; the
+``dspark`` library never imports Qt). It reads ``summary.json`` and writes ``speedup.png`` (each arm's median speedup over plain
 mlx-lm decoding, with the middle half of its trials), ``acceptance.png`` (acceptance by draft
 position per arm) and ``costs.png`` (this machine's measured verify cost by width, and the
 draft's), and prints each path.
@@ -96,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (folder / "summary.json").is_file():
         print(f"figures: no summary.json in {folder}", file=sys.stderr)
         return 2
-    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # files, not a window: whatever display there is
     for path in plot(folder, a.presentation):
         print(path)
     return 0

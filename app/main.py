@@ -19,6 +19,10 @@ def main(argv: list[str] | None = None) -> int:
         from .selftest import run
 
         return run(args.self_test or None, on_screen=args.on_screen)
+    if args.bench_figures:
+        from .figures import main as figures
+
+        return figures([args.bench_figures] + (["--presentation"] if args.presentation else []))
     if args.screenshot:
         from .headless import run_screenshot
 

@@ -12,7 +12,7 @@ from dspark.lossless import Verdict
 
 # --- GUI -> worker --------------------------------------------------------------------------
 @dataclass(frozen=True)
-class RunSpec:
+class Arm:
     label: str  # the drafter's name, or "plain decoding"
     drafter: str | None  # drafter directory; None for plain decoding
 
@@ -25,7 +25,7 @@ class Job:
     kind: str  # "run" or "compare"
     target: str
     prompts: tuple[str, ...]
-    runs: tuple[RunSpec, ...]
+    runs: tuple[Arm, ...]
     config: dict = field(default_factory=dict)  # GenerationConfig fields
 
 

@@ -23,7 +23,7 @@ from dspark.errors import DsparkError
 from dspark.events import RoundEvent, Summary, event_from_dict
 from dspark.lossless import Difference, Verdict
 
-from .messages import Checked, JobDone, RoundDone, RunDone, RunStarted, RunSpec
+from .messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted
 
 #: A run file larger than this is not one the app wrote (a 256-token run is ~140 KB).
 MAX_RECORDING_BYTES = 256 * 2**20
@@ -31,7 +31,7 @@ SPEEDS = {"1×": 1.0, "2×": 2.0, "instant": 0.0}
 
 
 @dataclass(frozen=True)
-class RecordedRun:
+class SavedRun:
     label: str
     method: str
     drafter: str | None
@@ -51,14 +51,14 @@ class Recording:
     created: str
     target: str | None
     prompts: tuple[str, ...]  # by prompt index
-    runs: tuple[RecordedRun, ...]
+    runs: tuple[SavedRun, ...]
 
     @property
     def name(self) -> str:
         return Path(self.path).name
 
-    def specs(self) -> tuple[RunSpec, ...]:
-        return tuple(dict.fromkeys(RunSpec(r.label, r.drafter) for r in self.runs))
+    def specs(self) -> tuple[Arm, ...]:
+        return tuple(dict.fromkeys(Arm(r.label, r.drafter) for r in self.runs))
 
 
 def read_recording(path: str | Path) -> Recording:
@@ -104,7 +104,7 @@ def _pieces(runs: list) -> dict[int, str]:
     return out
 
 
-def _run(d: dict, pieces: dict[int, str]) -> RecordedRun:
+def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
     events = tuple(event_from_dict(e) for e in d["events"])
     if not all(isinstance(e, RoundEvent) for e in events):
         raise ValueError("a run's events must all be rounds")
@@ -122,7 +122,7 @@ def _run(d: dict, pieces: dict[int, str]) -> RecordedRun:
     method = d["method"]
     if method not in ("speculative", "baseline"):
         raise ValueError(f"method {method!r}")
-    return RecordedRun(str(d["label"]), method, d.get("drafter"), str(d.get("prompt", "")),
+    return SavedRun(str(d["label"]), method, d.get("drafter"), str(d.get("prompt", "")),
                        int(d.get("prompt_index", 0)), dict(d.get("config") or {}), events,
                        tuple(tuple(str(x) for x in t) for t in texts), summary, verdict)
 

@@ -15,7 +15,7 @@ MIN_COMPARED = 8
 
 
 @dataclass
-class RunRecord:
+class Run:
     key: int
     label: str  # the drafter's name, or BASELINE
     method: str  # "speculative" or "baseline"
@@ -77,7 +77,7 @@ def same_as_plain(verdicts: list[Verdict | None]) -> str | None:
     return verdicts[0].label() if len(verdicts) == 1 else f"≈ {ties} tie{'s' * (ties > 1)}"
 
 
-def speedup(spec: RunRecord | None, base: RunRecord | None) -> tuple[float, int]:
+def speedup(spec: Run | None, base: Run | None) -> tuple[float, int]:
     """A finished speculative run against plain decoding of its prompt, over comparable work
     (``dspark.metrics.comparable_speedup``): (speedup, tokens compared); (0.0, 0) when either
     is missing or unfinished, (0.0, n) when n < MIN_COMPARED tokens could be compared."""
@@ -87,20 +87,20 @@ def speedup(spec: RunRecord | None, base: RunRecord | None) -> tuple[float, int]
     return (ratio if compared >= MIN_COMPARED else 0.0), compared
 
 
-def compared_rates(spec: RunRecord, base: RunRecord) -> tuple[float, float]:
+def compared_rates(spec: Run, base: Run) -> tuple[float, float]:
     """The two tokens/sec ``speedup`` divides (``dspark.metrics.comparable_rates``)."""
     s, b, _n = metrics.comparable_rates([(spec.rounds, base.rounds)])
     return s, b
 
 
-def compare_rows(runs: list[RunRecord], planned: int | None = None) -> list[dict]:
+def compare_rows(runs: list[Run], planned: int | None = None) -> list[dict]:
     """One row per label (drafter or BASELINE), pooled over prompts, in order of first run.
 
     Pooled tokens/sec = all tokens / all decode seconds. Speedup: each prompt's speculative
     run against plain decoding of that prompt over the tokens both made
     (``dspark.metrics.comparable_speedup``), pooled. ``planned``: prompts the job asked for.
     """
-    labels: dict[str, list[RunRecord]] = {}
+    labels: dict[str, list[Run]] = {}
     for r in runs:
         labels.setdefault(r.label, []).append(r)
     bases = {r.prompt_index: r for r in labels.get(BASELINE, []) if r.done}
@@ -147,7 +147,7 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def _pooled_tps(rs: list[RunRecord]) -> float:
+def _pooled_tps(rs: list[Run]) -> float:
     done = [r for r in rs if r.done and r.summary.tokens_per_sec > 0]
     n = sum(len(r.summary.tokens) for r in done)
     secs = sum(len(r.summary.tokens) / r.summary.tokens_per_sec for r in done)

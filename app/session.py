@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .bench_io import bench_costs, bench_rows
 from .messages import Checked, CostsMeasured, Job, JobDone, RoundDone, RunDone, RunStarted
-from .runs import BASELINE, RunRecord, compare_rows
+from .runs import BASELINE, Run, compare_rows
 
 RUN_TAB, COMPARE_TAB = "run", "compare"
 
@@ -28,11 +28,11 @@ class View:
 
     kind: str  # the kind of the job whose runs the Run tab shows: "run" or "compare" ("" before any)
     tab: str  # the tab on screen (RUN_TAB or COMPARE_TAB): the header describes it
-    spec: RunRecord | None  # the speculative run the Run tab shows
-    base: RunRecord | None  # plain decoding of the same prompt
-    runs: tuple[RunRecord, ...]  # every run of the last job, in order
+    spec: Run | None  # the speculative run the Run tab shows
+    base: Run | None  # plain decoding of the same prompt
+    runs: tuple[Run, ...]  # every run of the last job, in order
     prompts: int  # prompts of the last job
-    comparison: tuple[RunRecord, ...]  # every run of the last comparison
+    comparison: tuple[Run, ...]  # every run of the last comparison
     rows: tuple[dict, ...]  # its table
     compare_prompts: int  # prompts of the last comparison
     focus: str | None  # the drafter (a row label) the header and the Run tab describe after a comparison
@@ -48,12 +48,12 @@ class View:
 class Session:
     def __init__(self):
         self.job: Job | None = None
-        self.runs: list[RunRecord] = []
-        self.by_key: dict[int, RunRecord] = {}
+        self.runs: list[Run] = []
+        self.by_key: dict[int, Run] = {}
         self.busy = False
         self.shown_kind = ""  # the kind of the job whose runs are shown
         self.prompt_count = 0
-        self.comparison: list[RunRecord] = []
+        self.comparison: list[Run] = []
         self.compare_prompts = 0
         self.focus: str | None = None
         self.tab = RUN_TAB
@@ -90,7 +90,7 @@ class Session:
                 return False
             if self._fresh:
                 self._start_showing()
-            rec = RunRecord(msg.key, msg.label, msg.method, msg.prompt, msg.prompt_index, msg.drafter, msg.config)
+            rec = Run(msg.key, msg.label, msg.method, msg.prompt, msg.prompt_index, msg.drafter, msg.config)
             self.runs.append(rec)
             self.by_key[rec.key] = rec
         elif isinstance(msg, RoundDone):
@@ -163,7 +163,7 @@ class Session:
             return self.focus
         return labels[0] if labels else None
 
-    def shown_runs(self) -> tuple[RunRecord | None, RunRecord | None]:
+    def shown_runs(self) -> tuple[Run | None, Run | None]:
         """The speculative run the Run tab shows, and the baseline of its prompt: the latest
         run of the last job; after a comparison, the latest run of its focused drafter."""
         specs = [r for r in self.runs if r.method == "speculative"]

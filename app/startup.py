@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=900, help="with --screenshot: give up after this many seconds")
     p.add_argument("--self-test", nargs="?", const="", metavar="FILE.png",
                    help="check the demo models run (and, with FILE, save the window); print one line, exit")
+    p.add_argument("--bench-figures", metavar="DIR",
+                   help="write a dspark bench result's figures (speedup, acceptance, costs) as PNG files into DIR, exit")
     p.add_argument("--on-screen", action="store_true",
                    help="with --screenshot or --self-test FILE: show the window on the screen while it runs "
                    "(default: drawn offscreen, whatever display there is)")

@@ -1,6 +1,6 @@
 """The main window: wires the panes to the session and the session to the worker thread.
 
-Threading (see shared/reference/app.md): one long-lived QThread runs ``Worker``; the window
+Threading (MLX arrays belong to the thread that made them): one long-lived QThread runs ``Worker``; the window
 talks to it through queued signals and gets ``app.messages`` back, always into a bound method
 of this GUI-thread object. That slot only hands the message to the Qt-free ``Session``; a 40 ms
 timer redraws every pane from ``session.view()`` when something changed. Stop sets the
@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QScrollArea, QSplitter, QTabW
 from . import export, replay, settings
 from .benchmarks import BenchActions
 from .compare import CompareView
-from .messages import Failed, JobDone, Loaded, LoadRequest, RunSpec, Status
+from .messages import Failed, JobDone, Loaded, LoadRequest, Arm, Status
 from .panes.controls import ControlPanel, drafter_label
 from .panes.draft_grid import DraftPane
 from .panes.header import HeaderStrip
@@ -28,7 +28,7 @@ from .panes.text_view import TextPane
 from .presentation import Presenter
 from dspark import blas
 from dspark.prompts import prompt_sets
-from .runs import BASELINE, RunRecord
+from .runs import BASELINE, Run
 from .session import COMPARE_TAB, RUN_TAB, Session
 from .theme import NORMAL, Theme, palette, stylesheet
 from .window_files import FilesMixin
@@ -268,21 +268,21 @@ class MainWindow(FilesMixin, StateMixin, QMainWindow):
         if drafter and self.controls.drafter_error(drafter):
             self.on_failed(f"cannot run with {self.controls.drafter_error(drafter)}: select another drafter")
             return  # nothing started, nothing shown is lost
-        runs = [RunSpec(drafter_label(drafter), drafter)] if drafter else []
-        if self._submit("run", runs + [RunSpec(BASELINE, None)], [self.controls.prompt_text()]):
+        runs = [Arm(drafter_label(drafter), drafter)] if drafter else []
+        if self._submit("run", runs + [Arm(BASELINE, None)], [self.controls.prompt_text()]):
             self.tabs.setCurrentWidget(self.run_split)  # never leave an old comparison on screen
 
     def start_compare(self) -> None:
         """Every ticked drafter that can run (known bad ones are skipped), then plain decoding."""
         paths = self.controls.checked_drafters()
-        runs = [RunSpec(drafter_label(p), p) for p in paths]
+        runs = [Arm(drafter_label(p), p) for p in paths]
         prompts = self.controls.prompts() if self.controls.all_prompts.isChecked() else [self.controls.prompt_text()]
         selected = self.controls.run_drafter()
         focus = drafter_label(selected) if selected in paths else None
-        if self._submit("compare", runs + [RunSpec(BASELINE, None)], prompts, focus):
+        if self._submit("compare", runs + [Arm(BASELINE, None)], prompts, focus):
             self.tabs.setCurrentWidget(self.compare)
 
-    def _submit(self, kind: str, runs: list[RunSpec], prompts: list[str], focus: str | None = None) -> bool:
+    def _submit(self, kind: str, runs: list[Arm], prompts: list[str], focus: str | None = None) -> bool:
         target = self.controls.target_path()
         if not target:
             self.on_failed("no target model chosen: pick a target directory")
@@ -367,11 +367,11 @@ class MainWindow(FilesMixin, StateMixin, QMainWindow):
             self.job_finished.emit({"job": msg.job, "ok": msg.ok, "cancelled": msg.cancelled})
 
     # --- drawing --------------------------------------------------------------------------
-    def shown_runs(self) -> tuple[RunRecord | None, RunRecord | None]:
+    def shown_runs(self) -> tuple[Run | None, Run | None]:
         return self.session.shown_runs()
 
     @property
-    def runs(self) -> list[RunRecord]:
+    def runs(self) -> list[Run]:
         return self.session.runs
 
     @Slot(int)

@@ -24,7 +24,7 @@ from dspark.engine import run_to_summary
 
 from .messages import (
     Checked, CostsMeasured, CostsRequest, DrafterInfo, Failed, Job, JobDone, Loaded, LoadRequest, RoundDone, RunDone,
-    RunSpec, RunStarted, Status,
+    Arm, RunStarted, Status,
 )
 
 WARMUP_IDS = [2, 3, 4, 5]
@@ -117,7 +117,7 @@ class Worker(QObject):
         QThread.currentThread().quit()
 
     # --- internals ------------------------------------------------------------------------
-    def _run_one(self, job: Job, spec: RunSpec, prompt_index: int, prompt: str, config: GenerationConfig):
+    def _run_one(self, job: Job, spec: Arm, prompt_index: int, prompt: str, config: GenerationConfig):
         self._key += 1
         key = self._key
         method = "speculative" if spec.drafter else "baseline"

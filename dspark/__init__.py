@@ -35,7 +35,7 @@ _WHERE = {
     "load_drafter": "loading",
     "load_target": "loading",
     "TrainSettings": "training.trainer",
-    "train_drafter": "training.run",
+    "train_drafter": "training.train",
 }
 
 __all__ = sorted(_WHERE)

@@ -147,7 +147,8 @@ def cmd_inspect(a) -> int:
         f"{info['path']}: {info['format']} drafter" + (f" ({info['variant']})" if info.get("variant") else ""),
         f"  parameters {info['parameters']:,} ({info['bytes'] / 2**20:.1f} MiB, {info['dtype']}"
         + (f", quantized {info['quantization']['bits']}-bit" if info.get("quantization") else "") + ")",
-        f"  block: {info['block_size']} slots, {info['drafts_per_round']} drafts per round; mask token {info['mask_token_id']}",
+        f"  block size {info['block_size']} (drafted tokens per round; the checkpoint's block has {info['block_slots']} "
+        f"slots, the anchor's included); mask token {info['mask_token_id']}",
         f"  layers {info['layers']}; heads: {', '.join(heads) or 'none (DFlash-style)'}; draft vocabulary {info['draft_vocab']}",
         f"  taps target layers {info['tap_layers']}",
         f"  needs a target with hidden size {t['hidden_size']}, vocabulary {t['vocab_size']}, "
@@ -199,7 +200,7 @@ def train_parser() -> argparse.ArgumentParser:
 def train_main(argv: list[str] | None = None) -> int:
     from .demo.corpus import heldout_prompts, iter_texts
     from .loading import load_target
-    from .training.run import REPORT_FILE, train_drafter
+    from .training.train import REPORT_FILE, train_drafter
     from .training.texts import read_texts
 
     from .drafter import DflashConfig
@@ -207,7 +208,7 @@ def train_main(argv: list[str] | None = None) -> int:
     from .training.trainer import TrainSettings
 
     from .files import output_dir
-    from .training.run import saved_run
+    from .training.train import saved_run
 
     parser = train_parser()
     a = parser.parse_args(argv)

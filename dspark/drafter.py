@@ -106,8 +106,8 @@ class DflashDrafter(BlockDrafter):
         return sum(p.size for p in self.flat_params())
 
     # --- forward passes ---------------------------------------------------------------
-    def _train_block(self, proj: DraftProjection, anchor_emb: mx.array, gamma: int) -> mx.array:
-        masks = proj.embed(mx.full((anchor_emb.shape[0], gamma - 1), self.cfg.mask_token_id, mx.int32))
+    def _train_block(self, proj: DraftProjection, anchor_emb: mx.array, block_size: int) -> mx.array:
+        masks = proj.embed(mx.full((anchor_emb.shape[0], block_size - 1), self.cfg.mask_token_id, mx.int32))
         return mx.concatenate([anchor_emb[:, None, :], masks], axis=1)
 
     def _conf(self, h: mx.array, e: mx.array | None) -> mx.array:

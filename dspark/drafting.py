@@ -272,9 +272,9 @@ class BlockDrafter:
         return mx.sigmoid(z / mx.array(temps, z.dtype))
 
     # --- the engine's proposer protocol -------------------------------------------------
-    def start(self, target: Target) -> "DrafterSession":
+    def start(self, target: Target) -> "BlockDraftSession":
         self.check_target(target)
-        return DrafterSession(self, target.projection)
+        return BlockDraftSession(self, target.projection)
 
     def check_target(self, target: Target) -> None:
         """Refuse a target this drafter cannot draft for, naming the value that does not fit."""
@@ -308,7 +308,7 @@ class BlockDrafter:
         mx.clear_cache()
 
 
-class DrafterSession:
+class BlockDraftSession:
     """One generation's drafter state: the projected context K/V of committed rows."""
 
     def __init__(self, drafter: BlockDrafter, proj: DraftProjection):
@@ -372,4 +372,4 @@ def _packing(module) -> int:
     return 32 // bits if bits else 1
 
 
-__all__ = ["BlockDrafter", "BlockLayout", "DraftOpts", "DraftRows", "DrafterSession"]
+__all__ = ["BlockDrafter", "BlockLayout", "DraftOpts", "DraftRows", "BlockDraftSession"]

@@ -1,7 +1,7 @@
 """The speculative generation loop, and plain mlx-lm decoding in the same event schema: a run
 prefills the prompt, then runs rounds (:mod:`dspark.rounds`: draft, verify, accept, roll back)
 until its stop rules say so. Everything else about a run (clock, text, stop rules, events,
-summary) is :class:`_Run`'s, shared with :func:`generate_baseline`.
+summary) is :class:`_Generation`'s, shared with :func:`generate_baseline`.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def generate(
         costs = for_policy(config.policy, target, drafter, block_size)
     sched = Scheduler(pol, block_size, costs)
     threads = costs.threads if costs is not None else {}
-    run = _Run("speculative", target, ids, config, cancel)
+    run = _Generation("speculative", target, ids, config, cancel)
     key = mx.random.key(config.seed)
     cache = target.make_cache()
     new_rows = prefill(target, cache, ids[:-1], session.tap_layers, config.prefill_step_size)
@@ -115,7 +115,7 @@ def generate_baseline(
     sp = config.sampling
     sampler = make_sampler(sp.temperature, top_p=sp.top_p if sp.top_p < 1 else 0.0, top_k=sp.top_k)
     mx.random.seed(config.seed)
-    run = _Run("baseline", target, ids, config, cancel)
+    run = _Generation("baseline", target, ids, config, cancel)
     marks: list[tuple[int, int, float]] = []
     steps = generate_step(
         mx.array(ids),
@@ -148,7 +148,7 @@ def _host_value(x: mx.array, i: int) -> float:
     return float(np.asarray(x)[i])
 
 
-class _Run:
+class _Generation:
     """One generation's bookkeeping: clock, committed tokens and their text, stop rules
     (max tokens, EOS, cancel), the events and the summary."""
 

@@ -108,7 +108,7 @@ def describe_drafter(path: str | Path) -> dict:
            "quantization": config.get("quantization")}
     if fmt == native.FORMAT:
         dims, cfg = native.read_config(p, config)  # every field checked, as loading does
-        out.update(block_size=cfg.block_size, drafts_per_round=cfg.block_size, tap_layers=list(cfg.tap_layers),
+        out.update(block_size=cfg.block_size, block_slots=cfg.block_size, tap_layers=list(cfg.tap_layers),
                    mask_token_id=cfg.mask_token_id, draft_vocab=dims.vocab_size, layers=cfg.num_layers,
                    markov_head=cfg.markov, confidence_head=cfg.confidence,
                    target={"hidden_size": dims.hidden_size, "vocab_size": dims.vocab_size,

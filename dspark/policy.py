@@ -40,10 +40,6 @@ class Policy:
             return "fixed" if self.k is None else f"fixed:{self.k}"
         return f"threshold:{self.c:g}" if self.kind == "threshold" else "auto"
 
-    @property
-    def needs_confidence(self) -> bool:
-        return self.kind == "threshold"
-
 
 def parse(text: str) -> Policy:
     """``fixed``, ``fixed:K``, ``threshold:C`` or ``auto``; DsparkError in one sentence otherwise."""

@@ -117,12 +117,12 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
     """Sampled runs: the speculative run stopped at EOS, plain decoding went on. The header's
     speedup measures both over the tokens both made, and says so."""
     from dspark_studio.panes.header import HeaderStrip
-    from dspark_studio.runs import BASELINE, RunRecord
+    from dspark_studio.runs import BASELINE, Run
     from dspark_studio.session import View
     from test_session import event, summary
 
     def record(key, method, n, tps_at, per_round):
-        r = RunRecord(key, "d1" if method == "speculative" else BASELINE, method, "p", 0, None, {"temperature": 1.0})
+        r = Run(key, "d1" if method == "speculative" else BASELINE, method, "p", 0, None, {"temperature": 1.0})
         done = 0
         while done < n:
             done = min(done + per_round, n)

@@ -200,12 +200,12 @@ def test_quantized_drafters_load_and_stay_lossless(dirs, target, plain, tmp_path
 
 def test_inspect_says_what_a_directory_is(dirs, capsys):
     info = describe(dirs["speculators"])
-    assert info["format"] == "speculators" and info["draft_vocab"] == 48 and info["drafts_per_round"] == 6
+    assert info["format"] == "speculators" and info["draft_vocab"] == 48 and info["block_size"] == 6
     assert not info["anchor_predicts"] and info["tap_layers"] == ckpt.TAPS and info["markov_head"]
     assert info["target"]["hidden_size"] == ckpt.H and info["target"]["vocab_size"] == ckpt.VOCAB
     assert describe(dirs["deepspec_dflash"])["variant"] == "DFlash baseline"
     z = describe(dirs["zlab"])
-    assert z["block_size"] == 8 and z["drafts_per_round"] == 7 and z["sliding_windows"] == [8]
+    assert z["block_slots"] == 8 and z["block_size"] == 7 and z["sliding_windows"] == [8]
     capsys.readouterr()
     assert dspark(["inspect", str(dirs["deepspec"])]) == 0
     out = capsys.readouterr().out

@@ -2,11 +2,11 @@
 
 from dspark.events import CommittedToken, RoundEvent, Source, Summary
 from dspark.lossless import Difference, Verdict
-from dspark_studio.messages import Checked, JobDone, RoundDone, RunDone, RunSpec, RunStarted
+from dspark_studio.messages import Checked, JobDone, RoundDone, RunDone, Arm, RunStarted
 from dspark_studio.runs import BASELINE
 from dspark_studio.session import Session
 
-RUNS = [RunSpec("d1", "/d1"), RunSpec(BASELINE, None)]
+RUNS = [Arm("d1", "/d1"), Arm(BASELINE, None)]
 
 
 def event(index: int, accepted: int, width: int, tokens: list[int], source=Source.CORRECTION,
@@ -90,7 +90,7 @@ def test_same_as_plain_marks_ties_and_mismatches():
 
 def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
     s = Session()
-    runs = [RunSpec("d1", "/d1"), RunSpec("d2", "/d2"), RunSpec(BASELINE, None)]
+    runs = [Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(BASELINE, None)]
     job = s.new_job("compare", "/t", ["p0"], runs, {}, focus="d1")
     play(s, job)  # d1, then plain decoding
     s.apply(RunStarted(job.id, 9, "d2", "speculative", "/d2", "p", 0, {}))  # d2 ran last

@@ -13,7 +13,7 @@ from dspark import DflashConfig, DflashDrafter, load_target
 from dspark.cli import main as dspark
 from dspark.training.data import greedy_continuations
 from dspark.training.losses import dspark_loss, position_weights
-from dspark.training.run import train_drafter
+from dspark.training.train import train_drafter
 from dspark.training.trainer import DrafterTrainer, TrainSettings
 from tiny import tiny_args, tiny_model, tiny_target
 

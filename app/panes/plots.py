@@ -1,6 +1,6 @@
 """The live plots: acceptance by position, the accepted-length histogram, decode tokens/sec
 over time. Items are made once and updated in place by ``show_view`` (called from the window's
-refresh timer, never per token). The numbers come from ``dspark.metrics`` via ``RunRecord``.
+refresh timer, never per token). The numbers come from ``dspark.metrics`` via ``Run``.
 
 Read at a distance: no plot draws axes before it has data (a caption says what will appear),
 counts are whole numbers, rates start at 0, seconds are seconds (no SI "x0.001" scaling), and

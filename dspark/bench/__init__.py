@@ -41,7 +41,6 @@ def build_parser() -> Parser:
     p.add_argument("--peer-python", help="a Python with the peers installed (default: the checkout's .venv-peers)")
     p.add_argument("--out", required=True, help="folder for trials.jsonl, trials.csv, summary.json (and figures)")
     p.add_argument("--force", action="store_true", help="replace the results already in --out")
-    p.add_argument("--plot", action="store_true", help="also write PNG figures (needs the app: pip install .[app])")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -109,7 +108,7 @@ def build_arms(a, target, target_dir: str, cfg, say) -> tuple[list, dict]:
             else:
                 say(f"the {kind} peer does not read {name} ({fmt} format): no {kind} arm for it")
     if a.mlx_lm_draft:
-        from ..target import load_target
+        from ..loading import load_target
 
         draft = load_target(a.mlx_lm_draft, say=say)
         spec.append(arms.MlxLmDraft(target, draft.model, Path(a.mlx_lm_draft).name, a.mlx_lm_num_draft, cfg))
@@ -144,7 +143,7 @@ def run(a, say) -> dict:
     from ..engine import prompt_ids
     from ..files import output_dir, write_text
     from ..hub import resolve
-    from ..target import load_target
+    from ..loading import load_target
 
     _check(a)
     target_dir = a.target or (str(resources.demo_model("target")) if resources.demo_model("target") else None)
@@ -263,11 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dspark: {text}", file=sys.stderr)
 
     doc = run(a, say)
-    if a.plot:
-        from .figures import plot
-
-        for path in plot(Path(a.out), say):
-            say(f"wrote {path}")
+    say(f"figures: dspark-studio --bench-figures {a.out} (or File ▸ Open run or benchmark… in the app)")
     print(json.dumps(doc) if a.json else table(doc))
     return 0
 

@@ -37,10 +37,11 @@ class Plain:
     """mlx-lm's ``generate_step`` at each of ``threads`` BLAS thread counts in turn (None: the
     BLAS's own count), keeping the faster run: the baseline is the strongest mlx-lm on this
     machine at that moment, not the default it ships with nor a count guessed beforehand.
-    On the shared 2-core project machine either count can win by 10-40% from one minute to the
-    next; a count picked once before the trials (2 threads, timed 183 against 179 tok/s) then
-    ran the trials at 148 tok/s where one thread had run 177 twenty minutes before, and every
-    speedup of that run was 1.2x too high."""
+    Why per trial: on a shared 2-core x86 CPU with OpenBLAS either count won by 10-40% from one
+    minute to the next, and a count picked once before the trials (2 threads, timed 183 against
+    179 tok/s) then ran them at 148 tok/s where one thread had run 177 twenty minutes before:
+    every speedup of that run was 1.2x too high. On Apple silicon MLX computes on the GPU and
+    there is no BLAS thread count to choose (``threads`` is [None])."""
 
     name, drafter, policy = PLAIN, None, None
 

@@ -53,7 +53,7 @@ def build_target(out: Path, minutes: float | None, resume: bool) -> None:
 
 def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple(DRAFTERS)) -> None:
     from ..loading import load_target
-    from ..training.run import DATA_FILE, train_drafter
+    from ..training.train import DATA_FILE, train_drafter
     from ..training.trainer import STATE_FILE
     from .corpus import heldout_prompts, iter_texts, prompt_sites
 

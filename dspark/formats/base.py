@@ -109,8 +109,8 @@ class Spec:
 
     def describe(self) -> dict:
         return {
-            "variant": self.variant, "block_size": self.drafts + (0 if self.layout.anchor_predicts else 1),
-            "drafts_per_round": self.drafts, "anchor_predicts": self.layout.anchor_predicts,
+            "variant": self.variant, "block_size": self.drafts,
+            "block_slots": self.drafts + (0 if self.layout.anchor_predicts else 1), "anchor_predicts": self.layout.anchor_predicts,
             "tap_layers": list(self.taps), "mask_token_id": self.mask_token_id, "draft_vocab": self.draft_vocab,
             "layers": len(self.make_layers()), "markov_head": bool(self.markov_rank), "markov_rank": self.markov_rank,
             "confidence_head": self.confidence, "own_embedding": self.own_embedding, "own_head": self.own_head,

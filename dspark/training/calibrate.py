@@ -1,4 +1,4 @@
-"""Sequential temperature scaling of the confidence head (STS, ``reference/drafters.md`` 5.5):
+"""Sequential temperature scaling of the confidence head (STS, as the DSpark paper calibrates it):
 ``dspark calibrate``.
 
 The confidence head gives a logit ``z_k`` per drafted position: the chance that draft k

@@ -1,5 +1,5 @@
 """Training data for drafters: sequences (optionally written by the target itself) and the
-frozen target's features for them, cached per sequence. See ``dspark.training.run``."""
+frozen target's features for them, cached per sequence. See ``dspark.training.train``."""
 
 from __future__ import annotations
 

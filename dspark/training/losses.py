@@ -1,4 +1,5 @@
-"""The DSpark drafter training objective (``reference/drafters.md`` 5.7).
+"""The DSpark drafter training objective (the DSpark paper's: cross-entropy, total variation to the
+target's distribution, and the confidence head's survival BCE, weighted by position).
 
 For one block of ``G`` positions after an anchor at sequence position ``p`` (slot ``k`` =
 0..G-1 predicts the token at ``p + k + 1``):

@@ -1,6 +1,6 @@
 """One drafter's training step: the anchor sampler, the loss, AdamW and checkpoints.
 
-Samples (DSpark slot convention, ``reference/drafters.md`` 5.1): for an anchor at position p
+Samples (DSpark's slot convention: the anchor slot predicts): for an anchor at position p
 the block input is ``[x_p, MASK x (G-1)]``, slot k predicts ``x_{p+k+1}``, the context is the
 target's tap rows of positions < p (the last ``ctx_len`` of them when set), and the Markov head
 is teacher-forced with ``x_p .. x_{p+G-1}``. A batch draws ``anchors_per_seq`` anchors from each
