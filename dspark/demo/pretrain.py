@@ -93,7 +93,8 @@ def train_target(out_dir: str | Path, recipe: TargetRecipe = TargetRecipe(), *, 
                  tokenizer_dir: str | Path | None = None, progress: bool = True,
                  log: Callable[[str], None] | None = None) -> dict:
     """Train (or, with ``resume``, continue) the demo target into ``out_dir``; returns the stats
-    written to ``training.json``. ``time_budget_minutes`` stops this call's loop after that long
+    written to ``training.json``. Progress: a bar on a terminal (unless not ``progress``), else a
+    line every 10 steps. ``time_budget_minutes`` stops this call's loop after that long
     and still writes a usable model (resume later to finish the schedule). ``tokenizer_dir``
     reuses a saved tokenizer instead of training one (tests)."""
     out_dir = Path(out_dir)
@@ -170,7 +171,7 @@ def train_target(out_dir: str | Path, recipe: TargetRecipe = TargetRecipe(), *, 
     try:
         stopped = train_loop(lambda: state["step"], recipe.steps, one_step, checkpoint,
                              lambda: state["step"] % recipe.checkpoint_every == 0,
-                             Progress(recipe.steps, "pretrain", progress, say=say), budget)
+                             Progress(recipe.steps, "pretrain", bar=progress, say=say), budget)
     except KeyboardInterrupt:
         say(f"interrupted at step {state['step']}; checkpoint saved. Continue with --resume.")
         raise

@@ -46,23 +46,25 @@ def hms(seconds: float) -> str:
 
 @dataclass
 class Progress:
-    """A tqdm bar on a terminal, else a plain line every ``every`` steps (a log file). Shows the
-    step, the figures the step reported, the rate and the estimated time left (from this run's
-    own steps; with a time budget, whichever ends first)."""
+    """A tqdm bar on a terminal (when ``bar``), else a plain line every ``every`` steps (a log
+    file); nothing when not ``enabled``. Shows the step, the figures the step reported, the rate
+    and the estimated time left (from this run's own steps; with a time budget, whichever ends
+    first)."""
 
     total: int
     desc: str
     enabled: bool = True
+    bar: bool = True
     every: int = 10
     say: Callable[[str], None] = field(default=lambda m: print(m, file=sys.stderr, flush=True))
 
     def start(self, step: int, budget_s: float | None) -> None:
         self.first, self.t0, self.budget_s = step, time.perf_counter(), budget_s
-        self.bar = None
-        if self.enabled and sys.stderr.isatty():
+        self.tqdm = None
+        if self.enabled and self.bar and sys.stderr.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.total, initial=step, desc=self.desc, unit="step", dynamic_ncols=True,
+            self.tqdm = tqdm(total=self.total, initial=step, desc=self.desc, unit="step", dynamic_ncols=True,
                             file=sys.stderr)
 
     def left(self, step: int) -> float:
@@ -72,18 +74,18 @@ class Progress:
 
     def update(self, step: int, figures: dict[str, str]) -> None:
         text = " | ".join([*(f"{k} {v}" for k, v in figures.items()), f"left {hms(self.left(step))}"])
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix_str(text, refresh=False)
+        if self.tqdm is not None:
+            self.tqdm.update(1)
+            self.tqdm.set_postfix_str(text, refresh=False)
         elif self.enabled and (step % self.every == 0 or step == self.total):
             self.say(f"{self.desc} step {step}/{self.total}: {text}")
 
     def write(self, text: str) -> None:
-        (self.bar.write if self.bar is not None else self.say)(text)
+        (self.tqdm.write if self.tqdm is not None else self.say)(text)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        if self.tqdm is not None:
+            self.tqdm.close()
 
 
 def train_loop(step: Callable[[], int], steps: int, one_step: Callable[[], dict[str, str]],
