@@ -16,19 +16,22 @@ from .options import Parser
 
 
 def cmd_init(a) -> int:
-    from .drafter import DflashConfig, DflashDrafter
-    from .options import check_options, from_args
-    from .loading import load_target
-
+    from .config import DflashConfig
+    from .convert import cannot_carry, new_drafter
     from .files import output_dir
+    from .loading import load_target
+    from .options import check_options, from_args
 
     cfg = from_args(DflashConfig, a)
     check_options(cfg)
+    if cannot_carry(cfg):
+        raise DsparkError(cannot_carry(cfg))
     out = output_dir(a.out, allow_existing=a.force)
     target = load_target(a.target)
-    drafter = DflashDrafter.init(target, cfg, seed=a.seed)
+    drafter = new_drafter(target, cfg, seed=a.seed)
     drafter.save(out)
-    print(f"wrote an untrained drafter ({drafter.num_params():,} parameters, taps {list(drafter.cfg.tap_layers)}) to {out}")
+    print(f"wrote an untrained {cfg.format} drafter ({drafter.num_params():,} parameters, taps "
+          f"{list(drafter.tap_layers)}) to {out}")
     return 0
 
 

@@ -98,6 +98,12 @@ class DflashConfig:
     confidence: bool = option(True, "the confidence head")
     rope_theta: float = option(10000.0, "RoPE base of the drafter's attention", lo=1.0, hi=1e12)
     intermediate_size: int = option(0, "MLP width (0: the target's)", lo=0, hi=1_000_000)
+    context_window: int = option(0, "context rows a block attends to before its anchor, in training and drafting "
+                                 "(0: all of them): bounds the draft's cost on long prompts", lo=0, hi=10_000_000)
+    format: str = option("native", "the checkpoint format the drafter is built in: native (this project's "
+                         "Gemma-style layers), speculators (vLLM), zlab (z-lab DFlash; no heads) or deepspec "
+                         "(DeepSeek; no context window); a published format serves as it is",
+                         choices=("native", "speculators", "zlab", "deepspec"))
 
     @classmethod
     def from_dict(cls, d: dict) -> "DflashConfig":

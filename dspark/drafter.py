@@ -12,7 +12,7 @@ tokens.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
@@ -21,21 +21,13 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from .backbone import DraftNet, init_params
 from .config import DflashConfig, default_taps
-from .drafting import BlockDrafter, DraftOpts, DraftRows
+from .drafting import BlockDrafter, BlockLayout, DraftOpts, DraftRows, TrainOut
 from .errors import DrafterMismatchError, DsparkError
 from .formats import native
 from .modeldir import read_config
 from .target import DraftProjection, Target, TargetDims
 
 T = TypeVar("T")
-
-
-@dataclass
-class TrainOut:
-    logits: mx.array  # [A, G, V] with the Markov bias (teacher-forced)
-    base_logits: mx.array  # [A, G, V] the backbone's alone
-    conf_logits: mx.array | None  # [A, G]
-    hidden: mx.array  # [A, G, H]
 
 
 class DflashDrafter(BlockDrafter):
@@ -52,6 +44,8 @@ class DflashDrafter(BlockDrafter):
 
     def __init__(self, net: DraftNet, dims: TargetDims, cfg: DflashConfig, target_id: str, calibration=None):
         self.net, self.dims, self.cfg, self.target_id = net, dims, cfg, target_id
+        if cfg.context_window:  # every layer sees [anchor - W, anchor) of the context, as it was trained
+            self.layout = BlockLayout(windows=(cfg.context_window,) * cfg.num_layers, window_from_anchor=True)
         self.m = len(cfg.tap_layers)
         self.tap_layers, self.block_size, self.mask_token_id = cfg.tap_layers, cfg.block_size, cfg.mask_token_id
         self.names = [name for name, _ in tree_flatten(net.parameters())]
@@ -110,9 +104,6 @@ class DflashDrafter(BlockDrafter):
         masks = proj.embed(mx.full((anchor_emb.shape[0], block_size - 1), self.cfg.mask_token_id, mx.int32))
         return mx.concatenate([anchor_emb[:, None, :], masks], axis=1)
 
-    def _conf(self, h: mx.array, e: mx.array | None) -> mx.array:
-        return self.net.confidence_head(h if e is None else mx.concatenate([h, e], axis=-1))
-
     def forward_train(self, proj: DraftProjection, h_ctx: mx.array, ctx_mask: mx.array | None, anchor_emb: mx.array,
                       prev_toks: mx.array) -> TrainOut:
         """Teacher-forced parallel forward. ``h_ctx`` [A, L, m*H] are the tap rows strictly
@@ -125,34 +116,7 @@ class DflashDrafter(BlockDrafter):
         if ctx_mask is not None:
             mask = mx.concatenate([ctx_mask.astype(mx.bool_), mx.ones((A, G), mx.bool_)], axis=1)[:, None, None, :]
         h = self._backbone(self._train_block(proj, anchor_emb, G), self.project_context_rows(h_ctx, 0), L, mask)
-        return self._train_heads(proj, h, prev_toks)
-
-    def forward_train_packed(self, proj: DraftProjection, h_seq: mx.array, owner: mx.array, positions: mx.array,
-                             prev_toks: mx.array, ctx_len: int = 0) -> TrainOut:
-        """``forward_train`` for anchors that share sequences (the trainer's fast path): each
-        sequence's tap rows ``h_seq`` [N, S, m*H] are projected once, not once per anchor.
-        Anchor ``a`` sits at position ``positions[a]`` of sequence ``owner[a]`` and attends to
-        that sequence's rows strictly before it (the last ``ctx_len`` of them when > 0). Rows
-        keep their absolute positions and the block starts at the anchor's, as in generation;
-        RoPE is relative, so this equals ``forward_train`` on right-aligned windows."""
-        S, (A, G) = h_seq.shape[1], prev_toks.shape
-        row, pos = mx.arange(S)[None, :], positions[:, None]
-        seen = row < pos
-        if ctx_len > 0:
-            seen = seen & (row >= pos - ctx_len)
-        mask = mx.concatenate([seen, mx.ones((A, G), mx.bool_)], axis=1)[:, None, None, :]
-        ctx = [(k[owner], v[owner]) for k, v in self.project_context_rows(h_seq, 0)]
-        h = self._backbone(self._train_block(proj, proj.embed(prev_toks[:, 0]), G), ctx, positions, mask)
-        return self._train_heads(proj, h, prev_toks)
-
-    def _train_heads(self, proj: DraftProjection, h: mx.array, prev_toks: mx.array) -> TrainOut:
-        base = proj.logits(h)
-        logits, e = base, None
-        if self.cfg.markov:
-            bias, e = self.net.markov_head(prev_toks)  # teacher-forced with the true previous tokens
-            logits = base + bias
-        conf = self._conf(h, e) if self.cfg.confidence else None
-        return TrainOut(logits, base, conf, h)
+        return self.train_heads(proj, h, prev_toks)
 
     # --- the engine's proposer protocol (forward_rows, start: dspark.drafting) -----------
     def check_target(self, target: Target) -> None:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import mlx.core as mx
-from mlx.utils import tree_flatten
 
+from . import markov
 from .backbone import ContextKV
 from .config import SamplingParams
 from .errors import DrafterMismatchError
@@ -53,6 +53,16 @@ class DraftRows:
     hidden: mx.array  # [A, G, H]
     conf_logits: mx.array | None = None  # [A, G] raw confidence logits z_k (what calibration fits)
     logits: mx.array | None = None  # [A, G, V_draft] the logits drafted from, Markov bias included
+
+
+@dataclass
+class TrainOut:
+    """A teacher-forced training forward's outputs, per anchor and block position."""
+
+    logits: mx.array  # [A, G, V] with the Markov bias (teacher-forced)
+    base_logits: mx.array  # [A, G, V] the backbone's alone
+    conf_logits: mx.array | None  # [A, G]
+    hidden: mx.array  # [A, G, H]
 
 
 @dataclass
@@ -141,6 +151,65 @@ class BlockDrafter:
             masks.append(ok)
         return ctx, masks
 
+    # --- training (teacher-forced, every block position at once) ----------------------------
+    def forward_train_packed(self, proj: DraftProjection, h_seq: mx.array, owner: mx.array, positions: mx.array,
+                             prev_toks: mx.array, ctx_len: int = 0) -> TrainOut:
+        """The training forward of anchors that share sequences: each sequence's tap rows
+        ``h_seq`` [N, S, m*H] are projected once, not once per anchor. Anchor ``a`` sits at
+        position ``positions[a]`` of sequence ``owner[a]`` and its block sees that sequence's
+        rows as drafting at that position would (:meth:`_attention`: strictly before the anchor,
+        this layout's windows and causal layers; also only the last ``ctx_len`` rows when > 0).
+        ``prev_toks`` [A, G] are the true previous tokens (anchor, x1, .., x_{G-1}): the Markov
+        head is teacher-forced with them. Rows keep their absolute positions and the block
+        starts at the anchor's, as in generation."""
+        S, G = h_seq.shape[1], prev_toks.shape[1]
+        start = 0 if self.layout.anchor_predicts else 1
+        ctx = [(k[owner], v[owner]) for k, v in self.project_context_rows(h_seq, 0)]
+        masks = self._train_masks(positions, S, G + start, ctx_len)
+        h = self._backbone(self._block(proj, prev_toks[:, 0], G + start), ctx, positions, masks)[:, start:]
+        return self.train_heads(proj, h, prev_toks)
+
+    def train_heads(self, proj: DraftProjection, h: mx.array, prev_toks: mx.array) -> TrainOut:
+        base = self.head(proj, h)
+        logits, e = base, None
+        if self.has_markov:
+            bias, e = self.net.markov_head(prev_toks)  # teacher-forced with the true previous tokens
+            logits = base + bias
+        z = None
+        if self.has_confidence:
+            z = self.net.confidence_head(h if e is None or not self.confidence_with_markov else mx.concatenate([h, e], -1))
+        return TrainOut(logits, base, z, h)
+
+    def _train_masks(self, positions: mx.array, S: int, length: int, ctx_len: int) -> list:
+        """Per layer, [A, 1, length, S + length] booleans: what slot i of an anchor at ``p`` (at
+        position p + i) sees of its sequence's rows and of its block, the same rule as
+        :meth:`_attention` applies to one anchor while drafting."""
+        n = len(self.net.layers)
+        windows = self.layout.windows or (None,) * n
+        causal = self.layout.causal or (False,) * n
+        p = positions[:, None, None]  # [A, 1, 1]
+        q_pos = p + mx.arange(length)[None, :, None]  # [A, length, 1]
+        row = mx.arange(S)[None, None, :]
+        slot = mx.arange(length)
+        masks = []
+        for i in range(n):
+            W = windows[i]
+            seen = row < p
+            if ctx_len > 0:
+                seen = seen & (row >= p - ctx_len)
+            block = mx.ones((1, length, length), mx.bool_)
+            if W is not None and self.layout.window_from_anchor:
+                seen = seen & (row >= p - W)
+            elif W is not None:
+                seen = seen & (row > q_pos - W)
+                block = block & (slot[None, None, :] > slot[None, :, None] - W)
+            if causal[i]:
+                block = block & (slot[None, None, :] <= slot[None, :, None])
+            seen = mx.broadcast_to(seen, (positions.shape[0], length, S))
+            block = mx.broadcast_to(block, (positions.shape[0], length, length))
+            masks.append(mx.concatenate([seen, block], axis=-1)[:, None])
+        return masks
+
     def forward_rows(self, proj: DraftProjection, h_ctx: mx.array | None, anchors: mx.array | Sequence[int],
                      gamma: int, opts: DraftOpts | None = None, context: ContextKV | None = None) -> DraftRows:
         """Draft ``gamma`` tokens after each anchor. New committed tap rows ``h_ctx``
@@ -162,9 +231,9 @@ class BlockDrafter:
         keys = [None] * max(gamma, 1) if sp.greedy else \
             mx.random.split(opts.key if opts.key is not None else mx.random.key(0), max(gamma, 1))
         e = None
-        table = self._markov_table() if self.has_markov else None
-        if self.has_markov and table is None and _scores_candidates(self.net.markov_head):
-            choice, q, draft_probs, e = self._markov_on_candidates(proj, raw, prev, sp, keys)
+        table = markov.bias_table(self) if self.has_markov else None
+        if self.has_markov and table is None and markov.scores_candidates(self.net.markov_head):
+            choice, q, draft_probs, e = markov.draft_on_candidates(self, proj, raw, prev, sp, keys)
             logits = None
         elif self.has_markov:
             # Sequential: each position's bias depends on the token just drafted. Only the
@@ -195,63 +264,6 @@ class BlockDrafter:
         return DraftRows(tokens=self.to_target(choice), q=self.widen(q, proj.vocab_size), draft_probs=draft_probs,
                          confidences=self._calibrated(z) if z is not None else None, hidden=h, conf_logits=z,
                          logits=logits)
-
-    def _markov_on_candidates(self, proj: DraftProjection, raw: mx.array, prev: mx.array, sp: SamplingParams, keys):
-        """The Markov loop on each position's ``MARKOV_SCORED`` best backbone candidates.
-
-        The bias W2 W1[x_prev] of a whole vocabulary is a pass over all of W2 per position (at
-        Gemma's 262,144 ids and rank 256, 67M weights read seven times a round, as much as the
-        head itself). The bias moves a logit by a bounded amount, so the drafted token is
-        almost always among the backbone's best few hundred: the candidates are picked for
-        all positions at once, their W2 rows gathered once, and the loop scores only them.
-        The draft is then the best (or, sampling, a draw) among the candidates: a drafter's
-        choice may differ from the full-vocabulary one in rare rounds, which changes only
-        what is proposed, never what is committed (the target decides), and under sampling
-        ``q`` is exactly the distribution drawn from. Returns (draft ids, q over the draft
-        vocabulary or None, q(token), W1 rows of the previous tokens). ``raw``: the head's
-        output before the soft-cap (monotone: the candidates are the same), capped here on the
-        candidates only."""
-        head = self.net.markov_head
-        A, G, V = raw.shape
-        cand = mx.argpartition(-raw, MARKOV_SCORED - 1, axis=-1)[..., :MARKOV_SCORED]  # [A, G, M] draft ids
-        base_c = self.cap(proj, mx.take_along_axis(raw, cand, axis=-1))
-        w2 = _weight_rows(head.markov_w2, cand)  # [A, G, M, r]
-        toks, embs, probs, qs = [], [], [], []
-        for k in range(G):
-            e_k = head.markov_w1(prev)  # [A, r]; W1 is indexed by target ids
-            logits_k = base_c[:, k] + (w2[:, k] @ e_k[..., None])[..., 0]
-            if sp.greedy:
-                i = mx.argmax(logits_k, axis=-1)
-                probs.append(mx.softmax(logits_k.astype(mx.float32), axis=-1)[mx.arange(A), i])
-            else:
-                q_c = distribution(logits_k, sp)
-                i = mx.random.categorical(mx.log(q_c), key=keys[k])
-                probs.append(q_c[mx.arange(A), i])
-                qs.append(mx.put_along_axis(mx.zeros((A, V), q_c.dtype), cand[:, k], q_c, axis=-1))
-            choice = cand[:, k][mx.arange(A), i].astype(mx.int32)
-            prev = self.to_target(choice)
-            toks.append(choice), embs.append(e_k)
-        q = None if sp.greedy else mx.stack(qs, axis=1)
-        return mx.stack(toks, axis=1), q, mx.stack(probs, axis=1), mx.stack(embs, axis=1)
-
-    def _markov_table(self) -> mx.array | None:
-        """Every previous token's Markov bias, W2 W1[x] for all x ([V, V_draft], the head's own
-        ops batched), when it takes at most ``MARKOV_TABLE_BYTES``: a drafted position then
-        reads one row instead of a pass over W2. Built on first use and again whenever the
-        head's weights are replaced (training installs new arrays)."""
-        head = self.net.markov_head
-        rows, cols = head.markov_w1.weight.shape[0], head.markov_w2.weight.shape[0]
-        out = head.markov_w2.scales if hasattr(head.markov_w2, "scales") else head.markov_w2.weight  # the bias dtype
-        if rows * cols * out.dtype.size > MARKOV_TABLE_BYTES:
-            return None
-        weights = [w for _, w in tree_flatten(head.parameters())]
-        cached = getattr(self, "_table", None)
-        if cached is not None and len(cached[0]) == len(weights) and all(a is b for a, b in zip(cached[0], weights)):
-            return cached[1]
-        table = head(mx.arange(rows))[0]
-        mx.eval(table)
-        self._table = (weights, table)
-        return table
 
     def to_target(self, draft_ids: mx.array) -> mx.array:
         return draft_ids if self.draft_to_target is None else self.draft_to_target[draft_ids]
@@ -327,37 +339,6 @@ class BlockDraftSession:
         return self.context.state()
 
 
-#: Bytes up to which a Markov head's biases are tabulated for every previous token (the demo's
-#: 4,096 x 4,096 float32 head: 64 MiB). Measured interleaved on the demo pair (10 prompts x 3,
-#: 256 greedy tokens): 1.07x tok/s over the candidate loop (spread 1.01-1.10), same tokens.
-MARKOV_TABLE_BYTES = 64 << 20
-#: Draft-vocabulary candidates per position that the Markov loop scores on large heads.
-MARKOV_SCORED = 256
-#: W2 weights (draft vocabulary x rank) up to which the Markov loop scores every id: exact, and
-#: at that size a pass over W2 costs less than picking and gathering candidates. Measured
-#: interleaved on this project's CPU: a DeepSpec head with 8,192 ids x rank 32 drafted 4% faster
-#: per round in full (and exactly: tau 2.25, on candidates 2.17); the demo's 4,096 x 256
-#: 4% faster on candidates (same tau); Gemma's 262,144 x 256 is 11x faster on candidates.
-MARKOV_FULL_WEIGHTS = 1 << 19
-
-
-def _scores_candidates(markov_head) -> bool:
-    """Whether the Markov loop scores candidates (a large head) rather than every id."""
-    rank, vocab = markov_head.markov_w1.weight.shape[1], markov_head.markov_w2.weight.shape[0]
-    if hasattr(markov_head.markov_w1, "scales"):  # quantized: packed columns
-        rank *= 32 // markov_head.markov_w1.bits
-    return vocab > 2 * MARKOV_SCORED and vocab * rank > MARKOV_FULL_WEIGHTS
-
-
-def _weight_rows(linear, ids: mx.array) -> mx.array:
-    """Rows ``ids`` of a Linear's (possibly quantized) weight, as floats: [*ids.shape, in]."""
-    if hasattr(linear, "scales"):
-        biases = linear["biases"][ids] if "biases" in linear else None
-        return mx.dequantize(linear.weight[ids], linear.scales[ids], biases, group_size=linear.group_size,
-                             bits=linear.bits, mode=getattr(linear, "mode", "affine"))
-    return linear.weight[ids]
-
-
 def _choose(logits: mx.array, sp: SamplingParams, key: mx.array):
     """Tokens from ``logits`` [..., V]: the argmax, or a draw from ``distribution`` (returned too)."""
     if sp.greedy:
@@ -372,4 +353,4 @@ def _packing(module) -> int:
     return 32 // bits if bits else 1
 
 
-__all__ = ["BlockDrafter", "BlockLayout", "DraftOpts", "DraftRows", "BlockDraftSession"]
+__all__ = ["BlockDraftSession", "BlockDrafter", "BlockLayout", "DraftOpts", "DraftRows", "TrainOut"]

@@ -91,7 +91,7 @@ def load_drafter(path: str | Path, target: Target | None = None, say=None):
     spec = PUBLISHED[fmt].read_spec(p, config)
     if target is not None:
         spec.check_target(target)
-    drafter = spec.build(p)
+    drafter = spec.build(p, config)
     if target is not None:
         drafter.check_target(target)
     return drafter

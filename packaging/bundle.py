@@ -30,7 +30,7 @@ BUNDLE_ID = "org.dspark.studio"
 #: opens on, the prompt sets, the icons. Training leftovers (checkpoints, cached features) and
 #: the package's __init__.py stay out.
 SHIPPED_RESOURCES = ("demo/target", "demo/dspark", "demo/dflash", "demo/README.md", "prompts", "icons")
-SKIPPED_NAMES = {"__pycache__", ".ckpt", "train_state.safetensors", "train_data.safetensors"}
+SKIPPED_NAMES = {"__pycache__", ".ckpt", ".train", "train_state.safetensors", "train_data.safetensors"}
 #: Files each demo model needs to load (the target also needs its tokenizer).
 DEMO_FILES = {
     "target": ("config.json", "model.safetensors", "tokenizer.json"),

@@ -179,7 +179,7 @@ def test_weights_note_tells_checkpoints_apart(tmp_path, target, drafter):
 def test_weight_rows_of_a_quantized_linear_are_its_dequantized_rows():
     import mlx.nn as nn
 
-    from dspark.drafting import _weight_rows
+    from dspark.markov import weight_rows as _weight_rows
 
     lin = nn.Linear(64, 40, bias=False)
     q = nn.QuantizedLinear.from_linear(lin, group_size=32, bits=4)
@@ -192,15 +192,15 @@ def test_weight_rows_of_a_quantized_linear_are_its_dequantized_rows():
 def test_the_candidate_markov_loop_drafts_what_the_full_loop_does_when_the_best_is_a_candidate(monkeypatch):
     """With a Markov bias that cannot lift a token past the backbone's top candidates (here a
     zero bias), scoring only the candidates drafts exactly the full loop's tokens."""
-    import dspark.drafting
+    import dspark.markov
 
     target = tiny_target(seed=0, vocab=96)
     d = DflashDrafter.init(target, DflashConfig(block_size=5, num_layers=1, markov_rank=16), seed=4)
     h = mx.random.normal((1, 9, d.m * target.dims.hidden_size), key=mx.random.key(0))
     full = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
-    monkeypatch.setattr(dspark.drafting, "MARKOV_SCORED", 8)
-    monkeypatch.setattr(dspark.drafting, "MARKOV_FULL_WEIGHTS", 0)
-    monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
+    monkeypatch.setattr(dspark.markov, "MARKOV_SCORED", 8)
+    monkeypatch.setattr(dspark.markov, "MARKOV_FULL_WEIGHTS", 0)
+    monkeypatch.setattr(dspark.markov, "MARKOV_TABLE_BYTES", 0)
     pruned = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
     assert pruned.tokens.tolist() == full.tokens.tolist() and pruned.logits is None
     assert np.allclose(np.array(pruned.confidences), np.array(full.confidences), atol=1e-5)
@@ -218,7 +218,7 @@ def _markov_drafter(target, seed=5):
 def test_the_markov_table_drafts_what_the_head_computes_row_by_row(monkeypatch, temperature):
     """A small head's biases come from its table; drafting with it gives the tokens, logits, q
     and confidences of the loop that applies the head to each previous token."""
-    import dspark.drafting
+    import dspark.markov
 
     target = tiny_target(seed=0, vocab=96)
     d = _markov_drafter(target)
@@ -226,7 +226,7 @@ def test_the_markov_table_drafts_what_the_head_computes_row_by_row(monkeypatch, 
     opts = DraftOpts(SamplingParams(temperature=temperature), key=mx.random.key(2))
     tabled = d.forward_rows(target.projection, h, [7], 5, opts)
     assert d._table[1].shape == (96, 96)
-    monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
+    monkeypatch.setattr(dspark.markov, "MARKOV_TABLE_BYTES", 0)
     full = d.forward_rows(target.projection, h, [7], 5, opts)
     assert tabled.tokens.tolist() == full.tokens.tolist()
     assert np.allclose(np.array(tabled.logits), np.array(full.logits), atol=1e-4)
@@ -238,7 +238,7 @@ def test_the_markov_table_drafts_what_the_head_computes_row_by_row(monkeypatch, 
 def test_the_markov_table_follows_new_weights_and_its_size_limit(monkeypatch):
     """Training installs new arrays: the next draft tabulates them again. A head over the limit
     gets no table."""
-    import dspark.drafting
+    import dspark.markov
 
     target = tiny_target(seed=0, vocab=96)
     d = _markov_drafter(target)
@@ -249,9 +249,9 @@ def test_the_markov_table_follows_new_weights_and_its_size_limit(monkeypatch):
     w2.weight = -w2.weight
     after = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
     assert d._table[1] is not old and np.allclose(np.array(d._table[1]), -np.array(old), atol=1e-5)
-    monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
+    monkeypatch.setattr(dspark.markov, "MARKOV_TABLE_BYTES", 0)
     fresh = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
     assert after.tokens.tolist() == fresh.tokens.tolist()
     assert np.allclose(np.array(after.logits), np.array(fresh.logits), atol=1e-4)
-    monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 96 * 96 * 4 - 1)
-    assert d._markov_table() is None
+    monkeypatch.setattr(dspark.markov, "MARKOV_TABLE_BYTES", 96 * 96 * 4 - 1)
+    assert dspark.markov.bias_table(d) is None

@@ -209,7 +209,7 @@ def test_inspect_says_what_a_directory_is(dirs, capsys):
     capsys.readouterr()
     assert dspark(["inspect", str(dirs["deepspec"])]) == 0
     out = capsys.readouterr().out
-    assert "deepspec drafter (DSpark)" in out and "Markov, confidence" in out and "7 drafts per round" in out
+    assert "deepspec drafter (DSpark)" in out and "Markov, confidence" in out and "block size 7 (drafted tokens per round" in out
 
 
 def _copy(src: Path, dst: Path) -> Path:

@@ -304,7 +304,7 @@ def test_resume_refuses_other_shapes_and_a_damaged_checkpoint(dirs, data_file, t
     assert "was trained with markov_rank 8, not 16" in capsys.readouterr().err
     assert main([*argv, "--resume", "--lr", "0.1"]) == 2
     assert "was trained with lr" in capsys.readouterr().err
-    state = out / "train_state.safetensors"
+    state = out / ".train" / "train_state.safetensors"
     state.write_bytes(state.read_bytes()[:200])
     assert main([*argv, "--resume", "--steps", "4"]) == 2
     assert "train_state.safetensors is not a readable safetensors file" in capsys.readouterr().err
@@ -321,7 +321,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_is_exact(dirs, data_file, tmp_pat
     p = subprocess.Popen(train_cmd(dirs, data_file, stopped, "--steps", "160", "--checkpoint-minutes", "0"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
-    while not (stopped / "train_state.safetensors").exists() and time.time() < deadline:
+    while not (stopped / ".train" / "train_state.safetensors").exists() and time.time() < deadline:
         time.sleep(0.05)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=300)
@@ -376,13 +376,13 @@ def test_kill_9_during_checkpoint_writes_never_leaves_a_broken_one(dirs, data_fi
                                        *(["--resume"] if attempt else [])),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 300
-        while not (out / "train_state.safetensors").exists() and time.time() < deadline:
+        while not (out / ".train" / "train_state.safetensors").exists() and time.time() < deadline:
             time.sleep(0.05)
         time.sleep(float(rng.uniform(0.2, 1.5)))
         p.kill()
         p.wait()
         assert main(["inspect", str(out)]) == 0  # the drafter files are whole
-        state = mx.load(str(out / "train_state.safetensors"))  # and the checkpoint loads
+        state = mx.load(str(out / ".train" / "train_state.safetensors"))  # and the checkpoint loads
         assert any(k.startswith("opt.") for k in state)
     r = subprocess.run(train_cmd(dirs, data_file, out, "--steps", "200", "--resume", "--time-budget-minutes", "0.05"),
                        capture_output=True, text=True, timeout=600)

@@ -44,14 +44,14 @@ def test_reference_is_not_degenerate(case):
 def test_random_drafter_matches_plain_greedy(case, scored, monkeypatch):
     """The Markov loop reads a table of biases (small heads, None), scores every id ("full"),
     or only 8 candidates a position (8, the large-vocabulary path)."""
-    import dspark.drafting
+    import dspark.markov
 
     if scored == "full":
-        monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
+        monkeypatch.setattr(dspark.markov, "MARKOV_TABLE_BYTES", 0)
     if scored == 8:
-        monkeypatch.setattr(dspark.drafting, "MARKOV_SCORED", scored)
-        monkeypatch.setattr(dspark.drafting, "MARKOV_FULL_WEIGHTS", 0)
-        monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
+        monkeypatch.setattr(dspark.markov, "MARKOV_SCORED", scored)
+        monkeypatch.setattr(dspark.markov, "MARKOV_FULL_WEIGHTS", 0)
+        monkeypatch.setattr(dspark.markov, "MARKOV_TABLE_BYTES", 0)
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=5, num_layers=1, markov_rank=16), seed=1)
     if scored == 8:  # a Markov head that moves logits, so the candidates matter

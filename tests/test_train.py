@@ -143,12 +143,12 @@ def test_train_drafter_resumes_from_its_checkpoint(target, tmp_path):
     s = TrainSettings(batch_anchors=8, seq_len=32, prompt_len=6, self_distill=True, eval_prompts=2, eval_tokens=10)
     quiet = dict(progress=False, log=lambda s: None)
     train_drafter(target, texts, tmp_path, CFG, dataclasses.replace(s, steps=6), **quiet)
-    data_mtime = (tmp_path / "train_data.safetensors").stat().st_mtime_ns
+    data_mtime = (tmp_path / ".train" / "train_data.safetensors").stat().st_mtime_ns
     train_drafter(target, texts, tmp_path, CFG, dataclasses.replace(s, steps=9), resume=True, **quiet)
     report = json.loads((tmp_path / "train_report.json").read_text())
     assert report["steps_done"] == 9
-    assert (tmp_path / "train_data.safetensors").stat().st_mtime_ns == data_mtime  # not regenerated
-    _, meta = mx.load(str(tmp_path / "train_state.safetensors"), return_metadata=True)
+    assert (tmp_path / ".train" / "train_data.safetensors").stat().st_mtime_ns == data_mtime  # not regenerated
+    _, meta = mx.load(str(tmp_path / ".train" / "train_state.safetensors"), return_metadata=True)
     assert json.loads(meta["meta"])["step"] == 9
     assert report["heldout"]["tau"] >= 1.0 and len(report["heldout"]["per_position_acceptance"]) == 4
 

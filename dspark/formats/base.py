@@ -3,6 +3,7 @@ nothing allocated), which checks a target and builds a ``CheckpointDrafter`` fro
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -14,11 +15,38 @@ from mlx.utils import tree_flatten
 from ..backbone import ConfidenceHead, MarkovHead
 from ..drafting import BlockDrafter, BlockLayout
 from ..errors import DrafterMismatchError, DsparkError
+from ..files import output_dir, save_safetensors, write_text
 from ..modeldir import read_header, safetensors_files
 from ..sampling import soft_cap
 from ..validate import check_shapes
 from .layers import DraftBody
 from .quant import apply_quantization
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """A drafter's architecture in no format's words: what ``dspark train --format`` builds and
+    each format's ``new_config`` writes as its own config.json (the reader of that format reads
+    it back into the same network)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    taps: tuple[int, ...]
+    block_size: int  # drafted tokens per round
+    mask_token_id: int
+    num_target_layers: int
+    eps: float = 1e-6
+    rope_theta: float = 10000.0
+    markov_rank: int = 0  # 0: no Markov head
+    confidence: bool = False
+    window: int = 0  # context rows a block attends to before its anchor (0: all of them)
+    softcap: float | None = None  # the drafter's logit soft-cap (the target's, usually)
+    max_positions: int = 4096
 
 
 @dataclass
@@ -77,7 +105,7 @@ class Spec:
             net.confidence_head = ConfidenceHead(self.hidden + (self.markov_rank if self.confidence_with_markov else 0))
         return net
 
-    def build(self, directory: Path) -> "CheckpointDrafter":
+    def build(self, directory: Path, config: dict | None = None) -> "CheckpointDrafter":
         header = {}
         for f in safetensors_files(directory):
             header.update(read_header(f))
@@ -96,7 +124,7 @@ class Spec:
                 raise DsparkError(f"{f} is not a readable safetensors file ({e})") from None
         net.load_weights([(k, v) for k, v in weights.items() if k not in tables])
         mx.eval(net.parameters())
-        drafter = CheckpointDrafter(self, net)
+        drafter = CheckpointDrafter(self, net, config)
         if self.d2t:
             d2t = weights["d2t"].astype(mx.int64)
             if d2t.shape != (self.draft_vocab,):
@@ -120,15 +148,45 @@ class Spec:
         }
 
 
+#: The key of a published format's config.json under which dspark keeps what the format has no
+#: field for: the confidence head's calibration, the target a drafter was trained against, the
+#: drafter settings it was trained with. The formats' own readers ignore keys they do not know.
+EXTENSION = "dspark"
+
+
 class CheckpointDrafter(BlockDrafter):
     """A published drafter, running through ``dspark.drafting``'s shared math."""
 
-    def __init__(self, spec: Spec, net: nn.Module):
+    def __init__(self, spec: Spec, net: nn.Module, config: dict | None = None):
         self.spec, self.net = spec, net
         self.format, self.layout = spec.format, spec.layout
         self.tap_layers, self.block_size, self.mask_token_id = spec.taps, spec.drafts, spec.mask_token_id
         self.confidence_with_markov = spec.confidence_with_markov
-        self.calibration = None
+        self.config = dict(config or {})
+        ext = self.config.get(EXTENSION) if isinstance(self.config.get(EXTENSION), dict) else {}
+        cal = ext.get("calibration")
+        self.calibration = [float(t) for t in cal] if isinstance(cal, list) and all(
+            isinstance(t, (int, float)) for t in cal) else None
+        self.target_weights = ext.get("target_weights") if isinstance(ext.get("target_weights"), str) else None
+
+    def save(self, path: str | Path) -> Path:
+        """This drafter in its own format: ``model.safetensors`` (the network's parameters under
+        the checkpoint's names) and its ``config.json`` with dspark's extension updated, each
+        written whole or not at all (weights first)."""
+        p = output_dir(path, allow_existing=True)
+        ext = {**(self.config.get(EXTENSION) or {}), "calibration": self.calibration, "target_weights": self.target_weights}
+        arrays = dict(tree_flatten(self.net.parameters()))
+        if self.draft_to_target is not None:  # the vocabulary table travels as the format stores it
+            arrays["d2t"] = (self.draft_to_target - mx.arange(self.draft_to_target.shape[0])).astype(mx.int64)
+        save_safetensors(p / "model.safetensors", arrays, {"format": "mlx"})
+        self.config[EXTENSION] = ext
+        write_text(p / "config.json", json.dumps(self.config, indent=1) + "\n")
+        return p
+
+    def weights_note(self, target) -> str | None:
+        if self.target_weights and self.target_weights != target.weights_fingerprint:
+            return "this drafter was trained against different weights of this target (acceptance may be low)"
+        return None
 
     def embed(self, proj, ids: mx.array) -> mx.array:
         rows = self.net.embed_tokens(ids) if self.spec.own_embedding else proj.table(ids)

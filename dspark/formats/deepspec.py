@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..drafting import BlockLayout
 from ..validate import Fields
-from .base import Spec
+from .base import DraftShape, Spec
 from .layers import Gemma4Layer
 
 
@@ -53,3 +53,23 @@ def read_spec(directory: Path, config: dict) -> Spec:
                 confidence=confidence, confidence_with_markov=f.bool("confidence_head_with_markov", default=True) and rank > 0,
                 num_target_layers=f.int("num_target_layers", "num_hidden_layers") if f.has("num_target_layers") else None,
                 quantization=config.get("quantization"))
+
+
+def new_config(shape: DraftShape) -> dict:
+    """A DeepSpec ``Gemma4DSparkModel`` config.json for ``shape``: Gemma-4 global layers (its own
+    embedding and head, proportional partial RoPE), the anchor slot predicting. DeepSpec has no
+    context window (``dspark.convert`` refuses one before this)."""
+    return {
+        "architectures": ["Gemma4DSparkModel"], "model_type": "gemma4_text", "target_model_type": "gemma4",
+        "target_text_model_type": "gemma4_text", "hidden_size": shape.hidden, "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
+        "global_head_dim": shape.head_dim, "intermediate_size": shape.intermediate, "vocab_size": shape.vocab,
+        "rms_norm_eps": shape.eps, "attention_k_eq_v": False, "layer_types": ["full_attention"] * shape.layers,
+        "rope_parameters": {"full_attention": {"rope_theta": 1e6, "rope_type": "proportional",
+                                               "partial_rotary_factor": 0.25}},
+        "max_position_embeddings": shape.max_positions, "final_logit_softcapping": shape.softcap or 0.0,
+        "tie_word_embeddings": False, "num_target_layers": shape.num_target_layers, "block_size": shape.block_size,
+        "mask_token_id": shape.mask_token_id, "target_layer_ids": list(shape.taps), "num_anchors": 512,
+        "markov_rank": shape.markov_rank, "markov_head_type": "vanilla", "enable_confidence_head": shape.confidence,
+        "confidence_head_with_markov": shape.markov_rank > 0, "torch_dtype": "float32",
+    }

@@ -38,6 +38,8 @@ def check_cfg(cfg: DflashConfig, dims: TargetDims) -> None:
         raise DsparkError(f"tap layers {list(cfg.tap_layers)} must be distinct indices in 0..{dims.num_layers - 2}")
     if not 0 <= cfg.mask_token_id < dims.vocab_size:
         raise DsparkError(f"mask token id {cfg.mask_token_id} is outside the vocabulary ({dims.vocab_size})")
+    if cfg.format != "native":
+        raise DsparkError(f"a {cfg.format} drafter is stored in its own format, not dspark's (dspark.convert)")
 
 
 def read_config(p: Path, meta: dict) -> tuple[TargetDims, DflashConfig]:

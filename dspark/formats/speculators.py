@@ -24,7 +24,7 @@ from ..drafting import BlockLayout
 from ..errors import DsparkError
 from ..modeldir import read_header, safetensors_files
 from ..validate import Fields
-from .base import Spec
+from .base import DraftShape, Spec
 from .layers import Qwen3Layer
 
 
@@ -92,3 +92,37 @@ def _tensor_names(directory: Path) -> set[str]:
     for f in safetensors_files(directory):
         names.update(k for k in read_header(f) if k != "__metadata__")
     return names
+
+
+def new_config(shape: DraftShape, verifier: str = "") -> dict:
+    """A speculators DSpark (or, without heads, DFlash) config.json for ``shape``: the anchor slot
+    predicts (``sample_from_anchor``; a block of ``block_size`` slots drafts ``block_size``), no
+    embedding or head of its own (the verifier's, unscaled, as speculators trains), a context
+    window as sliding-window layers that see ``[anchor - window, anchor)`` and are bidirectional
+    inside the block."""
+    algo = "dspark" if shape.markov_rank or shape.confidence else "dflash"
+    kinds = ["sliding_attention" if shape.window else "full_attention"] * shape.layers
+    config = {
+        "architectures": ["DSparkSpeculator" if algo == "dspark" else "DFlashSpeculator"],
+        "speculators_model_type": algo,
+        "speculators_config": {"algorithm": algo, "default_proposal_method": "greedy",
+                               "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": shape.block_size}],
+                               "verifier": {"name_or_path": verifier or None,
+                                            "architectures": ["Gemma4ForCausalLM"]}},
+        "transformer_layer_config": {
+            "model_type": "qwen3", "hidden_size": shape.hidden, "num_hidden_layers": shape.layers,
+            "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
+            "intermediate_size": shape.intermediate, "vocab_size": shape.vocab, "rms_norm_eps": shape.eps,
+            "rope_parameters": {"rope_theta": shape.rope_theta, "rope_type": "default"},
+            "max_position_embeddings": shape.max_positions, "layer_types": kinds,
+            "sliding_window": shape.window or None, "use_sliding_window": bool(shape.window), "attention_bias": False},
+        "aux_hidden_state_layer_ids": list(shape.taps), "block_size": shape.block_size, "sample_from_anchor": True,
+        "mask_token_id": shape.mask_token_id, "sliding_window_non_causal": True, "target_hidden_size": shape.hidden,
+        "draft_vocab_size": shape.vocab,
+    }
+    if shape.softcap:
+        config["final_logit_softcapping"] = shape.softcap
+    if algo == "dspark":
+        config.update(markov_rank=shape.markov_rank, markov_head_type="vanilla",
+                      enable_confidence_head=shape.confidence, confidence_head_with_markov=shape.markov_rank > 0)
+    return config

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..drafting import BlockLayout
 from ..validate import Fields
-from .base import Spec
+from .base import DraftShape, Spec
 from .layers import Qwen3Layer
 
 
@@ -77,3 +77,23 @@ def read_spec(directory: Path, config: dict) -> Spec:
                 own_embedding=False, embed_scale=scale, own_head=False, softcap=softcap or None,
                 output_multiplier=out_mult, num_target_layers=num_target, quantization=config.get("quantization"),
                 notes=notes)
+
+
+def new_config(shape: DraftShape) -> dict:
+    """A z-lab DFlash config.json for ``shape``: a block of ``block_size + 1`` slots (slot 0 is the
+    anchor only); a context window becomes sliding-window layers, each slot seeing its last
+    ``window + 1`` positions (z-lab windows by position), bidirectional inside the block. z-lab
+    heads have no Markov or confidence head (``dspark.convert`` refuses those before this)."""
+    kinds = ["sliding_attention" if shape.window else "full_attention"] * shape.layers
+    return {
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": shape.hidden,
+        "num_hidden_layers": shape.layers, "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim, "intermediate_size": shape.intermediate, "vocab_size": shape.vocab,
+        "rms_norm_eps": shape.eps, "rope_theta": shape.rope_theta, "max_position_embeddings": shape.max_positions,
+        "num_target_layers": shape.num_target_layers, "layer_types": kinds,
+        "sliding_window": shape.window + 1 if shape.window else None, "is_causal": False,
+        "tie_word_embeddings": False, "torch_dtype": "float32",
+        "dflash_config": {"block_size": shape.block_size + 1, "mask_token_id": shape.mask_token_id,
+                          "target_layer_ids": list(shape.taps),
+                          **({"final_logit_softcapping": shape.softcap} if shape.softcap else {})},
+    }

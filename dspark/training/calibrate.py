@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import metrics
-from ..drafter import DflashDrafter
+from ..drafting import BlockDrafter
 from ..engine import GenerationConfig, generate
 from ..errors import DsparkError
 from ..events import RoundEvent
@@ -114,7 +114,7 @@ def fit_temperatures(rounds: Sequence[Round], block_size: int, grid: Sequence[fl
 
 def collect_rounds(
     target: Target,
-    drafter: DflashDrafter,
+    drafter: BlockDrafter,
     prompts: Sequence[str | Sequence[int]],
     *,
     max_rounds: int | None = None,
@@ -125,7 +125,7 @@ def collect_rounds(
     with raw confidence logits, and per prompt its (RoundEvents, Rounds) for tau and acceptance."""
     rounds: list[Round] = []
     events: list[tuple[list[RoundEvent], list[Round]]] = []
-    cfg = GenerationConfig(max_tokens=max_tokens, temperature=0.0, block_size=block_size or drafter.cfg.block_size,
+    cfg = GenerationConfig(max_tokens=max_tokens, temperature=0.0, block_size=block_size or drafter.block_size,
                            policy="fixed", stop_at_eos=False)
     for prompt in prompts:
         evs = [ev for ev in generate(target, drafter, prompt, cfg) if isinstance(ev, RoundEvent)]
@@ -144,16 +144,16 @@ def calibrate_rounds(fit: Sequence[Round], check: Sequence[Round], block_size: i
     return Calibration(temps, before, after, per_before, per_after, len(fit), len(check))
 
 
-def calibrate_drafter(target: Target, drafter: DflashDrafter, prompts: Sequence, *, rounds: int = 200,
+def calibrate_drafter(target: Target, drafter: BlockDrafter, prompts: Sequence, *, rounds: int = 200,
                       max_tokens: int = 128, holdout: bool = True) -> Calibration:
     """Collect rounds of the real loop and fit STS temperatures (``result.kept()`` are the
     ones to store in ``drafter.calibration``). With ``holdout`` the ECE is measured on every
     other prompt's rounds, fitted on the rest. The drafter is not changed: the rounds carry
     the raw confidence logits whatever its current calibration."""
-    if not drafter.cfg.confidence:
+    if not drafter.has_confidence:
         raise DsparkError("this drafter has no confidence head: nothing to calibrate")
     _, per_prompt = collect_rounds(target, drafter, prompts, max_rounds=rounds, max_tokens=max_tokens)
-    return _fit_on_even_check_on_odd(per_prompt, drafter.cfg.block_size, holdout)
+    return _fit_on_even_check_on_odd(per_prompt, drafter.block_size, holdout)
 
 
 
@@ -166,7 +166,7 @@ def _fit_on_even_check_on_odd(per_prompt: list[tuple[list[RoundEvent], list[Roun
     return calibrate_rounds(fit, check, block_size)
 
 
-def evaluate_drafter(target: Target, drafter: DflashDrafter, prompts, max_tokens: int = 128,
+def evaluate_drafter(target: Target, drafter: BlockDrafter, prompts, max_tokens: int = 128,
                      say=lambda s: None) -> tuple[dict, Calibration | None]:
     """(figures of the real greedy loop on held-out prompts, an STS calibration fitted on
     every other prompt's rounds and checked on the others, or None without a confidence head)."""
@@ -185,8 +185,8 @@ def evaluate_drafter(target: Target, drafter: DflashDrafter, prompts, max_tokens
     say(f"held-out ({len(prompts)} prompts, {f.rounds} rounds): tau {f.tau:.3f}, acceptance by position "
         + " ".join(f"{x:.2f}" for x in f.per_position_acceptance))
     cal = None
-    if drafter.cfg.confidence and f.rounds:
-        cal = _fit_on_even_check_on_odd(per_prompt, drafter.cfg.block_size)
+    if drafter.has_confidence and f.rounds:
+        cal = _fit_on_even_check_on_odd(per_prompt, drafter.block_size)
         result["calibration"] = asdict(cal)
         say("calibration: " + format_calibration(cal))
     result["seconds"] = time.perf_counter() - t0

@@ -11,7 +11,6 @@ from ..options import Parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..drafter import DflashDrafter
     from ..loading import load_drafter, load_target
     from .calibrate import calibrate_drafter, format_calibration
 
@@ -32,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         check_range(flag, value, 1, hi)
     target = load_target(a.target)
     drafter = load_drafter(a.drafter, target, say=lambda msg: print(f"dspark: {msg}", file=sys.stderr))
-    if not isinstance(drafter, DflashDrafter):
-        raise DsparkError(f"{a.drafter} is a {drafter.format} drafter: calibration writes this project's own format only")
+    if not hasattr(drafter, "save"):
+        raise DsparkError(f"{a.drafter} is a {drafter.format} drafter this version cannot write back")
     if not drafter.has_confidence:
         raise DsparkError("this drafter has no confidence head: nothing to calibrate")
     if a.prompts:

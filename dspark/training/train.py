@@ -5,8 +5,9 @@ Data. Texts are tokenized and cut into sequences of ``seq_len`` tokens. With sel
 only its first ``prompt_len`` tokens as a prompt and the target writes the rest greedily;
 anchors then start at the last prompt token, so every label is target output.
 
-The output directory holds the drafter (native format), ``train_state.safetensors`` (see
-:mod:`dspark.training.trainer`) and, for the sequences, ``train_data.safetensors``, so
+The output directory holds the drafter (in its format) and, in ``.train/``, the checkpoint
+``train_state.safetensors`` (see :mod:`dspark.training.trainer`) and the sequences,
+``train_data.safetensors``, so
 ``--resume`` continues exactly where the run stopped. At the end the drafter is evaluated with
 the real generation loop on held-out prompts, its confidence head calibrated (STS), and the
 figures written to ``train_report.json``.
@@ -25,15 +26,20 @@ from typing import Callable, Sequence
 import mlx.core as mx
 import numpy as np
 
-from ..drafter import DflashConfig, DflashDrafter
+from ..config import DflashConfig, default_taps
+from ..convert import new_drafter
+from ..drafter import DflashDrafter
+from ..drafting import BlockDrafter
+from ..formats.base import EXTENSION
+from ..loading import load_drafter
 from ..errors import DsparkError
 from ..files import output_dir, remove_stale, write_text
 from ..target import Target
 from .data import Sequences, build_training_data, encode_all, held_out_prompts
 from .loop import Progress, train_loop
-from .trainer import STATE_FILE, DrafterTrainer, TrainSettings
+from .trainer import STATE_FILE, TRAIN_DIR, DrafterTrainer, TrainSettings
 
-DATA_FILE = "train_data.safetensors"
+DATA_FILE = f"{TRAIN_DIR}/train_data.safetensors"
 REPORT_FILE = "train_report.json"
 
 
@@ -49,31 +55,35 @@ def train_drafter(
     resume: bool = False,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
-) -> DflashDrafter:
+) -> BlockDrafter:
     """Train a drafter for ``target`` on ``texts`` (strings, or token-id lists) into
     ``out_dir``; see the module docstring. ``heldout_texts`` are the evaluation prompts (by
     default some of the data is held out); ``data_file`` reuses the sequences another run
-    saved (its ``train_data.safetensors``). Returns the trained drafter."""
+    saved (its ``.train/train_data.safetensors``). Returns the trained drafter."""
     s = settings
     t_start = time.perf_counter()
     out = output_dir(out_dir, allow_existing=True)
     remove_stale(out)  # what a killed run was writing when it died
+    (out / TRAIN_DIR).mkdir(exist_ok=True)
+    remove_stale(out / TRAIN_DIR)
     say = log or (lambda m: print(m, file=sys.stderr))
     resuming = resume and (out / STATE_FILE).is_file()
     if resume and not resuming:
         say(f"nothing to resume in {out}: starting a new run")
     if resuming:
         check_resume(out, cfg, s, target.dims.num_layers)
-    drafter = DflashDrafter.load(out, target) if resuming else DflashDrafter.init(target, cfg, seed=s.seed)
+    drafter = _resumed(out, target, cfg) if resuming else new_drafter(target, cfg, seed=s.seed)
+    trained_as = trained_settings(drafter)
     seqs, held, distill_seconds = _training_data(target, texts, heldout_texts, out, s, data_file, resuming, progress, say)
-    trainer = DrafterTrainer(target, drafter, seqs, s)
+    trainer = DrafterTrainer(target, drafter, seqs, s, trained_as)
     if resuming:
         meta = trainer.load_state(out)
         say(f"resumed at step {trainer.step} of {s.steps}")
         if meta["settings"]["steps"] != s.steps:
             say(f"note: the first run planned {meta['settings']['steps']} steps; the schedule now spans {s.steps}")
-    say(f"drafter: {drafter.num_params():,} parameters, taps {list(drafter.cfg.tap_layers)}, block {drafter.cfg.block_size}, "
-        f"markov {drafter.cfg.markov}, confidence {drafter.cfg.confidence}; {len(seqs)} sequences of {seqs.tokens.shape[1]}")
+    say(f"drafter: {trained_as['format']} format, {drafter.num_params():,} parameters, taps {list(drafter.tap_layers)}, "
+        f"block {drafter.block_size}, markov {drafter.has_markov}, confidence {drafter.has_confidence}, context window "
+        f"{trained_as['context_window'] or 'none'}; {len(seqs)} sequences of {seqs.tokens.shape[1]}")
 
     first_step, loop_start = trainer.step, time.perf_counter()
     stopped, recent = _train_loop(trainer, out, t_start, progress, say)
@@ -82,8 +92,8 @@ def train_drafter(
     trainer.save_state(out)
     done = trainer.step - first_step
     report = {
-        "target_id": drafter.target_id,
-        "drafter": asdict(drafter.cfg),
+        "target_id": target.target_id,
+        "drafter": trained_as,
         "parameters": drafter.num_params(),
         "settings": asdict(s),
         "sequences": len(seqs),
@@ -92,7 +102,7 @@ def train_drafter(
         "final_loss": dict(zip(("loss", "ce", "tv", "conf"), np.mean(recent, axis=0).tolist())) if recent else None,
         "train_seconds": train_seconds,
         "anchors_per_sec": done * s.batch_anchors / train_seconds if done else 0.0,
-        "block_tokens_per_sec": done * s.batch_anchors * drafter.cfg.block_size / train_seconds if done else 0.0,
+        "block_tokens_per_sec": done * s.batch_anchors * drafter.block_size / train_seconds if done else 0.0,
         "target_forward_seconds": trainer.features.seconds,
         "self_distill_seconds": distill_seconds,
         "device": str(mx.default_device()),
@@ -108,6 +118,22 @@ def train_drafter(
             drafter.save(out)
     write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
     return drafter
+
+
+def trained_settings(drafter: BlockDrafter) -> dict:
+    """The drafter settings a drafter was made with (``DflashConfig`` fields): a native one's own
+    config, or what dspark wrote into a published format's config.json when it made it."""
+    if isinstance(drafter, DflashDrafter):
+        return asdict(drafter.cfg)
+    made = (getattr(drafter, "config", {}).get(EXTENSION) or {}).get("trained_as")
+    if not isinstance(made, dict):
+        raise DsparkError(f"this {drafter.format} drafter was not made by dspark train: it has no training settings "
+                          f"to continue from")
+    return dict(made)
+
+
+def _resumed(out: Path, target: Target, cfg: DflashConfig) -> BlockDrafter:
+    return DflashDrafter.load(out, target) if cfg.format == "native" else load_drafter(out, target)
 
 
 #: Settings a resumed run may change; every other one must be what the checkpoint was trained with.
@@ -133,14 +159,12 @@ def saved_run(out: Path) -> tuple[dict, dict] | None:
 
 def check_resume(out: Path, cfg: DflashConfig, settings: TrainSettings, target_layers: int) -> None:
     """Refuse to resume a checkpoint with other shapes or settings, naming the first difference."""
-    from ..drafter import default_taps
-
     drafter, saved = saved_run(out)
     want = asdict(cfg)
     if not want["tap_layers"]:
         want["tap_layers"] = list(default_taps(target_layers))
     for key, value in want.items():
-        have = drafter.get(key)
+        have = drafter.get(key, getattr(DflashConfig(), key))  # a field added since: its default
         if (list(have) if isinstance(have, (list, tuple)) else have) != (list(value) if isinstance(value, (list, tuple)) else value):
             raise DsparkError(f"--resume: the run in {out} was trained with {key} {have!r}, not {value!r} "
                               f"(leave the option out to continue it, or train into a new --out)")

@@ -5,13 +5,15 @@ the block input is ``[x_p, MASK x (G-1)]``, slot k predicts ``x_{p+k+1}``, the c
 target's tap rows of positions < p (the last ``ctx_len`` of them when set), and the Markov head
 is teacher-forced with ``x_p .. x_{p+G-1}``. A batch draws ``anchors_per_seq`` anchors from each
 of a few sequences, whose context rows are projected once and shared by their anchors
-(``DflashDrafter.forward_train_packed``). The frozen target runs once per sequence; its tap
+(``BlockDrafter.forward_train_packed``, the same for every format: a block is trained exactly as
+the drafter's format drafts it, windows and anchor slot included). The frozen target runs once per sequence; its tap
 rows and final normed hidden states are cached (``dspark.training.data.TargetFeatures``).
 
 Loss: :func:`dspark.training.losses.dspark_loss`. Only ``drafter.net`` gets gradients (the
 target's embedding and head are borrowed through ``target.projection`` and stay frozen).
-Checkpoints (``train_state.safetensors``): drafter weights, AdamW state, step and the numpy
-RNG state as JSON metadata; never pickle.
+Checkpoints (``.train/train_state.safetensors`` in the drafter's directory: beside the model's
+own files, whatever its format, a serving engine reading every ``*.safetensors`` would trip on
+them): drafter weights, AdamW state, step and the numpy RNG state as JSON metadata; never pickle.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ..drafter import DflashDrafter
+from ..drafting import BlockDrafter
 from ..errors import DsparkError
 from ..files import save_safetensors
 from ..options import option
@@ -37,7 +39,8 @@ from ..target import Target
 from .data import Sequences, TargetFeatures
 from .losses import default_decay, dspark_loss, position_weights
 
-STATE_FILE = "train_state.safetensors"
+TRAIN_DIR = ".train"  # what a training run keeps beside the drafter, hidden
+STATE_FILE = f"{TRAIN_DIR}/train_state.safetensors"
 STATE_FORMAT = "dspark-train-state"
 #: Default data budget: one training sequence per this many anchors the run draws. Each
 #: sequence offers ~seq_len anchor positions; reusing it this often keeps self-distillation
@@ -93,13 +96,17 @@ class TrainSettings:
 class DrafterTrainer:
     """One drafter, its AdamW state and the anchor sampler; ``train_step`` does one update."""
 
-    def __init__(self, target: Target, drafter: DflashDrafter, seqs: Sequences, settings: TrainSettings):
+    def __init__(self, target: Target, drafter: BlockDrafter, seqs: Sequences, settings: TrainSettings,
+                 trained_as: dict | None = None):
         self.target, self.drafter, self.seqs, self.s = target, drafter, seqs, settings
         self.proj = target.projection
-        self.G = drafter.cfg.block_size
-        S, H, m = seqs.tokens.shape[1], target.dims.hidden_size, drafter.m
+        if drafter.draft_to_target is not None:
+            raise DsparkError("a drafter with a reduced draft vocabulary (d2t) cannot be trained here")
+        self.trained_as = trained_as if trained_as is not None else asdict(drafter.cfg)  # the drafter's settings
+        self.G = drafter.block_size
+        S, H, m = seqs.tokens.shape[1], target.dims.hidden_size, len(drafter.tap_layers)
         per_seq_mb = S * (m + 1) * H * 4 / 2**20
-        self.features = TargetFeatures(target, drafter.cfg.tap_layers, seqs, int(settings.feature_cache_mb / per_seq_mb))
+        self.features = TargetFeatures(target, drafter.tap_layers, seqs, int(settings.feature_cache_mb / per_seq_mb))
         self.weights = position_weights(self.G, settings.loss_decay or default_decay(self.G))
         self.rng = np.random.default_rng(settings.seed)
         self._rng_before_pending = None  # the RNG state before the batch drawn but not yet trained on
@@ -184,7 +191,8 @@ class DrafterTrainer:
         arrays.update({f"opt.{k}": v for k, v in tree_flatten(self.optimizer.state)})
         rng = self._rng_before_pending if self._rng_before_pending is not None else self.rng.bit_generator.state
         meta = {"format": STATE_FORMAT, "step": self.step, "rng": rng, "settings": asdict(self.s),
-                "drafter": asdict(self.drafter.cfg), **(extra or {})}
+                "drafter": self.trained_as, **(extra or {})}
+        (out_dir / TRAIN_DIR).mkdir(exist_ok=True)
         save_safetensors(out_dir / STATE_FILE, arrays, {"meta": json.dumps(meta)})
 
     def load_state(self, out_dir: Path) -> dict:
