@@ -122,6 +122,20 @@ def write_pngs(folder: str | Path, widgets: dict[str, QWidget]) -> list[Path]:
     return out
 
 
+def keep_in_history(session, prefs) -> str | None:
+    """A finished job of ``session`` (an ``app.session.Session``) kept in the run history, within
+    the limits the settings give; a one-line problem, or None."""
+    from . import settings
+
+    runs = session.runs
+    if not runs or not any(r.done for r in runs):
+        return None
+    keep = prefs.get("history/keep", settings.HISTORY_KEEP, int) if prefs else None
+    max_mb = prefs.get("history/max_mb", settings.HISTORY_MAX_MB, int) if prefs else None
+    return save_history(runs, session.loaded_target, session.shown_kind == "compare", session.prompt_count, keep,
+                        max_mb * 2**20 if max_mb is not None else None)
+
+
 HISTORY_NAME = re.compile(r"^\d{8}-\d{6}(-\d+)?-(run|compare)\.json$")
 
 

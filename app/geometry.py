@@ -35,3 +35,38 @@ def client_area(avail: QRect, frame: QRect, inner: QRect) -> QRect:
     if frame == inner:
         top = TITLE_BAR
     return avail.adjusted(left, top, -right, -bottom)
+
+
+def available_area(window) -> QRect:
+    """Where ``window``'s inside may go: its screen's available area less the frame."""
+    from PySide6.QtGui import QGuiApplication
+
+    screen = window.screen() or QGuiApplication.primaryScreen()
+    return client_area(screen.availableGeometry(), window.frameGeometry(), window.geometry())
+
+
+def place(window, saved, avail: QRect) -> None:
+    """``window`` at its ``saved`` geometry (else the default size), fitted to ``avail``."""
+    if saved is None or saved.isEmpty() or not window.restoreGeometry(saved):
+        window.setGeometry(default_rect(avail))
+    fit_window(window, avail)
+
+
+def fit_window(window, avail: QRect) -> None:
+    if not (window.isMaximized() or window.isFullScreen()):
+        window.setGeometry(fit(window.geometry(), avail))
+
+
+def leave_full_screen(window, rect: QRect, was_maximized: bool, full_screen: bool) -> None:
+    """Back from presentation mode to ``rect`` (or maximized, as it was)."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    if full_screen:
+        window.showMaximized() if was_maximized else window.showNormal()
+    if not was_maximized:
+        # The minimum size is the large type's until the pending layout requests run and the
+        # window's layout recomputes it; restoring before would be clamped to it.
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
+        window.layout().activate()
+        window.setGeometry(rect)
+        fit_window(window, window.available_area())

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .bench_io import bench_costs, bench_rows
-from .messages import Checked, CostsMeasured, Job, JobDone, RoundDone, RunDone, RunStarted
+from .choices import Choices, drafter_label
+from .messages import Arm, Checked, CostsMeasured, Job, JobDone, Loaded, RoundDone, RunDone, RunStarted
 from .runs import BASELINE, Run, compare_rows
 
 RUN_TAB, COMPARE_TAB = "run", "compare"
@@ -40,13 +41,16 @@ class View:
     replay: str = ""  # "" for live runs; else what is being replayed, for the header
     bench: dict | None = None  # a dspark bench summary the Compare tab shows instead of a comparison
     costs: dict | None = None  # drafter name -> measured costs (Costs.to_dict()) the Compare tab draws
+    message: str = ""  # the red message bar: what went wrong last ("" hides it)
+    caption: str = ""  # the prompt line: what the last job ran on, or the benchmark shown
 
     def row(self, label: str | None) -> dict | None:
         return next((r for r in self.rows if r["label"] == label), None)
 
 
 class Session:
-    def __init__(self):
+    def __init__(self, prompt_sets: dict[str, list[str]] | None = None):
+        self.choices = Choices(prompt_sets)  # what the person chose (the left-hand panel shows it)
         self.job: Job | None = None
         self.runs: list[Run] = []
         self.by_key: dict[int, Run] = {}
@@ -65,13 +69,82 @@ class Session:
         self._job_replay = ""
         self.bench: dict | None = None  # an opened dspark bench summary (app.bench_io.read_bench)
         self.costs: dict[str, dict] = {}  # drafter directory -> this machine's measured costs
+        self.message = ""
+        self.caption = ""
+        self.loaded_target: str | None = None  # the target the worker holds
+        self.environment: dict = {}  # the worker's record of the machine, for saved benchmarks
+
+    # --- what went wrong, what the models are --------------------------------------------
+    def fail(self, text: str) -> None:
+        """One sentence for the message bar (it stays until something works)."""
+        self.message = text
+        self.version += 1
+
+    def clear_message(self) -> None:
+        if self.message:
+            self.message = ""
+            self.version += 1
+
+    def loaded(self, info: Loaded) -> None:
+        """The worker's load result: each drafter marked in the choices; costs measured on
+        another target are dropped."""
+        if info.target != self.loaded_target:
+            self.clear_costs()
+        self.loaded_target, self.environment = info.target, info.environment
+        for path in self.choices.paths():
+            d = info.drafters.get(path)
+            if d is None and path not in info.errors:
+                continue
+            detail = (f"{d.format} drafter, {d.block_size} drafts per round, {d.params:,} parameters"
+                      + (", confidence head" if d.confidence else "")) if d else None
+            self.choices.mark(path, info.errors.get(path), detail, d.block_size if d else None)
+        if not info.errors and not self.busy:
+            self.clear_message()
+
+    def clear_costs(self) -> None:
+        if self.costs:
+            self.costs = {}
+            self.version += 1
 
     # --- jobs -----------------------------------------------------------------------------
+    def run_job(self) -> Job | None:
+        """Run: a speculative run with the selected drafter, then plain decoding of the prompt;
+        None (said in the message bar when it is a mistake) when it cannot start."""
+        c = self.choices
+        drafter = c.run_drafter()
+        if drafter and c.error(drafter):
+            self.fail(f"cannot run with {c.error(drafter)}: select another drafter")
+            return None  # nothing started, nothing shown is lost
+        arms = [Arm(drafter_label(drafter), drafter)] if drafter else []
+        return self._submit("run", arms + [Arm(BASELINE, None)], [c.prompt], None, c.caption())
+
+    def compare_job(self) -> Job | None:
+        """Compare: every ticked drafter that can run (known bad ones are skipped), then plain
+        decoding, on the prompt or on every prompt of the set."""
+        c = self.choices
+        paths, prompts = c.checked(), c.compare_prompts()
+        selected = c.run_drafter()
+        focus = drafter_label(selected) if selected in paths else None
+        caption = c.caption() if len(prompts) == 1 else f"{len(prompts)} prompts of {c.set_name}"
+        arms = [Arm(drafter_label(p), p) for p in paths] + [Arm(BASELINE, None)]
+        return self._submit("compare", arms, prompts, focus, caption)
+
+    def _submit(self, kind: str, arms: list[Arm], prompts: list[str], focus: str | None, caption: str) -> Job | None:
+        if not self.choices.target:
+            self.fail("no target model chosen: choose one with File ▸ Open target…")
+            return None
+        job = self.new_job(kind, self.choices.target, prompts, arms, self.choices.config, focus, caption=caption)
+        if job is not None:
+            self.clear_message()
+            self.show_tab(COMPARE_TAB if kind == "compare" else RUN_TAB)  # never an old comparison beside a run
+        return job
+
     def new_job(self, kind: str, target: str, prompts, runs, config: dict, focus: str | None = None,
-                replay: str = "") -> Job | None:
+                replay: str = "", caption: str = "") -> Job | None:
         """A job for the worker (or a replay), or None while one is running. Its runs replace
         the shown ones when they start (``RunStarted``), so a job that fails to start leaves
-        them in place. ``focus``: the drafter the header describes after a comparison."""
+        them in place. ``focus``: the drafter the header describes after a comparison;
+        ``caption``: the prompt line (what the job runs on)."""
         if self.busy:
             return None
         self._next_id += 1
@@ -79,6 +152,7 @@ class Session:
         self.busy = True
         self._fresh = True
         self._job_focus, self._job_replay = focus, replay
+        self.caption = caption
         self.version += 1
         return self.job
 
@@ -138,6 +212,12 @@ class Session:
             return False
         self.bench, self.comparison, self.compare_prompts = doc, [], int(doc["prompts"]["count"])
         self.focus = next((r["label"] for r in bench_rows(doc) if r["label"] != BASELINE), None)
+        s = doc["settings"]
+        self.caption = (f"dspark bench · {doc['prompts']['count']} prompts × {s['repeats']} repeats · "
+                        f"{s['max_tokens']} tokens · {Path(doc['_path']).parent.name} · "
+                        f"{doc.get('started', '')[:16].replace('T', ' ')}")
+        self.message = ""
+        self.tab = COMPARE_TAB
         self.version += 1
         return True
 
@@ -187,4 +267,4 @@ class Session:
             costs = {Path(p).name: c for p, c in self.costs.items()}
         return View(self.shown_kind, self.tab, spec, base, tuple(self.runs), self.prompt_count,
                     tuple(self.comparison), rows, self.compare_prompts, self.focused_label(), self.busy,
-                    self.replay, self.bench, costs)
+                    self.replay, self.bench, costs, self.message, self.caption)

@@ -114,14 +114,34 @@ def open_window(args, prefs_wanted: bool):
     target, drafters = choose_models(args, prefs)
     if first_start and not args.target and not args.replay:  # nothing saved yet: say how to open one's own
         win.statusBar().addPermanentWidget(QLabel(FIRST_START))
+    if args.replay:  # a replay lists the drafters it recorded, and loads none
+        drafters = recorded_drafters(args.replay)
     win.restore(target, drafters, load=not args.replay)
+    choices = win.session.choices
     if args.prompt is not None:
-        win.controls.prompt.setPlainText(args.prompt)
+        choices.set_prompt(args.prompt)
     if args.max_tokens:
-        win.controls.set_config({**win.controls.config(), "max_tokens": args.max_tokens})
+        choices.set_config({**choices.config, "max_tokens": args.max_tokens})
+    win.refresh()
     if target is None and not args.replay:
         win.on_failed("no target model: choose one with File ▸ Open target (the demo models are not built yet)")
     return app, win, target
+
+
+def recorded_drafters(paths: list[str]) -> list[str]:
+    """The drafter directories saved runs ran (files that are not runs are said when opened)."""
+    from dspark.errors import DsparkError
+
+    from .playlist import Playlist
+    from .replay import read_recording
+
+    recordings = []
+    for p in paths:
+        try:
+            recordings.append(read_recording(p))
+        except DsparkError:
+            pass
+    return Playlist(recordings).drafters()
 
 
 def replay_speed(args) -> str | None:
@@ -129,4 +149,4 @@ def replay_speed(args) -> str | None:
 
 
 __all__ = ["FIRST_START", "SCREENSHOT_SIZE", "build_parser", "choose_models", "headless_platform",
-           "missing_system_library", "open_window", "replay_speed"]
+           "missing_system_library", "open_window", "recorded_drafters", "replay_speed"]

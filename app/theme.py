@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,17 @@ PRESENTATION = Theme(
     spec="#4dabf7", base="#e9ecef",
     series=("#4dabf7", "#ff922b", "#69db7c", "#f783ac", "#ffd43b", "#66d9e8"),
 )
+
+
+#: The window size the presentation theme's type sizes are chosen for (a 13-inch laptop at 2x).
+PRESENTATION_SIZE = (1280, 800)
+
+
+def scaled(t: Theme, width: int, height: int) -> Theme:
+    """``t`` with every type size in proportion to a ``width`` x ``height`` window (from the
+    back of a room, a projector's 1920x1080 needs larger type than a laptop's 1280x800)."""
+    k = max(0.8, min(width / PRESENTATION_SIZE[0], height / PRESENTATION_SIZE[1]))
+    return replace(t, font_pt=max(9, round(t.font_pt * k)), big_pt=max(14, round(t.big_pt * k)))
 
 
 def stylesheet(t: Theme) -> str:

@@ -1,48 +1,48 @@
-"""The main window: wires the panes to the session and the session to the worker thread.
+"""The main window: the controller between the person, the session and the worker thread.
 
-Threading (MLX arrays belong to the thread that made them): one long-lived QThread runs ``Worker``; the window
-talks to it through queued signals and gets ``app.messages`` back, always into a bound method
-of this GUI-thread object. That slot only hands the message to the Qt-free ``Session``; a 40 ms
-timer redraws every pane from ``session.view()`` when something changed. Stop sets the
-worker's ``threading.Event`` directly. Replay and export live in ``window_files``, the window's
-place and saved settings in ``window_state``, the benchmark actions in ``benchmarks``.
+What the person chose and what ran live in the Qt-free ``Session`` (the choices in
+``session.choices``). Widgets show it and say what the person did; the window applies that to
+the session and redraws: the left-hand panel from the choices, the right-hand side
+(``app.results``) from ``session.view()``, each only when its part changed (a 40 ms timer, and
+at once after a person's action). No widget reaches into another.
+
+Threading (MLX arrays belong to the thread that made them): one long-lived QThread runs
+``Worker``; the window talks to it through queued signals and gets ``app.messages`` back, always
+into a bound method of this GUI-thread object, which hands them to the session. Stop sets the
+worker's ``threading.Event`` directly. Menus are ``app.menus``; replay and export steps are
+``window_files``, the benchmark ones ``benchmarks``; presentation mode's rules ``presentation``.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QThread, QTimer, Qt, Signal, Slot
-from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QLabel, QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtCore import QByteArray, QTimer, Qt, Signal, Slot
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QScrollArea, QSplitter, QVBoxLayout, QWidget
 
-from . import export, replay, settings
-from .benchmarks import BenchActions
-from .compare import CompareView
-from .messages import Failed, JobDone, Loaded, LoadRequest, Arm, Status
-from .panes.controls import ControlPanel, drafter_label
-from .panes.draft_grid import DraftPane
-from .panes.header import HeaderStrip
-from .panes.plots import PlotsPane
-from .panes.text_view import TextPane
-from .presentation import Presenter
 from dspark import blas
+from dspark.config import GenerationConfig
 from dspark.prompts import prompt_sets
-from .runs import BASELINE, Run
-from .session import COMPARE_TAB, RUN_TAB, Session
-from .theme import NORMAL, Theme, palette, stylesheet
-from .window_files import FilesMixin
-from .window_state import StateMixin
-from .worker import Worker
+
+from . import benchmarks, bench_io, export, geometry, replay, settings, window_files, window_state
+from .menus import build_menus
+from .messages import Failed, JobDone, Loaded, LoadRequest, Status
+from .panes.controls import ActionBar, ControlPanel
+from .panes.settings_form import form_values
+from .playlist import SPEEDS, Playlist
+from .presentation import Presenter
+from .results import ResultsPanel
+from .session import COMPARE_TAB, Session
+from .theme import NORMAL, PRESENTATION, Theme, palette, scaled, stylesheet
+from .wording import in_app
+from .worker import WorkerThread
 
 REFRESH_MS = 40
 
 
-class MainWindow(FilesMixin, StateMixin, QMainWindow):
-    request_load = Signal(object)
-    request_job = Signal(object)
-    request_costs = Signal(object)
-    request_shutdown = Signal()
+class MainWindow(QMainWindow):
     job_finished = Signal(dict)  # {"job", "ok", "cancelled"}, emitted on the GUI thread
 
     def __init__(self, prefs: settings.Settings | None = None):
@@ -50,19 +50,26 @@ class MainWindow(FilesMixin, StateMixin, QMainWindow):
         self.setWindowTitle("DSpark Studio")
         self.prefs = prefs
         self.theme = NORMAL
-        self.session = Session()
-        self.loaded_target: str | None = None
-        self.environment: dict = {}  # the worker's record of the machine, for saved benchmarks
-        self._drawn = -1  # the session version the panes show
+        self.session = Session({s.name: list(s.prompts) for s in prompt_sets().values()})
+        self.session.choices.set_config(form_values(GenerationConfig, {}))
+        self._drawn = (-1, -1)  # the session's and the choices' versions on screen
         self.download = None  # the Download dialog, once opened
+        self.playlist = Playlist()  # saved runs opened for replay
         self.player = replay.Player(self.on_message, self)  # replays deliver as the worker does
-        self.playlist: list[replay.Recording] = []  # File ▸ Open run or benchmark…: Space / → plays the next
-        self.playing = -1  # the playlist's recording on screen
-        self.replay_speed = "1×"
-        self.benchmarks = BenchActions(self)
+        self.normal_geometry = QByteArray()  # before presentation mode: what leaving restores and the settings keep
+        self.presenter = Presenter(lambda: self.busy, self._replaying, self)
         self._build()
-        self._start_worker()
-        self.presenter = Presenter(self)
+        build_menus(self)
+        self.engine = WorkerThread(self.on_message, self)  # the model-owner thread
+        self.presenter.changed.connect(self._presenting)
+        self.presenter.step.connect(self._present_step)
+        self.presenter.notice.connect(self.statusBar().showMessage)
+        self.presentation_keys = []  # Space / → next, ← previous, Esc leaves: only while presenting
+        for key, slot in ((Qt.Key_Space, self.presenter.next), (Qt.Key_Right, self.presenter.next),
+                          (Qt.Key_Left, self.presenter.previous), (Qt.Key_Escape, self.presenter.leave)):
+            sc = QShortcut(QKeySequence(key), self, context=Qt.WindowShortcut, enabled=False)
+            sc.activated.connect(slot)
+            self.presentation_keys.append(sc)
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self.refresh)
@@ -71,7 +78,9 @@ class MainWindow(FilesMixin, StateMixin, QMainWindow):
 
     # --- layout ---------------------------------------------------------------------------
     def _build(self) -> None:
-        self.controls = ControlPanel({s.name: list(s.prompts) for s in prompt_sets().values()})
+        self.controls = ControlPanel()
+        self.actions = ActionBar()
+        self._connect_controls()
         self.controls_scroll = QScrollArea()
         self.controls_scroll.setObjectName("controls")
         self.controls_scroll.setWidget(self.controls)
@@ -82,55 +91,16 @@ class MainWindow(FilesMixin, StateMixin, QMainWindow):
         ll.setContentsMargins(0, 0, 0, 0)
         ll.setSpacing(0)
         ll.addWidget(self.controls_scroll, 1)
-        ll.addWidget(self.controls.actions)
-        self.controls.notice.connect(self.statusBar().showMessage)
-        self.controls.target_chosen.connect(self.on_target_chosen)
-        self.controls.drafters_changed.connect(self.on_drafters_changed)
-        self.controls.run_clicked.connect(self.start_run)
-        self.controls.stop_clicked.connect(self.stop)
-        self.controls.compare_clicked.connect(self.start_compare)
-
-        self.message = QLabel()
-        self.message.setObjectName("message")
-        self.message.setWordWrap(True)
-        self.message.hide()
-        self.prompt_label = QLabel()
-        self.prompt_label.setObjectName("prompt")
-        self.prompt_label.hide()
-        self.header = HeaderStrip()
-        self.text = TextPane()
-        self.drafts = DraftPane()
-        self.plots = PlotsPane()
-        self.compare = CompareView()
-        self.panes = [self.header, self.text, self.drafts, self.plots, self.compare]
-        top = QSplitter(Qt.Horizontal)
-        top.addWidget(self.text)
-        top.addWidget(self.drafts)
-        top.setSizes([520, 420])
-        self.run_split = QSplitter(Qt.Vertical)
-        self.run_split.addWidget(top)
-        self.run_split.addWidget(self.plots)
-        self.run_split.setSizes([430, 300])
-        self.tabs = QTabWidget()
-        self.tabs.addTab(self.run_split, "Run")
-        self.tabs.addTab(self.compare, "Compare")
-        self.tabs.currentChanged.connect(self._tab_changed)
-        self.compare.focus_chosen.connect(self.session.set_focus)
-
-        right = QWidget()
-        right.setObjectName("panel")
-        rl = QVBoxLayout(right)
-        rl.setContentsMargins(4, 4, 4, 4)
-        for w in (self.message, self.prompt_label, self.header):
-            rl.addWidget(w)
-        rl.addWidget(self.tabs, 1)
+        ll.addWidget(self.actions)
+        self.results = ResultsPanel()
+        self.results.tab_chosen.connect(partial(self._chose, self.session.show_tab, ""))
+        self.results.focus_chosen.connect(partial(self._chose, self.session.set_focus, ""))
         self.split = QSplitter(Qt.Horizontal)
         self.split.addWidget(self.left)
-        self.split.addWidget(right)
+        self.split.addWidget(self.results)
         self.split.setStretchFactor(1, 1)
         self.split.setSizes([330, 1070])
         self.setCentralWidget(self.split)
-        self._menus()
         self.statusBar().showMessage("starting …")
         self.blas_note = QLabel()  # stays in the status bar: every speed on screen depends on it
         self.blas_note.setObjectName("note")
@@ -140,169 +110,86 @@ class MainWindow(FilesMixin, StateMixin, QMainWindow):
                                       "installed the app loads it itself (dspark.blas) and runs many times faster.")
             self.statusBar().addPermanentWidget(self.blas_note)
 
-    def _menus(self) -> None:
-        def act(menu, text, slot, key=None):
-            a = QAction(text, self)
-            if key:
-                a.setShortcut(QKeySequence(key))
-            a.triggered.connect(lambda _checked=False: slot())
-            menu.addAction(a)
-            self.addAction(a)  # shortcuts keep working while the menu bar is hidden
-            return a
+    def _connect_controls(self) -> None:
+        """Each of the panel's signals: a change of the choices, then (for the models) a load."""
+        c, a, ch = self.controls, self.actions, self.session.choices
+        for signal, apply, load in (
+                (c.target_chosen, ch.set_target, "always"), (c.drafter_added, partial(ch.add_drafter, select=True), "idle"),
+                (c.drafter_removed, ch.remove_drafter, "idle"), (c.drafter_ticked, ch.tick, "idle"),
+                (c.drafter_selected, lambda p: ch.select(p or None), ""), (c.prompt_edited, ch.set_prompt, ""),
+                (c.prompt_stepped, ch.step_prompt, ""), (c.prompt_set_chosen, ch.choose_set, ""),
+                (a.all_prompts_toggled, ch.set_all_prompts, ""), (c.config_edited, ch.set_config, "")):
+            signal.connect(partial(self._chose, apply, load))
+        a.run_clicked.connect(self.start_run)
+        a.stop_clicked.connect(self.stop)
+        a.compare_clicked.connect(self.start_compare)
 
-        m = self.menuBar().addMenu("&File")
-        act(m, "Open target…", self.controls.browse_target, "Ctrl+O")
-        act(m, "Open run or benchmark…", self.choose_replay, "Ctrl+Shift+O")
-        act(m, "Add drafter…", self.controls.browse_drafter, "Ctrl+D")
-        act(m, "Download…", self.open_download)
-        m.addSeparator()
-        act(m, "Export run as JSON…", lambda: self.export_data("json", False))
-        act(m, "Export run as CSV…", lambda: self.export_data("csv", False))
-        act(m, "Export comparison as JSON…", lambda: self.export_data("json", True))
-        act(m, "Export comparison as CSV…", lambda: self.export_data("csv", True))
-        act(m, "Save comparison as benchmark…", self.benchmarks.save_comparison)
-        act(m, "Save plots as PNG…", self.export_pngs, "Ctrl+Shift+S")
-        m.addSeparator()
-        act(m, "Quit", self.close, "Ctrl+Q")
-        m = self.menuBar().addMenu("&Run")
-        act(m, "Run", self.start_run, "Ctrl+R")
-        act(m, "Stop", self.stop, "Ctrl+.")
-        act(m, "Compare drafters", self.start_compare, "Ctrl+Shift+R")
-        act(m, "Measure costs (auto policy)", self.benchmarks.measure_costs)
-        act(m, "Next prompt", lambda: self.controls.step_prompt(1), "Ctrl+Right")
-        act(m, "Previous prompt", lambda: self.controls.step_prompt(-1), "Ctrl+Left")
-        m.addSeparator()
-        speeds = m.addMenu("Replay speed")
-        group = QActionGroup(self)
-        for name in replay.SPEEDS:
-            a = speeds.addAction(name)
-            a.setCheckable(True)
-            a.setChecked(name == self.replay_speed)
-            a.triggered.connect(lambda _checked=False, name=name: setattr(self, "replay_speed", name))
-            group.addAction(a)
-        m = self.menuBar().addMenu("&View")
-        act(m, "Presentation mode", lambda: self.presenter.toggle(), "F11")
+    def _chose(self, apply, load: str, *args) -> None:
+        """``apply`` the person's choice; ``load``: "always" (a target), "idle" (the drafters,
+        unless a run is on) or "" (nothing to load)."""
+        notice = apply(*args)
+        if isinstance(notice, str):
+            self.statusBar().showMessage(notice)
+        if load == "always" or (load == "idle" and self.session.choices.target and not self.busy):
+            self.load_models()
+        self.refresh()
+
+    def on_target_chosen(self, path: str) -> None:
+        """Load it; it joins the recent targets once it has loaded (``on_loaded``)."""
+        self._chose(self.session.choices.set_target, "always", path)
+
+    def add_drafter(self, path: str, select: bool = False) -> None:
+        self._chose(partial(self.session.choices.add_drafter, select=select), "idle", path)
+
+    def step_prompt(self, delta: int) -> None:
+        self._chose(self.session.choices.step_prompt, "", delta)
 
     def apply_theme(self, t: Theme) -> None:
         self.theme = t
         self.setPalette(palette(t))
         self.setStyleSheet(stylesheet(t))
-        for pane in self.panes:
-            pane.set_theme(t)
+        self.results.set_theme(t)
         self.controls.ensurePolished()  # the panel as wide as its widgets at this type size, no wider
         bar = self.controls_scroll.verticalScrollBar().sizeHint().width()
         self.controls_scroll.setMinimumWidth(max(300, self.controls.minimumSizeHint().width() + bar + 4))
-        self._drawn = -1
+        self._drawn = (-1, -1)
         self.refresh()
 
-    def open_download(self):
-        """The Download dialog (made once; a download finishes even if it is closed)."""
-        if self.download is None:
-            from .download import DownloadDialog
-
-            self.download = DownloadDialog(self)
-            self.download.chosen.connect(self.on_downloaded)
-        self.download.show()
-        return self.download
-
-    @Slot(str, str)
-    def on_downloaded(self, kind: str, path: str) -> None:
-        if kind == "drafter":
-            self.controls.add_drafter(path, select=True)
-        else:
-            self.controls.set_target(path, self.prefs.recent("targets") if self.prefs else [])
-            self.on_target_chosen(path)
-
-    def set_presenting(self, on: bool) -> None:
-        """Presentation mode's chrome: no controls or menus, the prompt shown large."""
-        self.left.setVisible(not on)
-        self.menuBar().setVisible(not on)
-        self.prompt_label.setVisible(on)
-        self.header.set_compact(on)
-
-    # --- worker ---------------------------------------------------------------------------
-    def _start_worker(self) -> None:
-        self.thread_ = QThread(self)
-        self.thread_.setObjectName("dspark-model-owner")
-        self.worker = Worker()
-        self.worker.moveToThread(self.thread_)
-        self.request_load.connect(self.worker.load)
-        self.request_job.connect(self.worker.run_job)
-        self.request_costs.connect(self.worker.measure_costs)
-        self.request_shutdown.connect(self.worker.shutdown)
-        self.worker.message.connect(self.on_message)
-        self.thread_.start()
-
-    def shutdown_worker(self) -> None:
-        """Stop any run, free the models on their own thread, and wait for it to end."""
-        if self.thread_.isRunning():
-            self.worker.cancel()
-            self.request_shutdown.emit()
-            if not self.thread_.wait(120_000):
-                self.thread_.quit()
-                self.thread_.wait(5_000)
-
+    # --- models ---------------------------------------------------------------------------
     def load_models(self) -> None:
-        target = self.controls.target_path()
-        if target:
-            self.request_load.emit(LoadRequest(target, tuple(self.controls.usable_drafters())))
+        c = self.session.choices
+        if c.target:
+            self.engine.load(LoadRequest(c.target, tuple(c.usable())))
 
-    # --- user actions ---------------------------------------------------------------------
+    def restore(self, target: str | None, drafters: list[str], load: bool = True) -> None:
+        """Show these models (already chosen: command line, last used or demo) and the saved
+        prompt and settings, and load the models unless ``load`` is False (a replay needs none)."""
+        self._chose(partial(window_state.restore, self.prefs, self.session.choices), "always" if load else "",
+                    target, drafters)
+
+    # --- runs -----------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
         return self.session.busy
 
-    @Slot(str)
-    def on_target_chosen(self, path: str) -> None:
-        """Load it; it joins the recent targets once it has loaded (``on_loaded``)."""
-        self.load_models()
-
-    @Slot()
-    def on_drafters_changed(self) -> None:
-        if self.controls.target_path() and not self.busy:
-            self.load_models()
-
     def start_run(self) -> None:
         """A speculative run with the selected drafter, then plain decoding; shown on the Run tab."""
-        drafter = self.controls.run_drafter()
-        if drafter and self.controls.drafter_error(drafter):
-            self.on_failed(f"cannot run with {self.controls.drafter_error(drafter)}: select another drafter")
-            return  # nothing started, nothing shown is lost
-        runs = [Arm(drafter_label(drafter), drafter)] if drafter else []
-        if self._submit("run", runs + [Arm(BASELINE, None)], [self.controls.prompt_text()]):
-            self.tabs.setCurrentWidget(self.run_split)  # never leave an old comparison on screen
+        self._submit(self.session.run_job())
 
     def start_compare(self) -> None:
-        """Every ticked drafter that can run (known bad ones are skipped), then plain decoding."""
-        paths = self.controls.checked_drafters()
-        runs = [Arm(drafter_label(p), p) for p in paths]
-        prompts = self.controls.prompts() if self.controls.all_prompts.isChecked() else [self.controls.prompt_text()]
-        selected = self.controls.run_drafter()
-        focus = drafter_label(selected) if selected in paths else None
-        if self._submit("compare", runs + [Arm(BASELINE, None)], prompts, focus):
-            self.tabs.setCurrentWidget(self.compare)
+        """Every ticked drafter that can run, then plain decoding; shown on the Compare tab."""
+        self._submit(self.session.compare_job())
 
-    def _submit(self, kind: str, runs: list[Arm], prompts: list[str], focus: str | None = None) -> bool:
-        target = self.controls.target_path()
-        if not target:
-            self.on_failed("no target model chosen: pick a target directory")
-            return False
-        job = self.session.new_job(kind, target, prompts, runs, self.controls.config(), focus)
-        if job is None:
-            return False
-        self.message.hide()
-        self.prompt_label.setText(self.controls.prompt_caption() if kind == "run" or len(prompts) == 1 else
-                                  f"{len(prompts)} prompts of {self.controls.prompt_set.currentText()}")
-        self.controls.set_busy(True)
-        self.worker.cancel_event.clear()
-        self.request_job.emit(job)
-        return True
+    def _submit(self, job) -> None:
+        if job is not None:
+            self.engine.run(job)
+        self._said()
 
     def stop(self) -> None:
         if self.player.playing:
             self.player.stop()
         elif self.busy:
-            self.worker.cancel()
+            self.engine.cancel()
             self.statusBar().showMessage("stopping …")
 
     # --- worker messages (GUI thread; the session stores, the timer redraws) ---------------
@@ -319,79 +206,197 @@ class MainWindow(FilesMixin, StateMixin, QMainWindow):
                 self.on_job_done(msg)
 
     def on_failed(self, text: str) -> None:
-        self.message.setText(text)
-        self.message.show()
-        self.statusBar().showMessage(text)
+        self.session.fail(in_app(text))
+        self._said()
+
+    def _said(self) -> None:
+        """Whatever the last action did, on screen now; its sentence also in the status bar."""
+        if self.session.message:
+            self.statusBar().showMessage(self.session.message)
+        self.refresh()
 
     def on_loaded(self, info: Loaded) -> None:
         """Mark each drafter's result; only what loaded joins the recent lists."""
-        if info.target != self.loaded_target:
-            self.session.costs.clear()  # measured on the previous target
-        self.loaded_target = info.target
-        self.environment = info.environment
-        for p in self.controls.drafter_paths():
-            d = info.drafters.get(p)
-            detail = (f"{d.format} drafter, {d.block_size} drafts per round, {d.params:,} parameters"
-                      + (", confidence head" if d.confidence else "")) if d else None
-            if d is not None or p in info.errors:
-                self.controls.mark_drafter(p, info.errors.get(p), detail)
-            if d is not None:
-                self.controls.set_trained(p, d.block_size)
+        c = self.session.choices
+        self.session.loaded(info)
         if self.prefs is not None:
-            recent = self.prefs.add_recent("targets", self.controls.target_path() or info.target)
-            self.controls.set_target(self.controls.target_path(), recent)
+            c.set_target(c.target or info.target, self.prefs.add_recent("targets", c.target or info.target))
             for p in reversed(list(info.drafters)):
-                self.controls.recent_drafters = self.prefs.add_recent("drafters", p)
-        if not info.errors and not self.busy:
-            self.message.hide()
+                c.recent_drafters = self.prefs.add_recent("drafters", p)
         notes = list(info.notes) + [f"{Path(p).name}: {d.note}" for p, d in info.drafters.items() if d.note]
         if notes:
             self.statusBar().showMessage("; ".join(notes))
+        self.refresh()
 
     def on_job_done(self, msg: JobDone) -> None:
         try:
-            self.controls.set_busy(False)
             self.refresh()
-            runs = self.session.runs
-            if runs and any(r.done for r in runs) and not self.session.replay:
-                keep = self.prefs.get("history/keep", settings.HISTORY_KEEP, int) if self.prefs else None
-                max_mb = self.prefs.get("history/max_mb", settings.HISTORY_MAX_MB, int) if self.prefs else None
-                problem = export.save_history(runs, self.loaded_target, self.session.shown_kind == "compare",
-                                              self.session.prompt_count, keep,
-                                              max_mb * 2**20 if max_mb is not None else None)
+            if not self.session.replay:
+                problem = export.keep_in_history(self.session, self.prefs)
                 if problem:
                     self.statusBar().showMessage(problem)
             if msg.cancelled:
                 self.statusBar().showMessage("stopped: kept what was generated")
         finally:  # whatever happened above, the job is over (a headless run waits for this)
+            self.presenter.job_ended()
             self.job_finished.emit({"job": msg.job, "ok": msg.ok, "cancelled": msg.cancelled})
 
-    # --- drawing --------------------------------------------------------------------------
-    def shown_runs(self) -> tuple[Run | None, Run | None]:
-        return self.session.shown_runs()
+    # --- files: replay, export, benchmarks ----------------------------------------------------
+    def choose_replay(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Open saved runs (several: Space / → plays the next) or a "
+                                                "dspark bench summary.json", str(settings.history_dir()),
+                                                "Saved runs and benchmarks (*.json)")
+        if paths:
+            self.open_replay(paths)
 
-    @property
-    def runs(self) -> list[Run]:
-        return self.session.runs
+    def open_replay(self, paths: list[str], speed: str | None = None) -> bool:
+        """Play saved runs or comparisons back on every pane, loading no model; several files
+        make a playlist. A ``dspark bench`` summary opens on the Compare tab instead."""
+        if len(paths) == 1 and bench_io.is_bench_file(paths[0]):
+            return self.open_bench(paths[0])
+        ok = window_files.open_playlist(self.session, self.playlist, paths)
+        if ok:
+            self.playlist.speed = speed or self.playlist.speed
+            ok = self.play_recording(0)
+        self._said()
+        return ok
 
-    @Slot(int)
-    def _tab_changed(self, _index: int) -> None:
-        self.session.show_tab(COMPARE_TAB if self.tabs.currentWidget() is self.compare else RUN_TAB)
+    def play_recording(self, index: int) -> bool:
+        started = window_files.replay_job(self.session, self.playlist, index)
+        if started is None:
+            return False
+        rec, messages = started
+        self.statusBar().showMessage(f"replaying {rec.path} (no model loaded)")
         self.refresh()
+        self.player.play(messages, SPEEDS[self.playlist.speed])
+        return True
 
+    def export_data(self, fmt: str, comparison: bool, path: str | None = None) -> Path | None:
+        """What a tab shows, as JSON or CSV (``window_files.export_runs``)."""
+        name = window_files.export_name(self.session, fmt, comparison)
+        if name is not None and path is None:
+            path, _ = QFileDialog.getSaveFileName(self, "Export", str(settings.exports_dir() / name), f"*.{fmt}")
+        out = window_files.export_runs(self.session, fmt, comparison, path) if name and path else None
+        if out is not None:
+            self.statusBar().showMessage(f"exported {out}")
+        self._said()
+        return out
+
+    def plot_widgets(self) -> dict[str, QWidget]:
+        return {**self.results.plot_widgets(), "window": self}
+
+    def export_pngs(self, folder: str | None = None) -> list[Path]:
+        if folder is None:
+            folder = QFileDialog.getExistingDirectory(self, "Save plots as PNG into", str(settings.exports_dir()))
+            if not folder:
+                return []
+        out, skipped = window_files.save_pngs(folder, self.plot_widgets())
+        self.statusBar().showMessage(f"saved {len(out)} PNG files to {folder}"
+                                     + (f" (not drawn, so not saved: {', '.join(skipped)})" if skipped else ""))
+        return out
+
+    def open_bench(self, path: str) -> bool:
+        ok = benchmarks.open_bench(self.session, path)
+        if ok:
+            self.statusBar().showMessage(benchmarks.describe_bench(self.session.bench))
+        self._said()
+        return ok
+
+    def save_comparison(self, folder: str | None = None) -> Path | None:
+        if folder is None and self.session.comparison:
+            folder = QFileDialog.getExistingDirectory(self, "Save the comparison as a benchmark into (an empty "
+                                                      "folder)", str(settings.exports_dir()))
+            if not folder:
+                return None
+        out = benchmarks.save_comparison(self.session, folder or "")
+        if out is not None:
+            self.statusBar().showMessage(f"saved {out}")
+        self._said()
+        return out
+
+    def measure_costs(self, remeasure: bool = True) -> bool:
+        request = benchmarks.costs_request(self.session, remeasure)
+        if request is not None:
+            self.session.show_tab(COMPARE_TAB)
+            self.engine.measure_costs(request)
+        self._said()
+        return request is not None
+
+    def open_download(self):
+        """The Download dialog (made once; a download finishes even if it is closed)."""
+        if self.download is None:
+            from .download import DownloadDialog
+
+            self.download = DownloadDialog(self)
+            self.download.chosen.connect(lambda kind, path: (self.add_drafter(path, select=True) if kind == "drafter"
+                                                             else self.on_target_chosen(path)))
+        self.download.show()
+        return self.download
+
+    # --- presentation mode and the window's place ------------------------------------------------
+    @Slot(bool)
+    def _presenting(self, on: bool) -> None:
+        """No controls or menus, the prompt shown large, every type size the window's, full screen."""
+        if on:
+            self._was_maximized = self.isMaximized()
+            self.normal_geometry, self._normal_rect = self.saveGeometry(), self.geometry()
+        for sc in self.presentation_keys:
+            sc.setEnabled(on)
+        self.left.setVisible(not on)
+        self.menuBar().setVisible(not on)
+        self.results.set_presenting(on)
+        self.apply_theme(self.presentation_theme() if on else NORMAL)
+        if on:
+            self.setFocus()
+            if self.presenter.fullscreen:
+                self.showFullScreen()
+        else:
+            geometry.leave_full_screen(self, self._normal_rect, self._was_maximized, self.presenter.fullscreen)
+
+    def presentation_theme(self) -> Theme:
+        return scaled(PRESENTATION, self.width(), self.height())
+
+    def _present_step(self, delta: int) -> None:
+        if self._replaying():
+            self.play_recording(self.playlist.index + delta)
+        else:
+            self.step_prompt(delta)
+            self.start_run()
+
+    def _replaying(self) -> bool:
+        return bool(self.session.replay and self.playlist)
+
+    def place_on_screen(self) -> None:
+        """The saved geometry (else the default size), fitted to the screen's available area."""
+        saved = self.prefs.get("window/geometry", QByteArray(), QByteArray) if self.prefs else None
+        geometry.place(self, saved, self.available_area())
+
+    def available_area(self):
+        return geometry.available_area(self)
+
+
+    # --- drawing ------------------------------------------------------------------------------
     @Slot()
     def refresh(self) -> None:
-        if self._drawn == self.session.version:
+        """Redraw what changed: the left-hand panel from the choices, the rest from one view."""
+        drawn = (self.session.version, self.session.choices.version)
+        if drawn == self._drawn:
             return
-        self._drawn = self.session.version
-        view = self.session.view()
-        for pane in self.panes:
-            pane.show_view(view)
+        if drawn[1] != self._drawn[1]:
+            self.controls.show_choices(self.session.choices)
+            self.actions.show_choices(self.session.choices)
+        if drawn[0] != self._drawn[0]:
+            view = self.session.view()
+            self.actions.set_busy(view.busy)
+            self.results.show_view(view)
+        self._drawn = drawn
 
     def closeEvent(self, e) -> None:
         self.timer.stop()
-        self.save_settings()
+        if self.prefs is not None:
+            window_state.save(self.prefs, self.session.choices,
+                              self.normal_geometry if self.presenter.active else self.saveGeometry())
         if self.download is not None:
             self.download.shutdown()
-        self.shutdown_worker()
+        self.engine.shutdown()
         super().closeEvent(e)

@@ -225,3 +225,50 @@ class Worker(QObject):
 
     def _unexpected(self, e: Exception) -> None:
         self.message.emit(Failed(report_bug(e, "dspark-studio")))
+
+
+class WorkerThread(QObject):
+    """The GUI's handle on the model-owner thread: it starts the thread with one ``Worker`` on
+    it, asks it for work through queued signals (the worker's slots run on its own thread),
+    hands every message it sends to ``deliver`` (a bound method of a GUI-thread object, so it
+    runs on the GUI thread), and on ``shutdown`` has it free the models and waits for it."""
+
+    _load = Signal(object)
+    _run = Signal(object)
+    _costs = Signal(object)
+    _shutdown = Signal()
+
+    def __init__(self, deliver, parent=None):
+        super().__init__(parent)
+        self.thread = QThread(self)
+        self.thread.setObjectName("dspark-model-owner")
+        self.worker = Worker()
+        self.worker.moveToThread(self.thread)
+        self._load.connect(self.worker.load)
+        self._run.connect(self.worker.run_job)
+        self._costs.connect(self.worker.measure_costs)
+        self._shutdown.connect(self.worker.shutdown)
+        self.worker.message.connect(deliver)
+        self.thread.start()
+
+    def load(self, request: LoadRequest) -> None:
+        self._load.emit(request)
+
+    def run(self, job: Job) -> None:
+        self.worker.cancel_event.clear()
+        self._run.emit(job)
+
+    def measure_costs(self, request: CostsRequest) -> None:
+        self._costs.emit(request)
+
+    def cancel(self) -> None:
+        self.worker.cancel()
+
+    def shutdown(self) -> None:
+        """Stop any run, free the models on their own thread, and wait for it to end."""
+        if self.thread.isRunning():
+            self.worker.cancel()
+            self._shutdown.emit()
+            if not self.thread.wait(120_000):
+                self.thread.quit()
+                self.thread.wait(5_000)

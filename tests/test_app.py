@@ -39,7 +39,7 @@ def window(qtbot, dirs, tmp_path, monkeypatch):
     w.show()
     yield w
     w.close()
-    assert not w.thread_.isRunning()
+    assert not w.engine.thread.isRunning()
 
 
 def setup(w, dirs, drafters=("drafter",), max_tokens=12, prompt=PROMPT):
@@ -60,26 +60,26 @@ def test_run_fills_every_pane(qtbot, window, dirs, tmp_path):
     setup(w, dirs)
     info = run_job(qtbot, w, w.start_run)
     assert info["ok"] and not info["cancelled"]
-    spec, base = w.shown_runs()
+    spec, base = w.session.shown_runs()
     assert spec.method == "speculative" and base.method == "baseline"
     assert spec.done and base.done and len(spec.summary.tokens) == 12
     # text view: the prompt plus every committed token, with a tooltip per token
-    assert w.text.text.count == len(spec.tokens())
-    assert PROMPT in w.text.text.toPlainText()
+    assert w.results.text.text.count == len(spec.tokens())
+    assert PROMPT in w.results.text.text.toPlainText()
     # draft grid: one row per round
-    assert len(w.drafts.grid.rounds) == spec.summary.rounds > 0
-    bar = w.drafts.scroll.verticalScrollBar()
+    assert len(w.results.drafts.grid.rounds) == spec.summary.rounds > 0
+    bar = w.results.drafts.scroll.verticalScrollBar()
     assert bar.value() == bar.maximum()  # the newest round stays in view
     # plots: bars per draft position, histogram, both curves
-    assert len(w.plots.pos_bars.opts["height"]) == spec.block_size() == 4
-    assert sum(w.plots.hist_bars.opts["height"]) == spec.summary.rounds
+    assert len(w.results.plots.pos_bars.opts["height"]) == spec.block_size() == 4
+    assert sum(w.results.plots.hist_bars.opts["height"]) == spec.summary.rounds
     # tokens/sec over a moving window, from the round that reached 8 tokens on
-    assert list(w.plots.spec_curve.getData()[1]) == spec.curve()[1] and 0 < len(spec.curve()[1]) <= spec.summary.rounds
-    assert len(w.plots.base_curve.getData()[0]) == 12 - 8 + 1
+    assert list(w.results.plots.spec_curve.getData()[1]) == spec.curve()[1] and 0 < len(spec.curve()[1]) <= spec.summary.rounds
+    assert len(w.results.plots.base_curve.getData()[0]) == 12 - 8 + 1
     # header strip
     for key in ("spec", "base", "speedup", "tau", "ttft", "mem"):
-        assert w.header.values[key].text() not in ("", "–"), key
-    assert w.header.values["same"].text() == "✓"  # greedy speculative == plain decoding
+        assert w.results.header.values[key].text() not in ("", "–"), key
+    assert w.results.header.values["same"].text() == "✓"  # greedy speculative == plain decoding
     # exports
     j = w.export_data("json", False, str(tmp_path / "run.json"))
     doc = json.loads(j.read_text())
@@ -99,16 +99,16 @@ def test_stop_ends_within_one_round(qtbot, window, dirs):
     setup(w, dirs, max_tokens=3000)
     with qtbot.waitSignal(w.job_finished, timeout=LONG * 2) as sig:
         w.start_run()
-        qtbot.waitUntil(lambda: bool(w.runs) and len(w.runs[0].rounds) >= 3, timeout=LONG)
-        seen = len(w.runs[0].rounds)
+        qtbot.waitUntil(lambda: bool(w.session.runs) and len(w.session.runs[0].rounds) >= 3, timeout=LONG)
+        seen = len(w.session.runs[0].rounds)
         w.stop()
     assert sig.args[0]["cancelled"]
-    spec = w.runs[0]
+    spec = w.session.runs[0]
     assert spec.summary.finish_reason == "cancelled"
     assert len(spec.rounds) <= seen + 2  # the round in flight (+ one already queued to the GUI)
     assert len(spec.summary.tokens) == len(spec.tokens()) > 0  # kept what it produced
-    assert [r.method for r in w.runs] == ["speculative"]  # the baseline was skipped
-    assert w.controls.run_b.isEnabled()
+    assert [r.method for r in w.session.runs] == ["speculative"]  # the baseline was skipped
+    assert w.actions.run_b.isEnabled()
 
 
 def test_bad_drafter_shows_error_then_good_run_works(qtbot, window, dirs):
@@ -116,16 +116,16 @@ def test_bad_drafter_shows_error_then_good_run_works(qtbot, window, dirs):
     setup(w, dirs, drafters=("other_drafter",))
     info = run_job(qtbot, w, w.start_run)
     assert not info["ok"]
-    assert w.message.isVisible() and "different target" in w.message.text()
+    assert w.results.message.isVisible() and "different target" in w.results.message.text()
     # broken directory: also a message, not a crash
-    w.controls.add_drafter(str(dirs["broken"]), select=True)
+    w.add_drafter(str(dirs["broken"]), select=True)
     info = run_job(qtbot, w, w.start_run)
-    assert not info["ok"] and "not valid JSON" in w.message.text()
+    assert not info["ok"] and "not valid JSON" in w.results.message.text()
     # a good drafter now works on the same window and worker
-    w.controls.add_drafter(str(dirs["drafter"]), select=True)
-    info = run_job(qtbot, w, lambda: qtbot.mouseClick(w.controls.run_b, Qt.LeftButton))
-    assert info["ok"] and not w.message.isVisible()
-    assert [r.method for r in w.runs] == ["speculative", "baseline"] and all(r.done for r in w.runs)
+    w.add_drafter(str(dirs["drafter"]), select=True)
+    info = run_job(qtbot, w, lambda: qtbot.mouseClick(w.actions.run_b, Qt.LeftButton))
+    assert info["ok"] and not w.results.message.isVisible()
+    assert [r.method for r in w.session.runs] == ["speculative", "baseline"] and all(r.done for r in w.session.runs)
 
 
 def test_compare_one_row_per_drafter_plus_baseline(qtbot, window, dirs, tmp_path):
@@ -133,11 +133,11 @@ def test_compare_one_row_per_drafter_plus_baseline(qtbot, window, dirs, tmp_path
     setup(w, dirs, drafters=("drafter", "drafter2"), max_tokens=8)
     info = run_job(qtbot, w, w.start_compare)
     assert info["ok"]
-    rows = w.compare.rows
+    rows = w.results.compare.rows
     assert [r["label"] for r in rows] == ["drafter", "drafter2", BASELINE]
-    assert w.compare.table.rowCount() == 3
+    assert w.results.compare.table.rowCount() == 3
     assert all(r["identical"] == "✓" for r in rows[:2])  # greedy: same tokens as plain decoding
-    assert w.compare.table.item(0, 7).text() == "✓"
+    assert w.results.compare.table.item(0, 7).text() == "✓"
     assert rows[0]["speedup"] > 0 and len(rows[1]["per_position_acceptance"]) == 3
     doc = json.loads(w.export_data("json", True, str(tmp_path / "c.json")).read_text())
     assert len(doc["comparison"]) == 3 and len(doc["runs"]) == 3
@@ -169,7 +169,7 @@ def test_a_home_that_cannot_be_created_still_runs_and_says_the_run_was_not_kept(
     monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "a-file" / "home"))
     setup(w, dirs, max_tokens=6)
     assert run_job(qtbot, w, w.start_run)["ok"]
-    spec, base = w.shown_runs()
+    spec, base = w.session.shown_runs()
     assert spec.done and base.done
     assert "not kept in the history" in w.statusBar().currentMessage()
 
@@ -186,8 +186,8 @@ w.controls.prompt.setPlainText("the a of and")
 w.controls.form.widget("max_tokens").setValue(3000)
 w.show()
 def check():
-    if w.runs and len(w.runs[0].rounds) >= 2:
-        print("closing with", len(w.runs[0].rounds), "rounds", flush=True)
+    if w.session.runs and len(w.session.runs[0].rounds) >= 2:
+        print("closing with", len(w.session.runs[0].rounds), "rounds", flush=True)
         w.close()
     else:
         QTimer.singleShot(50, check)
@@ -246,7 +246,7 @@ def test_a_drafter_whose_tap_is_beyond_the_target_is_one_sentence(qtbot, window,
     (bad / "config.json").write_text(json.dumps(cfg))
     w = window
     setup(w, dirs, drafters=())
-    w.controls.add_drafter(str(bad), select=True)
+    w.add_drafter(str(bad), select=True)
     info = run_job(qtbot, w, w.start_run)
-    text = w.message.text()
+    text = w.results.message.text()
     assert not info["ok"] and "tap layers [0, 40, 2] must be" in text and "Error" not in text and "unexpected" not in text, text

@@ -5,6 +5,7 @@ policy schedules by are drawn there. Headless, on tiny random models."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -24,7 +25,7 @@ def costs_dir(tmp_path, monkeypatch):
 
 
 def _table(w) -> list[list[str]]:
-    t = w.compare.table
+    t = w.results.compare.table
     return [[t.item(r, c).text() for c in range(t.columnCount())] for r in range(t.rowCount())]
 
 
@@ -33,14 +34,14 @@ def test_an_auto_comparison_draws_its_costs_saves_as_a_benchmark_and_opens_again
     setup(w, dirs, drafters=("drafter", "drafter2"), max_tokens=10)
     w.controls.form.widget("policy").setCurrentText("auto")
     assert run_job(qtbot, w, w.start_compare)["ok"]
-    live = {r["label"]: r for r in w.compare.rows}
+    live = {r["label"]: r for r in w.results.compare.rows}
     # the scheduler's costs reached the window and are drawn, one verify curve per drafter
     assert set(w.session.costs) == {str(dirs["drafter"]), str(dirs["drafter2"])}
-    assert not w.compare.boxes[2].isHidden()
-    curves = [c for c in w.compare.costs.getPlotItem().listDataItems()]
+    assert not w.results.compare.boxes[2].isHidden()
+    curves = [c for c in w.results.compare.costs.getPlotItem().listDataItems()]
     assert sorted(len(c.getData()[0]) for c in curves) == [4, 5]  # block sizes 3 and 4: widths 0..G
 
-    out = w.benchmarks.save_comparison(str(tmp_path / "saved"))
+    out = w.save_comparison(str(tmp_path / "saved"))
     doc = json.loads(out.read_text())
     assert [a["arm"] for a in doc["arms"]] == ["drafter auto", "drafter2 auto", "plain"]
     trials = report.read_trials(tmp_path / "saved")
@@ -55,8 +56,8 @@ def test_an_auto_comparison_draws_its_costs_saves_as_a_benchmark_and_opens_again
 
     # saving again never overwrites: one message, the first result intact
     before = out.read_text()
-    assert w.benchmarks.save_comparison(str(tmp_path / "saved")) is None
-    assert "already holds" in w.message.text() and out.read_text() == before
+    assert w.save_comparison(str(tmp_path / "saved")) is None
+    assert "already holds" in w.results.message.text() and out.read_text() == before
 
     assert w.open_replay([str(out)])  # File ▸ Open run or benchmark…
     assert w.session.tab == COMPARE_TAB and w.session.bench is not None
@@ -64,13 +65,13 @@ def test_an_auto_comparison_draws_its_costs_saves_as_a_benchmark_and_opens_again
     assert [r[0] for r in rows] == ["drafter auto", "drafter2 auto", BASELINE]
     assert rows[0][2] == f"{doc['arms'][0]['tau']:.2f}" and rows[0][1] == "1×1"
     assert rows[0][5] == f"{doc['arms'][0]['speedup']:.2f}×" and rows[0][7] == "✓"
-    assert "dspark bench" in w.header.headline.text() and "BENCHMARK" in w.header.mode.text()
-    assert w.compare.boxes[1].isHidden()  # a benchmark keeps no tokens/sec curves
+    assert "dspark bench" in w.results.header.headline.text() and "BENCHMARK" in w.results.header.mode.text()
+    assert w.results.compare.boxes[1].isHidden()  # a benchmark keeps no tokens/sec curves
 
     # the next comparison takes the Compare tab back
     w.controls.form.widget("policy").setCurrentText("fixed")
     assert run_job(qtbot, w, w.start_compare)["ok"]
-    assert w.session.bench is None and [r["label"] for r in w.compare.rows][0] == "drafter"
+    assert w.session.bench is None and [r["label"] for r in w.results.compare.rows][0] == "drafter"
 
 
 def test_a_dspark_bench_result_opens_on_the_compare_tab(qtbot, window, dirs, tmp_path):
@@ -82,13 +83,13 @@ def test_a_dspark_bench_result_opens_on_the_compare_tab(qtbot, window, dirs, tmp
                  "--no-progress"]) == 0
     doc = json.loads((out / "summary.json").read_text())
     w = window
-    assert w.benchmarks.open(str(out))  # the folder, or its summary.json
+    assert w.open_bench(str(out))  # the folder, or its summary.json
     rows = _table(w)
     assert [r[0] for r in rows] == [BASELINE, "drafter fixed:2"]
     arm = doc["arms"][1]
     assert rows[1][4] == f"{arm['tokens_per_sec']:.1f}" and rows[1][3] == f"{arm['acceptance_rate']:.0%}"
-    assert w.compare.boxes[2].isVisible() or not w.compare.isVisible()  # its measured costs
-    assert "median of 1 trials" in w.compare.table.item(1, 5).toolTip()
+    assert w.results.compare.boxes[2].isVisible() or not w.results.compare.isVisible()  # its measured costs
+    assert "median of 1 trials" in w.results.compare.table.item(1, 5).toolTip()
 
 
 @pytest.mark.parametrize("content, says", [
@@ -100,9 +101,10 @@ def test_a_bad_benchmark_file_is_one_message_and_changes_nothing(window, tmp_pat
     w = window
     bad = tmp_path / "summary.json"
     bad.write_text(content)
-    version = w.session.version
-    assert not w.benchmarks.open(str(bad))
-    assert says in w.message.text() and w.session.bench is None and w.session.version == version
+    before = w.session.view()
+    assert not w.open_bench(str(bad))
+    assert says in w.results.message.text() and w.session.bench is None
+    assert replace(w.session.view(), message="") == replace(before, message="")  # only the message is new
     with pytest.raises(Exception, match=says):
         bench_io.read_bench(bad)
 
@@ -110,13 +112,13 @@ def test_a_bad_benchmark_file_is_one_message_and_changes_nothing(window, tmp_pat
 def test_measure_costs_asks_the_worker_and_draws_what_it_measured(qtbot, window, dirs):
     w = window
     setup(w, dirs, drafters=("drafter",))
-    assert w.benchmarks.measure_costs()
+    assert w.measure_costs()
     qtbot.waitUntil(lambda: str(dirs["drafter"]) in w.session.costs, timeout=LONG)
     w.refresh()
     costs = w.session.costs[str(dirs["drafter"])]
     assert len(costs["verify_ms"]) == 5 and costs["draft_ms"] > 0 and costs["step_ms"] > 0
-    assert len(w.compare.costs.getPlotItem().listDataItems()) == 1
-    assert "plain step" in w.compare.costs.getPlotItem().titleLabel.text
+    assert len(w.results.compare.costs.getPlotItem().listDataItems()) == 1
+    assert "plain step" in w.results.compare.costs.getPlotItem().titleLabel.text
 
 
 def test_a_benchmark_opens_headless_for_a_screenshot(dirs, tmp_path):

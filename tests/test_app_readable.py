@@ -14,7 +14,7 @@ from PySide6.QtCore import QByteArray, QRect, Qt  # noqa: E402
 
 from dspark.events import CommittedToken, RoundEvent, Source  # noqa: E402
 from dspark_studio import export, geometry, settings  # noqa: E402
-from dspark_studio.panes.controls import TYPED  # noqa: E402
+from dspark_studio.choices import TYPED  # noqa: E402
 from dspark_studio.panes.draft_grid import DraftPane  # noqa: E402
 from dspark_studio.theme import PRESENTATION  # noqa: E402
 from dspark_studio.window import MainWindow  # noqa: E402
@@ -55,7 +55,7 @@ def test_draft_rows_fit_the_width_keep_their_header_and_elide_long_tokens(qtbot)
 def test_a_block_size_beyond_the_drafters_training_is_said(qtbot, window, dirs):
     w, c = window, window.controls
     setup(w, dirs)
-    qtbot.waitUntil(lambda: str(dirs["drafter"]) in c.trained, timeout=LONG)  # trained at 4 drafts per round
+    qtbot.waitUntil(lambda: w.session.choices.find(str(dirs["drafter"])).trained is not None, timeout=LONG)  # trained at 4 drafts per round
     c.form.widget("block_size").setValue(32)
     assert c.block_note.isVisible() and "drafter was trained at 4 drafts per round" in c.block_note.text()
     assert "block size 32" in c.block_note.text()
@@ -101,10 +101,10 @@ def test_stop_during_a_comparison_says_stopped(qtbot, window, dirs):
     w.controls.form.widget("stop_at_eos").setChecked(False)  # runs on until stopped
     with qtbot.waitSignal(w.job_finished, timeout=LONG * 2):
         w.start_compare()
-        qtbot.waitUntil(lambda: bool(w.runs) and len(w.runs[0].rounds) >= 2, timeout=LONG)
+        qtbot.waitUntil(lambda: bool(w.session.runs) and len(w.session.runs[0].rounds) >= 2, timeout=LONG)
         w.stop()
     w.refresh()
-    assert w.compare.table.rowCount() == 1 and w.compare.table.item(0, 1).text() == "0/1 · stopped"
+    assert w.results.compare.table.rowCount() == 1 and w.results.compare.table.item(0, 1).text() == "0/1 · stopped"
 
 
 def test_a_second_key_during_a_presentation_run_is_queued_not_dropped(qtbot, window, dirs):
@@ -113,15 +113,15 @@ def test_a_second_key_during_a_presentation_run_is_queued_not_dropped(qtbot, win
     two_prompt_set(w)
     w.presenter.fullscreen = False
     w.presenter.enter()
-    first = w.controls.prompt_index
+    first = w.session.choices.prompt_index
     with qtbot.waitSignal(w.job_finished, timeout=LONG):
         qtbot.keyClick(w, Qt.Key_Space)
         assert w.busy
         qtbot.keyClick(w, Qt.Key_Space)  # during the run
         assert "busy: the next prompt starts when this one ends" in w.statusBar().currentMessage()
-    qtbot.waitUntil(lambda: w.controls.prompt_index == (first + 2) % 2 and not w.busy and
-                    w.runs[0].prompt == "the a of and" and len(w.runs) == 2 and w.runs[-1].done, timeout=LONG)
-    assert w.prompt_label.text().startswith("Prompt 1 of 2 · the a of and")
+    qtbot.waitUntil(lambda: w.session.choices.prompt_index == (first + 2) % 2 and not w.busy and
+                    w.session.runs[0].prompt == "the a of and" and len(w.session.runs) == 2 and w.session.runs[-1].done, timeout=LONG)
+    assert w.results.prompt_label.text().startswith("Prompt 1 of 2 · the a of and")
     w.presenter.leave()
 
 
@@ -129,25 +129,25 @@ def test_the_prompt_counter_and_a_typed_prompt_that_is_kept(qtbot, window, dirs)
     w, c = window, window.controls
     setup(w, dirs)
     two_prompt_set(w)
-    assert c.counter.text() == "1 / 2" and c.prompt_caption() == "Prompt 1 of 2 · the a of and"
+    assert c.counter.text() == "1 / 2" and w.session.choices.caption() == "Prompt 1 of 2 · the a of and"
     c.prompt.setPlainText("my own prompt")
     assert c.counter.text() == "typed"
     menu_action(w, "Run", "Next prompt").trigger()  # ▶ would have lost it
-    assert c.prompt_text() == "to in is it" and c.counter.text() == "2 / 2"
-    assert c.prompt_sets[TYPED][-1] == "my own prompt" and c.prompt_set.findText(TYPED) >= 0
+    assert w.session.choices.prompt == "to in is it" and c.counter.text() == "2 / 2"
+    assert w.session.choices.prompt_sets[TYPED][-1] == "my own prompt" and c.prompt_set.findText(TYPED) >= 0
     assert "kept in the prompt set" in w.statusBar().currentMessage()
     menu_action(w, "Run", "Previous prompt").trigger()
     assert c.counter.text() == "1 / 2"
     c.prompt_set.setCurrentText(TYPED)
-    n = len(c.prompt_sets[TYPED])
-    assert c.prompt_text() == "my own prompt" and c.counter.text() == f"{n} / {n}"  # the latest kept
+    n = len(w.session.choices.prompt_sets[TYPED])
+    assert w.session.choices.prompt == "my own prompt" and c.counter.text() == f"{n} / {n}"  # the latest kept
 
 
 def test_exports_are_named_after_what_they_hold_and_the_history_keeps_the_newest(qtbot, window, dirs, tmp_path):
     w = window
     setup(w, dirs, max_tokens=6, prompt="def fibonacci(n):")
     assert run_job(qtbot, w, w.start_run)["ok"]
-    spec, base = w.shown_runs()
+    spec, base = w.session.shown_runs()
     name = export.default_name([spec, base], False, "json")
     assert name.endswith("-drafter-def-fibonacci-n.json") and name[:8].isdigit()
     folder = tmp_path / "runs"
@@ -193,16 +193,16 @@ def test_a_mac_never_shows_the_slow_blas_note(qtbot):
 
 def test_plots_show_nothing_before_a_run_then_whole_counts_seconds_and_a_zero(qtbot, window, dirs):
     w = window
-    boxes = list(w.plots.boxes.values()) + w.compare.boxes
-    assert all(b.is_empty for b in boxes) and w.compare.table.isHidden()  # captions, no empty axes
+    boxes = list(w.results.plots.boxes.values()) + w.results.compare.boxes
+    assert all(b.is_empty for b in boxes) and w.results.compare.table.isHidden()  # captions, no empty axes
     setup(w, dirs, max_tokens=12)
     assert run_job(qtbot, w, w.start_run)["ok"]
-    assert not any(b.is_empty for b in w.plots.boxes.values())
-    hist = w.plots.hist.getAxis("left")
+    assert not any(b.is_empty for b in w.results.plots.boxes.values())
+    hist = w.results.plots.hist.getAxis("left")
     assert all(spacing >= 1 for spacing, _ in hist.tickSpacing(0, 3, 200))  # no 0.5 rounds
-    seconds = w.plots.tps.getAxis("bottom")
+    seconds = w.results.plots.tps.getAxis("bottom")
     assert "x0.001" not in seconds.labelString() and seconds.autoSIPrefixScale == 1.0
-    low, high = w.plots.tps.getViewBox().viewRange()[1]
+    low, high = w.results.plots.tps.getViewBox().viewRange()[1]
     assert low <= 0 < high and abs(low) < 0.1 * high  # the rate axis starts at 0
 
 

@@ -51,15 +51,15 @@ def _wait(w, start) -> None:
 
 def _screen(w) -> dict:
     """What a person sees: the header, the text, the draft rows, the curves, the table."""
-    spec, _ = w.shown_runs()
+    spec, _ = w.session.shown_runs()
     return {
-        "header": {k: w.header.values[k].text() for k in HEADER},
-        "headline": w.header.headline.text(),
-        "text": w.text.text.toPlainText(),
-        "draft_rows": [tuple(t) for t in w.drafts.grid.texts],
-        "spec_curve": list(w.plots.spec_curve.getData()[1]) if spec else [],
-        "table": [[w.compare.table.item(r, c).text() for c in range(w.compare.table.columnCount())]
-                  for r in range(w.compare.table.rowCount())],
+        "header": {k: w.results.header.values[k].text() for k in HEADER},
+        "headline": w.results.header.headline.text(),
+        "text": w.results.text.text.toPlainText(),
+        "draft_rows": [tuple(t) for t in w.results.drafts.grid.texts],
+        "spec_curve": list(w.results.plots.spec_curve.getData()[1]) if spec else [],
+        "table": [[w.results.compare.table.item(r, c).text() for c in range(w.results.compare.table.columnCount())]
+                  for r in range(w.results.compare.table.rowCount())],
     }
 
 
@@ -78,10 +78,10 @@ def saved(qapp, dirs, tmp_path_factory):
         w.controls.form.widget("max_tokens").setValue(10)
         _wait(w, w.start_run)
         run = {"file": w.export_data("json", False, str(root / "run.json")), "screen": _screen(w)}
-        w.controls.prompt_sets["two"] = ["the a of and", "to in is it"]
-        w.controls.prompt_set.addItem("two")
+        w.session.choices.add_set("two", ["the a of and", "to in is it"])
+        w.refresh()
         w.controls.prompt_set.setCurrentText("two")
-        w.controls.all_prompts.setChecked(True)
+        w.actions.all_prompts.setChecked(True)
         _wait(w, w.start_compare)
         compare = {"file": next((root / "home" / "data" / "runs").glob("*-compare.json")), "screen": _screen(w)}
         w.close()
@@ -105,8 +105,8 @@ def test_a_saved_run_replays_on_every_pane_without_a_model(qtbot, fresh, saved):
     info = run_job(qtbot, w, lambda: w.open_replay([str(saved["run"]["file"])], "instant"))
     assert info["ok"]
     assert _screen(w) == saved["run"]["screen"]
-    assert w.header.mode.isVisible() and "REPLAY instant" in w.header.mode.text() and "run.json" in w.header.mode.text()
-    assert w.loaded_target is None and w.worker._target is None  # nothing was loaded
+    assert w.results.header.mode.isVisible() and "REPLAY instant" in w.results.header.mode.text() and "run.json" in w.results.header.mode.text()
+    assert w.session.loaded_target is None and w.engine.worker._target is None  # nothing was loaded
     assert not list((Path(os.environ["DSPARK_STUDIO_HOME"]) / "data" / "runs").glob("*.json"))  # not re-saved
 
 
@@ -114,11 +114,11 @@ def test_a_saved_comparison_replays_with_its_table(qtbot, fresh, saved):
     w = fresh
     doc = json.loads(saved["compare"]["file"].read_text())
     assert run_job(qtbot, w, lambda: w.open_replay([str(saved["compare"]["file"])], "instant"))["ok"]
-    assert w.tabs.currentWidget() is w.compare
-    assert w.compare.rows == doc["comparison"]  # recomputed from the recorded events: the same table
+    assert w.results.tabs.currentWidget() is w.results.compare
+    assert w.results.compare.rows == doc["comparison"]  # recomputed from the recorded events: the same table
     assert _screen(w)["table"] == saved["compare"]["screen"]["table"]
-    assert w.header.headline.text() == "drafter vs plain decoding · pooled over 2 prompts"
-    assert w.worker._target is None
+    assert w.results.header.headline.text() == "drafter vs plain decoding · pooled over 2 prompts"
+    assert w.engine.worker._target is None
 
 
 def test_replay_keeps_the_recorded_timing(qtbot, saved):
@@ -155,7 +155,7 @@ def test_a_file_that_is_not_a_saved_run_is_one_message(qtbot, fresh, saved, tmp_
     for name, says in (("garbage.json", "not valid JSON"), ("empty.json", "has no runs"),
                        ("broken.json", "run 1 is not readable"), ("missing.json", "is not a file")):
         assert not w.open_replay([str(tmp_path / name)])
-        assert says in w.message.text() and "\n" not in w.message.text(), w.message.text()
+        assert says in w.results.message.text() and "\n" not in w.results.message.text(), w.results.message.text()
         assert _screen(w) == shown and not w.busy
 
 
@@ -165,9 +165,9 @@ def test_space_plays_the_next_saved_run_in_presentation_mode(qtbot, fresh, saved
     w.presenter.fullscreen = False
     w.presenter.enter()
     assert run_job(qtbot, w, lambda: w.open_replay(files, "instant"))["ok"]
-    assert "1 of 2" in w.header.mode.text() and w.tabs.currentWidget() is w.run_split
+    assert "1 of 2" in w.results.header.mode.text() and w.results.tabs.currentWidget() is w.results.run_split
     assert run_job(qtbot, w, lambda: qtbot.keyClick(w, Qt.Key_Space))["ok"]
-    assert "2 of 2" in w.header.mode.text() and w.tabs.currentWidget() is w.compare
+    assert "2 of 2" in w.results.header.mode.text() and w.results.tabs.currentWidget() is w.results.compare
     w.presenter.leave()
 
 
@@ -185,9 +185,9 @@ def test_stop_ends_a_replay_and_keeps_what_was_shown(qtbot, fresh, saved):
     w = fresh
     with qtbot.waitSignal(w.job_finished, timeout=LONG) as sig:
         assert w.open_replay([str(saved["compare"]["file"])], "1×")
-        assert w.busy and w.controls.stop_b.isEnabled() and not w.controls.run_b.isEnabled()
+        assert w.busy and w.actions.stop_b.isEnabled() and not w.actions.run_b.isEnabled()
         w.stop()
-    assert sig.args[0]["cancelled"] and not w.busy and w.controls.run_b.isEnabled()
+    assert sig.args[0]["cancelled"] and not w.busy and w.actions.run_b.isEnabled()
     assert not w.player.playing
 
 
@@ -206,6 +206,6 @@ def test_a_run_saved_before_replay_existed_still_replays(qtbot, fresh, saved, tm
     assert run_job(qtbot, w, lambda: w.open_replay([str(old)], "instant"))["ok"]
     screen, then = _screen(w), saved["run"]["screen"]
     assert screen["header"] == {**then["header"], "same": "–"} and screen["text"] == then["text"]
-    pieces = {t.id: t.text for r in w.runs for e in r.rounds for t in e.committed}
-    spec = w.shown_runs()[0]
-    assert [list(t) for t in w.drafts.grid.texts] == [[pieces.get(d, f"#{d}") for d in e.drafted] for e in spec.rounds]
+    pieces = {t.id: t.text for r in w.session.runs for e in r.rounds for t in e.committed}
+    spec = w.session.shown_runs()[0]
+    assert [list(t) for t in w.results.drafts.grid.texts] == [[pieces.get(d, f"#{d}") for d in e.drafted] for e in spec.rounds]

@@ -11,7 +11,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtGui import QImage  # noqa: E402
 
-from dspark_studio import window_files as window_module  # noqa: E402  (where the file dialogs are)
+from dspark_studio import window as window_module  # noqa: E402  (where the file dialogs are)
 from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
 
 
@@ -41,8 +41,8 @@ def test_save_plots_as_png_from_the_menu_writes_the_files(qtbot, window, dirs, t
 
 def two_prompt_set(w) -> None:
     """A prompt set of two prompts, chosen in the controls."""
-    w.controls.prompt_sets["two prompts"] = ["the a of and", "to in is it"]
-    w.controls.prompt_set.addItem("two prompts")
+    w.session.choices.add_set("two prompts", ["the a of and", "to in is it"])
+    w.refresh()
     w.controls.prompt_set.setCurrentText("two prompts")
 
 
@@ -51,7 +51,7 @@ def test_export_comparison_exports_the_comparison_on_screen_after_a_later_run(qt
     setup(w, dirs, drafters=("drafter", "drafter2"), max_tokens=8)
     assert run_job(qtbot, w, w.start_compare)["ok"]
     assert run_job(qtbot, w, w.start_run)["ok"]
-    assert w.compare.table.rowCount() == 3  # the Compare tab still shows the comparison ...
+    assert w.results.compare.table.rowCount() == 3  # the Compare tab still shows the comparison ...
     doc = json.loads(w.export_data("json", True, str(tmp_path / "c.json")).read_text())
     assert [r["label"] for r in doc["runs"]] == ["drafter", "drafter2", "plain decoding"]  # ... and exports it
     assert [r["label"] for r in doc["comparison"]] == ["drafter", "drafter2", "plain decoding"]
@@ -63,11 +63,11 @@ def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
     w = window
     setup(w, dirs, drafters=("drafter", "drafter2"), max_tokens=10)
     two_prompt_set(w)
-    w.controls.all_prompts.setChecked(True)
+    w.actions.all_prompts.setChecked(True)
     w.controls.drafters.setCurrentRow(0)  # the drafter Run uses: the header's choice after a comparison
     assert run_job(qtbot, w, w.start_compare)["ok"]
-    assert w.tabs.currentWidget() is w.compare
-    h, table = w.header, w.compare.table
+    assert w.results.tabs.currentWidget() is w.results.compare
+    h, table = w.results.header, w.results.compare.table
 
     def cell(row: int, name: str) -> str:
         col = [c[1] for c in compare_columns()].index(name)
@@ -76,21 +76,21 @@ def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
     assert h.headline.text() == "drafter vs plain decoding · pooled over 2 prompts"
     assert h.values["speedup"].text() == cell(0, "Speedup") and h.values["tau"].text() == cell(0, "τ")
     # one tokens/sec line per drafter and plain decoding, their prompts back to back (not 6 lines)
-    assert len(w.compare.tps.getPlotItem().listDataItems()) == 3
+    assert len(w.results.compare.tps.getPlotItem().listDataItems()) == 3
     table.selectRow(1)  # a person picks drafter2's row
     w.refresh()
     assert h.headline.text() == "drafter2 vs plain decoding · pooled over 2 prompts"
     assert h.values["speedup"].text() == cell(1, "Speedup") and h.values["tau"].text() == cell(1, "τ")
-    w.tabs.setCurrentWidget(w.run_split)  # the Run tab: drafter2's run of the last prompt
+    w.results.tabs.setCurrentWidget(w.results.run_split)  # the Run tab: drafter2's run of the last prompt
     assert h.headline.text() == "drafter2 vs plain decoding · prompt 2 of 2"
-    spec, _base = w.shown_runs()
+    spec, _base = w.session.shown_runs()
     assert spec.label == "drafter2" and h.values["tau"].text() == f"{spec.figures().tau:.2f}"
     # a one-prompt comparison: the header shows the selected drafter, not the last one run
-    w.controls.all_prompts.setChecked(False)
+    w.actions.all_prompts.setChecked(False)
     w.controls.drafters.setCurrentRow(0)
     assert run_job(qtbot, w, w.start_compare)["ok"]
-    w.tabs.setCurrentWidget(w.run_split)
-    assert h.headline.text() == "drafter vs plain decoding" and w.shown_runs()[0].label == "drafter"
+    w.results.tabs.setCurrentWidget(w.results.run_split)
+    assert h.headline.text() == "drafter vs plain decoding" and w.session.shown_runs()[0].label == "drafter"
 
 
 def compare_columns():
@@ -102,14 +102,14 @@ def compare_columns():
 def test_a_new_run_shows_the_run_tab_also_from_presentation_mode(qtbot, window, dirs):
     w = window
     setup(w, dirs, max_tokens=6)
-    assert run_job(qtbot, w, w.start_compare)["ok"] and w.tabs.currentWidget() is w.compare
+    assert run_job(qtbot, w, w.start_compare)["ok"] and w.results.tabs.currentWidget() is w.results.compare
     assert run_job(qtbot, w, w.start_run)["ok"]
-    assert w.tabs.currentWidget() is w.run_split
-    w.tabs.setCurrentWidget(w.compare)
+    assert w.results.tabs.currentWidget() is w.results.run_split
+    w.results.tabs.setCurrentWidget(w.results.compare)
     w.presenter.fullscreen = False
     w.presenter.enter()
     assert run_job(qtbot, w, w.presenter.next)["ok"]
-    assert w.tabs.currentWidget() is w.run_split
+    assert w.results.tabs.currentWidget() is w.results.run_split
     w.presenter.leave()
 
 
@@ -157,37 +157,38 @@ def test_a_bad_drafter_comes_in_unticked_and_unselected_and_compare_skips_it(qtb
     setup(w, dirs, drafters=("drafter",), max_tokens=8)
     assert run_job(qtbot, w, w.start_run)["ok"]
     broken = str(dirs["broken"])
-    c.add_drafter(broken, select=True)  # what Add… does with the directory a person picked
-    qtbot.waitUntil(lambda: c.drafter_error(broken) is not None, timeout=LONG)
+    w.add_drafter(broken, select=True)  # what Add… does with the directory a person picked
+    qtbot.waitUntil(lambda: w.session.choices.error(broken) is not None, timeout=LONG)
     item = c.drafters.item(1)
     assert "⚠" in item.text() and "not valid JSON" in item.toolTip() and item.checkState() == Qt.Unchecked
-    assert c.run_drafter() == str(dirs["drafter"]) and "not valid JSON" in w.message.text()
-    c.add_drafter("/no/such/drafter", select=True)  # not a directory: marked at once
-    assert "not a directory" in c.drafter_error("/no/such/drafter") and c.run_drafter() == str(dirs["drafter"])
+    assert w.session.choices.run_drafter() == str(dirs["drafter"]) and "not valid JSON" in w.results.message.text()
+    w.add_drafter("/no/such/drafter", select=True)  # not a directory: marked at once
+    assert "not a directory" in w.session.choices.error("/no/such/drafter") and w.session.choices.run_drafter() == str(dirs["drafter"])
     # Run with a bad drafter selected by hand: one message, nothing started, nothing shown is lost
-    shown = w.shown_runs()
+    shown = w.session.shown_runs()
     c.drafters.setCurrentRow(1)
     w.start_run()
-    assert not w.busy and w.shown_runs() == shown and "cannot run with drafter broken" in w.message.text()
+    assert not w.busy and w.session.shown_runs() == shown and "cannot run with drafter broken" in w.results.message.text()
     # Compare skips a bad drafter ticked by hand, and one the worker only finds bad while comparing
     item.setCheckState(Qt.Checked)
-    c.add_drafter(str(dirs["other_drafter"]))  # ticked; its load error has not arrived yet
-    assert str(dirs["other_drafter"]) in c.checked_drafters()
+    w.add_drafter(str(dirs["other_drafter"]))  # ticked; its load error has not arrived yet
+    assert str(dirs["other_drafter"]) in w.session.choices.checked()
     info = run_job(qtbot, w, w.start_compare)
-    assert info["ok"] and [r["label"] for r in w.compare.rows] == ["drafter", BASELINE]
-    assert "different target" in c.drafter_error(str(dirs["other_drafter"]))
-    assert str(dirs["other_drafter"]) not in c.checked_drafters()
+    assert info["ok"] and [r["label"] for r in w.results.compare.rows] == ["drafter", BASELINE]
+    assert "different target" in w.session.choices.error(str(dirs["other_drafter"]))
+    assert str(dirs["other_drafter"]) not in w.session.choices.checked()
 
 
 def test_a_plain_decoding_run_leaves_no_stale_tau_over_empty_axes(qtbot, window, dirs):
     w = window
     setup(w, dirs, max_tokens=8)
     assert run_job(qtbot, w, w.start_run)["ok"]
-    assert "τ =" in w.plots.hist.getPlotItem().titleLabel.text and not w.plots.boxes["hist"].is_empty
-    w.controls.drafters.takeItem(0)  # no drafter: Run does plain decoding only
+    assert "τ =" in w.results.plots.hist.getPlotItem().titleLabel.text and not w.results.plots.boxes["hist"].is_empty
+    w.controls.drafters.setCurrentRow(0)
+    w.controls.remove_b.click()  # no drafter: Run does plain decoding only
     assert run_job(qtbot, w, w.start_run)["ok"]
-    assert "τ" not in w.plots.hist.getPlotItem().titleLabel.text and w.plots.boxes["hist"].is_empty
-    assert not w.plots.boxes["tps"].is_empty  # plain decoding's curve is drawn
+    assert "τ" not in w.results.plots.hist.getPlotItem().titleLabel.text and w.results.plots.boxes["hist"].is_empty
+    assert not w.results.plots.boxes["tps"].is_empty  # plain decoding's curve is drawn
 
 
 def test_recent_lists_remember_only_directories_that_loaded(qtbot, dirs, tmp_path, monkeypatch):
@@ -203,16 +204,16 @@ def test_recent_lists_remember_only_directories_that_loaded(qtbot, dirs, tmp_pat
     w.restore(target, [])
     qtbot.waitUntil(lambda: prefs.recent("targets") == [target], timeout=LONG)
     for bad in (str(tmp_path / "no-such-target"), str(dirs["broken"])):
-        w.message.hide()
+        w.results.message.hide()
         w.controls.target.setEditText(bad)
         w.on_target_chosen(bad)
-        qtbot.waitUntil(w.message.isVisible, timeout=LONG)
+        qtbot.waitUntil(w.results.message.isVisible, timeout=LONG)
     assert prefs.recent("targets") == [target]
     assert [w.controls.target.itemText(i) for i in range(w.controls.target.count())] == [target]
     w.controls.target.setEditText(target)
     w.on_target_chosen(target)
-    w.controls.add_drafter(str(dirs["broken"]))
-    w.controls.add_drafter(str(dirs["drafter"]))
+    w.add_drafter(str(dirs["broken"]))
+    w.add_drafter(str(dirs["drafter"]))
     qtbot.waitUntil(lambda: str(dirs["drafter"]) in prefs.recent("drafters"), timeout=LONG)
     assert str(dirs["broken"]) not in prefs.recent("drafters")
     w.close()

@@ -34,8 +34,8 @@ def test_token_tooltip_and_presentation_keys(qtbot, dirs, home):
     w = make_window(qtbot)
     setup(w, dirs, max_tokens=6)
     run_job(qtbot, w, w.start_run)
-    view = w.text.text
-    spec = w.shown_runs()[0]
+    view = w.results.text.text
+    spec = w.session.shown_runs()[0]
     first = spec.rounds[0].committed[0]
     cur = view.textCursor()
     cur.setPosition(len(PROMPT) + max(len(first.text) // 2, 0))
@@ -47,23 +47,23 @@ def test_token_tooltip_and_presentation_keys(qtbot, dirs, home):
     w.controls.prompt_set.setCurrentText(prompts.get("demo").name)
     w.presenter.enter()
     assert w.theme.name == "presentation" and not w.controls_scroll.isVisible()
-    before = w.controls.prompt_index
+    before = w.session.choices.prompt_index
     w.controls.form.widget("max_tokens").setValue(4)
     with qtbot.waitSignal(w.job_finished, timeout=LONG):
         qtbot.keyClick(w, Qt.Key_Space)
-    assert w.controls.prompt_index == before + 1
-    assert w.runs and w.runs[0].prompt == prompts.get("demo").prompts[before + 1]
+    assert w.session.choices.prompt_index == before + 1
+    assert w.session.runs and w.session.runs[0].prompt == prompts.get("demo").prompts[before + 1]
     qtbot.keyClick(w, Qt.Key_Escape)
     assert w.theme.name == "normal" and w.controls_scroll.isVisible()
     w.close()
-    assert not w.thread_.isRunning()
+    assert not w.engine.thread.isRunning()
 
 
 def test_settings_and_recent_dirs_persist(qtbot, dirs, home):
     prefs = settings.Settings()
     w = make_window(qtbot, prefs)
     w.restore(str(dirs["target"]), [])
-    w.controls.add_drafter(str(dirs["drafter"]))
+    w.add_drafter(str(dirs["drafter"]))
     w.on_target_chosen(str(dirs["target"]))
     # directories join the recent lists once they have loaded
     qtbot.waitUntil(lambda: str(dirs["drafter"]) in prefs.recent("drafters"), timeout=LONG)
@@ -83,8 +83,8 @@ def test_settings_and_recent_dirs_persist(qtbot, dirs, home):
     w2.restore(target, drafters)
     assert w2.controls.form.widget("max_tokens").value() == 77
     assert w2.controls.form.widget("policy").currentText() == "threshold:0.2"
-    assert w2.controls.prompt_text() == "the of"
-    assert w2.controls.drafter_paths() == [str(dirs["drafter"])]
+    assert w2.session.choices.prompt == "the of"
+    assert w2.session.choices.paths() == [str(dirs["drafter"])]
     w2.close()
 
 
@@ -119,10 +119,10 @@ def test_a_published_format_drafter_runs_in_the_app(qtbot, dirs, home, tmp_path)
     zlab = write_zlab(tmp_path / "zlab", vocab=96)
     w = make_window(qtbot)
     setup(w, dirs, drafters=())
-    w.controls.add_drafter(str(zlab), select=True)
+    w.add_drafter(str(zlab), select=True)
     info = run_job(qtbot, w, w.start_run)
-    assert info["ok"], w.message.text()
-    spec, base = w.shown_runs()
+    assert info["ok"], w.results.message.text()
+    spec, base = w.session.shown_runs()
     assert spec.summary.tokens == base.summary.tokens and spec.block_size() == 7
     item = w.controls.drafters.item(0)
     assert "zlab-dflash drafter, 7 drafts per round" in item.toolTip()

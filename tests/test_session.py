@@ -130,3 +130,55 @@ def test_a_sampled_comparison_compares_each_prompt_over_the_tokens_both_runs_mad
     (spec, base) = row["compared_rates"]
     assert abs(spec - 40.0) < 1e-9 and abs(base - 20.0) < 1e-9 and abs(row["speedup"] - 2.0) < 1e-9
     assert row["tokens_per_sec"] == 40.0  # the table's whole-run rate is still there
+
+
+def test_the_choices_mark_a_bad_drafter_and_run_falls_back_to_a_good_one(tmp_path):
+    from dspark_studio.choices import Choices
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir(), bad.mkdir()
+    c = Choices()
+    c.add_drafter(str(bad))
+    c.add_drafter(str(good))
+    assert c.run_drafter() == str(bad) and c.checked() == [str(bad), str(good)]
+    version = c.version
+    c.mark(str(bad), "drafter bad: not valid JSON")
+    assert c.version > version and c.error(str(bad)) == "drafter bad: not valid JSON"
+    assert c.run_drafter() == str(good) and c.checked() == [str(good)] and c.usable() == [str(good)]
+    c.add_drafter("/no/such/dir", select=True)  # not a directory: marked at once, never selected
+    assert "not a directory" in c.error("/no/such/dir") and c.run_drafter() == str(good)
+
+
+def test_a_restored_prompt_of_the_set_is_found_in_it_and_a_typed_one_is_kept():
+    from dspark_studio.choices import TYPED, Choices
+
+    c = Choices({"set": ["a\n", "b\n", "c\n"]})
+    c.set_prompt("c\n")  # as a restart or a paste puts it in the box
+    assert c.counter() == "3 / 3" and c.caption() == "Prompt 3 of 3 · c"
+    c.set_prompt("mine")
+    assert c.counter() == "typed" and c.caption() == "Your prompt · mine"
+    assert c.step_prompt(1) and c.prompt == "a\n" and c.prompt_sets[TYPED] == ["mine"]
+
+
+def test_costs_measured_on_another_target_are_dropped_and_that_is_drawn():
+    from dspark_studio.messages import CostsMeasured, Loaded
+
+    s = Session()
+    s.apply(CostsMeasured("/d1", {"verify_ms": [1.0], "draft_ms": 1.0, "step_ms": 1.0}))
+    s.loaded(Loaded("/t1", "t1", {}, {}))
+    assert s.view().costs == {} and s.costs == {}
+    s.apply(CostsMeasured("/d1", {"verify_ms": [1.0], "draft_ms": 1.0, "step_ms": 1.0}))
+    version = s.version
+    s.loaded(Loaded("/t2", "t2", {}, {}))  # another target: the costs were not measured on it
+    assert s.costs == {} and s.version > version  # the panes redraw without them
+
+
+def test_run_with_a_bad_drafter_selected_is_one_message_and_starts_nothing(tmp_path):
+    s = Session()
+    s.choices.set_target(str(tmp_path))
+    s.choices.add_drafter("/no/such/drafter", select=True)
+    s.choices.select("/no/such/drafter")
+    assert s.run_job() is None and not s.busy and s.message.startswith("cannot run with drafter drafter")
+    s.choices.remove_drafter("/no/such/drafter")
+    job = s.run_job()
+    assert job is not None and [a.label for a in job.runs] == [BASELINE] and s.message == ""

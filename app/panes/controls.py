@@ -1,15 +1,15 @@
 """The left-hand panel: target and drafter pickers, the prompt, generation settings, and
-Run / Stop / Compare. It only gathers choices; the window acts on them.
+Run / Stop / Compare. It shows the session's ``Choices`` (``show_choices``) and says what the
+person did through its signals; the window applies that to the session. It keeps no choice of
+its own: a drafter's load error, the prompt's place in its set and the settings live there.
 
-The Run / Stop / Compare bar (``actions``) is a separate widget the window pins below the
-scrolling panel, so it is on screen at any window height. A prompt typed by hand is never lost
-to ◀ ▶ or a change of set: it is kept in the set "Typed prompts"."""
+The Run / Stop / Compare bar (``ActionBar``) is a widget of its own that the window pins below
+the scrolling panel, so it is on screen at any window height."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFileDialog, QGroupBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMenu,
     QPlainTextEdit, QPushButton, QToolButton, QVBoxLayout, QWidget,
@@ -17,34 +17,54 @@ from PySide6.QtWidgets import (
 
 from dspark.config import GenerationConfig
 
+from ..choices import Choices, drafter_label
 from .settings_form import SettingsForm
 
-PATH_ROLE = Qt.UserRole
-TYPED = "Typed prompts"  # the set a typed prompt is kept in when ◀ ▶ or another set replaces it
-ERROR_ROLE = Qt.UserRole + 1  # why a drafter cannot be used (None: it can, or it is not loaded yet)
+PATH_ROLE = Qt.UserRole  # which drafter an item shows (its directory)
+#: Keys the window's shortcuts own even while the prompt box has the focus (it would move its cursor).
+PASSED_ON = (QKeySequence("Ctrl+Right"), QKeySequence("Ctrl+Left"))
 
 
-def drafter_label(path: str) -> str:
-    return Path(path).name or path
+class PromptBox(QPlainTextEdit):
+    """The prompt: Tab moves the focus on (a prompt is code, but a keyboard must get out), and
+    Ctrl+→ / Ctrl+← step the prompt set as they do everywhere else in the window."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setTabChangesFocus(True)
+
+    def event(self, e) -> bool:
+        if e.type() == QEvent.ShortcutOverride and QKeySequence(e.keyCombination()) in PASSED_ON:
+            e.ignore()  # not taken here: the shortcut fires
+            return False
+        return super().event(e)
 
 
 class ControlPanel(QWidget):
     target_chosen = Signal(str)
-    drafters_changed = Signal()
-    run_clicked = Signal()
-    stop_clicked = Signal()
-    compare_clicked = Signal()
-    notice = Signal(str)  # something for the status bar
+    drafter_added = Signal(str)  # a directory the person picked: added and selected
+    drafter_removed = Signal(str)
+    drafter_ticked = Signal(str, bool)
+    drafter_selected = Signal(str)
+    prompt_edited = Signal(str)
+    prompt_stepped = Signal(int)
+    prompt_set_chosen = Signal(str)
+    config_edited = Signal(dict)
 
-    def __init__(self, prompt_sets: dict[str, list[str]], parent=None):
+    def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("controlsInner")
-        self.prompt_sets = prompt_sets
-        self.recent_drafters: list[str] = []
-        self.trained: dict[str, int] = {}  # drafter path -> the block size it was trained at
+        self.choices = Choices()  # the choices on screen (``show_choices``); read here, never changed
+        self._shown = None  # what each part shows, so a redraw touches only what changed
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(self._target_group())
+        lay.addWidget(self._drafters_group())
+        lay.addWidget(self._prompt_group(), 1)
+        lay.addWidget(self._generation_group())
 
+    # --- building -------------------------------------------------------------------------
+    def _target_group(self) -> QGroupBox:
         g = QGroupBox("Target model")
         gl = QHBoxLayout(g)
         self.target = QComboBox()
@@ -57,49 +77,53 @@ class ControlPanel(QWidget):
         self.target.activated.connect(self._target_activated)
         self.target.lineEdit().editingFinished.connect(self._target_activated)
         browse = QPushButton("…")
-        browse.setToolTip("Choose a target directory")
+        browse.setToolTip("Choose a target directory (Ctrl+O)")
         browse.clicked.connect(self.browse_target)
         gl.addWidget(self.target, 1)
         gl.addWidget(browse)
-        lay.addWidget(g)
+        return g
 
+    def _drafters_group(self) -> QGroupBox:
         g = QGroupBox("Drafters")
         gl = QVBoxLayout(g)
         self.drafters = QListWidget()
         self.drafters.setToolTip("Run uses the selected drafter; Compare uses every ticked one.\n"
                                  "With no drafter, Run does plain decoding only.")
         self.drafters.setMaximumHeight(110)
-        self.drafters.itemChanged.connect(lambda _item: self.drafters_changed.emit())
+        self.drafters.itemChanged.connect(self._item_changed)
+        self.drafters.currentItemChanged.connect(self._current_changed)
         row = QHBoxLayout()
         add = QToolButton()
         add.setText("Add…")
+        add.setToolTip("Add a drafter directory (Ctrl+D); the arrow lists recent ones")
         add.setPopupMode(QToolButton.MenuButtonPopup)
         add.clicked.connect(self.browse_drafter)
         self.recent_menu = QMenu(add)
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         add.setMenu(self.recent_menu)
-        remove = QPushButton("Remove")
-        remove.clicked.connect(self._remove_drafter)
+        self.remove_b = QPushButton("Remove")
+        self.remove_b.clicked.connect(self._remove_drafter)
         row.addWidget(add)
-        row.addWidget(remove)
+        row.addWidget(self.remove_b)
         row.addStretch(1)
         gl.addWidget(self.drafters)
         gl.addLayout(row)
-        lay.addWidget(g)
+        return g
 
+    def _prompt_group(self) -> QGroupBox:
         g = QGroupBox("Prompt")
         gl = QVBoxLayout(g)
         row = QHBoxLayout()
         self.prompt_set = QComboBox()
-        self.prompt_set.addItems(list(prompt_sets))
         self.prompt_set.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.prompt_set.setMinimumContentsLength(10)
-        self.prompt_set.setToolTip("Prompt set: ◀ ▶ step through it (Space / → in presentation mode)")
+        self.prompt_set.setToolTip("Prompt set: ◀ ▶ step through it (Ctrl+← / Ctrl+→; Space / → in presentation mode)")
+        self.prompt_set.currentTextChanged.connect(self.prompt_set_chosen)
         prev_b, next_b = QPushButton("◀"), QPushButton("▶")
         for b in (prev_b, next_b):
             b.setFixedWidth(34)
-        prev_b.clicked.connect(lambda: self.step_prompt(-1))
-        next_b.clicked.connect(lambda: self.step_prompt(1))
+        prev_b.clicked.connect(lambda: self.prompt_stepped.emit(-1))
+        next_b.clicked.connect(lambda: self.prompt_stepped.emit(1))
         self.counter = QLabel()  # "3 / 12": where ◀ ▶ are in the set
         self.counter.setObjectName("caption")
         self.counter.setToolTip("This prompt's place in the set (\"typed\": not one of the set's)")
@@ -107,31 +131,158 @@ class ControlPanel(QWidget):
         row.addWidget(prev_b)
         row.addWidget(self.counter)
         row.addWidget(next_b)
-        self.prompt = QPlainTextEdit()
+        self.prompt = PromptBox()
         self.prompt.setPlaceholderText("Type a prompt, or pick one from a set")
         self.prompt.setMinimumHeight(70)
-        self.prompt.textChanged.connect(self._update_counter)
-        self.prompt_index = -1
+        self.prompt.textChanged.connect(lambda: self.prompt_edited.emit(self.prompt.toPlainText()))
         gl.addLayout(row)
         gl.addWidget(self.prompt, 1)
-        lay.addWidget(g, 1)
+        return g
 
+    def _generation_group(self) -> QGroupBox:
         g = QGroupBox("Generation")
         gl = QVBoxLayout(g)
         self.form = SettingsForm(GenerationConfig)
+        self.form.changed.connect(lambda: self.config_edited.emit(self.form.values()))
         gl.addWidget(self.form)
         self.block_note = QLabel()  # a block size beyond what the selected drafter was trained at
         self.block_note.setObjectName("note")
         self.block_note.setWordWrap(True)
         self.block_note.hide()
         gl.addWidget(self.block_note)
-        lay.addWidget(g)
-        self.form.widget("block_size").valueChanged.connect(self._update_block_note)
-        self.drafters.currentItemChanged.connect(self._update_block_note)
+        return g
 
-        self.actions = QWidget()  # pinned by the window below the scrolling panel
-        self.actions.setObjectName("actions")
-        al = QVBoxLayout(self.actions)
+    # --- showing the choices ----------------------------------------------------------------
+    def show_choices(self, c: Choices) -> None:
+        """Show ``c``, touching only the widgets whose part of it changed (a redraw never moves
+        the cursor of a box being typed in, nor a list being scrolled)."""
+        self.choices = c
+        parts = {
+            "target": (c.target, tuple(c.recent_targets)),
+            "drafters": (tuple((d.path, d.checked, d.error, d.detail) for d in c.drafters), c.selected),
+            "sets": (tuple(c.prompt_sets), c.set_name),
+            "prompt": (c.prompt, c.counter()),
+            "config": (tuple(sorted(c.config.items(), key=lambda kv: kv[0])), c.block_note()),
+        }
+        shown = self._shown or {}
+        self._shown = parts
+        for key, draw in (("target", self._show_target), ("drafters", self._show_drafters),
+                          ("sets", self._show_sets), ("prompt", self._show_prompt), ("config", self._show_config)):
+            if shown.get(key) != parts[key]:
+                draw(c)
+
+    def _show_target(self, c: Choices) -> None:
+        self.target.blockSignals(True)
+        self.target.clear()
+        self.target.addItems([p for p in c.recent_targets if p])
+        self.target.setEditText(c.target)
+        self.target.blockSignals(False)
+
+    def _show_drafters(self, c: Choices) -> None:
+        """An item per drafter, kept while it is listed (a redraw keeps the person's place);
+        one that went is taken out, one that came put in at its place."""
+        self.drafters.blockSignals(True)
+        paths = c.paths()
+        for i in reversed(range(self.drafters.count())):
+            if self.drafters.item(i).data(PATH_ROLE) not in paths:
+                self.drafters.takeItem(i)
+        for i, d in enumerate(c.drafters):
+            if i >= self.drafters.count() or self.drafters.item(i).data(PATH_ROLE) != d.path:
+                item = QListWidgetItem()
+                item.setData(PATH_ROLE, d.path)
+                item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
+                self.drafters.insertItem(i, item)
+        for i, d in enumerate(c.drafters):
+            item = self.drafters.item(i)
+            item.setText(d.label + ("  ⚠" if d.error else ""))
+            item.setToolTip(d.path + (f"\n{d.error}" if d.error else f"\n{d.detail}" if d.detail else ""))
+            item.setCheckState(Qt.Checked if d.checked else Qt.Unchecked)
+            if d.path == c.selected:
+                self.drafters.setCurrentItem(item)
+        if c.selected is None:
+            self.drafters.setCurrentRow(-1)
+            self.drafters.clearSelection()
+        self.drafters.blockSignals(False)
+
+    def _show_sets(self, c: Choices) -> None:
+        self.prompt_set.blockSignals(True)
+        if [self.prompt_set.itemText(i) for i in range(self.prompt_set.count())] != list(c.prompt_sets):
+            self.prompt_set.clear()
+            self.prompt_set.addItems(list(c.prompt_sets))
+        self.prompt_set.setCurrentText(c.set_name)
+        self.prompt_set.blockSignals(False)
+
+    def _show_prompt(self, c: Choices) -> None:
+        if self.prompt.toPlainText() != c.prompt:
+            self.prompt.blockSignals(True)
+            self.prompt.setPlainText(c.prompt)
+            self.prompt.blockSignals(False)
+        self.counter.setText(c.counter())
+
+    def _show_config(self, c: Choices) -> None:
+        if c.config and self.form.values() != c.config:
+            self.form.blockSignals(True)
+            self.form.set_values(c.config)
+            self.form.blockSignals(False)
+        note = c.block_note()
+        self.block_note.setText(note or "")
+        self.block_note.setVisible(bool(note))
+
+    def config(self) -> dict:
+        """The settings form's values (``GenerationConfig`` fields), as the person left them."""
+        return self.form.values()
+
+    def target_path(self) -> str:
+        """The path in the target box (typed, perhaps not chosen yet)."""
+        return self.target.currentText().strip()
+
+    # --- what the person does ---------------------------------------------------------------
+    def _target_activated(self, *_) -> None:
+        if self.target_path():
+            self.target_chosen.emit(self.target_path())
+
+    def browse_target(self) -> None:
+        d = QFileDialog.getExistingDirectory(self, "Target model directory", self.target_path())
+        if d:
+            self.target_chosen.emit(d)
+
+    def browse_drafter(self) -> None:
+        start = self.choices.run_drafter() or self.target_path()
+        d = QFileDialog.getExistingDirectory(self, "Drafter directory", start)
+        if d:
+            self.drafter_added.emit(d)
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        for p in self.choices.recent_drafters:
+            self.recent_menu.addAction(p, lambda p=p: self.drafter_added.emit(p))
+        if not self.choices.recent_drafters:
+            self.recent_menu.addAction("(no recent drafters)").setEnabled(False)
+
+    def _remove_drafter(self) -> None:
+        item = self.drafters.currentItem()
+        if item is not None:
+            self.drafter_removed.emit(item.data(PATH_ROLE))
+
+    def _item_changed(self, item: QListWidgetItem) -> None:
+        self.drafter_ticked.emit(item.data(PATH_ROLE), item.checkState() == Qt.Checked)
+
+    def _current_changed(self, item: QListWidgetItem | None, _previous=None) -> None:
+        self.drafter_selected.emit(item.data(PATH_ROLE) if item is not None else "")
+
+
+class ActionBar(QWidget):
+    """Run / Stop / Compare, and whether Compare takes every prompt of the set."""
+
+    run_clicked = Signal()
+    stop_clicked = Signal()
+    compare_clicked = Signal()
+    all_prompts_toggled = Signal(bool)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("actions")
+        al = QVBoxLayout(self)
         al.setContentsMargins(6, 4, 6, 4)
         row = QHBoxLayout()
         self.run_b = QPushButton("Run")
@@ -140,7 +291,7 @@ class ControlPanel(QWidget):
         self.stop_b = QPushButton("Stop")
         self.stop_b.setToolTip("Stop within one round, keeping what was generated (Ctrl+.)")
         self.compare_b = QPushButton("Compare")
-        self.compare_b.setToolTip("Every ticked drafter, then plain decoding, one after another")
+        self.compare_b.setToolTip("Every ticked drafter, then plain decoding, one after another (Ctrl+Shift+R)")
         self.run_b.clicked.connect(self.run_clicked)
         self.stop_b.clicked.connect(self.stop_clicked)
         self.compare_b.clicked.connect(self.compare_clicked)
@@ -148,201 +299,19 @@ class ControlPanel(QWidget):
             row.addWidget(b)
         al.addLayout(row)
         self.all_prompts = QCheckBox("Compare on every prompt of the set")
+        self.all_prompts.toggled.connect(self.all_prompts_toggled)
         al.addWidget(self.all_prompts)
         self.set_busy(False)
-        self._set_shown = self.prompt_set.currentText()
-        self.prompt_set.currentTextChanged.connect(self._set_changed)
 
-    # --- target ---------------------------------------------------------------------------
-    def set_target(self, path: str | None, recent: list[str]) -> None:
-        self.target.blockSignals(True)
-        self.target.clear()
-        self.target.addItems([p for p in recent if p])
-        self.target.setEditText(path or "")
-        self.target.blockSignals(False)
-
-    def target_path(self) -> str:
-        return self.target.currentText().strip()
-
-    def _target_activated(self, *_):
-        if self.target_path():
-            self.target_chosen.emit(self.target_path())
-
-    def browse_target(self) -> None:
-        d = QFileDialog.getExistingDirectory(self, "Target model directory", self.target_path())
-        if d:
-            self.target.setEditText(d)
-            self.target_chosen.emit(d)
-
-    # --- drafters -------------------------------------------------------------------------
-    def add_drafter(self, path: str, checked: bool = True, select: bool = False) -> None:
-        """Add a drafter directory (ticked, and selected when asked or when none is); one that
-        is not a directory comes in marked, unticked and unselected."""
-        if path in self.drafter_paths():
-            return
-        self.drafters.blockSignals(True)
-        item = QListWidgetItem(drafter_label(path))
-        item.setData(PATH_ROLE, path)
-        item.setToolTip(path)
-        item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
-        item.setCheckState(Qt.Checked if checked else Qt.Unchecked)
-        self.drafters.addItem(item)
-        if select or self.drafters.currentRow() < 0:
-            self.drafters.setCurrentItem(item)
-        self.drafters.blockSignals(False)
-        if not Path(path).expanduser().is_dir():
-            self.mark_drafter(path, f"drafter {drafter_label(path)}: not a directory: {path}")
-        self.drafters_changed.emit()
-
-    def _items(self):
-        return [self.drafters.item(i) for i in range(self.drafters.count())]
-
-    def drafter_paths(self) -> list[str]:
-        return [item.data(PATH_ROLE) for item in self._items()]
-
-    def usable_drafters(self) -> list[str]:
-        """Every drafter not known to be bad (those the worker should load)."""
-        return [item.data(PATH_ROLE) for item in self._items() if not item.data(ERROR_ROLE)]
-
-    def checked_drafters(self) -> list[str]:
-        """The ticked drafters Compare runs (never one known to be bad)."""
-        return [item.data(PATH_ROLE) for item in self._items()
-                if item.checkState() == Qt.Checked and not item.data(ERROR_ROLE)]
-
-    def drafter_error(self, path: str) -> str | None:
-        """Why this drafter cannot be used, or None."""
-        return next((item.data(ERROR_ROLE) for item in self._items() if item.data(PATH_ROLE) == path), None)
-
-    def run_drafter(self) -> str | None:
-        item = self.drafters.currentItem()
-        if item is None:
-            checked = self.checked_drafters()
-            return checked[0] if checked else None
-        return item.data(PATH_ROLE)
-
-    def mark_drafter(self, path: str, error: str | None, detail: str | None = None) -> None:
-        """Show a drafter's load result: its format in the tooltip, or ⚠ and the reason, and
-        then it is unticked and unselected (Run falls back to a good one, Compare skips it)."""
-        for item in self._items():
-            if item.data(PATH_ROLE) != path:
-                continue
-            self.drafters.blockSignals(True)
-            item.setData(ERROR_ROLE, error)
-            item.setText(drafter_label(path) + ("  ⚠" if error else ""))
-            item.setToolTip(path + (f"\n{error}" if error else f"\n{detail}" if detail else ""))
-            if error:
-                item.setCheckState(Qt.Unchecked)
-                if self.drafters.currentItem() is item:
-                    good = [i for i in self._items() if not i.data(ERROR_ROLE)]
-                    if good:
-                        self.drafters.setCurrentItem(good[0])
-                    else:
-                        self.drafters.setCurrentRow(-1)
-                        self.drafters.clearSelection()
-            self.drafters.blockSignals(False)
-
-    def browse_drafter(self) -> None:
-        start = self.run_drafter() or self.target_path()
-        d = QFileDialog.getExistingDirectory(self, "Drafter directory", start)
-        if d:
-            self.add_drafter(d, select=True)
-
-    def _fill_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        for p in self.recent_drafters:
-            self.recent_menu.addAction(p, lambda p=p: self.add_drafter(p, select=True))
-        if not self.recent_drafters:
-            self.recent_menu.addAction("(no recent drafters)").setEnabled(False)
-
-    def _remove_drafter(self) -> None:
-        row = self.drafters.currentRow()
-        if row >= 0:
-            self.drafters.takeItem(row)
-            self.drafters_changed.emit()
-
-    # --- prompt ---------------------------------------------------------------------------
-    def prompts(self) -> list[str]:
-        return self.prompt_sets.get(self.prompt_set.currentText(), [])
-
-    def select_prompt(self, index: int) -> None:
-        ps = self.prompts()
-        if ps:
-            self.prompt_index = index % len(ps)
-            self.prompt.setPlainText(ps[self.prompt_index])
-        self._update_counter()
-
-    def step_prompt(self, delta: int) -> None:
-        self.keep_typed()
-        self.select_prompt(self.prompt_index + delta)
-
-    def is_typed(self, in_set: str | None = None) -> bool:
-        """The prompt box holds something that is not a prompt of the set (typed by hand)."""
-        text = self.prompt_text()
-        return bool(text.strip()) and text not in self.prompt_sets.get(in_set or self.prompt_set.currentText(), [])
-
-    def keep_typed(self, in_set: str | None = None) -> None:
-        """Keep a typed prompt in the set TYPED before something replaces it."""
-        if not self.is_typed(in_set):
-            return
-        kept = self.prompt_sets.setdefault(TYPED, [])
-        if self.prompt_text() not in kept:
-            kept.append(self.prompt_text())
-        if self.prompt_set.findText(TYPED) < 0:
-            self.prompt_set.blockSignals(True)
-            self.prompt_set.addItem(TYPED)
-            self.prompt_set.blockSignals(False)
-        self.notice.emit(f"your prompt is kept in the prompt set \"{TYPED}\"")
-
-    def _set_changed(self, name: str) -> None:
-        self.keep_typed(self._set_shown)
-        self._set_shown = name
-        self.select_prompt(len(self.prompts()) - 1 if name == TYPED else 0)
-
-    def _update_counter(self) -> None:
-        ps = self.prompts()
-        on_set = 0 <= self.prompt_index < len(ps) and ps[self.prompt_index] == self.prompt_text()
-        self.counter.setText(f"{self.prompt_index + 1} / {len(ps)}" if on_set else "typed" if ps else "")
-
-    def prompt_text(self) -> str:
-        return self.prompt.toPlainText()
-
-    def prompt_caption(self) -> str:
-        """"Prompt k of N · its first line" (or "Your prompt · …" for a typed one): for the
-        counter beside ◀ ▶ and the presentation mode's prompt line."""
-        text = self.prompt_text().strip().splitlines()
-        first = text[0][:100] if text else ""
-        ps = self.prompts()
-        if 0 <= self.prompt_index < len(ps) and ps[self.prompt_index] == self.prompt_text():
-            return f"Prompt {self.prompt_index + 1} of {len(ps)} · {first}"
-        return f"Your prompt · {first}"
-
-    # --- settings -------------------------------------------------------------------------
-    def config(self) -> dict:
-        """GenerationConfig fields."""
-        return self.form.values()
-
-    def set_config(self, raw: dict, on_error=None) -> None:
-        self.form.set_values(raw, on_error)
-
-    def _update_block_note(self, *_) -> None:
-        """Say so when the block size asks the selected drafter for more drafts than it was
-        trained to make (they are accepted rarely, and nothing else would warn)."""
-        path = self.run_drafter()
-        trained = self.trained.get(path) if path else None
-        asked = self.config().get("block_size")
-        if trained and asked and asked > trained:
-            self.block_note.setText(f"{drafter_label(path)} was trained at {trained} drafts per round: "
-                                    f"block size {asked} asks for {asked - trained} more than it learned "
-                                    f"(they are rarely accepted).")
-            self.block_note.show()
-        else:
-            self.block_note.hide()
-
-    def set_trained(self, path: str, block_size: int) -> None:
-        self.trained[path] = block_size
-        self._update_block_note()
+    def show_choices(self, c: Choices) -> None:
+        self.all_prompts.blockSignals(True)
+        self.all_prompts.setChecked(c.all_prompts)
+        self.all_prompts.blockSignals(False)
 
     def set_busy(self, busy: bool) -> None:
         self.run_b.setEnabled(not busy)
         self.compare_b.setEnabled(not busy)
         self.stop_b.setEnabled(busy)
+
+
+__all__ = ["ActionBar", "ControlPanel", "PromptBox", "drafter_label"]

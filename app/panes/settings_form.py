@@ -4,6 +4,7 @@ for a form, with its label, range and help from the field itself. A new field of
 
 from __future__ import annotations
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QLineEdit, QSpinBox, QWidget
 
 from dspark.options import coerce, describe
@@ -11,7 +12,17 @@ from dspark.options import coerce, describe
 INT_MAX = 2**31 - 1
 
 
+def form_values(cls, raw: dict, on_error=None) -> dict:
+    """``raw`` (strings from a settings file are fine) as the form's values: unreadable or
+    out-of-range values keep their defaults and are reported through ``on_error(name, value)``."""
+    specs = [s for s in describe(cls) if s.form]
+    value = coerce(cls, {k: v for k, v in raw.items() if k in {s.name for s in specs}}, on_error)
+    return {s.name: getattr(value, s.name) for s in specs}
+
+
 class SettingsForm(QWidget):
+    changed = Signal()  # a person changed a value (not sent while ``set_values`` shows some)
+
     def __init__(self, cls, parent=None):
         super().__init__(parent)
         self.cls = cls
@@ -24,7 +35,18 @@ class SettingsForm(QWidget):
             w.setToolTip(s.help[0].upper() + s.help[1:] + ".")
             self.widgets[s.name] = w
             form.addRow(s.label, w)
+            self._watch(w)
+        self._quiet = False
         self.set_values({})
+
+    def _watch(self, w: QWidget) -> None:
+        signal = (w.toggled if isinstance(w, QCheckBox) else w.currentTextChanged if isinstance(w, QComboBox)
+                  else w.textChanged if isinstance(w, QLineEdit) else w.valueChanged)
+        signal.connect(self._changed)
+
+    def _changed(self, *_) -> None:
+        if not self._quiet:
+            self.changed.emit()
 
     def _widget(self, s) -> QWidget:
         if s.kind is bool:
@@ -73,6 +95,13 @@ class SettingsForm(QWidget):
         """Show ``raw`` (strings from a settings file are fine): unreadable or out-of-range
         values keep their defaults and are reported through ``on_error(name, value)``."""
         value = coerce(self.cls, {k: v for k, v in raw.items() if k in self.widgets}, on_error)
+        self._quiet = True
+        try:
+            self._show(value)
+        finally:
+            self._quiet = False
+
+    def _show(self, value) -> None:
         for s in self.specs:
             w, v = self.widgets[s.name], getattr(value, s.name)
             if isinstance(w, QCheckBox):

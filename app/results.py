@@ -1,0 +1,89 @@
+"""The right-hand side of the window: the message bar, the prompt line, the header strip and
+the two tabs (Run: text, draft rows, plots; Compare: the comparison). It draws one ``View`` on
+all of them, and says which tab and which comparison row the person picked."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QLabel, QSplitter, QTabWidget, QVBoxLayout, QWidget
+
+from .compare import CompareView
+from .panes.draft_grid import DraftPane
+from .panes.header import HeaderStrip
+from .panes.plots import PlotsPane
+from .panes.text_view import TextPane
+from .session import COMPARE_TAB, RUN_TAB, View
+from .theme import Theme
+
+
+class ResultsPanel(QWidget):
+    tab_chosen = Signal(str)  # RUN_TAB or COMPARE_TAB, by the person
+    focus_chosen = Signal(str)  # a comparison row's drafter, by the person
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("panel")
+        self.presenting = False
+        self.message = QLabel()
+        self.message.setObjectName("message")
+        self.message.setWordWrap(True)
+        self.message.hide()
+        self.prompt_label = QLabel()
+        self.prompt_label.setObjectName("prompt")
+        self.prompt_label.setWordWrap(True)
+        self.prompt_label.hide()
+        self.header = HeaderStrip()
+        self.text = TextPane()
+        self.drafts = DraftPane()
+        self.plots = PlotsPane()
+        self.compare = CompareView()
+        self.compare.focus_chosen.connect(self.focus_chosen)
+        self.panes = [self.header, self.text, self.drafts, self.plots, self.compare]
+        top = QSplitter(Qt.Horizontal)
+        top.addWidget(self.text)
+        top.addWidget(self.drafts)
+        top.setSizes([520, 420])
+        self.run_split = QSplitter(Qt.Vertical)
+        self.run_split.addWidget(top)
+        self.run_split.addWidget(self.plots)
+        self.run_split.setSizes([430, 300])
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.run_split, "Run")
+        self.tabs.addTab(self.compare, "Compare")
+        self.tabs.currentChanged.connect(self._tab_changed)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        for w in (self.message, self.prompt_label, self.header):
+            lay.addWidget(w)
+        lay.addWidget(self.tabs, 1)
+
+    def _tab_changed(self, _index: int) -> None:
+        self.tab_chosen.emit(COMPARE_TAB if self.tabs.currentWidget() is self.compare else RUN_TAB)
+
+    def show_view(self, view: View) -> None:
+        self.tabs.blockSignals(True)
+        self.tabs.setCurrentWidget(self.compare if view.tab == COMPARE_TAB else self.run_split)
+        self.tabs.blockSignals(False)
+        self.message.setText(view.message)
+        self.message.setVisible(bool(view.message))
+        self.prompt_label.setText(view.caption)
+        self.prompt_label.setVisible(bool(view.caption) and (self.presenting or
+                                                             (view.tab == COMPARE_TAB and view.bench is not None)))
+        for pane in self.panes:
+            pane.show_view(view)
+
+    def set_theme(self, t: Theme) -> None:
+        for pane in self.panes:
+            pane.set_theme(t)
+
+    def set_presenting(self, on: bool) -> None:
+        """The prompt shown large above a compact header (first-token time and memory left out)."""
+        self.presenting = on
+        self.header.set_compact(on)
+
+    def plot_widgets(self) -> dict[str, QWidget]:
+        """Every pane's widgets worth saving as PNG, by file name."""
+        out = {}
+        for pane in self.panes:
+            out.update(pane.plots())
+        return out

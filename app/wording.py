@@ -1,0 +1,30 @@
+"""The library's sentences speak of the command line ("give it as --target"); in the app the
+same sentence names the app's control instead. Every failure the window shows passes here."""
+
+from __future__ import annotations
+
+import re
+
+from dspark.config import GenerationConfig
+from dspark.options import describe
+
+#: Whole phrases first, then any flag of a generation setting by its form label.
+PHRASES = {
+    "give it as --target": "open it with File ▸ Open target…",
+    "give it as --drafter": "add it under Drafters with Add… (File ▸ Add drafter…)",
+    "--target": "the target (File ▸ Open target…)",
+    "--drafter": "the drafters (File ▸ Add drafter…)",
+}
+FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+
+
+def _setting_names() -> dict[str, str]:
+    return {s.flag: f"the {s.label} setting" for s in describe(GenerationConfig) if s.form}
+
+
+def in_app(text: str) -> str:
+    """``text`` with each command-line flag replaced by the control that sets it in the app."""
+    for phrase, words in PHRASES.items():
+        text = text.replace(phrase, words)
+    settings = _setting_names()
+    return FLAG.sub(lambda m: settings.get(m.group(0), m.group(0)), text)
