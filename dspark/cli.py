@@ -35,26 +35,34 @@ def cmd_init(a) -> int:
     return 0
 
 
+#: A prompt file larger than this is no prompt (a target holds at most a few hundred thousand tokens).
+MAX_PROMPT_BYTES = 64 * 2**20
+
+
 def _prompt(a) -> str:
+    from .reading import read_text
+
     if a.prompt_file:
         pf = Path(a.prompt_file)
-        if not pf.is_file():
-            raise DsparkError(f"prompt file not found: {pf}")
-        try:
-            prompt = pf.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise DsparkError(f"{pf} is not UTF-8 text (byte {e.start}): convert it to UTF-8") from None
-        except OSError as e:
-            raise DsparkError(f"cannot read {pf} ({e.strerror or e})") from None
+        if pf.is_dir():
+            raise DsparkError(f"prompt file not found: {pf} is a folder")
+        prompt = read_text(pf, MAX_PROMPT_BYTES, "prompt file")
     else:
         prompt = a.prompt
     if prompt is None or not prompt.strip():
         raise DsparkError("the prompt is empty")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:  # bytes the terminal's encoding could not decode, kept as surrogates
+        raise DsparkError(f"the prompt is not valid text (an undecodable byte at character {e.start}): give it as "
+                          f"UTF-8") from None
     return prompt
 
 
 def _warn(text: str) -> None:
-    print(f"dspark: {text}", file=sys.stderr)
+    from .errors import printable
+
+    print(f"dspark: {printable(text)}", file=sys.stderr)
 
 
 def cmd_generate(a) -> int:
@@ -337,7 +345,9 @@ def _run(fn, arg) -> int:
     except MemoryError:
         print("dspark: error: out of memory: choose a smaller model, fewer tokens or a smaller block", file=sys.stderr)
         return 2
-    except Exception as e:  # a bug: a short line here, the traceback in a file
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # a bug (a Rust panic from tokenizers is no Exception): one line, the traceback in a file
         from .errors import report_bug
 
         print("dspark: " + report_bug(e), file=sys.stderr)

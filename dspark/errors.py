@@ -4,19 +4,44 @@ Anything else that escapes is a bug: ``report_bug`` keeps its traceback in a log
 the one line to show instead (the CLI prints it, the app puts it in its message bar).
 """
 
-import json
 import os
 import sys
 import time
 import traceback
+import unicodedata
 from pathlib import Path
 
-#: A file larger than this is not a config.json (a crafted one could be gigabytes).
-MAX_CONFIG_BYTES = 16 * 2**20
+
+def printable(text: str) -> str:
+    """``text`` safe to show on a terminal or in a window: line breaks and tabs become spaces and
+    every other control or format character (ESC, which can retitle a terminal, clear it or fake
+    a line; bidirectional overrides, which reorder what is read) is written as an escape such as
+    ``\\x1b``, so a value quoted from a crafted file is seen, never obeyed."""
+    out = []
+    for ch in str(text):
+        if ch in "\n\r\t\v\f":
+            out.append(" ")
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") and ch != "\u200d":
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 class DsparkError(Exception):
-    """Something the user can fix: a path, a file, an argument."""
+    """Something the user can fix: a path, a file, an argument. The message is made printable
+    (:func:`printable`) when the error is made, so whoever shows it (the CLI, the app) shows what
+    a crafted value says, never what it would make a terminal do."""
+
+    #: A sentence is cut here: a crafted value quoted whole could be megabytes.
+    MAX_CHARS = 2000
+
+    def __init__(self, message: object = "", *args):
+        text = str(message)
+        if len(text) > self.MAX_CHARS:
+            text = text[: self.MAX_CHARS] + "…"
+        super().__init__(printable(text), *args)
 
 
 class NotGemma4Error(DsparkError):
@@ -25,25 +50,6 @@ class NotGemma4Error(DsparkError):
 
 class DrafterMismatchError(DsparkError):
     pass
-
-
-def read_config(directory: Path, what: str, name: str = "config.json") -> dict:
-    """``directory/name`` as a dict, or a DsparkError saying what is wrong with it. Only a
-    regular file is opened (a FIFO would block forever)."""
-    path = directory / name
-    if not path.is_file():
-        raise DsparkError(f"{directory} has no {name}: not {what} directory")
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise DsparkError(f"{path} is {path.stat().st_size / 2**20:.0f} MiB, too large for a config file")
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DsparkError(f"{path} is not valid JSON ({e})") from None
-    except OSError as e:
-        raise DsparkError(f"cannot read {path} ({e.strerror or e})") from None
-    if not isinstance(config, dict):
-        raise DsparkError(f"{path} does not hold a JSON object")
-    return config
 
 
 def log_dir() -> Path:
@@ -57,15 +63,20 @@ def log_dir() -> Path:
 
 
 def report_bug(exc: BaseException, program: str = "dspark") -> str:
-    """Save ``exc``'s traceback to a log file; the one line to show (with the file's path)."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    what = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    """Save ``exc``'s traceback to a log file; the one line to show (with the file's path).
+    It cannot fail itself: text that cannot be encoded (a command line with undecodable bytes)
+    is written escaped, and whatever goes wrong while saving leaves the line without a path."""
     try:
+        what = printable(f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+    except BaseException:  # noqa: BLE001  (an exception whose str() itself raises)
+        what = type(exc).__name__
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         folder = log_dir()
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{program}-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
-        path.write_text(f"{program} {' '.join(sys.argv[1:])}\n\n{text}")
-        where = f"details in {path}"
-    except OSError:
+        path.write_text(f"{program} {' '.join(sys.argv[1:])}\n\n{text}", encoding="utf-8", errors="backslashreplace")
+        where = f"details in {printable(str(path))}"
+    except Exception:  # noqa: BLE001  (a report that cannot be saved still gets its one line)
         where = "the details could not be saved"
     return f"internal error (a bug, please report it): {what}; {where}"

@@ -55,17 +55,15 @@ def is_repo_id(name: str) -> bool:
 
 def kind_of(directory: str | Path) -> str:
     """"target" for a Gemma-4 model directory, "drafter" for anything else with a config."""
-    import json
+    from .modeldir import MAX_CONFIG_BYTES
+    from .modeldir import kind_of as kind_of_config
+    from .reading import read_json
 
-    try:
-        config = json.loads((Path(directory) / "config.json").read_text())
-    except (OSError, ValueError):
+    try:  # bounded, regular files only: whatever the folder holds, this answers at once
+        config = read_json(Path(directory) / "config.json", MAX_CONFIG_BYTES, "config file")
+    except DsparkError:
         return "target"
-    arch = " ".join(config.get("architectures") or []) if isinstance(config, dict) else ""
-    drafter_keys = ("dflash_config", "speculators_config", "target_layer_ids", "format")
-    if "DSpark" in arch or "DFlash" in arch or any(k in config for k in drafter_keys):
-        return "drafter"
-    return "target"
+    return kind_of_config(config) if isinstance(config, dict) else "target"
 
 
 def cache_dir() -> Path:

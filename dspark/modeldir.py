@@ -2,24 +2,33 @@
 run code, what kind of directory it is (a target or which drafter format), its safetensors
 headers (sizes without reading a tensor), and whether it fits in memory.
 
-The bottom of the loading layer: it imports nothing of dspark but ``errors`` and ``files``, so the
-target loader, every drafter format and the writers build on it without reaching into each other.
+The bottom of the loading layer: it imports nothing of dspark but ``errors`` and ``reading``, so
+the target loader, every drafter format and the writers build on it without reaching into each
+other.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
+import stat
 import struct
 import sys
 from pathlib import Path
 
 from .errors import DsparkError
+from .reading import kind_of_file, parse_json, read_json
 
 #: A file larger than this is not a config.json (a crafted one could be gigabytes).
 MAX_CONFIG_BYTES = 16 * 2**20
 #: A safetensors JSON header larger than this is not a checkpoint.
 MAX_HEADER_BYTES = 100 * 2**20
+#: Bytes per element of every safetensors dtype; a header naming another is refused.
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4,
+               "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "C64": 8}
+#: The floating-point dtypes a weight may have (everything else is an index table or a quantized
+#: layout, and only where a format says so).
+FLOATS = ("F32", "F16", "BF16")
 #: Weights mlx-lm's Gemma-4 loader throws away (vision and audio towers).
 TOWER_PREFIXES = ("vision_tower", "multi_modal_projector", "audio_tower", "embed_audio", "embed_vision",
                   "vision_embedder")
@@ -33,29 +42,48 @@ DRAFTER_FORMATS = ("dspark-drafter", "zlab-dflash", "deepspec", "speculators")
 
 # --------------------------------------------------------------------------- config.json
 def read_config(directory: Path, what: str, name: str = "config.json") -> dict:
-    """``directory/name`` as a dict, or a DsparkError saying what is wrong with it. Only a
-    regular file is opened (a FIFO would block forever)."""
+    """``directory/name`` as a dict, or a DsparkError saying what is wrong with it: only a regular
+    file is read (a FIFO would block forever), bounded in size, depth and number length
+    (``dspark.reading``)."""
     path = directory / name
-    if not path.is_file():
+    if not path.is_file() and not path.exists():
         raise DsparkError(f"{directory} has no {name}: not {what} directory")
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise DsparkError(f"{path} is {path.stat().st_size / 2**20:.0f} MiB, too large for a config file")
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DsparkError(f"{path} is not valid JSON ({e})") from None
-    except OSError as e:
-        raise DsparkError(f"cannot read {path} ({e.strerror or e})") from None
+    if path.is_dir():
+        raise DsparkError(f"{directory} has no {name} ({name} is a folder): not {what} directory")
+    config = read_json(path, MAX_CONFIG_BYTES, "config file")
     if not isinstance(config, dict):
         raise DsparkError(f"{path} does not hold a JSON object")
     return config
 
 
+def check_files(directory: Path) -> None:
+    """Every file of a model directory that a loader may open (mlx-lm, tokenizers and
+    transformers open files by name, some by pattern) is, after following links, a regular file:
+    a FIFO named tokenizer.json or a link to /dev/zero is refused before anything opens it.
+    Hidden files (a killed write's temporaries) and folders are not read by any loader."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError as e:
+        raise DsparkError(f"cannot read {directory} ({e.strerror or e})") from None
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        try:
+            mode = os.stat(entry.path).st_mode
+        except OSError as e:
+            raise DsparkError(f"{entry.path} cannot be read ({e.strerror or e}): a model directory holds only "
+                              f"regular files") from None
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise DsparkError(f"{entry.path} is not a regular file but {kind_of_file(mode)}: a model directory holds "
+                              f"only regular files")
+
+
 def refuse_code(directory: Path, config: dict) -> None:
     """One sentence if ``directory`` asks to run code or ships only pickled weights."""
     code = sorted(p.name for p in directory.glob("*.py"))
-    if "auto_map" in config or code:
-        what = f"Python files ({', '.join(code[:3])})" if code else "custom code (auto_map in config.json)"
+    if "auto_map" in config or "model_file" in config or code:
+        key = "auto_map" if "auto_map" in config else "model_file"
+        what = f"Python files ({', '.join(code[:3])})" if code else f"custom code ({key} in config.json)"
         raise DsparkError(f"{directory} asks to run {what}; dspark never runs code from a checkpoint: "
                           f"use a directory with config.json and .safetensors weights only")
     if not safetensors_files(directory) and any(directory.glob(f"*{s}") for s in PICKLES):
@@ -108,37 +136,104 @@ def safetensors_files(directory: Path) -> list[Path]:
 
 
 def read_header(path: Path) -> dict:
-    """The JSON header of a safetensors file, without reading its tensors."""
+    """The JSON header of a safetensors file, without reading its tensors, checked as a whole:
+    every entry names a known dtype, a shape and byte range that agree, and the ranges tile the
+    data exactly (no gap, no overlap, no two tensors on the same bytes, no key twice), so what
+    the header says is what the file holds."""
     if not path.is_file():
         raise DsparkError(f"{path} is not a regular file")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) < 8:
-                raise DsparkError(f"{path} is not a safetensors file (too short)")
-            n = struct.unpack("<Q", raw)[0]
-            if n > MAX_HEADER_BYTES or n > path.stat().st_size - 8:
-                raise DsparkError(f"{path} is not a readable safetensors file (header length {n})")
-            header = json.loads(f.read(n))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DsparkError(f"{path} is not a readable safetensors file ({e})") from None
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise DsparkError(f"{path} is not a readable safetensors file ({e.strerror or e})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise DsparkError(f"{path} is not a regular file but {kind_of_file(st.st_mode)}")
+        raw = os.pread(fd, 8, 0)
+        if len(raw) < 8:
+            raise DsparkError(f"{path} is not a safetensors file (too short)")
+        n = struct.unpack("<Q", raw)[0]
+        if n < 2 or n > MAX_HEADER_BYTES or n > st.st_size - 8:
+            raise DsparkError(f"{path} is not a readable safetensors file (header length {n})")
+        text = os.pread(fd, n, 8)
+    except OSError as e:
+        raise DsparkError(f"{path} is not a readable safetensors file ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+    if len(text) != n:
+        raise DsparkError(f"{path} is not a readable safetensors file (its header is cut short)")
+    header = parse_json(text, f"{path} (its safetensors header)", allow_nan=False)
     if not isinstance(header, dict):
         raise DsparkError(f"{path} is not a readable safetensors file (its header is not an object)")
+    _check_entries(path, header, st.st_size - 8 - n)
     return header
+
+
+def _check_entries(path: Path, header: dict, data_bytes: int) -> None:
+    meta = header.get("__metadata__")
+    if meta is not None and (not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values())):
+        raise DsparkError(f"{path} is not a readable safetensors file: its __metadata__ does not map names to strings")
+    ranges = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        bad = _entry_problem(info)
+        if bad:
+            raise DsparkError(f"{path} is not a readable safetensors file: tensor {name[:200]!r} {bad}")
+        begin, end = info["data_offsets"]
+        ranges.append((begin, end, name))
+    ranges.sort()
+    at = 0
+    for begin, end, name in ranges:
+        if begin != at:
+            what = "overlaps or shares the bytes of another tensor" if begin < at else "leaves a gap before it"
+            raise DsparkError(f"{path} is not a readable safetensors file: tensor {name[:200]!r} {what} "
+                              f"(bytes {begin}..{end})")
+        at = end
+    if at != data_bytes:
+        raise DsparkError(f"{path} is not a readable safetensors file: its tensors cover {at:,} bytes of data but it "
+                          f"holds {data_bytes:,} (truncated or damaged)")
+
+
+def _entry_problem(info) -> str | None:
+    """What is wrong with one header entry, or None."""
+    if not isinstance(info, dict) or set(info) - {"dtype", "shape", "data_offsets"}:
+        return "is not a dtype, shape and data_offsets entry"
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if dtype not in DTYPE_BYTES:
+        return f"has an unknown dtype {str(dtype)[:20]!r}"
+    if not isinstance(shape, list) or len(shape) > 8 or not all(type(d) is int and d >= 0 for d in shape):
+        return "has no valid shape (up to 8 non-negative sizes)"
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int and o >= 0 for o in offsets):
+        return "has no valid data_offsets"
+    if offsets[1] - offsets[0] != math.prod(shape) * DTYPE_BYTES[dtype]:
+        return f"of shape {shape} and dtype {dtype} does not fill its {offsets[1] - offsets[0]} bytes"
+    return None
+
+
+def read_headers(directory: Path) -> dict[str, dict]:
+    """Every tensor of a directory's safetensors files by name (its header entry), each file's
+    header checked; a name in two files is refused (a loader would keep one of them)."""
+    out: dict[str, dict] = {}
+    for f in safetensors_files(directory):
+        for name, info in read_header(f).items():
+            if name == "__metadata__":
+                continue
+            if name in out:
+                raise DsparkError(f"{directory}: tensor {name[:200]!r} is stored twice (in {f.name} and another file)")
+            out[name] = info
+    return out
 
 
 def tensor_bytes(directory: Path, skip=TOWER_PREFIXES) -> int:
     """Bytes of the tensors a loader keeps (the towers' are skipped), from the headers."""
     total = 0
-    for f in safetensors_files(directory):
-        for name, info in read_header(f).items():
-            if name == "__metadata__" or name.removeprefix("model.").startswith(skip):
-                continue
-            try:
-                begin, end = info["data_offsets"]
-                total += int(end) - int(begin)
-            except (KeyError, TypeError, ValueError):
-                raise DsparkError(f"{f}: tensor {name} has no valid data offsets") from None
+    for name, info in read_headers(directory).items():
+        if not name.removeprefix("model.").startswith(skip):
+            begin, end = info["data_offsets"]
+            total += end - begin
     return total
 
 
@@ -205,6 +300,7 @@ def check_fits(what: str, needed: int, already: int = 0, say=None) -> None:
         say(f"{what} needs about {gib(needed)} and {limit}: expect swapping")
 
 
-__all__ = ["DRAFTER_FORMATS", "MAX_CONFIG_BYTES", "MAX_HEADER_BYTES", "PICKLES", "TOWER_PREFIXES", "check_fits",
-           "drafter_format", "gib", "kind_of", "loaded_bytes", "not_a_drafter", "machine_memory", "memory_budget", "metal_working_set",
-           "read_config", "read_header", "refuse_code", "safetensors_files", "tensor_bytes"]
+__all__ = ["DRAFTER_FORMATS", "DTYPE_BYTES", "FLOATS", "MAX_CONFIG_BYTES", "MAX_HEADER_BYTES", "PICKLES", "TOWER_PREFIXES",
+           "check_files", "check_fits", "drafter_format", "gib", "kind_of", "loaded_bytes", "not_a_drafter",
+           "machine_memory", "memory_budget", "metal_working_set", "read_config", "read_header", "read_headers",
+           "refuse_code", "safetensors_files", "tensor_bytes"]

@@ -8,12 +8,12 @@ is what the app shows. A user's own folder of such files can be given instead.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import resources
 from .errors import DsparkError
+from .reading import read_json, read_text
 
 #: The set the app and ``dspark bench`` start with.
 DEFAULT = "demo"
@@ -27,13 +27,17 @@ class PromptSet:
     description: str = ""
 
 
+#: A prompt set file larger than this is not one.
+MAX_SET_BYTES = 64 * 2**20
+
+
 def _read_txt(path: Path) -> PromptSet:
-    parts = path.read_text(encoding="utf-8").split("\n---\n")
+    parts = read_text(path, MAX_SET_BYTES, "prompt set file").split("\n---\n")
     return PromptSet(path.stem, path.stem, tuple(p.strip("\n") + "\n" for p in parts if p.strip()))
 
 
 def _read_json(path: Path) -> PromptSet:
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = read_json(path, MAX_SET_BYTES, "prompt set file")
     if isinstance(data, dict):
         prompts = data.get("prompts", [])
         if not isinstance(prompts, list):
@@ -51,6 +55,8 @@ def read_set(path: Path) -> PromptSet:
         s = _read_json(path) if path.suffix == ".json" else _read_txt(path)
     except (OSError, ValueError, UnicodeDecodeError) as e:
         raise DsparkError(f"{path} is not a prompt set ({e})") from None
+    if len(s.prompts) > 100_000:
+        raise DsparkError(f"{path} holds {len(s.prompts):,} prompts: more than a prompt set can")
     if not s.prompts:
         raise DsparkError(f"{path} holds no prompts")
     return s

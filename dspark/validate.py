@@ -30,12 +30,19 @@ LIMITS = {
     "taps": (1, 64),
     "sliding_window": (1, 10_000_000),
     "max_position_embeddings": (1, 100_000_000),
-    "rope_theta": (1e-6, 1e12),
+    "rope_theta": (1.0, 1e12),  # a base below 1 turns the rotary frequencies upside down
     "rms_norm_eps": (1e-12, 1.0),
-    "softcap": (0.0, 1e6),
+    "softcap": (0.0, 1e6),  # 0: no soft-cap (the published formats' way of saying none)
+    "logit_softcap": (1e-3, 1e6),  # a soft-cap that is applied: tanh(x / cap) * cap
     "scale": (1e-6, 1e6),
     "group_size": (1, 4_096),
     "bits": (1, 8),
+    "fraction": (1e-6, 1.0),  # a share of the head that is rotated
+    "token_id": (0, 4_194_303),
+    "layer_count": (0, 511),  # a number of layers that may be 0 (KV-shared ones)
+    "width": (0, 65_536),  # a size that may be 0 (off)
+    "experts": (1, 4_096),
+    "rope_factor": (1e-6, 1e6),
 }
 
 
@@ -48,7 +55,10 @@ class Fields:
         self.config, self.where = config, where
 
     def _fail(self, key: str, value, want: str) -> DsparkError:
-        return DsparkError(f"{self.where}: {key} is {value!r}, expected {want}")
+        shown = repr(value)
+        if len(shown) > 80:  # a crafted value can be megabytes: the sentence quotes its start
+            shown = shown[:80] + "…"
+        return DsparkError(f"{self.where}: {key} is {shown}, expected {want}")
 
     def has(self, key: str) -> bool:
         return self.config.get(key) is not None
@@ -68,7 +78,7 @@ class Fields:
         v = (config if config is not None else self.config).get(key, default)
         if v is None:
             raise DsparkError(f"{self.where} has no {key}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v):
             raise self._fail(key, v, "a finite number")
         lo, hi = LIMITS[limit]
         if not lo <= v <= hi:
@@ -106,7 +116,14 @@ class Fields:
         return v
 
 
-FLOATS = ("F32", "F16", "BF16")
+def _finite(v) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer beyond float range
+        return False
+
+
+FLOATS = ("F32", "F16", "BF16")  # also modeldir.FLOATS (the bottom of the loading layer, which does not import this)
 
 
 def check_shapes(weights_header: dict, expected: dict[str, tuple], where: str | Path) -> None:
@@ -126,3 +143,50 @@ def check_shapes(weights_header: dict, expected: dict[str, tuple], where: str | 
         packed = module + ".scales" in have and (k.endswith((".scales", ".biases")) or dtype == "U32")
         if dtype is not None and dtype not in FLOATS and not packed:
             raise DsparkError(f"{where}: {k} is stored as {dtype}, expected a floating-point tensor")
+
+
+#: What one phase of a round may cost, in milliseconds (a day).
+MAX_COST_MS = 86_400_000.0
+
+
+def costs_problem(d, max_threads: int = 1024) -> str | None:
+    """What is wrong with a costs record (``dspark.costs.Costs.to_dict``: a cached file, or the
+    costs a benchmark summary carries), or None: times finite and positive, one verify time per
+    width up to the largest block, BLAS thread counts this machine can run."""
+    if not isinstance(d, dict):
+        return "it is not a JSON object"
+
+    def ms(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v) and 0 < v <= MAX_COST_MS
+
+    verify = d.get("verify_ms")
+    if not isinstance(verify, list) or not 1 <= len(verify) <= LIMITS["block_size"][1] + 1 or not all(map(ms, verify)):
+        return f"verify_ms must be 1 to {LIMITS['block_size'][1] + 1} times in milliseconds"
+    for key in ("draft_ms", "step_ms"):
+        if not ms(d.get(key)):
+            return f"{key} must be a time in milliseconds"
+    threads = d.get("threads", {})
+    if not isinstance(threads, dict) or len(threads) > 16 or not all(
+            isinstance(k, str) and type(v) is int and 1 <= v <= max_threads for k, v in threads.items()):
+        return f"threads must map phases to BLAS thread counts between 1 and {max_threads}"
+    context = d.get("context", 0)
+    if type(context) is not int or not 0 <= context <= LIMITS["max_position_embeddings"][1]:
+        return "context must be a number of tokens"
+    for key in ("measured_at", "key"):
+        if not isinstance(d.get(key, ""), str) or len(d.get(key, "")) > 200:
+            return f"{key} must be a short text"
+    return None
+
+
+def calibration_temps(value, where) -> list[float] | None:
+    """A drafter's confidence calibration (per-position temperatures the confidence logits are
+    divided by), or None: a list of at most one per block slot, each a finite positive number
+    (0 would divide by zero, a string would reach MLX)."""
+    if value is None:
+        return None
+    hi = LIMITS["block_size"][1] + 1
+    if not isinstance(value, list) or len(value) > hi or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and _finite(t) and 1e-3 <= t <= 1e3 for t in value):
+        shown = repr(value)[:80]
+        raise DsparkError(f"{where}: calibration is {shown}, expected at most {hi} temperatures between 0.001 and 1000")
+    return [float(t) for t in value]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import DsparkError
+from ..reading import parse_json, read_bytes
+
+#: A data file larger than this is read in pieces by no one: split it.
+MAX_DATA_BYTES = 2**30
 
 
 class DataFileError(DsparkError, ValueError):
@@ -23,9 +26,9 @@ def _read_jsonl(path: Path, raw: str) -> list[str]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataFileError(f"{path}: line {lineno} is not valid JSON ({e.msg}).") from None
+            record = parse_json(line, f"{path}: line {lineno}")
+        except DsparkError as e:
+            raise DataFileError(str(e)) from None
         value = None
         if isinstance(record, dict):
             value = record.get("text", record.get("prompt"))
@@ -67,12 +70,12 @@ def read_texts(paths: Iterable[str | Path]) -> list[str]:
 
     texts: list[str] = []
     for path in files:
-        try:
-            raw = path.read_bytes().decode("utf-8")
+        try:  # only a regular file, bounded (a FIFO or a link to /dev/zero would never end)
+            raw = read_bytes(path, MAX_DATA_BYTES, "data file").decode("utf-8")
         except UnicodeDecodeError:
             raise DataFileError(f"{path}: not UTF-8 text.") from None
-        except OSError as e:
-            raise DataFileError(f"{path}: cannot be read ({e.strerror}).") from None
+        except DsparkError as e:
+            raise DataFileError(str(e)) from None
         if "\x00" in raw:
             raise DataFileError(f"{path}: looks like a binary file, not text.")
         if path.suffix.lower() == ".jsonl":
