@@ -42,6 +42,11 @@ def prompt_ids(target: Target, prompt: str | Sequence[int], config: GenerationCo
     bad = [t for t in ids if not 0 <= t < target.dims.vocab_size]
     if bad:
         raise DsparkError(f"token id {bad[0]} is outside the target's vocabulary ({target.dims.vocab_size})")
+    limit = target.config.get("max_position_embeddings") or (target.config.get("text_config") or {}).get(
+        "max_position_embeddings")
+    if isinstance(limit, int) and len(ids) > limit:  # refused before a prefill of minutes on positions it never saw
+        raise DsparkError(f"the prompt is {len(ids):,} tokens, more than the {limit:,} positions this target holds: "
+                          f"shorten it")
     return ids
 
 

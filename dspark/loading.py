@@ -14,12 +14,12 @@ from pathlib import Path
 
 from mlx_lm.utils import _get_classes, load_model, load_tokenizer
 
-from . import gemma4, hub
+from . import finite, gemma4, hub
 from .device import use_env_device
 from .drafter import DflashDrafter
 from .errors import DsparkError, NotGemma4Error
 from .formats import deepspec, native, speculators, zlab
-from .modeldir import (check_fits, drafter_format, loaded_bytes, not_a_drafter, read_config, read_header,
+from .modeldir import (check_files, check_fits, drafter_format, loaded_bytes, not_a_drafter, read_config, read_headers,
                        refuse_code, safetensors_files, tensor_bytes)
 from .target import Target, language_model
 
@@ -44,6 +44,7 @@ def load_target(path: str | Path, say=None) -> Target:
         raise NotGemma4Error(f"{p} is not a Gemma-4 model (model type {config.get('model_type')!r})") from None
     if not safetensors_files(p):
         raise DsparkError(f"{p} has no .safetensors weights")
+    gemma4.check_target_weights(p)
     check_fits(f"the target {p.name}", gemma4.estimate_target_bytes(p, config), say=say)
     overrides = gemma4.model_config_overrides(config)
     try:
@@ -59,9 +60,13 @@ def load_target(path: str | Path, say=None) -> Target:
     language_model(model)  # refuse a non-Gemma-4 model before anything else
     try:
         tokenizer = load_tokenizer(p, {"trust_remote_code": False}, eos_token_ids=config.get("eos_token_id"))
-    except Exception as e:  # tokenizers raises many kinds
-        raise DsparkError(f"cannot load the tokenizer in {p}: {e}") from None
-    return Target(model, tokenizer, path=str(p), config=config)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # tokenizers raises many kinds, and a Rust panic is no Exception
+        raise DsparkError(f"cannot load the tokenizer in {p}: {type(e).__name__}: {e}") from None
+    target = Target(model, tokenizer, path=str(p), config=config)
+    finite.check_target(target, p)
+    return target
 
 
 # --------------------------------------------------------------------------- drafters
@@ -71,6 +76,7 @@ def read_drafter_config(path: str | Path) -> tuple[Path, dict, str]:
     p = hub.resolve(str(path))
     if not p.is_dir():
         raise DsparkError(f"drafter directory not found: {p}")
+    check_files(p)
     config = read_config(p, "a drafter")
     refuse_code(p, config)
     fmt = drafter_format(config)
@@ -84,25 +90,27 @@ def load_drafter(path: str | Path, target: Target | None = None, say=None):
     does not fit it (or the memory left beside it) is refused in one sentence naming the value,
     before its weights are read."""
     p, config, fmt = read_drafter_config(path)
-    if target is not None:
-        check_fits(f"the drafter {p.name}", tensor_bytes(p, skip=()), already=loaded_bytes(), say=say)
+    check_fits(f"the drafter {p.name}", tensor_bytes(p, skip=()), already=loaded_bytes(), say=say)
     if fmt == native.FORMAT:
-        return DflashDrafter.load(p, target)
-    spec = PUBLISHED[fmt].read_spec(p, config)
-    if target is not None:
-        spec.check_target(target)
-    drafter = spec.build(p, config)
-    if target is not None:
-        drafter.check_target(target)
+        drafter = DflashDrafter.load(p, target)
+    else:
+        spec = PUBLISHED[fmt].read_spec(p, config)
+        if target is not None:
+            spec.check_target(target)
+        drafter = spec.build(p, config)
+        if target is not None:
+            drafter.check_target(target)
+    finite.check_params(drafter.net, p)
     return drafter
 
 
 def describe_drafter(path: str | Path) -> dict:
-    """What a drafter directory is, without loading a target or its weights (``dspark inspect``)."""
+    """What a drafter directory is, without loading a target (``dspark inspect``). The drafter is
+    loaded as ``load_drafter`` loads it, every check included, so what inspect describes is what
+    generate would run, and a directory generate refuses is refused here in the same words."""
     p, config, fmt = read_drafter_config(path)
-    headers = {}
-    for f in safetensors_files(p):
-        headers.update({k: v for k, v in read_header(f).items() if k != "__metadata__"})
+    load_drafter(p).dispose()
+    headers = read_headers(p)
     dtypes = sorted({v["dtype"] for v in headers.values()})
     out = {"path": str(p), "format": fmt, "dtype": "/".join(dtypes), "bytes": tensor_bytes(p, skip=()),
            "quantization": config.get("quantization")}
@@ -130,7 +138,8 @@ def _parameters(headers: dict, config: dict) -> int:
             continue
         if info["dtype"] == "U32" and name.endswith(".weight") and base + ".scales" in headers:
             scales = headers[base + ".scales"]["shape"]
-            group = ((config.get("quantization") or {}).get(base) or config.get("quantization") or {}).get("group_size", 64)
+            q = config.get("quantization") if isinstance(config.get("quantization"), dict) else {}
+            group = (q.get(base) if isinstance(q.get(base), dict) else q).get("group_size", 64)
             n = math.prod(scales[:-1]) * scales[-1] * group
         total += n
     return total

@@ -18,6 +18,7 @@ from typing import Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
+from . import chat_template
 from .errors import DsparkError, NotGemma4Error
 from .gemma4 import cpu_safe_experts
 from .sampling import soft_cap
@@ -176,21 +177,45 @@ class Target:
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
             raise DsparkError("this target has no tokenizer: pass token ids instead of text")
-        return list(self.tokenizer.encode(text))
+        return _tokenizer_call("encode this prompt", self.tokenizer.encode, text)
 
     def encode_chat(self, text: str, system: str = "", options: dict | None = None) -> list[int]:
         """``text`` as one user turn (after an optional system turn) in the tokenizer's chat
-        template, with the generation prompt, tokenized as mlx-lm does it."""
+        template, with the generation prompt, tokenized as mlx-lm does it. The template (a
+        program from the model directory) renders within a time and size budget
+        (``dspark.chat_template``)."""
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+
+        def apply() -> str:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                      **(options or {}))
+
         try:
-            rendered = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                                          **(options or {}))
-        except Exception as e:  # jinja raises many kinds; the template comes from the model directory
+            rendered = chat_template.render(apply, len(text) + len(system))
+        except DsparkError:
+            raise
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # jinja raises many kinds; the template comes from the model directory
             raise DsparkError(f"the target's chat template failed on this prompt ({type(e).__name__}: {e})") from None
-        return list(self.tokenizer.encode(rendered, add_special_tokens=False))
+        return _tokenizer_call("encode this prompt", self.tokenizer.encode, rendered, add_special_tokens=False)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids)) if self.tokenizer is not None else ""
+        if self.tokenizer is None:
+            return ""
+        return _tokenizer_call("decode these tokens", self.tokenizer.decode, list(ids))
+
+
+def _tokenizer_call(what: str, fn, *args, **kwargs):
+    """A call into the tokenizer (Rust code configured by the model directory): whatever it raises,
+    a Rust panic included (``PanicException`` is no ``Exception``), is one sentence."""
+    try:
+        out = fn(*args, **kwargs)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:
+        raise DsparkError(f"the target's tokenizer could not {what} ({type(e).__name__}: {e})") from None
+    return list(out) if not isinstance(out, str) else out
 
 
 class _Tap:

@@ -18,7 +18,7 @@ from ..errors import DrafterMismatchError, DsparkError
 from ..files import output_dir, save_safetensors, write_text
 from ..modeldir import read_header, safetensors_files
 from ..sampling import soft_cap
-from ..validate import check_shapes
+from ..validate import calibration_temps, check_shapes
 from .layers import DraftBody
 from .quant import apply_quantization
 
@@ -164,9 +164,7 @@ class CheckpointDrafter(BlockDrafter):
         self.confidence_with_markov = spec.confidence_with_markov
         self.config = dict(config or {})
         ext = self.config.get(EXTENSION) if isinstance(self.config.get(EXTENSION), dict) else {}
-        cal = ext.get("calibration")
-        self.calibration = [float(t) for t in cal] if isinstance(cal, list) and all(
-            isinstance(t, (int, float)) for t in cal) else None
+        self.calibration = calibration_temps(ext.get("calibration"), f"config.json ({EXTENSION})")
         self.target_weights = ext.get("target_weights") if isinstance(ext.get("target_weights"), str) else None
 
     def save(self, path: str | Path) -> Path:

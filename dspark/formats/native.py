@@ -21,7 +21,7 @@ from ..files import output_dir, save_safetensors, write_text
 from ..modeldir import read_header
 from ..options import check_options
 from ..target import TargetDims
-from ..validate import Fields, check_shapes
+from ..validate import Fields, calibration_temps, check_shapes
 from .quant import apply_quantization
 
 FORMAT = "dspark-drafter"
@@ -66,6 +66,12 @@ def read_config(p: Path, meta: dict) -> tuple[TargetDims, DflashConfig]:
         raise DsparkError(f"{p / 'config.json'} has a malformed dims/cfg section ({e})") from None
     check_options(cfg)
     check_cfg(cfg, dims)
+    calibration_temps(meta.get("calibration"), p / "config.json")
+    if meta.get("target_weights") is not None and not (isinstance(meta["target_weights"], str)
+                                                       and len(meta["target_weights"]) <= 100):
+        raise f._fail("target_weights", meta["target_weights"], "a weights fingerprint")
+    if meta.get("quantization") is not None and not isinstance(meta["quantization"], dict):
+        raise f._fail("quantization", meta["quantization"], "a JSON object")
     return dims, cfg
 
 
