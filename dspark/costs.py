@@ -57,8 +57,16 @@ class Costs:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Costs":
-        if d.get("version") != VERSION:
+        """Costs from ``to_dict``'s record, checked whole (``dspark.validate.costs_problem``):
+        ValueError for a record of another version or with any value out of range, so a damaged
+        or crafted cache is measured again, never acted on (10^6 BLAS threads, a negative time)."""
+        from .validate import costs_problem
+
+        if not isinstance(d, dict) or d.get("version") != VERSION:
             raise ValueError("another version")
+        problem = costs_problem(d, max_threads=min(1024, os.cpu_count() or 1024))
+        if problem:
+            raise ValueError(problem)
         return cls(verify_ms=tuple(float(x) for x in d["verify_ms"]), draft_ms=float(d["draft_ms"]),
                    step_ms=float(d["step_ms"]), threads={str(k): int(v) for k, v in d.get("threads", {}).items()},
                    context=int(d.get("context", 0)), measured_at=str(d.get("measured_at", "")), key=str(d.get("key", "")))

@@ -39,10 +39,41 @@ class Sequences:
         save_safetensors(path, arrays, {"heldout": json.dumps([list(map(int, h)) for h in heldout])})
 
     @classmethod
-    def load(cls, path: Path) -> tuple["Sequences", list[list[int]]]:
-        a, meta = mx.load(str(path), return_metadata=True)
+    def load(cls, path: Path, vocab_size: int) -> tuple["Sequences", list[list[int]]]:
+        """Sequences and held-out prompts that ``save`` wrote, checked whole before any is used:
+        shapes, lengths and anchors inside each row, token ids inside the target's vocabulary
+        (an id past it would index past the embedding)."""
+        from ..modeldir import read_header
+        from ..reading import parse_json
+
+        header = read_header(path)
+        want = {"tokens": 2, "lengths": 1, "first_anchor": 1}
+        if set(header) - {"__metadata__"} != set(want) or any(
+                header[k]["dtype"] != "I32" or len(header[k]["shape"]) != n for k, n in want.items()):
+            raise DsparkError(f"{path} is not training data written by dspark train (tokens, lengths, first_anchor)")
+        try:
+            a, meta = mx.load(str(path), return_metadata=True)
+        except Exception as e:  # mlx raises RuntimeError/ValueError for damaged files
+            raise DsparkError(f"{path} is not a readable safetensors file ({e})") from None
         seqs = cls(np.array(a["tokens"]), np.array(a["lengths"]), np.array(a["first_anchor"]))
-        return seqs, json.loads(meta.get("heldout", "[]"))
+        held = parse_json(meta.get("heldout", "[]"), f"{path} (its held-out prompts)", allow_nan=False)
+        seqs.check(vocab_size, path)
+        if not isinstance(held, list) or len(held) > 100_000 or not all(
+                isinstance(h, list) and len(h) <= seqs.tokens.shape[1] and
+                all(type(t) is int and 0 <= t < vocab_size for t in h) for h in held):
+            raise DsparkError(f"{path}: its held-out prompts are not lists of token ids in the vocabulary")
+        return seqs, held
+
+    def check(self, vocab_size: int, where) -> None:
+        N, S = self.tokens.shape
+        if not (N >= 1 and 2 <= S <= 1_000_000 and self.lengths.shape == (N,) and self.first_anchor.shape == (N,)):
+            raise DsparkError(f"{where}: the training data's arrays do not agree in shape")
+        if not ((self.lengths >= 2) & (self.lengths <= S)).all():
+            raise DsparkError(f"{where}: a training sequence's length is outside 2..{S}")
+        if not ((self.first_anchor >= 0) & (self.first_anchor <= self.lengths - 2)).all():
+            raise DsparkError(f"{where}: a training sequence's first anchor is outside the sequence")
+        if not ((self.tokens >= 0) & (self.tokens < vocab_size)).all():
+            raise DsparkError(f"{where}: a token id is outside the target's vocabulary ({vocab_size})")
 
 
 def encode_all(target: Target, texts: Sequence[str | Sequence[int]]) -> list[list[int]]:

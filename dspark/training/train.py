@@ -35,6 +35,7 @@ from ..loading import load_drafter
 from ..errors import DsparkError
 from ..files import output_dir, remove_stale, write_text
 from ..target import Target
+from .budget import check_training_shapes
 from .data import Sequences, build_training_data, encode_all, held_out_prompts
 from .loop import Progress, train_loop
 from .trainer import STATE_FILE, TRAIN_DIR, DrafterTrainer, TrainSettings
@@ -62,6 +63,7 @@ def train_drafter(
     saved (its ``.train/train_data.safetensors``). Returns the trained drafter."""
     s = settings
     t_start = time.perf_counter()
+    check_training_shapes(target, cfg.block_size, cfg.num_layers, cfg.tap_layers, s)  # before anything is allocated
     out = output_dir(out_dir, allow_existing=True)
     remove_stale(out)  # what a killed run was writing when it died
     (out / TRAIN_DIR).mkdir(exist_ok=True)
@@ -145,12 +147,15 @@ def saved_run(out: Path) -> tuple[dict, dict] | None:
     """(drafter config, settings) a checkpoint in ``out`` was trained with, from its header
     alone; None when there is no checkpoint."""
     from ..modeldir import read_header
+    from ..reading import parse_json
 
     path = out / STATE_FILE
     if not path.is_file():
         return None
     try:
-        meta = json.loads(read_header(path)["__metadata__"]["meta"])
+        meta = parse_json(read_header(path)["__metadata__"]["meta"], f"{path} (its metadata)")
+        if not isinstance(meta["drafter"], dict) or not isinstance(meta["settings"], dict):
+            raise TypeError
         return dict(meta["drafter"]), dict(meta["settings"])
     except (KeyError, TypeError, ValueError):
         raise DsparkError(f"{path} is not a readable training checkpoint: start over without --resume, "
@@ -181,7 +186,7 @@ def _training_data(target, texts, heldout_texts, out: Path, s: TrainSettings, da
     held = held_out_prompts(target, heldout_texts, s.seq_len) if heldout_texts is not None else None
     source = Path(data_file) if data_file else (out / DATA_FILE if resuming else None)
     if source is not None and source.is_file():
-        seqs, saved_held = Sequences.load(source)
+        seqs, saved_held = Sequences.load(source, target.dims.vocab_size)
         held = held if held is not None else saved_held
         if data_file:
             seqs.save(out / DATA_FILE, held)

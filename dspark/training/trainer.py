@@ -197,16 +197,21 @@ class DrafterTrainer:
 
     def load_state(self, out_dir: Path) -> dict:
         """Restore a checkpoint, refusing one that is damaged or does not fit this drafter."""
+        from ..modeldir import read_header
+        from ..reading import parse_json
+
         path = out_dir / STATE_FILE
+        read_header(path)  # the file as a whole: byte ranges, dtypes, no key twice
         try:
             arrays, metadata = mx.load(str(path), return_metadata=True)
-            meta = json.loads(metadata["meta"])
-            step, rng = int(meta["step"]), meta["rng"]
+            meta = parse_json(metadata["meta"], f"{path} (its metadata)")
+            step, rng = meta["step"], meta["rng"]
         except Exception as e:  # a truncated or foreign file: mlx, json and key errors alike
             raise DsparkError(f"{path} is not a readable training checkpoint ({type(e).__name__}: {e}); "
                               f"start over without --resume, or remove it") from None
         if meta.get("format") != STATE_FORMAT:
             raise DsparkError(f"{path} is not a dspark training checkpoint")
+        check_state(path, step, arrays)
         expected = {f"net.{k}": v.shape for k, v in tree_flatten(self.drafter.net.parameters())}
         expected.update({f"opt.{k}": v.shape for k, v in tree_flatten(self.optimizer.state)})
         for k, shape in expected.items():
@@ -218,9 +223,30 @@ class DrafterTrainer:
         self.optimizer.init(self.drafter.net.trainable_parameters())
         try:
             self.rng.bit_generator.state = rng
-        except (TypeError, ValueError, KeyError):
+        except (TypeError, ValueError, KeyError, OverflowError):
             raise DsparkError(f"{path} holds an unreadable random state") from None
         self._rng_before_pending = None
         self.step = step
         self._update = None
         return meta
+
+
+#: The most steps a checkpoint may have taken (``TrainSettings.steps``' limit).
+MAX_STEP = 10_000_000
+
+
+def check_state(path: Path, step, arrays: dict) -> None:
+    """A checkpoint's own numbers, range-checked before any is used: its step a count of updates
+    (a negative one would have a resumed run train past ``--steps`` and report it), the optimizer's
+    own step counter the same, and every weight and moment finite."""
+    if type(step) is not int or not 0 <= step <= MAX_STEP:
+        raise DsparkError(f"{path}: step is {str(step)[:40]}, expected a number of steps between 0 and {MAX_STEP:,}")
+    counter = arrays.get("opt.step")
+    if counter is not None and (counter.size != 1 or int(counter.item()) != step):
+        raise DsparkError(f"{path}: the optimizer has taken {counter.tolist()} steps but the checkpoint says {step}")
+    named = [(k, v) for k, v in arrays.items() if mx.issubdtype(v.dtype, mx.floating)]
+    if named:
+        flags = mx.stack([mx.isfinite(v).all() for _, v in named])
+        bad = [k for (k, _), ok in zip(named, flags.tolist()) if not ok]
+        if bad:
+            raise DsparkError(f"{path}: {bad[0]} holds NaN or infinite values (the checkpoint is damaged)")
