@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..errors import DsparkError
+from ..files import reason
 from ..options import Parser
 from . import report
 
@@ -141,7 +142,7 @@ def run(a, say) -> dict:
     from ..config import GenerationConfig
     from ..costs import measure
     from ..engine import prompt_ids
-    from ..files import output_dir, write_text
+    from ..files import output_dir
     from ..hub import resolve
     from ..loading import load_target
 
@@ -152,8 +153,6 @@ def run(a, say) -> dict:
     out = output_dir(a.out, allow_existing=True)
     if (out / "trials.jsonl").exists() and not a.force:
         raise DsparkError(f"{out} already holds benchmark results (use --force to replace them)")
-    for f in ("trials.jsonl", "trials.csv", "summary.json"):
-        (out / f).unlink(missing_ok=True)
     prompt_info, texts = _prompts(a)
     target_dir = str(resolve(target_dir, say=say))
     target = load_target(target_dir, say=say)
@@ -161,6 +160,10 @@ def run(a, say) -> dict:
     cfg.check(target.dims.vocab_size)
     ids = [prompt_ids(target, t, cfg) for t in texts]
     arm_list, costs = build_arms(a, target, target_dir, cfg, say)
+    # Only now, with every input loaded and checked, are the results --force replaces removed: a
+    # mistyped --target or drafter loses nothing.
+    for f in ("trials.jsonl", "trials.csv", "summary.json"):
+        (out / f).unlink(missing_ok=True)
     doc = {"command": "dspark bench " + " ".join(getattr(a, "argv", [])),
            "environment": report.environment(), "target": target_dir, "prompts": prompt_info,
            "settings": {"max_tokens": a.max_tokens, "repeats": a.repeats, "temperature": a.temperature},
@@ -182,7 +185,7 @@ def run(a, say) -> dict:
             # thread counts chosen at the start), so they share the trials' load.
             if bar:
                 bar.set_description(f"repeat {r + 1}/{a.repeats}: isolated costs")
-            now = {name: measure(target, d, d.block_size, context=context, repeats=3, threads=costs[name].threads)
+            now = {name: measure(target, d, d.block_size, contexts=(context,), repeats=3, threads=costs[name].threads)
                    for name, d in drafters.items()}
             doc["costs_by_repeat"].append({k: c.to_dict() for k, c in now.items()})
             for p, prompt in enumerate(ids):
@@ -205,12 +208,19 @@ def run(a, say) -> dict:
                     for k in ("token_logprobs", "prompt_tokens"):
                         t.pop(k, None)
                     trials.append(t)
-                    log.add(t)
+                    try:
+                        log.add(t)
+                    except OSError as e:
+                        raise _WriteFailed(e) from None
         if bar:
             bar.close()
     except KeyboardInterrupt:
         doc["interrupted"] = True
         say("interrupted: the summary covers the trials that finished")
+    except _WriteFailed as e:
+        doc["interrupted"] = True
+        doc["write_failed"] = reason(e.error)
+        say(f"could not write {out / 'trials.jsonl'} ({reason(e.error)}): the benchmark stops here")
     finally:
         log.close()
         for arm in arm_list:
@@ -219,8 +229,43 @@ def run(a, say) -> dict:
     doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     doc["environment"].update(report.plain_threads(trials, doc["environment"].get("blas_threads")))
     doc["arms"] = report.summarize(trials)
-    write_text(out / "summary.json", json.dumps(doc, indent=1))
+    keep(doc, trials, out)
     return doc
+
+
+class _WriteFailed(Exception):
+    """A trial could not be appended to the output folder (a full disk): the run stops there."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def keep(doc: dict, trials: list[dict], out: Path) -> None:
+    """Write ``summary.json``, or, when the output folder cannot take it (a full disk), keep what
+    was measured elsewhere and say where, in one sentence (DsparkError): the summary and every
+    trial in a folder under the system's temporary directory, else the trials the output folder
+    already holds."""
+    import tempfile
+
+    from ..files import write_text
+
+    try:
+        write_text(out / "summary.json", json.dumps(doc, indent=1))
+        if "write_failed" not in doc:
+            return
+        failed = f"could not write every trial to {out} ({doc['write_failed']})"
+    except DsparkError as e:
+        failed = str(e)
+    kept = len(report.read_trials(out))
+    try:
+        spare = Path(tempfile.mkdtemp(prefix="dspark-bench-"))
+        write_text(spare / "summary.json", json.dumps(doc, indent=1))
+        write_text(spare / "trials.jsonl", "".join(json.dumps(t) + "\n" for t in trials))
+    except (DsparkError, OSError):
+        raise DsparkError(f"{failed}; {kept} of the {len(trials)} trials measured are in {out / 'trials.jsonl'}, and "
+                          f"nothing else could be written anywhere") from None
+    raise DsparkError(f"{failed}; the summary and all {len(trials)} trials measured are kept in {spare}")
 
 
 def _bar(a, total: int):

@@ -29,6 +29,7 @@ does the same amount of work):
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import platform
@@ -174,26 +175,50 @@ def environment(repo: Path | None = None) -> dict:
 
 class TrialLog:
     """``trials.jsonl`` and ``trials.csv`` in the output folder, appended and flushed after
-    every trial, so an interrupted benchmark keeps everything that finished."""
+    every trial, so an interrupted benchmark keeps everything that finished. A trial is written
+    whole or not at all: a write that fails (a full disk) cuts each file back to where it was, so
+    no half line is left for a reader to trip on, and raises the OSError."""
 
     def __init__(self, folder: Path):
         self.jsonl, self.csv = folder / "trials.jsonl", folder / "trials.csv"
-        new_csv = not self.csv.exists()
-        self._csv_file = self.csv.open("a", newline="")
-        self._writer = csv.DictWriter(self._csv_file, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        if new_csv:
-            self._writer.writeheader()
+        if not self.csv.exists() or self.csv.stat().st_size == 0:
+            self._append(self.csv, self._csv_line(dict(zip(CSV_FIELDS, CSV_FIELDS))))
+
+    @staticmethod
+    def _csv_line(row: dict) -> str:
+        text = io.StringIO()
+        csv.DictWriter(text, fieldnames=CSV_FIELDS, extrasaction="ignore").writerow(row)
+        return text.getvalue()
+
+    @staticmethod
+    def _append(path: Path, text: str) -> None:
+        with path.open("a", newline="") as f:
+            start = f.tell()
+            try:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError:
+                try:
+                    f.truncate(start)
+                except OSError:
+                    pass
+                raise
 
     def add(self, trial: dict) -> None:
-        with self.jsonl.open("a") as f:
-            f.write(json.dumps(trial) + "\n")
         row = {k: trial.get(k, "") for k in CSV_FIELDS}
         row["per_position_acceptance"] = " ".join(f"{x:.4f}" for x in trial.get("per_position_acceptance") or [])
-        self._writer.writerow(row)
-        self._csv_file.flush()
+        before = self.jsonl.stat().st_size if self.jsonl.exists() else 0
+        self._append(self.jsonl, json.dumps(trial) + "\n")
+        try:
+            self._append(self.csv, self._csv_line(row))
+        except OSError:
+            with self.jsonl.open("r+") as f:  # the trial is in both files or in neither
+                f.truncate(before)
+            raise
 
     def close(self) -> None:
-        self._csv_file.close()
+        """Nothing stays open between trials; kept so callers can say when they are done."""
 
 
 def read_trials(folder: Path) -> list[dict]:
