@@ -16,10 +16,13 @@ from types import SimpleNamespace
 
 from dspark.bench import report
 from dspark.errors import DsparkError
+from dspark.files import write_text
+from dspark.reading import read_json
 
+from .file_checks import check_bench
 from .runs import BASELINE, MIN_COMPARED, Run, speedup
 
-MAX_SUMMARY_BYTES = 64 * 2**20
+MAX_SUMMARY_BYTES = 16 * 2**20
 COMMAND = "DSpark Studio: Compare"
 
 
@@ -89,7 +92,7 @@ def write_bench(folder: str | Path, doc: dict, trials: list[dict]) -> Path:
                 log.add({k: v for k, v in t.items() if k != "token_logprobs"})
         finally:
             log.close()
-        (folder / "summary.json").write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        write_text(folder / "summary.json", json.dumps(doc, indent=1))  # whole or not at all
     except OSError as e:
         raise DsparkError(f"cannot write to {folder}: {e.strerror or e}") from None
     return folder / "summary.json"
@@ -99,37 +102,33 @@ def is_bench(doc) -> bool:
     return isinstance(doc, dict) and isinstance(doc.get("arms"), list) and isinstance(doc.get("environment"), dict)
 
 
+def _summary_path(path: str | Path) -> Path:
+    path = Path(path).expanduser()
+    return path / "summary.json" if path.is_dir() else path
+
+
+def _read_doc(path: Path):
+    """The JSON of a summary: only a regular file, bounded in size, depth and number length."""
+    return read_json(path, MAX_SUMMARY_BYTES, "benchmark summary")
+
+
 def is_bench_file(path: str | Path) -> bool:
     """Whether ``path`` holds a benchmark summary (a quick look: the reader checks it)."""
     try:
-        return is_bench(json.loads(read_bench_text(path)))
-    except (OSError, ValueError, DsparkError):
+        return is_bench(_read_doc(_summary_path(path)))
+    except DsparkError:
         return False
 
 
-def read_bench_text(path: str | Path) -> str:
-    path = Path(path).expanduser()
-    if path.is_dir():
-        path = path / "summary.json"
-    if path.stat().st_size > MAX_SUMMARY_BYTES:
-        raise DsparkError(f"{path.name} is too large for a benchmark summary")
-    return path.read_text(encoding="utf-8")
-
-
 def read_bench(path: str | Path) -> dict:
-    """A ``dspark bench`` summary (its ``summary.json``, or the folder holding it), checked
-    well enough to draw; a DsparkError saying in one sentence why not."""
-    path = Path(path).expanduser()
-    if path.is_dir():
-        path = path / "summary.json"
-    try:
-        doc = json.loads(read_bench_text(path))
-    except OSError as e:
-        raise DsparkError(f"cannot read {path}: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DsparkError(f"{path.name} is not a benchmark summary: not valid JSON ({e})") from None
+    """A ``dspark bench`` summary (its ``summary.json``, or the folder holding it), checked as a
+    whole (``app.file_checks.check_bench``) before anything of it is drawn; a DsparkError saying
+    in one sentence why not."""
+    path = _summary_path(path)
+    doc = _read_doc(path)
     if not is_bench(doc):
         raise DsparkError(f"{path.name} is not a benchmark summary written by dspark bench (no arms)")
+    check_bench(doc, path.name)
     try:
         bench_rows(doc)
     except (KeyError, TypeError, ValueError, AttributeError) as e:

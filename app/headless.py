@@ -1,14 +1,61 @@
 """``dspark-studio --screenshot FILE``: the window run once headless (a generation, a comparison
 or a replay on the chosen models), grabbed whole into a PNG, then closed; exit 0 when the run
-finished, 1 when it failed, 2 when it ran past ``--timeout``. The self-test's window run is this
-one (``dspark_studio.selftest``)."""
+finished, 1 when it failed, 2 when it ran past ``--timeout`` or a file given with ``--replay``
+is not one the app can open (one sentence, before a window is made). The self-test's window
+run is this one (``dspark_studio.selftest``).
+
+``--timeout`` always ends the process: the run is first asked to stop (the window closes, the
+screenshot is kept), and if the process is still there ``GRACE_S`` seconds later a watchdog
+thread ends it with status 2, whatever the event loop is doing; should even that thread be
+starved, the alarm signal ends it ``GRACE_S`` seconds after that."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 
 from .startup import headless_platform, missing_system_library, open_window, replay_speed
+
+#: Seconds between asking a timed-out run to stop and ending the process.
+GRACE_S = 10.0
+
+
+def check_replay_files(paths: list[str]) -> str | None:
+    """Why the files given with ``--replay`` cannot be opened (one sentence), or None: each is
+    read and checked whole, as opening it would, before anything is drawn."""
+    from dspark.errors import DsparkError
+
+    from . import bench_io, replay
+
+    try:
+        if len(paths) == 1 and bench_io.is_bench_file(paths[0]):
+            bench_io.read_bench(paths[0])
+        else:
+            for p in paths:
+                replay.read_recording(p)
+    except DsparkError as e:
+        return str(e)
+    return None
+
+
+def start_watchdog(timeout: float) -> threading.Event:
+    """End the process ``GRACE_S`` seconds after ``timeout`` unless the returned event is set
+    (the run ended by itself); the alarm signal is the last resort."""
+    done = threading.Event()
+
+    def watch() -> None:
+        if not done.wait(timeout + GRACE_S):
+            print(f"dspark-studio: screenshot run timed out after {timeout:g} s and did not stop: ended",
+                  file=sys.stderr, flush=True)
+            os._exit(2)
+
+    threading.Thread(target=watch, name="timeout watchdog", daemon=True).start()
+    if hasattr(signal, "alarm") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(max(1, int(timeout + 2 * GRACE_S + 1)))
+    return done
 
 
 def run_screenshot(args) -> int:
@@ -17,6 +64,21 @@ def run_screenshot(args) -> int:
     if missing:
         print(missing, file=sys.stderr)
         return 1
+    done = start_watchdog(args.timeout)
+    try:
+        return _run(args)
+    finally:
+        done.set()
+        if hasattr(signal, "alarm") and threading.current_thread() is threading.main_thread():
+            signal.alarm(0)
+
+
+def _run(args) -> int:
+    if args.replay:
+        problem = check_replay_files(args.replay)
+        if problem:
+            print(f"dspark-studio: error: {problem}", file=sys.stderr)
+            return 2
     from PySide6.QtCore import QTimer
 
     app, win, target = open_window(args, prefs_wanted=False)
@@ -29,6 +91,9 @@ def run_screenshot(args) -> int:
         win.presenter.enter()
 
     def grab_and_quit() -> None:
+        if status.get("grabbed"):  # the run ended and the timeout fired: one grab
+            return
+        status["grabbed"] = True
         win.refresh()
         app.processEvents()
         ok = win.grab().save(args.screenshot)
@@ -47,6 +112,7 @@ def run_screenshot(args) -> int:
         print("dspark-studio: screenshot run timed out", file=sys.stderr)
         status["code"] = 2
         win.stop()
+        QTimer.singleShot(1000, grab_and_quit)  # whether or not the stopped run reports back
 
     win.job_finished.connect(finished)
     QTimer.singleShot(int(args.timeout * 1000), give_up)

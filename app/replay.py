@@ -11,7 +11,6 @@ is the Qt timer that delivers the messages.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,13 @@ from PySide6.QtCore import QElapsedTimer, QObject, QTimer
 from dspark.errors import DsparkError
 from dspark.events import RoundEvent, Summary, event_from_dict
 from dspark.lossless import Difference, Verdict
+from dspark.reading import read_json
 
 from .messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted
+from .file_checks import check_document
 
 #: A run file larger than this is not one the app wrote (a 256-token run is ~140 KB).
-MAX_RECORDING_BYTES = 256 * 2**20
+MAX_RECORDING_BYTES = 64 * 2**20
 SPEEDS = {"1×": 1.0, "2×": 2.0, "instant": 0.0}
 
 
@@ -62,27 +63,18 @@ class Recording:
 
 
 def read_recording(path: str | Path) -> Recording:
-    """A saved run or comparison, or a DsparkError saying in one sentence why it is not one."""
+    """A saved run or comparison, or a DsparkError saying in one sentence why it is not one. Saved
+    runs are shared, so a file is checked as a whole before anything of it is used
+    (``app.file_checks``): only a regular file, bounded in size and nesting; every field of
+    the right type, every number finite and in range, counts and sizes within the limits a replay
+    can draw, times that only move forward."""
     path = Path(path)
-    try:
-        if not path.is_file():
-            raise DsparkError(f"{path} is not a file")
-        if path.stat().st_size > MAX_RECORDING_BYTES:
-            raise DsparkError(f"{path.name} is {path.stat().st_size / 2**20:.0f} MiB: too large for a saved run")
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise DsparkError(f"cannot read {path}: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DsparkError(f"{path.name} is not a saved run: not valid JSON ({e})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list) or not doc["runs"]:
-        raise DsparkError(f"{path.name} is not a run or comparison saved by DSpark Studio (it has no runs)")
+    if path.is_dir() or not (path.exists() or path.is_symlink()):
+        raise DsparkError(f"{path} is not a file" + (" (a folder)" if path.is_dir() else " (not found)"))
+    doc = read_json(path, MAX_RECORDING_BYTES, "saved run")
+    check_document(doc, path.name)
     pieces = _pieces(doc["runs"])
-    runs = []
-    for i, d in enumerate(doc["runs"]):
-        try:
-            runs.append(_run(d, pieces))
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise DsparkError(f"{path.name}: run {i + 1} is not readable ({type(e).__name__}: {e})") from None
+    runs = [_run(d, pieces) for d in doc["runs"]]
     kind = doc.get("kind") or ("compare" if "comparison" in doc else "run")
     prompts: dict[int, str] = {}
     for r in runs:
@@ -97,21 +89,18 @@ def _pieces(runs: list) -> dict[int, str]:
     tokens' text: a drafted token that was never committed shows as #id)."""
     out = {}
     for d in runs:
-        for ev in (d.get("events") or []) if isinstance(d, dict) else []:
-            for t in ev.get("committed", []) if isinstance(ev, dict) else []:
-                if isinstance(t, dict) and "id" in t:
-                    out.setdefault(t["id"], t.get("text", ""))
+        for ev in d["events"]:
+            for t in ev["committed"]:
+                out.setdefault(t["id"], t.get("text", ""))
     return out
 
 
 def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
-    events = tuple(event_from_dict(e) for e in d["events"])
-    if not all(isinstance(e, RoundEvent) for e in events):
-        raise ValueError("a run's events must all be rounds")
+    events = tuple(event_from_dict({**e, "kind": "round"}) for e in d["events"])
     texts = d.get("drafted_text")
     if not isinstance(texts, list) or len(texts) != len(events):
         texts = [[pieces.get(t, f"#{t}") for t in e.drafted] for e in events]
-    summary = event_from_dict(d["summary"]) if d.get("summary") else None
+    summary = event_from_dict({**d["summary"], "kind": "summary"}) if d.get("summary") else None
     v = d.get("verdict")
     verdict = None
     if v:
@@ -119,12 +108,9 @@ def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
         if diff:
             diff = Difference(**{k: tuple(x) if isinstance(x, list) else x for k, x in diff.items()})
         verdict = Verdict(bool(v["identical"]), diff or None)
-    method = d["method"]
-    if method not in ("speculative", "baseline"):
-        raise ValueError(f"method {method!r}")
-    return SavedRun(str(d["label"]), method, d.get("drafter"), str(d.get("prompt", "")),
-                       int(d.get("prompt_index", 0)), dict(d.get("config") or {}), events,
-                       tuple(tuple(str(x) for x in t) for t in texts), summary, verdict)
+    return SavedRun(str(d["label"]), d["method"], d.get("drafter"), str(d.get("prompt", "")),
+                    int(d.get("prompt_index", 0)), dict(d.get("config") or {}), events,
+                    tuple(tuple(str(x) for x in t) for t in texts), summary, verdict)
 
 
 def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:

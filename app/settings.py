@@ -8,11 +8,15 @@ person's own settings.
 from __future__ import annotations
 
 import os
+import stat
+import sys
+import tempfile
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
 from dspark import resources
+from dspark.errors import printable
 
 ORG, APP = "DSpark", "DSpark Studio"
 RECENT_MAX = 8
@@ -64,12 +68,56 @@ def demo_drafters() -> list[str]:
     return [str(p) for p in map(resources.demo_model, ("dspark", "dflash")) if p]
 
 
+#: A settings file larger than this was not written by the app.
+MAX_SETTINGS_BYTES = 16 * 2**20
+
+
+def settings_files() -> list[Path]:
+    """The files QSettings reads for the app's settings (where they are files: not macOS's
+    preferences daemon, not Windows' registry), the app's own first."""
+    home = _home()
+    if home is not None:
+        return [home / "settings.ini"]
+    if sys.platform == "darwin" or os.name == "nt":
+        return []
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    system = [Path(d) for d in (os.environ.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":") if d]
+    return [folder / name for folder in (config, *system) for name in (f"{ORG}/{APP}.conf", f"{ORG}.conf")]
+
+
+def unreadable_settings() -> str | None:
+    """Why the settings files cannot be read safely, or None: QSettings opens them as they are,
+    so a FIFO would block the app before its window appears, and a link to /dev/zero would never
+    end. Only regular files of a sane size are read."""
+    for f in settings_files():
+        try:
+            st = f.stat()  # follows links
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"{f} cannot be read ({e.strerror or e})"
+        if not stat.S_ISREG(st.st_mode):
+            return f"{f} is not a regular file"
+        if st.st_size > MAX_SETTINGS_BYTES:
+            return f"{f} is {st.st_size / 2**20:.0f} MiB, too large for a settings file"
+    return None
+
+
 class Settings:
-    """Typed access to the app's QSettings."""
+    """Typed access to the app's QSettings. When its files cannot be read safely
+    (:func:`unreadable_settings`), the app starts on default settings kept in a temporary file for
+    this session, and ``problem`` says why (printed once on stderr)."""
 
     def __init__(self):
         home = _home()
-        if home is not None:
+        self.problem = unreadable_settings()
+        if self.problem is not None:
+            self.problem = f"{self.problem}: settings are not read or kept this session"
+            print(f"dspark-studio: {printable(self.problem)}", file=sys.stderr)
+            fd, spare = tempfile.mkstemp(prefix="dspark-studio-settings-", suffix=".ini")
+            os.close(fd)
+            self.q = QSettings(spare, QSettings.IniFormat)
+        elif home is not None:
             home.mkdir(parents=True, exist_ok=True)
             self.q = QSettings(str(home / "settings.ini"), QSettings.IniFormat)
         else:

@@ -1,0 +1,281 @@
+"""Checking a file the app opens (a saved run or comparison, a ``dspark bench`` summary) as a
+whole, before anything of it is drawn or scheduled. These files are meant to be shared, so a
+stranger's file is held to what the app itself writes: every field of its type, every number
+finite and in range, counts and sizes within what a replay can draw, times that only move
+forward. What fails is one sentence naming the file, the place and the field (DsparkError).
+
+Plain Python: no Qt, no MLX (``app.bench_io`` is imported by the app's Qt-free state).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from dspark.errors import DsparkError
+from dspark.validate import LIMITS, costs_problem
+
+#: Limits of a saved run or comparison.
+MAX_RUNS = 1_000
+MAX_ROUNDS = 100_000  # rounds in one file: a replay schedules a message for each
+MAX_TOKENS = 1_000_000  # tokens of one run (GenerationConfig.max_tokens' limit)
+MAX_PROMPTS = 10_000
+MAX_TEXT = 4 * 2**20  # characters of a prompt or a run's text
+MAX_PIECE = 1_000  # characters of one token's text
+MAX_SECONDS = 7 * 86_400.0  # a recorded time: a week
+MAX_RATE = 1e7  # tokens per second
+MAX_BLOCK = LIMITS["block_size"][1] + 1  # drafted or committed tokens of one round
+MAX_TOKEN_ID = LIMITS["vocab_size"][1]
+#: Limits of a benchmark summary.
+MAX_ARMS = 1_000
+MAX_TRIALS = 10_000_000
+
+Rule = Callable[[object], "str | None"]
+
+
+# --------------------------------------------------------------------------- rules: None when a value is good
+def integer(lo: int, hi: int) -> Rule:
+    return lambda v: None if type(v) is int and lo <= v <= hi else f"must be a whole number from {lo:,} to {hi:,}"
+
+
+def number(lo: float, hi: float, nan: bool = False) -> Rule:
+    def rule(v):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if nan and isinstance(v, float) and math.isnan(v):
+                return None
+            if math.isfinite(v) and lo <= v <= hi:
+                return None
+        return f"must be a finite number from {lo:g} to {hi:g}"
+    return rule
+
+
+def text(n: int) -> Rule:
+    return lambda v: None if isinstance(v, str) and len(v) <= n else f"must be a text of at most {n:,} characters"
+
+
+def one_of(*choices) -> Rule:
+    return lambda v: None if v in choices else f"must be one of {', '.join(map(repr, choices))}"
+
+
+def boolean(v) -> str | None:
+    return None if isinstance(v, bool) else "must be true or false"
+
+
+def optional(rule: Rule) -> Rule:
+    return lambda v: None if v is None else rule(v)
+
+
+def items(rule: Rule, n: int) -> Rule:
+    def check(v):
+        if not isinstance(v, list) or len(v) > n:
+            return f"must be a list of at most {n:,} entries"
+        for i, x in enumerate(v):
+            bad = rule(x)
+            if bad:
+                return f"entry {i + 1} {bad}"
+        return None
+    return check
+
+
+def record(fields: dict[str, Rule], required: tuple[str, ...] = (), strict: bool = True) -> Rule:
+    """An object with these keys (those in ``required`` present), each by its rule; ``strict``:
+    no other key (an event's fields are its dataclass's), else other keys are left unread."""
+    def check(v):
+        if not isinstance(v, dict):
+            return "must be an object"
+        unknown = [k for k in v if k not in fields]
+        if unknown and strict:
+            return f"has an unknown field {str(unknown[0])[:40]!r}"
+        for k in required:
+            if k not in v:
+                return f"has no {k}"
+        for k, x in v.items():
+            bad = fields[k](x) if k in fields else None
+            if bad:
+                return f"{k} {bad}"
+        return None
+    return check
+
+
+def flat_object(n: int) -> Rule:
+    """An object of at most ``n`` plain values (a config as the app saves it)."""
+    value = lambda x: None if x is None or isinstance(x, bool) else (  # noqa: E731
+        text(10_000)(x) if isinstance(x, str) else number(-1e15, 1e15)(x))
+
+    def check(v):
+        if not isinstance(v, dict) or len(v) > n or not all(isinstance(k, str) and len(k) <= 100 for k in v):
+            return f"must be an object of at most {n} named values"
+        for k, x in v.items():
+            bad = value(x)
+            if bad:
+                return f"{k} {bad}"
+        return None
+    return check
+
+
+# --------------------------------------------------------------------------- a saved run or comparison
+TOKEN = integer(0, MAX_TOKEN_ID)
+SECONDS = number(0.0, MAX_SECONDS)
+PROB = number(0.0, 1.0, nan=True)  # NaN: not computed (a run without a screen)
+COUNT = integer(0, MAX_TOKENS)
+COMMITTED = record({"id": TOKEN, "text": text(MAX_PIECE), "source": one_of("accepted", "correction", "bonus", "target"),
+                    "round": integer(0, MAX_TOKENS), "position": integer(0, MAX_BLOCK), "target_prob": PROB,
+                    "draft_prob": optional(PROB)}, ("id", "text", "source", "round", "position", "target_prob"))
+ROUND_FIELDS = ("index", "anchor", "drafted", "draft_probs", "confidences", "verify_width", "accepted", "committed",
+                "draft_seconds", "verify_seconds", "elapsed_seconds", "tokens_generated", "tokens_per_sec")
+ROUND = record({"kind": one_of("round"), "index": integer(0, MAX_TOKENS), "anchor": TOKEN,
+                "drafted": items(TOKEN, MAX_BLOCK), "draft_probs": items(PROB, MAX_BLOCK),
+                "confidences": optional(items(number(0.0, 1.0), MAX_BLOCK)), "verify_width": integer(0, MAX_BLOCK),
+                "accepted": integer(0, MAX_BLOCK), "committed": items(COMMITTED, MAX_BLOCK), "draft_seconds": SECONDS,
+                "verify_seconds": SECONDS, "elapsed_seconds": SECONDS, "tokens_generated": COUNT,
+                "tokens_per_sec": number(0.0, MAX_RATE), "confidence_logits": optional(items(number(-1e6, 1e6), MAX_BLOCK))},
+               ROUND_FIELDS)
+SUMMARY_FIELDS = ("method", "tokens", "text", "prompt_tokens", "rounds", "accepted_lengths", "verify_widths", "tau",
+                  "acceptance_rate", "per_position_acceptance", "tokens_per_sec", "ttft_seconds", "prefill_seconds",
+                  "draft_seconds", "verify_seconds", "total_seconds", "finish_reason")
+SUMMARY = record({"kind": one_of("summary"), "method": one_of("speculative", "baseline"),
+                  "tokens": items(TOKEN, MAX_TOKENS), "text": text(MAX_TEXT), "prompt_tokens": items(TOKEN, MAX_TOKENS),
+                  "rounds": COUNT, "accepted_lengths": items(integer(0, MAX_BLOCK), MAX_TOKENS),
+                  "verify_widths": items(integer(0, MAX_BLOCK), MAX_TOKENS), "tau": number(0.0, MAX_BLOCK),
+                  "acceptance_rate": number(0.0, 1.0), "per_position_acceptance": items(number(0.0, 1.0), MAX_BLOCK),
+                  "tokens_per_sec": number(0.0, MAX_RATE), "ttft_seconds": SECONDS, "prefill_seconds": SECONDS,
+                  "draft_seconds": SECONDS, "verify_seconds": SECONDS, "total_seconds": SECONDS,
+                  "finish_reason": one_of("length", "stop", "cancelled"), "peak_memory_bytes": integer(0, 2**50),
+                  "accepted_histogram": items(COUNT, MAX_BLOCK + 1),
+                  "token_logprobs": items(number(-1e6, 0.0, nan=True), MAX_TOKENS), "extra": flat_object(100)},
+                 SUMMARY_FIELDS)
+DIFFERENCE = record({"index": COUNT, "kind": one_of("tie", "mismatch"), "speculative": optional(TOKEN),
+                     "plain": optional(TOKEN), "logprobs": optional(items(number(-1e6, 0.0), 2)),
+                     "one_pass_logprobs": optional(items(number(-1e6, 0.0), 2)), "tolerance": optional(number(0.0, 1e6)),
+                     "drift": optional(number(0.0, 1e6))}, ("index", "kind", "speculative", "plain", "logprobs"))
+VERDICT = optional(record({"identical": boolean, "first_difference": optional(DIFFERENCE)}, ("identical",)))
+RUN = record({"label": text(500), "method": one_of("speculative", "baseline"), "drafter": optional(text(4096)),
+              "prompt": text(MAX_TEXT), "prompt_index": integer(0, MAX_PROMPTS - 1), "config": optional(flat_object(100)),
+              "events": lambda v: None if isinstance(v, list) else "must be a list of rounds",
+              "drafted_text": optional(items(items(text(MAX_PIECE), MAX_BLOCK), MAX_ROUNDS)),
+              "summary": optional(SUMMARY), "verdict": VERDICT}, ("label", "method", "events"), strict=False)
+DOCUMENT = record({"app": text(100), "version": text(100), "created": text(100), "kind": optional(one_of("run", "compare")),
+                   "prompts": optional(integer(0, MAX_PROMPTS)), "target": optional(text(4096)),
+                   "runs": lambda v: None if isinstance(v, list) and v else "must be a non-empty list of runs",
+                   "comparison": lambda v: None}, ("runs",), strict=False)
+
+
+def check_document(doc, name: str) -> None:
+    """A saved run or comparison (``app.export.document``), checked whole; one sentence naming
+    ``name`` and the place when it is not one the app can replay."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list) or not doc["runs"]:
+        raise DsparkError(f"{name} is not a run or comparison saved by DSpark Studio (it has no runs)")
+    _fail(name, "", DOCUMENT(doc))
+    runs = doc["runs"]
+    if len(runs) > MAX_RUNS:
+        raise DsparkError(f"{name} holds {len(runs):,} runs: a replay draws at most {MAX_RUNS:,}")
+    if sum(len(r["events"]) if isinstance(r, dict) and isinstance(r.get("events"), list) else 0 for r in runs) > MAX_ROUNDS:
+        raise DsparkError(f"{name} holds more than {MAX_ROUNDS:,} rounds: more than a replay draws")
+    for i, run in enumerate(runs):
+        problem = _run_problem(run)
+        if problem:
+            raise DsparkError(f"{name}: run {i + 1} is not readable ({problem})")
+    if doc.get("prompts") is not None and doc["prompts"] < max(r.get("prompt_index", 0) for r in runs) + 1:
+        raise DsparkError(f"{name}: prompts is {doc['prompts']}, fewer than its runs' prompt indices")
+
+
+def _run_problem(run) -> str | None:
+    problem = RUN(run)
+    if problem:
+        return problem
+    last = 0.0
+    for j, ev in enumerate(run["events"]):
+        problem = ROUND(ev)
+        if problem:
+            return f"round {j + 1}: {problem}"
+        if ev["elapsed_seconds"] < last:
+            return f"round {j + 1}: its time goes back ({ev['elapsed_seconds']:g} s after {last:g} s)"
+        last = ev["elapsed_seconds"]
+        if not ev["accepted"] <= ev["verify_width"] <= len(ev["drafted"]) or len(ev["draft_probs"]) != len(ev["drafted"]):
+            return f"round {j + 1}: its accepted, verified and drafted counts disagree"
+    texts = run.get("drafted_text")
+    if texts is not None and len(texts) == len(run["events"]) and any(
+            len(t) != len(ev["drafted"]) for t, ev in zip(texts, run["events"])):
+        return "drafted_text does not match the drafted tokens"
+    return None
+
+
+def _fail(name: str, where: str, problem: str | None) -> None:
+    if problem:
+        raise DsparkError(f"{name}: {where + ': ' if where else ''}{problem}")
+
+
+# --------------------------------------------------------------------------- a dspark bench summary
+SPREAD = optional(lambda v: None if isinstance(v, dict) and len(v) <= 10 and all(
+    isinstance(k, str) and number(-1e12, 1e12)(x) is None for k, x in v.items()) else "must be an object of numbers")
+RATIO = optional(number(0.0, 1e6))
+ARM = record({"arm": text(500), "drafter": optional(text(4096)), "policy": optional(text(100)),
+              "trials": integer(0, MAX_TRIALS), "tokens_per_sec": number(0.0, MAX_RATE), "speedup": RATIO,
+              "draft_ms": optional(number(0.0, 1e8)), "verify_ms": optional(number(0.0, 1e8)),
+              "overhead_ms": optional(number(-1e8, 1e8)), "in_loop": optional(number(0.0, 1e6)),
+              "step_ms": optional(number(0.0, 1e8)), "limit": RATIO, "efficiency": RATIO,
+              "ttft_seconds": optional(SECONDS), "peak_memory_bytes": optional(integer(0, 2**50)),
+              "tau": optional(number(0.0, MAX_BLOCK)), "acceptance_rate": optional(number(0.0, 1.0)),
+              "per_position_acceptance": items(number(0.0, 1.0), MAX_BLOCK),
+              "accepted_histogram": items(integer(0, 2**50), MAX_BLOCK + 1), "rounds": optional(integer(0, 2**50)),
+              "identical": optional(integer(0, MAX_TRIALS)), "compared": optional(integer(0, MAX_TRIALS)),
+              "lossless": optional(integer(0, MAX_TRIALS)),
+              **{f"{k}_spread": SPREAD for k in ("tokens_per_sec", "speedup", "draft_ms", "verify_ms", "overhead_ms",
+                                                  "in_loop", "step_ms", "limit", "efficiency", "ttft_seconds")}},
+             ("arm", "tokens_per_sec"))
+
+
+SCALAR = lambda v: None if v is None or isinstance(v, bool) else (  # noqa: E731
+    text(10_000)(v) if isinstance(v, str) else number(-1e15, 1e15)(v))
+ENVIRONMENT = lambda v: None if isinstance(v, dict) and len(v) <= 100 and all(  # noqa: E731
+    isinstance(k, str) and (SCALAR(x) is None or items(SCALAR, 100)(x) is None or flat_object(100)(x) is None)
+    for k, x in v.items()) else "must be an object of at most 100 plain values"
+BENCH = record({"command": text(100_000), "environment": ENVIRONMENT, "target": optional(text(4096)),
+                "started": optional(text(100)), "finished": optional(text(100)), "interrupted": optional(boolean),
+                "settings": flat_object(100), "costs_context": optional(integer(0, 100_000_000))},
+               ("environment",), strict=False)
+
+
+def check_bench(doc, name: str) -> None:
+    """A ``dspark bench`` summary (``summary.json``), checked whole: its arms, their figures, the
+    counts the table shows and the costs it carries."""
+    problem = _bench_problem(doc)
+    if problem:
+        raise DsparkError(f"{name} is a damaged benchmark summary ({problem})")
+
+
+def _bench_problem(doc) -> str | None:
+    problem = BENCH(doc)
+    if problem:
+        return problem
+    if not isinstance(doc.get("arms"), list) or len(doc["arms"]) > MAX_ARMS:
+        return f"arms must be a list of at most {MAX_ARMS:,} arms"
+    for i, arm in enumerate(doc["arms"]):
+        problem = ARM(arm)
+        if problem:
+            return f"arm {i + 1}: {problem}"
+        if "compared" in arm and not arm.get("identical", 0) <= arm.get("lossless", arm.get("identical", 0)) <= arm["compared"]:
+            return f"arm {i + 1}: its identical, lossless and compared counts disagree"
+    problem = record({"key": optional(text(500)), "name": optional(text(500)), "description": optional(text(10_000)),
+                      "count": integer(0, 10_000_000)}, ("count",))(doc.get("prompts"))
+    if problem:
+        return f"prompts: {problem}"
+    settings = doc.get("settings")
+    if not isinstance(settings, dict) or integer(1, 1_000_000)(settings.get("repeats")):
+        return "settings.repeats must be a whole number from 1 to 1,000,000"
+    costs = doc.get("costs") or {}
+    if not isinstance(costs, dict) or len(costs) > MAX_ARMS:
+        return "costs must map drafters to their measured costs"
+    by_repeat = doc.get("costs_by_repeat") or []
+    if not isinstance(by_repeat, list) or len(by_repeat) > 1_000_000 or not all(isinstance(r, dict) for r in by_repeat):
+        return "costs_by_repeat must be a list of measured costs by drafter"
+    # what the app reads of them: the costs measured at the start and the last repeat's (bench_io.bench_costs)
+    for what, measured in (("the costs", costs), ("the last repeat's costs", by_repeat[-1] if by_repeat else {})):
+        for drafter, c in measured.items():
+            problem = costs_problem(c)
+            if problem:
+                return f"{what} of {str(drafter)[:100]}: {problem}"
+    return None
+
+
+__all__ = ["MAX_ROUNDS", "MAX_RUNS", "check_bench", "check_document"]
