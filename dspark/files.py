@@ -6,6 +6,7 @@ read-only folder)."""
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import shutil
 from contextlib import contextmanager
@@ -66,7 +67,10 @@ def staged_dir(path: str | Path) -> Iterator[Path]:
     tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        for stale in p.parent.glob(f".{glob.escape(p.name)}.*.tmp"):  # what a killed write of this folder left
+            pid = stale.name[len(p.name) + 2: -len(".tmp")]
+            if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+                shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir()
     except OSError as e:
         raise DsparkError(f"cannot create {p} ({reason(e)})") from None

@@ -21,6 +21,7 @@ from .errors import DsparkError, NotGemma4Error
 from .formats import deepspec, native, speculators, zlab
 from .modeldir import (check_files, check_fits, drafter_format, loaded_bytes, not_a_drafter, read_config, read_headers,
                        refuse_code, safetensors_files, tensor_bytes)
+from .rust_calls import rust_call
 from .target import Target, language_model
 
 #: The published formats' readers (``read_spec(directory, config) -> formats.base.Spec``).
@@ -58,12 +59,9 @@ def load_target(path: str | Path, say=None) -> Target:
     except (RuntimeError, OSError, KeyError) as e:
         raise DsparkError(f"cannot load the target weights in {p}: {e}") from None
     language_model(model)  # refuse a non-Gemma-4 model before anything else
-    try:
-        tokenizer = load_tokenizer(p, {"trust_remote_code": False}, eos_token_ids=config.get("eos_token_id"))
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as e:  # tokenizers raises many kinds, and a Rust panic is no Exception
-        raise DsparkError(f"cannot load the tokenizer in {p}: {type(e).__name__}: {e}") from None
+    # tokenizers raises many kinds, and a Rust panic is no Exception
+    tokenizer = rust_call(f"cannot load the tokenizer in {p}", load_tokenizer, p, {"trust_remote_code": False},
+                          eos_token_ids=config.get("eos_token_id"))
     target = Target(model, tokenizer, path=str(p), config=config)
     finite.check_target(target, p)
     return target

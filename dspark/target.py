@@ -20,6 +20,7 @@ import mlx.nn as nn
 
 from . import chat_template
 from .errors import DsparkError, NotGemma4Error
+from .rust_calls import rust_call
 from .gemma4 import cpu_safe_experts
 from .sampling import soft_cap
 
@@ -190,14 +191,9 @@ class Target:
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                                       **(options or {}))
 
-        try:
-            rendered = chat_template.render(apply, len(text) + len(system))
-        except DsparkError:
-            raise
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as e:  # jinja raises many kinds; the template comes from the model directory
-            raise DsparkError(f"the target's chat template failed on this prompt ({type(e).__name__}: {e})") from None
+        # jinja raises many kinds, and a Python template may call into the tokenizer's Rust code
+        rendered = rust_call("the target's chat template failed on this prompt", chat_template.render, apply,
+                             len(text) + len(system))
         return _tokenizer_call("encode this prompt", self.tokenizer.encode, rendered, add_special_tokens=False)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -208,13 +204,8 @@ class Target:
 
 def _tokenizer_call(what: str, fn, *args, **kwargs):
     """A call into the tokenizer (Rust code configured by the model directory): whatever it raises,
-    a Rust panic included (``PanicException`` is no ``Exception``), is one sentence."""
-    try:
-        out = fn(*args, **kwargs)
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as e:
-        raise DsparkError(f"the target's tokenizer could not {what} ({type(e).__name__}: {e})") from None
+    a Rust panic included, is one sentence (``dspark.rust_calls``)."""
+    out = rust_call(f"the target's tokenizer could not {what}", fn, *args, **kwargs)
     return list(out) if not isinstance(out, str) else out
 
 
