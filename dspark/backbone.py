@@ -14,6 +14,25 @@ import mlx.core as mx
 import mlx.nn as nn
 
 
+def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask=None) -> mx.array:
+    """Attention of a block's queries ``q`` [A, Hq, G, D] over ``k``/``v`` [A, Hkv, K, D] (grouped
+    heads), ``mask`` True where a query may look (None: everywhere). On the GPU MLX's fused kernel.
+    On the CPU the fused kernel runs each query head on its own copy of the shared keys; folding
+    a group's queries into the rows of one product over the shared keys gave the same numbers
+    (to 1e-6) 1.4-1.5x faster at 1,000-3,000 context rows on a 2-core x86 CPU, which is what a
+    draft over a long prompt costs."""
+    if mx.default_device().type == mx.gpu:
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+    A, Hq, G, D = q.shape
+    Hkv = k.shape[1]
+    n = Hq // Hkv
+    s = ((q.reshape(A, Hkv, n * G, D) @ k.swapaxes(-1, -2)) * scale).reshape(A, Hkv, n, G, -1)
+    if mask is not None:
+        s = mx.where(mask[:, :, None] if mask.ndim == 4 else mask, s, -mx.inf)
+    p = mx.softmax(s.astype(mx.float32), axis=-1, precise=True).astype(v.dtype)
+    return (p.reshape(A, Hkv, n * G, -1) @ v).reshape(A, Hq, G, v.shape[-1])
+
+
 class DraftLayer(nn.Module):
     """A Gemma-style block: sandwich norms, QK-norm attention with GQA, GeGLU MLP."""
 
@@ -52,8 +71,7 @@ class DraftLayer(nn.Module):
         if ctx_k is not None:
             k = mx.concatenate([ctx_k, k], axis=2)
             v = mx.concatenate([ctx_v, v], axis=2)
-        o = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
-        o = self.o_proj(o.transpose(0, 2, 1, 3).reshape(A, G, -1))
+        o = self.o_proj(attention(q, k, v, self.scale, mask).transpose(0, 2, 1, 3).reshape(A, G, -1))
         x = x + self.post_attention_layernorm(o)
         h = self.pre_feedforward_layernorm(x)
         h = self.down_proj(nn.gelu_approx(self.gate_proj(h)) * self.up_proj(h))

@@ -22,7 +22,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import median
 from typing import Callable
@@ -38,7 +38,9 @@ from .policy import Scheduler
 from .policy import parse as parse_policy
 
 #: Bumped whenever what is measured changes, so costs cached by an older version are measured again.
-VERSION = 6
+VERSION = 7
+#: Cache lengths the costs are measured at (those a target holds); between them costs are interpolated.
+CONTEXTS = (256, 1024, 3072)
 PHASES = ("draft", "verify", "step")
 
 
@@ -51,9 +53,30 @@ class Costs:
     context: int = 0  # committed tokens in the cache while measuring
     measured_at: str = ""
     key: str = ""
+    # the same at longer contexts, (context, verify_ms, draft_ms, step_ms): a round's phases and
+    # a plain step cost more as the cache grows, and not alike (sliding layers do not grow)
+    longer: tuple = ()
 
     def to_dict(self) -> dict:
         return {"version": VERSION, **asdict(self)}
+
+    def points(self) -> list[tuple[int, tuple[float, ...], float, float]]:
+        return [(self.context, self.verify_ms, self.draft_ms, self.step_ms), *self.longer]
+
+    def at(self, position: int) -> "Costs":
+        """These costs at a cache of ``position`` tokens: piecewise linear between the measured
+        contexts, the nearest segment's slope past either end (never below zero), so a round at
+        3,000 tokens is priced at 3,000 tokens, not at the context the costs were measured at."""
+        pts = sorted(self.points())
+        if len(pts) == 1:
+            return self
+        i = next((j for j in range(1, len(pts) - 1) if position < pts[j][0]), len(pts) - 1)
+        (c0, v0, d0, s0), (c1, v1, d1, s1) = pts[i - 1], pts[i]
+        f = (position - c0) / (c1 - c0) if c1 != c0 else 0.0
+        lerp = lambda a, b: max(0.0, a + f * (b - a))  # noqa: E731
+        width = min(len(v0), len(v1))
+        return replace(self, verify_ms=tuple(monotone([lerp(v0[w], v1[w]) for w in range(width)])),
+                       draft_ms=lerp(d0, d1), step_ms=lerp(s0, s1), context=position, longer=())
 
     @classmethod
     def from_dict(cls, d: dict) -> "Costs":
@@ -67,9 +90,23 @@ class Costs:
         problem = costs_problem(d, max_threads=min(1024, os.cpu_count() or 1024))
         if problem:
             raise ValueError(problem)
+        longer = tuple(_point(p) for p in d.get("longer", ()))
         return cls(verify_ms=tuple(float(x) for x in d["verify_ms"]), draft_ms=float(d["draft_ms"]),
                    step_ms=float(d["step_ms"]), threads={str(k): int(v) for k, v in d.get("threads", {}).items()},
-                   context=int(d.get("context", 0)), measured_at=str(d.get("measured_at", "")), key=str(d.get("key", "")))
+                   context=int(d.get("context", 0)), measured_at=str(d.get("measured_at", "")), key=str(d.get("key", "")),
+                   longer=longer)
+
+
+def _point(p) -> tuple[int, tuple[float, ...], float, float]:
+    """One longer-context point of a cached record, checked (ValueError: measured again)."""
+    import math
+
+    if not isinstance(p, (list, tuple)) or len(p) != 4 or not isinstance(p[1], (list, tuple)) or len(p[1]) > 65:
+        raise ValueError("a longer-context point is malformed")
+    context, verify, draft, step = int(p[0]), tuple(float(x) for x in p[1]), float(p[2]), float(p[3])
+    if not 0 < context <= 10_000_000 or not all(math.isfinite(x) and 0 <= x < 1e7 for x in (*verify, draft, step)):
+        raise ValueError("a longer-context point is out of range")
+    return context, verify, draft, step
 
 
 def cache_dir() -> Path:
@@ -138,20 +175,44 @@ def for_policy(policy: str, target, drafter, block_size: int, say: Callable[[str
     return load_or_measure(target, drafter, block_size, say=say)
 
 
-def measure(target, drafter, block_size: int, context: int = 256, repeats: int = 7, key: str = "",
+def measure(target, drafter, block_size: int, contexts: tuple[int, ...] = CONTEXTS, repeats: int = 7, key: str = "",
             threads: dict[str, int] | None = None) -> Costs:
-    """Time each phase on a cache holding ``context`` tokens; medians of ``repeats`` runs
-    after a warm-up. ``threads`` (phase -> BLAS threads) fixes the counts; without it the plain
-    step keeps the count it is timed faster at, and the draft and the verify the count whole
-    rounds run faster at (module docstring). Nothing of it is kept in any generation's state."""
+    """Time each phase on caches holding each of ``contexts`` tokens (those that fit the
+    target's positions); medians of ``repeats`` runs after a warm-up. ``threads`` (phase ->
+    BLAS threads) fixes the counts; without it the plain step keeps the count it is timed faster
+    at, and the draft and the verify the count whole rounds run faster at (module docstring),
+    chosen at the first context and kept at the others. Nothing of it is kept in any
+    generation's state."""
+    limit = _max_positions(target) - block_size - 2
+    contexts = sorted({c for c in contexts if c <= limit}) or [max(1, min(contexts[0], limit))]
+    first, best = _at_context(target, drafter, block_size, contexts[0], repeats, threads)
+    # longer caches: fewer repeats and three widths (verify time is close to linear in the rows
+    # between them), so that measuring stays a matter of seconds on the project's demo pair
+    longer = tuple((c, *_at_context(target, drafter, block_size, c, max(3, repeats // 2), best,
+                                    widths=sorted({0, block_size // 2, block_size}))[0]) for c in contexts[1:])
+    blas.restore_threads()
+    verify, draft, step = first
+    return Costs(verify_ms=verify, draft_ms=draft, step_ms=step, threads=best, context=contexts[0],
+                 measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), key=key, longer=longer)
+
+
+def _max_positions(target) -> int:
+    config = target.config or {}
+    limit = config.get("max_position_embeddings") or (config.get("text_config") or {}).get("max_position_embeddings")
+    return int(limit) if isinstance(limit, int) and limit > 0 else 4096
+
+
+def _at_context(target, drafter, block_size: int, context: int, repeats: int, threads: dict[str, int] | None,
+                widths: list[int] | None = None):
+    """((verify_ms by width, draft_ms, step_ms), the thread counts used) on a cache of ``context``
+    random tokens; only ``widths`` are timed when given, the others read off the line between."""
     rng = mx.random.key(1234)
     vocab = target.dims.vocab_size
     ids = mx.random.randint(5, vocab, (context + block_size + 1,), key=rng).astype(mx.int32)
     session = drafter.start(target)
     taps = session.tap_layers
     cache = target.make_cache()
-    _, rows = target.forward(ids[None, :context], cache, taps, logits=False)
-    mx.eval(rows, [c.state for c in cache])
+    rows = rounds.prefill(target, cache, ids[:context].tolist(), taps, 2048)
     anchor = int(ids[context].item())
     first = session.propose(anchor, context, rows, block_size, SamplingParams(), mx.random.key(0))
     mx.eval(first.tokens, session.state())
@@ -170,7 +231,8 @@ def measure(target, drafter, block_size: int, context: int = 256, repeats: int =
             rollback(cache, 1 + w)
         return run
 
-    phases = {"draft": [draft], "verify": [verify(w) for w in range(block_size + 1)]}
+    timed = widths or list(range(block_size + 1))
+    phases = {"draft": [draft], "verify": [verify(w) for w in timed]}
     prompt = ids[:context].tolist()
     if threads is not None:
         timings, best = _interleaved_ms(phases, repeats, threads), dict(threads)
@@ -184,10 +246,16 @@ def measure(target, drafter, block_size: int, context: int = 256, repeats: int =
         loop_n = _fastest_loop_threads(target, drafter, prompt, block_size, choices)
         timings = {**by_threads[loop_n], "step": [step_by[step_n]]}
         best = {p: n for p, n in (("draft", loop_n), ("verify", loop_n), ("step", step_n)) if n}
-    blas.restore_threads()
-    return Costs(verify_ms=tuple(monotone(timings["verify"])), draft_ms=timings["draft"][0],
-                 step_ms=timings["step"][0], threads=best, context=context,
-                 measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), key=key)
+    verify = [_between(timed, timings["verify"], w) for w in range(block_size + 1)]
+    return (tuple(monotone(verify)), timings["draft"][0], timings["step"][0]), best
+
+
+def _between(xs: list[int], ys: list[float], x: int) -> float:
+    """``ys`` at ``x``, linear between the nearest measured ``xs`` (sorted)."""
+    if x in xs:
+        return ys[xs.index(x)]
+    i = next(j for j in range(1, len(xs)) if x < xs[j])
+    return ys[i - 1] + (x - xs[i - 1]) * (ys[i] - ys[i - 1]) / (xs[i] - xs[i - 1])
 
 
 def _thread_choices() -> list[int]:
@@ -275,8 +343,10 @@ def describe(costs: Costs) -> str:
     """One line for a terminal or a status bar."""
     v = ", ".join(f"{x:.1f}" for x in costs.verify_ms)
     t = ", ".join(f"{k} {n}" for k, n in costs.threads.items())
-    return (f"plain step {costs.step_ms:.1f} ms, draft {costs.draft_ms:.1f} ms, verify of 0..{len(costs.verify_ms) - 1} "
-            f"drafts [{v}] ms" + (f"; BLAS threads: {t}" if t else ""))
+    longer = "; ".join(f"at {c}: step {st:.1f}, draft {d:.1f}, verify of all {ver[-1]:.1f}" for c, ver, d, st in costs.longer)
+    return (f"at {costs.context} tokens: plain step {costs.step_ms:.1f} ms, draft {costs.draft_ms:.1f} ms, verify of "
+            f"0..{len(costs.verify_ms) - 1} drafts [{v}] ms" + (f"; {longer} ms" if longer else "")
+            + (f"; BLAS threads: {t}" if t else ""))
 
 
 __all__ = ["Costs", "PHASES", "cache_dir", "describe", "for_policy", "key_for", "load_or_measure", "machine",

@@ -96,10 +96,14 @@ def generate(
     try:
         while run.wants_more():
             key, k_round = mx.random.split(key)
-            v = speculative_round(target, session, cache, anchor, position, new_rows, block_size, run.remaining - 1, sched,
-                       config.sampling, k_round, threads, display)
+            budget = run.remaining - 1
+            drafts = block_size if sched.drafts(position, budget) else 0
+            v = speculative_round(target, session, cache, anchor, position, new_rows, drafts, budget, sched,
+                                  config.sampling, k_round, threads, display)
             yield run.commit(anchor, v)
-            anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
+            # a plain step's tap row waits, with any before it, for the drafter's next round
+            rows = v.new_rows if drafts or new_rows is None else mx.concatenate([new_rows, v.new_rows], axis=1)
+            anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, rows
     finally:
         blas.restore_threads()
     yield run.summary()
@@ -222,6 +226,7 @@ class _Generation:
             elapsed_seconds=perf_counter() - self.start, tokens_generated=len(self.out),
             tokens_per_sec=self.tokens_per_sec(),
             confidence_logits=tuple(v.conf_logits) if v.conf_logits is not None else None,
+            plain_step=v.plain_step,
         )
         self.events.append(ev)
         return ev
@@ -237,8 +242,8 @@ class _Generation:
             text=self.target.decode(self.out),
             prompt_tokens=tuple(self.ids),
             rounds=f.rounds,
-            accepted_lengths=tuple(e.accepted for e in self.events),
-            verify_widths=tuple(e.verify_width for e in self.events),
+            accepted_lengths=tuple(e.accepted for e in self.events if not e.plain_step),
+            verify_widths=tuple(e.verify_width for e in self.events if not e.plain_step),
             tau=f.tau,
             acceptance_rate=f.acceptance_rate,
             per_position_acceptance=f.per_position_acceptance,
@@ -251,6 +256,7 @@ class _Generation:
             finish_reason=self.finish,
             peak_memory_bytes=int(mx.get_peak_memory()),
             accepted_histogram=f.accepted_histogram,
+            plain_steps=f.plain_steps,
             token_logprobs=tuple(math.log(max(t.target_prob, 1e-45)) for e in self.events for t in e.committed
                                  if not math.isnan(t.target_prob)),
         )

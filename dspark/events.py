@@ -52,6 +52,7 @@ class RoundEvent:
     tokens_generated: int  # cumulative committed tokens
     tokens_per_sec: float  # cumulative decode throughput (see Summary.tokens_per_sec)
     confidence_logits: tuple[float, ...] | None = None  # raw z_k before calibration (what STS fits)
+    plain_step: bool = False  # a speculative run decoded this token plainly: the drafter was not asked
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,10 @@ class Summary:
     tokens: tuple[int, ...]
     text: str
     prompt_tokens: tuple[int, ...]  # the ids fed to the target (chat template applied)
-    rounds: int
-    accepted_lengths: tuple[int, ...]  # accepted drafts per round
-    verify_widths: tuple[int, ...]  # verified drafts per round
-    tau: float  # committed tokens per round, the bonus/correction token included
+    rounds: int  # rounds that drafted (plain decoding: one per token)
+    accepted_lengths: tuple[int, ...]  # accepted drafts per round that drafted
+    verify_widths: tuple[int, ...]  # verified drafts per round that drafted
+    tau: float  # committed tokens per round that drafted, the bonus/correction token included
     acceptance_rate: float  # accepted drafts / verified drafts
     per_position_acceptance: tuple[float, ...]
     tokens_per_sec: float
@@ -79,6 +80,7 @@ class Summary:
     accepted_histogram: tuple[int, ...] = ()  # rounds by accepted drafts, 0..max verify width
     token_logprobs: tuple[float, ...] = ()  # the target's log-probability of each output token, as this run computed it
     extra: dict = field(default_factory=dict)
+    plain_steps: int = 0  # tokens a speculative run decoded plainly, the drafter not asked (the auto policy)
 
     def to_dict(self) -> dict:
         return asdict(self)

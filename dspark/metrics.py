@@ -1,7 +1,11 @@
 """Speculative-decoding metrics as pure functions of per-round counts.
 
 Inputs are per round: ``accepted[i]`` drafted tokens the target accepted, ``widths[i]`` drafted
-tokens it verified, ``committed[i]`` tokens the round added to the output. :func:`summarize`
+tokens it verified, ``committed[i]`` tokens the round added to the output. A round in which the
+drafter was not asked (``drafted[i]`` False: the ``auto`` policy decoded plainly because a round
+could not pay at that context) is a *plain step*: it is counted as one, and left out of tau,
+the acceptance figures and the histogram, which describe the drafter. (Plain decoding's own
+rounds are no plain steps: each is a round of one token, tau 1.) :func:`summarize`
 computes every figure at once from a run's rounds; the engine, the CLI, the app, calibration,
 the demo and the benchmark all report through it.
 """
@@ -152,22 +156,29 @@ class Figures:
     acceptance_rate: float
     per_position_acceptance: tuple[float, ...]
     accepted_histogram: tuple[int, ...]  # rounds by accepted drafts, 0..max verify width
+    plain_steps: int = 0  # rounds in which the drafter was not asked (in none of the figures above but tokens)
 
 
-def figures(accepted: Sequence[int], widths: Sequence[int], committed: Sequence[int]) -> Figures:
-    """:class:`Figures` from per-round counts (see the module docstring)."""
+def figures(accepted: Sequence[int], widths: Sequence[int], committed: Sequence[int],
+            drafted: Sequence[bool] | None = None) -> Figures:
+    """:class:`Figures` from per-round counts (see the module docstring); ``rounds`` counts the
+    rounds that drafted, ``tokens`` every committed token."""
+    keep = [i for i in range(len(committed)) if drafted is None or drafted[i]]
+    a, w, c = [accepted[i] for i in keep], [widths[i] for i in keep], [committed[i] for i in keep]
     return Figures(
-        rounds=len(committed),
+        rounds=len(c),
         tokens=sum(committed),
-        tau=tau(committed),
-        acceptance_rate=acceptance_rate(accepted, widths),
-        per_position_acceptance=tuple(per_position_acceptance(accepted, widths)),
-        accepted_histogram=tuple(accepted_length_histogram(accepted, max(widths, default=0))),
+        tau=tau(c),
+        acceptance_rate=acceptance_rate(a, w),
+        per_position_acceptance=tuple(per_position_acceptance(a, w)),
+        accepted_histogram=tuple(accepted_length_histogram(a, max(w, default=0))),
+        plain_steps=len(committed) - len(c),
     )
 
 
 def summarize(rounds: Iterable) -> Figures:
-    """:class:`Figures` of ``rounds``: anything with ``accepted``, ``verify_width`` and
-    ``committed`` (``dspark.events.RoundEvent``)."""
+    """:class:`Figures` of ``rounds``: anything with ``accepted``, ``verify_width``, ``committed``
+    and ``plain_step`` (``dspark.events.RoundEvent``)."""
     rounds = list(rounds)
-    return figures([r.accepted for r in rounds], [r.verify_width for r in rounds], [len(r.committed) for r in rounds])
+    return figures([r.accepted for r in rounds], [r.verify_width for r in rounds], [len(r.committed) for r in rounds],
+                   [not getattr(r, "plain_step", False) for r in rounds])

@@ -11,6 +11,10 @@
   the confidence head when the drafter has one, else from the acceptance seen so far in the
   run (a running mean per position, starting optimistic).
 
+When ``auto`` finds that no round can pay at the current context (the costs grow with the cache,
+and the acceptance it observes may fall), it decodes plainly, and drafts again now and then to
+see whether drafting pays again (:meth:`Scheduler.drafts`).
+
 Every policy is lossless: the width decides only how many drafts are checked, never which
 token is committed, and the decision about draft k depends on nothing the target has not yet
 been asked (c_k depends on drafts 1..k-1 only, and the running means on earlier rounds only).
@@ -25,8 +29,9 @@ from dataclasses import dataclass
 from .errors import DsparkError
 
 KINDS = ("fixed", "threshold", "auto")
-#: Running mean of per-position acceptance: weight of the newest round, and the starting value.
-EWMA_WEIGHT, EWMA_START = 0.1, 0.9
+#: Running acceptance: the prior of position 1 and its weight in rounds, and how much less each
+#: older round weighs than the next.
+PRIOR, PRIOR_ROUNDS, DECAY = 0.9, 2.0, 0.95
 
 
 @dataclass(frozen=True)
@@ -98,21 +103,38 @@ def auto_width(a: list[float], draft_ms: float, verify_ms: list[float], width: i
 
 
 class RunningAcceptance:
-    """Per-position conditional acceptance P(draft k accepted | drafts 1..k-1 accepted), a
-    running mean over the rounds that verified position k; what ``auto`` uses when the drafter
-    has no confidence head."""
+    """Per-position conditional acceptance P(draft k accepted | drafts 1..k-1 accepted), from the
+    rounds that verified position k; what ``auto`` uses when the drafter has no confidence head,
+    and to decide whether drafting pays at all. Each position's estimate is its accepted / tried
+    rounds, each older round weighing ``DECAY`` times less (a long run follows its latest ~20
+    rounds), over a prior worth ``PRIOR_ROUNDS`` rounds: ``PRIOR`` for position 1, and for a later
+    position the estimate of the one before it (a position a run rarely reaches is judged by its
+    neighbour, not by an optimistic constant). The first rounds therefore move it fast: three
+    rejected first drafts take position 1 from 0.9 to 0.37."""
 
     def __init__(self, positions: int):
-        self.p = [EWMA_START] * positions
+        self.hits = [0.0] * positions
+        self.tries = [0.0] * positions
+
+    @property
+    def p(self) -> list[float]:
+        out, prior = [], PRIOR
+        for h, t in zip(self.hits, self.tries):
+            prior = (h + PRIOR_ROUNDS * prior) / (t + PRIOR_ROUNDS)
+            out.append(prior)
+        return out
 
     def survival(self) -> list[float]:
         return survival(self.p)
 
     def observe(self, width: int, accepted: int) -> None:
         # Position k+1 was tried when drafts 1..k were accepted and k < width.
-        for k in range(min(accepted + 1, width, len(self.p))):
-            hit = 1.0 if k < accepted else 0.0
-            self.p[k] += EWMA_WEIGHT * (hit - self.p[k])
+        for k in range(min(accepted + 1, width, len(self.hits))):
+            self.hits[k] = DECAY * self.hits[k] + (1.0 if k < accepted else 0.0)
+            self.tries[k] = DECAY * self.tries[k] + 1.0
+
+    def reset(self) -> None:
+        self.hits, self.tries = [0.0] * len(self.hits), [0.0] * len(self.tries)
 
 
 class Scheduler:
@@ -124,6 +146,9 @@ class Scheduler:
             raise ValueError("the auto policy needs measured costs")
         self.policy, self.costs = policy, costs
         self.running = RunningAcceptance(block_size)
+        self.plain_run = 0  # plain steps since the last round that drafted
+        self.probe_every = PROBE_FIRST
+        self.probing = False
 
     @property
     def reads_confidences(self) -> bool:
@@ -131,7 +156,33 @@ class Scheduler:
         before the verify)."""
         return self.policy.kind in ("threshold", "auto")
 
-    def width(self, drafted: int, budget: int, confidences: list[float] | None) -> int:
+    def drafts(self, position: int, budget: int) -> bool:
+        """Whether the round at cache length ``position`` drafts at all. ``auto`` decodes plainly
+        (a round of the target alone, ``verify_ms[0]``) when, at this context, no round of the
+        running acceptance can beat that: ``max_k (1 + a_1 + .. + a_k) / (t_draft + t_verify(k))
+        < 1 / t_verify(0)``. A plain run never observes the drafter, so every ``probe_every``
+        plain steps one round drafts anyway (a probe, verifying at least one draft); a probe that
+        leads back to plain steps doubles the interval (up to ``PROBE_MAX``), a round that pays
+        resets it. The decision reads only earlier rounds: lossless as every width decision."""
+        if self.policy.kind != "auto":
+            return True
+        if budget < 1:  # only the target's own token is left: a draft could not be verified
+            return False
+        c = self.costs.at(position)
+        a = self.running.survival()
+        k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a))
+        spec = (1 + sum(a[:k])) / (c.draft_ms + c.verify_ms[k])
+        if spec >= 1.0 / c.verify_ms[0]:
+            self.plain_run, self.probe_every, self.probing = 0, PROBE_FIRST, False
+            return True
+        if self.plain_run >= self.probe_every:
+            self.plain_run, self.probing = 0, True
+            self.probe_every = min(2 * self.probe_every, PROBE_MAX)
+            return True
+        self.plain_run += 1
+        return False
+
+    def width(self, drafted: int, budget: int, confidences: list[float] | None, position: int = 0) -> int:
         w = max(0, min(drafted, budget))
         p = self.policy
         if p.kind == "fixed":
@@ -141,11 +192,20 @@ class Scheduler:
                 raise DsparkError(f"the {p} verify policy needs a drafter with a confidence head; this one has none "
                                   f"(use auto or fixed)")
             return threshold_width(confidences, p.c, w)
+        c = self.costs.at(position)
         a = survival(confidences) if confidences is not None else self.running.survival()
-        return auto_width(a, self.costs.draft_ms, list(self.costs.verify_ms), w)
+        k = auto_width(a, c.draft_ms, list(c.verify_ms), w)
+        return max(k, min(1, w)) if self.probing else k  # a probe verifies something, or learns nothing
 
     def observe(self, width: int, accepted: int) -> None:
+        if self.probing and accepted:  # after a plain stretch the drafter is right again: judge it afresh
+            self.running.reset()
+        self.probing = False
         self.running.observe(width, accepted)
+
+
+#: Plain steps before the first probe of a plain stretch, and the most between two probes.
+PROBE_FIRST, PROBE_MAX = 8, 64
 
 
 __all__ = ["KINDS", "Policy", "RunningAcceptance", "Scheduler", "auto_width", "parse", "survival", "threshold_width"]

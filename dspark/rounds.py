@@ -65,6 +65,7 @@ class RoundOutcome:
     draft_seconds: float
     verify_seconds: float
     new_rows: mx.array  # tap rows of [anchor, d_1..d_a], the drafter's next context
+    plain_step: bool = False  # the drafter was not asked (block size 0)
 
 
 def speculative_round(target: Target, session: DraftSession, cache: list, anchor: int, position: int, new_rows,
@@ -82,7 +83,7 @@ def speculative_round(target: Target, session: DraftSession, cache: list, anchor
         # dispatch runs nearly in step with the compute, so the overlap is small: with the
         # confidence head skipped (below) 1.04x on the demo pair, within the noise.
         mx.async_eval(draft.tokens, session.state())
-    width = sched.width(draft.tokens.shape[1], budget, conf) if draft is not None else 0
+    width = sched.width(draft.tokens.shape[1], budget, conf, position) if draft is not None else 0
     # The verify graph is built on the lazy draft, so it is ready when the draft is read.
     logits, taps = verify_forward(target, cache, session.tap_layers, anchor, draft.tokens if width else None, width)
     drafted, dprobs, z = [], [], None
@@ -97,7 +98,8 @@ def speculative_round(target: Target, session: DraftSession, cache: list, anchor
     rollback(cache, width - a)
     sched.observe(width, a)
     t2 = perf_counter()
-    return RoundOutcome(drafted, dprobs, conf, z, width, a, tokens, probs, t1 - t0, t2 - t1, taps[:, : a + 1])
+    return RoundOutcome(drafted, dprobs, conf, z, width, a, tokens, probs, t1 - t0, t2 - t1, taps[:, : a + 1],
+                        plain_step=block_size == 0)
 
 
 def verify_forward(target: Target, cache: list, tap_layers: Sequence[int], anchor: int, draft_tokens, width: int):

@@ -56,18 +56,24 @@ CASES = {
     # the width learnt from earlier rounds' acceptance
     "oracle-T0.8-auto": (dict(temperature=0.8, policy="auto"), "oracle"),
 }
-#: Verifying more rows costs more on this pretend machine, so auto's widths vary.
-STEEP = Costs(verify_ms=(2.0, 2.6, 3.6, 5.0), draft_ms=2.0, step_ms=1.5)
+#: Verifying more rows costs more on this pretend machine, so auto's widths vary; a draft is
+#: cheap enough that a round pays over the target alone (else auto decodes plainly).
+STEEP = Costs(verify_ms=(2.0, 2.2, 2.5, 3.0), draft_ms=0.3, step_ms=1.5)
 
 
-@pytest.mark.parametrize("name", list(CASES) + ["random-drafter-T1-markov-candidates"])
+@pytest.mark.parametrize("name", list(CASES) + ["random-drafter-T1-markov-candidates", "random-drafter-T1-plain-steps"])
 def test_speculative_sampling_matches_target_distribution(target, name, monkeypatch):
     if name.endswith("markov-candidates"):  # the Markov loop on 4 of 12 candidates, as on large vocabularies
-        import dspark.drafting
+        import dspark.markov
 
-        monkeypatch.setattr(dspark.drafting, "MARKOV_SCORED", 4)
-        monkeypatch.setattr(dspark.drafting, "MARKOV_FULL_WEIGHTS", 0)
-        monkeypatch.setattr(dspark.drafting, "MARKOV_TABLE_BYTES", 0)
+        monkeypatch.setattr(dspark.markov, "MARKOV_SCORED", 4)
+        monkeypatch.setattr(dspark.markov, "MARKOV_FULL_WEIGHTS", 0)
+        monkeypatch.setattr(dspark.markov, "MARKOV_TABLE_BYTES", 0)
+        name = "random-drafter-T1"
+    if name.endswith("plain-steps"):  # auto's plain steps between rounds that draft (dspark.policy)
+        from dspark.policy import Scheduler
+
+        monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: position % 2 == 0)
         name = "random-drafter-T1"
     kw, kind = CASES[name]
     cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, **kw)
@@ -95,15 +101,15 @@ def test_speculative_sampling_matches_target_distribution(target, name, monkeypa
 
 def test_the_bound_catches_a_sampler_that_skips_the_ratio_test(target, monkeypatch):
     """The check has power: accepting every draft (no ratio test) fails it by a wide margin."""
-    import dspark.engine as engine
+    import dspark.rounds as rounds
 
-    real = engine.accept_sampled
+    real = rounds.accept_sampled
 
     def accept_all(p, q, drafted, key):
         ok, fallback = real(p, q, drafted, key)
         return mx.ones_like(ok), fallback
 
-    monkeypatch.setattr(engine, "accept_sampled", accept_all)
+    monkeypatch.setattr(rounds, "accept_sampled", accept_all)
     n = 300
     cfg = GenerationConfig(max_tokens=2, stop_at_eos=False, temperature=1.0)
     exact = exact_marginals(target, cfg.sampling, steps=2)

@@ -18,6 +18,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.rope_utils import initialize_rope
 
+from ..backbone import attention
+
 
 class _Attention(nn.Module):
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, eps: float, k_eq_v: bool):
@@ -55,8 +57,7 @@ class _Layer(nn.Module):
         if ctx_k is not None:
             k = mx.concatenate([ctx_k, k], axis=2)
             v = mx.concatenate([ctx_v, v], axis=2)
-        o = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
-        return a.o_proj(o.transpose(0, 2, 1, 3).reshape(A, G, -1))
+        return a.o_proj(attention(q, k, v, self.scale, mask).transpose(0, 2, 1, 3).reshape(A, G, -1))
 
 
 class Qwen3Layer(_Layer):
