@@ -15,8 +15,9 @@ Checkpoints (model + optimizer + step + recipe, safetensors and JSON, never pick
 pure function of (seed, phase, step), so ``resume=True`` continues exactly. The final files are
 written under temporary names and renamed into place, ``config.json`` last.
 
-Run: ``python -m dspark.demo.pretrain --out DIR [--resume] [--time-budget-minutes M]``, or
-``dspark make-demo --only target``.
+Run: ``dspark make-demo --only target [--out DIR] [--target-minutes M]`` (it resumes a stopped
+run by itself); the ``dspark`` command loads OpenBLAS before MLX, which this module, importing
+MLX, cannot do for itself.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import mlx.optimizers as optim
 import numpy as np
 
 from ..errors import DsparkError
-from ..options import Parser
 from ..training.loop import Progress, train_loop
 from . import corpus
 from .bpe import encode_documents, load_tokenizer, save_tokenizer, train_tokenizer
@@ -225,26 +225,3 @@ def _finish(out_dir: Path, model, config: dict, recipe: TargetRecipe, history: d
     say(f"done: {step} steps, {history['tokens']:,} tokens in {history['train_time_s'] / 60:.1f} min; train loss "
         f"{train_loss:.4f}, held-out loss {held_loss:.4f} (perplexity {math.exp(held_loss):.2f}); saved to {out_dir}")
     return stats
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m dspark.demo.pretrain", description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="resources/demo/target", help="output model directory")
-    p.add_argument("--time-budget-minutes", type=float, default=None,
-                   help="stop the training loop after this long and still write the model")
-    p.add_argument("--resume", action="store_true", help="continue from <out>/.ckpt/")
-    p.add_argument("--compile", dest="compile_step", action="store_true", default=None,
-                   help="mx.compile the train step (default: only on a GPU)")
-    p.add_argument("--no-compile", dest="compile_step", action="store_false")
-    p.add_argument("--no-progress", action="store_true")
-    a = p.parse_args(argv)
-    try:
-        train_target(a.out, resume=a.resume, time_budget_minutes=a.time_budget_minutes, compile_step=a.compile_step,
-                     progress=not a.no_progress)
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
