@@ -211,3 +211,30 @@ def test_the_dflash_peer_runs_the_same_drafter_in_the_same_run(dirs, tmp_path, c
     other = doc["arms"][3]  # bstnxbt's dflash-mlx, the same z-lab head
     assert other["arm"] == "dflash-mlx zlab" and other["identical"] == other["compared"] == 2
     assert other["tau"] == pytest.approx(ours["tau"], rel=0.1) and other["speedup"] > 0
+
+
+def test_bench_by_context_length_runs_every_arm_on_prompts_of_each_length(dirs, tmp_path, capsys):
+    """--context 16,200: every arm on each prompt padded to 16 and to 200 tokens, reported per
+    length (dspark.bench.contexts), every output still plain decoding's."""
+    from dspark import load_target
+    from dspark.bench import contexts
+
+    out = tmp_path / "out"
+    assert bench(dirs, out, "--policy", "auto", "--context", "200,16", "--repeats", "1") == 0
+    assert "native auto @200" in capsys.readouterr().out
+    trials = report.read_trials(out)
+    assert sorted({t["context"] for t in trials}) == [16, 200] and len(trials) == 2 * 2 * 3  # lengths x prompts x arms
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["settings"]["contexts"] == [16, 200]
+    arms = {(a.get("context"), a["arm"]): a for a in doc["arms"]}
+    assert set(arms) == {(c, n) for c in (16, 200) for n in ("plain", "native auto", "zlab auto")}
+    assert all(a["identical"] == a["compared"] == 2 for (c, n), a in arms.items() if n != "plain")
+    # the prompts: exactly that long, each ending with its own prompt, each padded differently
+    target = load_target(dirs["target"])
+    ids = [target.encode(t) for t in json.loads(dirs["prompts"].read_text())]
+    long = contexts.padded(target, ids, 200)
+    assert [len(x) for x in long] == [200, 200] and all(x[-len(i):] == i for x, i in zip(long, ids))
+    assert long[0][:100] != long[1][:100]
+    assert contexts.padded(target, ids, 3) == [i[-3:] for i in ids]
+    with pytest.raises(Exception, match="comma-separated"):
+        contexts.parse("64;1024")

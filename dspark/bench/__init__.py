@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from ..errors import DsparkError
 from ..files import reason
 from ..options import Parser
-from . import report
+from . import contexts, report
 
 
 def build_parser() -> Parser:
@@ -30,6 +30,8 @@ def build_parser() -> Parser:
     src.add_argument("--prompt-set", help="a bundled prompt set (default: demo) or a .json / .txt set file")
     src.add_argument("--prompts", help="a file of prompts: a .json list or a .txt with prompts separated by '---' lines")
     p.add_argument("--prompt-count", type=int, help="use only the first N prompts")
+    p.add_argument("--context", help="comma-separated prompt lengths in tokens (e.g. 64,1024,3000): every arm runs "
+                   "on each prompt padded to each length (dspark.bench.contexts), reported per length")
     p.add_argument("--max-tokens", type=int, default=256, help="tokens each trial generates (EOS ignored)")
     p.add_argument("--repeats", type=int, default=3, help="trials per prompt and arm")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy, outputs compared)")
@@ -159,6 +161,10 @@ def run(a, say) -> dict:
     cfg = GenerationConfig(max_tokens=a.max_tokens, temperature=a.temperature, stop_at_eos=False)
     cfg.check(target.dims.vocab_size)
     ids = [prompt_ids(target, t, cfg) for t in texts]
+    lengths = contexts.parse(a.context) if a.context else [None]
+    ids_at = {L: contexts.padded(target, ids, L) if L else ids for L in lengths}
+    for L in lengths[-1:] if a.context else []:
+        prompt_ids(target, ids_at[L][0], cfg)  # one that the target cannot hold is refused now, before any trial
     arm_list, costs = build_arms(a, target, target_dir, cfg, say)
     # Only now, with every input loaded and checked, are the results --force replaces removed: a
     # mistyped --target or drafter loses nothing.
@@ -166,52 +172,56 @@ def run(a, say) -> dict:
         (out / f).unlink(missing_ok=True)
     doc = {"command": "dspark bench " + " ".join(getattr(a, "argv", [])),
            "environment": report.environment(), "target": target_dir, "prompts": prompt_info,
-           "settings": {"max_tokens": a.max_tokens, "repeats": a.repeats, "temperature": a.temperature},
+           "settings": {"max_tokens": a.max_tokens, "repeats": a.repeats, "temperature": a.temperature,
+                        "contexts": lengths if a.context else None},
            "costs": {k: c.to_dict() for k, c in costs.items()}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     log = report.TrialLog(out)
     trials: list[dict] = []
     try:
         for arm in arm_list:  # warm-up: kernels compiled, caches filled, nothing recorded
             arm.trial(ids[0], min(16, a.max_tokens), 0)
-        bar = _bar(a, a.repeats * len(ids) * len(arm_list))
+        bar = _bar(a, a.repeats * len(ids) * len(arm_list) * len(lengths))
         baselines: dict = {}
         drafters = {arm.drafter: arm.model for arm in arm_list if hasattr(arm, "model")}
-        # at the trials' mean context (a verify over a longer cache costs more): prompt + half the output
-        context = round(sum(map(len, ids)) / len(ids) + a.max_tokens / 2)
-        doc["costs_context"] = context
         doc["costs_by_repeat"] = []
-        for r in range(a.repeats):
-            # The isolated costs the limit divides by, measured again in every repeat (at the
-            # thread counts chosen at the start), so they share the trials' load.
-            if bar:
-                bar.set_description(f"repeat {r + 1}/{a.repeats}: isolated costs")
-            now = {name: measure(target, d, d.block_size, contexts=(context,), repeats=3, threads=costs[name].threads)
-                   for name, d in drafters.items()}
-            doc["costs_by_repeat"].append({k: c.to_dict() for k, c in now.items()})
-            for p, prompt in enumerate(ids):
-                shift = (r * len(ids) + p) % len(arm_list)
-                group = {}
-                for arm in arm_list[shift:] + arm_list[:shift]:
-                    if bar:
-                        bar.set_description(f"repeat {r + 1}/{a.repeats} prompt {p + 1}/{len(ids)} {arm.name}")
-                    rec = arm.trial(prompt, a.max_tokens, seed=r)
-                    group[arm.name] = {"arm": arm.name, "drafter": arm.drafter, "policy": arm.policy, "repeat": r,
-                                       "prompt_index": p, **rec}
-                    if bar:
-                        bar.update(1)
-                plain = group[report.PLAIN]
-                for arm in arm_list:
-                    t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None,
-                                      now.get(arm.drafter))
-                    if arm.name != report.PLAIN and a.temperature == 0:
-                        t.update(_verdict(target, t, plain, baselines, p, replace(cfg, seed=r), prompt))
-                    for k in ("token_logprobs", "prompt_tokens"):
-                        t.pop(k, None)
-                    trials.append(t)
-                    try:
-                        log.add(t)
-                    except OSError as e:
-                        raise _WriteFailed(e) from None
+        for L in lengths:
+            at = ids_at[L]
+            # at the trials' mean context (a verify over a longer cache costs more): prompt + half the output
+            context = round(sum(map(len, at)) / len(at) + a.max_tokens / 2)
+            doc["costs_context"] = context
+            for r in range(a.repeats):
+                # The isolated costs the limit divides by, measured again in every repeat (at the
+                # thread counts chosen at the start), so they share the trials' load.
+                if bar:
+                    bar.set_description(f"repeat {r + 1}/{a.repeats}: isolated costs")
+                now = {name: measure(target, d, d.block_size, contexts=(context,), repeats=3, threads=costs[name].threads)
+                       for name, d in drafters.items()}
+                doc["costs_by_repeat"].append({k: c.to_dict() for k, c in now.items()})
+                for p, prompt in enumerate(at):
+                    shift = (r * len(at) + p) % len(arm_list)
+                    group = {}
+                    for arm in arm_list[shift:] + arm_list[:shift]:
+                        if bar:
+                            bar.set_description(f"{f'{L} tokens, ' if L else ''}repeat {r + 1}/{a.repeats} prompt "
+                                                f"{p + 1}/{len(at)} {arm.name}")
+                        rec = arm.trial(prompt, a.max_tokens, seed=r)
+                        group[arm.name] = {"arm": arm.name, "drafter": arm.drafter, "policy": arm.policy, "repeat": r,
+                                           "prompt_index": p, **({"context": L} if L else {}), **rec}
+                        if bar:
+                            bar.update(1)
+                    plain = group[report.PLAIN]
+                    for arm in arm_list:
+                        t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None,
+                                          now.get(arm.drafter))
+                        if arm.name != report.PLAIN and a.temperature == 0:
+                            t.update(_verdict(target, t, plain, baselines, (L, p), replace(cfg, seed=r), prompt))
+                        for k in ("token_logprobs", "prompt_tokens"):
+                            t.pop(k, None)
+                        trials.append(t)
+                        try:
+                            log.add(t)
+                        except OSError as e:
+                            raise _WriteFailed(e) from None
         if bar:
             bar.close()
     except KeyboardInterrupt:
@@ -287,7 +297,8 @@ def table(doc: dict) -> str:
         f = lambda k, fmt="{:.1f}": fmt.format(s[k]) if s.get(k) is not None else "-"  # noqa: E731
         same = f"{s['identical']}/{s['compared']}" + (f" ({s['lossless'] - s['identical']} ties)"
                                                       if s["lossless"] > s["identical"] else "") if "compared" in s else ""
-        lines.append(f"{s['arm'][:28]:<28} {s['tokens_per_sec']:>7.1f} {speed:>16} {f('tau', '{:.2f}'):>5} "
+        name = f"{s['arm']} @{s['context']}" if s.get("context") else s["arm"]
+        lines.append(f"{name[:28]:<28} {s['tokens_per_sec']:>7.1f} {speed:>16} {f('tau', '{:.2f}'):>5} "
                      f"{f('draft_ms'):>6} {f('verify_ms'):>6} {f('overhead_ms'):>6} {f('limit', '{:.2f}'):>6} "
                      f"{f('efficiency', '{:.2f}'):>6}  {same}")
     env = doc["environment"]

@@ -43,7 +43,8 @@ from .. import metrics
 PLAIN = "plain"  # the baseline arm's name
 CSV_FIELDS = ["arm", "drafter", "policy", "repeat", "prompt_index", "tokens", "tokens_per_sec", "speedup", "tau",
               "acceptance_rate", "draft_ms", "verify_ms", "overhead_ms", "in_loop", "step_ms", "limit", "efficiency",
-              "ttft_seconds", "peak_memory_bytes", "identical", "lossless", "per_position_acceptance", "blas_threads"]
+              "ttft_seconds", "peak_memory_bytes", "identical", "lossless", "per_position_acceptance", "blas_threads",
+              "context", "plain_steps"]
 
 
 def committed_per_round(accepted: list[int], tokens: int) -> list[int]:
@@ -114,6 +115,8 @@ def summarize_arm(trials: list[dict]) -> dict:
     the acceptance figures pooled over every round of every trial."""
     first = trials[0]
     out = {"arm": first["arm"], "drafter": first.get("drafter"), "policy": first.get("policy"), "trials": len(trials)}
+    if first.get("context"):
+        out["context"] = first["context"]
     for key in ("tokens_per_sec", "speedup", "draft_ms", "verify_ms", "overhead_ms", "in_loop", "step_ms", "limit",
                 "efficiency", "ttft_seconds"):
         values = [t[key] for t in trials if t.get(key) is not None]
@@ -124,10 +127,11 @@ def summarize_arm(trials: list[dict]) -> dict:
     accepted = [a for t in trials for a in t.get("accepted", [])]
     if accepted:
         widths = [w for t in trials for w in t["widths"]]
-        committed = [c for t in trials for c in committed_per_round(t["accepted"], t["tokens"])]
+        committed = [c for t in trials for c in committed_per_round(t["accepted"], t["tokens"] - t.get("plain_steps", 0))]
         f = metrics.figures(accepted, widths, committed)
         out.update(tau=f.tau, acceptance_rate=f.acceptance_rate, per_position_acceptance=list(f.per_position_acceptance),
-                   accepted_histogram=list(f.accepted_histogram), rounds=f.rounds)
+                   accepted_histogram=list(f.accepted_histogram), rounds=f.rounds,
+                   plain_steps=sum(t.get("plain_steps", 0) for t in trials))
     verdicts = [t["identical"] for t in trials if t.get("identical") is not None]
     if verdicts:
         out["identical"] = sum(verdicts)
@@ -137,10 +141,11 @@ def summarize_arm(trials: list[dict]) -> dict:
 
 
 def summarize(trials: Iterable[dict]) -> list[dict]:
-    """Per-arm summaries, in the order the arms first appear."""
-    by_arm: dict[str, list[dict]] = {}
+    """Per-arm summaries (per arm and prompt length, with ``--context``), in the order the arms
+    first appear."""
+    by_arm: dict[tuple, list[dict]] = {}
     for t in trials:
-        by_arm.setdefault(t["arm"], []).append(t)
+        by_arm.setdefault((t.get("context"), t["arm"]), []).append(t)
     return [summarize_arm(ts) for ts in by_arm.values()]
 
 
