@@ -181,8 +181,8 @@ def cmd_quantize(a) -> int:
 
 # ----------------------------------------------------------------------------- train (calibrate: training/calibrate_cli.py)
 RUN_OPTIONS = ("time_budget_minutes", "checkpoint_minutes", "eval_prompts", "eval_tokens", "seed")
-DATA_OPTIONS = ("seq_len", "ctx_len", "prompt_len", "self_distill", "max_sequences", "anchors_per_seq",
-                "feature_cache_mb")
+DATA_OPTIONS = ("seq_len", "ctx_len", "prompt_len", "self_distill", "long_prompts", "long_prompt_len", "max_sequences",
+                "anchors_per_seq", "feature_cache_mb")
 
 
 def train_parser() -> argparse.ArgumentParser:

@@ -100,7 +100,7 @@ def generate(
             drafts = block_size if sched.drafts(position, budget) else 0
             v = speculative_round(target, session, cache, anchor, position, new_rows, drafts, budget, sched,
                                   config.sampling, k_round, threads, display)
-            yield run.commit(anchor, v)
+            yield run.commit(anchor, v, position)
             # a plain step's tap row waits, with any before it, for the drafter's next round
             rows = v.new_rows if drafts or new_rows is None else mx.concatenate([new_rows, v.new_rows], axis=1)
             anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, rows
@@ -202,7 +202,7 @@ class _Generation:
         self.detok.add_token(token)
         return self.detok.last_segment
 
-    def commit(self, anchor: int, v: RoundOutcome) -> RoundEvent:
+    def commit(self, anchor: int, v: RoundOutcome, position: int | None = None) -> RoundEvent:
         index, a = len(self.events), v.accepted
         committed = []
         for k, tok in enumerate(v.tokens):
@@ -227,6 +227,7 @@ class _Generation:
             tokens_per_sec=self.tokens_per_sec(),
             confidence_logits=tuple(v.conf_logits) if v.conf_logits is not None else None,
             plain_step=v.plain_step,
+            position=len(self.ids) - 1 + len(self.out) - len(committed) if position is None else position,
         )
         self.events.append(ev)
         return ev

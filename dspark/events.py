@@ -53,6 +53,7 @@ class RoundEvent:
     tokens_per_sec: float  # cumulative decode throughput (see Summary.tokens_per_sec)
     confidence_logits: tuple[float, ...] | None = None  # raw z_k before calibration (what STS fits)
     plain_step: bool = False  # a speculative run decoded this token plainly: the drafter was not asked
+    position: int = 0  # the anchor's position: tokens before it in the sequence (prompt and output)
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,31 @@ def rate_curve(rounds: Sequence, window: int = 32, offset: float = 0.0,
     return xs, ys
 
 
+#: Context-length buckets of :func:`by_context` (upper bounds, in tokens before the anchor).
+CONTEXT_EDGES = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+def by_context(rounds: Iterable, edges: Sequence[int] = CONTEXT_EDGES) -> list[dict]:
+    """Acceptance by context length: the rounds that drafted, bucketed by their anchor's position
+    (``RoundEvent.position``: tokens before it) into ``(previous edge, edge]`` ranges, each with its
+    rounds, tau and position-1 acceptance (accepted first drafts / rounds that verified one).
+    Empty buckets are left out; a round past the last edge falls in an open last bucket."""
+    groups: dict[int, list] = {}
+    for r in rounds:
+        if getattr(r, "plain_step", False):
+            continue
+        k = next((i for i, e in enumerate(edges) if r.position <= e), len(edges))
+        groups.setdefault(k, []).append(r)
+    out = []
+    for k in sorted(groups):
+        rs = groups[k]
+        tried = [r for r in rs if r.verify_width >= 1]
+        out.append({"from": edges[k - 1] + 1 if k else 0, "to": edges[k] if k < len(edges) else None,
+                    "rounds": len(rs), "tau": tau([len(r.committed) for r in rs]),
+                    "first_acceptance": sum(r.accepted >= 1 for r in tried) / len(tried) if tried else None})
+    return out
+
+
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     """Index of the first token at which two outputs differ, None when they are identical.
     When one output is a strict prefix of the other, the shorter one's length."""

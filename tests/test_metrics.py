@@ -71,3 +71,20 @@ def test_rate_curve_is_a_moving_window_of_committed_tokens():
     assert abs(ys[-1] - 40) < 1e-9 and ys[-1] > slow[-1].tokens_per_sec
     xs, _ = metrics.rate_curve(rounds[:1], window=8, min_tokens=8, offset=5.0)
     assert xs == [5.1]  # a run shorter than min_tokens still shows its one point, drawn at the offset
+
+
+def test_acceptance_by_context_length_buckets_the_rounds_that_drafted():
+    from types import SimpleNamespace as R
+
+    from dspark.metrics import by_context
+
+    def r(position, accepted, width=4, plain=False):
+        return R(position=position, accepted=accepted, verify_width=width, committed=[0] * (accepted + 1),
+                 plain_step=plain)
+
+    rounds = [r(10, 3), r(100, 0), r(700, 4), r(700, 1, plain=True), r(5000, 0, width=0), r(90000, 2)]
+    out = by_context(rounds, edges=(128, 1024, 8192))
+    assert [(b["from"], b["to"], b["rounds"]) for b in out] == [(0, 128, 2), (129, 1024, 1), (1025, 8192, 1),
+                                                                (8193, None, 1)]
+    assert out[0]["tau"] == 2.5 and out[0]["first_acceptance"] == 0.5
+    assert out[2]["first_acceptance"] is None  # no round there verified a draft

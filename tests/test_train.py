@@ -193,3 +193,28 @@ def test_dspark_train_cli_end_to_end(tmp_path):
     assert dspark(["calibrate", "--target", str(tmp_path / "target"), "--drafter", str(out), "--prompts", str(data),
                            "--rounds", "20", "--max-tokens", "12"]) == 0
     assert len(DflashDrafter.load(out).calibration) == 3
+
+
+def test_long_prompts_give_long_sequences_trained_in_their_own_steps(target, tmp_path):
+    """--long-prompts: that share of the self-distilled sequences starts from a long prompt and
+    continues as far as a short one; a step draws its sequences from one length bucket, and the
+    target's pass and the context rows reach no further than its longest sequence."""
+    from dspark.training.data import Sequences
+
+    rng = np.random.default_rng(3)
+    texts = [[int(x) for x in rng.integers(5, 96, size=400)] for _ in range(6)]
+    s = TrainSettings(steps=4, batch_anchors=8, seq_len=24, prompt_len=6, self_distill=True, long_prompts=0.3,
+                      long_prompt_len=64, eval_prompts=2, eval_tokens=8, compile=False)
+    train_drafter(target, texts, tmp_path, CFG, s, progress=False, log=lambda m: None)
+    seqs, _ = Sequences.load(tmp_path / ".train" / "train_data.safetensors", 96)
+    long = seqs.lengths > 24
+    assert 0.2 < long.mean() < 0.4 and seqs.tokens.shape[1] == 64 + 18
+    assert set((seqs.first_anchor[long] + 1).tolist()) <= {16, 32, 48, 64}  # a quarter .. all of 64
+    assert ((seqs.lengths - seqs.first_anchor - 1)[~long] <= 18).all()
+    trainer = DrafterTrainer(target, DflashDrafter.init(target, CFG, seed=0), seqs, s)
+    widths = set()
+    for _ in range(20):
+        taps, owner, positions, *_ = trainer.sample_batch()
+        widths.add(taps.shape[1])
+        assert int(mx.max(positions).item()) < taps.shape[1]
+    assert min(widths) <= 24 < max(widths) <= 82  # short steps stay short

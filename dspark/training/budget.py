@@ -32,10 +32,18 @@ def target_positions(target) -> int | None:
     return limit if isinstance(limit, int) else None
 
 
+def sequence_width(settings) -> int:
+    """The longest training sequence: a long prompt and its continuation, when there are long prompts."""
+    s = settings
+    if s.self_distill and s.long_prompts > 0 and s.long_prompt_len > s.prompt_len:
+        return max(s.seq_len, s.long_prompt_len + s.seq_len - s.prompt_len)
+    return s.seq_len
+
+
 def step_arrays(target, block_size: int, layers: int, taps: int, settings) -> dict[str, int]:
     """Elements of the largest arrays of one training step, by what they hold."""
     d, s = target.dims, settings
-    A, S, G = s.batch_anchors, s.seq_len, block_size
+    A, S, G = s.batch_anchors, sequence_width(s), block_size
     n_seq = math.ceil(A / s.anchors_per_seq)
     return {
         "the target's attention scores": n_seq * d.num_heads * S * S,
@@ -58,6 +66,9 @@ def check_training_shapes(target, block_size: int, layers: int, tap_layers, sett
     if positions is not None and s.seq_len > positions:
         raise DsparkError(f"--seq-len {s.seq_len:,} is longer than the {positions:,} positions this target holds: "
                           f"choose at most {positions:,}")
+    if positions is not None and sequence_width(s) > positions:
+        raise DsparkError(f"--long-prompt-len {s.long_prompt_len:,} and its continuation make sequences of "
+                          f"{sequence_width(s):,} tokens, more than the {positions:,} positions this target holds")
     taps = len(tap_layers) or len(default_taps(target.dims.num_layers))
     arrays = step_arrays(target, block_size, layers, taps, s)
     what, largest = max(arrays.items(), key=lambda kv: kv[1])

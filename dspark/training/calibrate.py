@@ -181,6 +181,7 @@ def evaluate_drafter(target: Target, drafter: BlockDrafter, prompts, max_tokens:
         "acceptance_rate": f.acceptance_rate,
         "per_position_acceptance": list(f.per_position_acceptance),
         "max_tokens_per_prompt": max_tokens,
+        "by_context": metrics.by_context(e for es, _ in per_prompt for e in es),
     }
     say(f"held-out ({len(prompts)} prompts, {f.rounds} rounds): tau {f.tau:.3f}, acceptance by position "
         + " ".join(f"{x:.2f}" for x in f.per_position_acceptance))

@@ -31,6 +31,13 @@ class Sequences:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    @classmethod
+    def concat(cls, parts: list["Sequences"]) -> "Sequences":
+        """One set of sequences, each kept as long as it is (the shorter padded after its end)."""
+        width = max(p.tokens.shape[1] for p in parts)
+        tokens = np.concatenate([np.pad(p.tokens, ((0, 0), (0, width - p.tokens.shape[1]))) for p in parts])
+        return cls(tokens, np.concatenate([p.lengths for p in parts]), np.concatenate([p.first_anchor for p in parts]))
+
     def save(self, path: Path, heldout: list[list[int]]) -> None:
         """Write the sequences and the held-out prompts (JSON metadata) for ``--resume``."""
         from ..files import save_safetensors
@@ -85,6 +92,18 @@ def encode_all(target: Target, texts: Sequence[str | Sequence[int]]) -> list[lis
 def cut_prompts(docs: list[list[int]], seq_len: int, prompt_len: int) -> list[list[int]]:
     """One prompt per ``seq_len`` stretch of each document: its first ``prompt_len`` tokens."""
     return [d[s : s + prompt_len] for d in docs for s in range(0, len(d), seq_len) if len(d[s : s + prompt_len]) >= 1]
+
+
+def long_prompts(docs: list[list[int]], lengths: list[int], stride: int) -> list[list[int]]:
+    """Prompts of several long lengths, taken in turn: one per ``stride`` tokens of each
+    document that still holds that many tokens from there."""
+    out: list[list[int]] = []
+    for d in docs:
+        for s in range(0, len(d), stride):
+            L = lengths[len(out) % len(lengths)]
+            if len(d) - s >= L:
+                out.append(d[s : s + L])
+    return out
 
 
 def split_heldout(prompts: list[list[int]], n: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -164,15 +183,20 @@ class TargetFeatures:
     def get(self, i: int) -> tuple[mx.array, mx.array]:
         return self.get_many([i])[0]
 
-    def get_many(self, indices: Sequence[int]) -> list[tuple[mx.array, mx.array]]:
-        """Features of several sequences; the missing ones come from one batched target pass."""
+    def get_many(self, indices: Sequence[int], width: int | None = None) -> list[tuple[mx.array, mx.array]]:
+        """Features of several sequences, each ``width`` rows (default: the sequences' own width;
+        rows past a sequence's end are zeros, never attended to); the missing ones come from one
+        batched target pass over no more rows than the longest of them holds."""
         found = {int(i): self.store[int(i)] for i in indices if int(i) in self.store}
         missing = list(dict.fromkeys(int(i) for i in indices if int(i) not in found))
+        width = width or self.seqs.tokens.shape[1]
         if missing:
             t0 = time.perf_counter()
+            rows_needed = int(self.seqs.lengths[missing].max())
             # Tapping the last layer too gives the final hidden (its output, normed) from the
             # same pass, without materialising [S, V] logits.
-            _, rows = self.target.forward(mx.array(self.seqs.tokens[missing]), None, self.taps + (self.last,), logits=False)
+            _, rows = self.target.forward(mx.array(self.seqs.tokens[missing, :rows_needed]), None,
+                                          self.taps + (self.last,), logits=False)
             rows = mx.stop_gradient(rows)
             H = self.target.dims.hidden_size
             taps, final = rows[..., : len(self.taps) * H], self.target.final_norm(rows[..., len(self.taps) * H :])
@@ -180,10 +204,18 @@ class TargetFeatures:
             for j, i in enumerate(missing):
                 while len(self.store) >= self.capacity:
                     self.store.pop(next(iter(self.store)))
-                self.store[i] = found[i] = (taps[j], final[j])
+                n = int(self.seqs.lengths[i])  # a sequence keeps its own rows only
+                self.store[i] = found[i] = (taps[j, :n], final[j, :n])
             self.forwards += len(missing)
             self.seconds += time.perf_counter() - t0
-        return [found[int(i)] for i in indices]
+        return [tuple(_rows(a, width) for a in found[int(i)]) for i in indices]
+
+
+def _rows(a: mx.array, width: int) -> mx.array:
+    """``a`` [n, ...] as exactly ``width`` rows: cut, or padded with zeros after its end."""
+    if a.shape[0] >= width:
+        return a[:width]
+    return mx.concatenate([a, mx.zeros((width - a.shape[0], *a.shape[1:]), a.dtype)])
 
 
 def progress_bar(total: int, progress: bool, desc: str, unit: str):
@@ -201,20 +233,33 @@ def _subset(seqs: Sequences, keep: Sequence[int]) -> Sequences:
 
 
 def build_training_data(target: Target, docs, *, seq_len: int, prompt_len: int, self_distill: bool,
-                        max_sequences: int | None, heldout: int, rng: np.random.Generator, progress: bool, say):
+                        max_sequences: int | None, heldout: int, rng: np.random.Generator, progress: bool, say,
+                        long_share: float = 0.0, long_len: int = 0):
     """(training sequences, held-out prompts). Without explicit held-out texts, ``heldout``
     stretches of the data are set aside: their prompts evaluate the drafter and they are
-    never trained on."""
+    never trained on. With self-distillation and ``long_share``, that share of the sequences
+    start from a long prompt (a quarter, half, three quarters or all of ``long_len`` tokens) and
+    continue for as many target-written tokens as a short one: a drafter learns the contexts users
+    give it, not only short windows. Long prompts come from documents no held-out prompt was cut
+    from."""
     eos = min(target.eos_token_ids) if target.eos_token_ids else None
     if self_distill:
         prompts = cut_prompts(docs, seq_len, prompt_len)
         prompts, held = split_heldout(prompts, heldout)
-        if max_sequences and len(prompts) > max_sequences:
-            prompts = [prompts[i] for i in sorted(rng.choice(len(prompts), max_sequences, replace=False))]
+        longs = _long_prompts(docs, held, seq_len, prompt_len, long_share, long_len, len(prompts), rng)
+        if max_sequences and len(prompts) + len(longs) > max_sequences:
+            keep_long = round(max_sequences * len(longs) / (len(prompts) + len(longs)))
+            longs = [longs[i] for i in sorted(rng.choice(len(longs), keep_long, replace=False))]
+            prompts = [prompts[i] for i in sorted(rng.choice(len(prompts), max_sequences - keep_long, replace=False))]
         if not prompts:
             raise DsparkError("the training data gave no prompts")
-        say(f"self-distillation: the target writes {len(prompts)} sequences of {seq_len} tokens")
-        return greedy_continuations(target, prompts, seq_len, progress=progress), held
+        say(f"self-distillation: the target writes {len(prompts)} sequences of {seq_len} tokens"
+            + (f" and {len(longs)} after long prompts of up to {long_len}" if longs else ""))
+        parts = [greedy_continuations(target, prompts, seq_len, progress=progress)]
+        for L in sorted({len(p) for p in longs}):
+            group = [p for p in longs if len(p) == L]
+            parts.append(greedy_continuations(target, group, L + seq_len - prompt_len, progress=progress))
+        return Sequences.concat(parts), held
     seqs = data_sequences(docs, seq_len, eos)
     heads = [list(map(int, row[: min(prompt_len, n - 1)])) for row, n in zip(seqs.tokens, seqs.lengths)]
     train, held = split_heldout(heads, heldout)
@@ -223,6 +268,19 @@ def build_training_data(target: Target, docs, *, seq_len: int, prompt_len: int, 
     if max_sequences and len(keep) > max_sequences:
         keep = sorted(rng.choice(keep, max_sequences, replace=False))
     return _subset(seqs, keep), held
+
+
+def _long_prompts(docs, held, seq_len: int, prompt_len: int, share: float, long_len: int, short: int,
+                  rng: np.random.Generator) -> list[list[int]]:
+    """The long prompts ``build_training_data`` adds: ``share`` of all sequences."""
+    if not 0 < share < 1 or long_len <= prompt_len:
+        return []
+    held_ids = {tuple(h) for h in held}
+    clean = [d for d in docs if not any(tuple(p) in held_ids for p in cut_prompts([d], seq_len, prompt_len))]
+    lengths = sorted({max(prompt_len + 1, round(long_len * f)) for f in (0.25, 0.5, 0.75, 1.0)})
+    found = long_prompts(clean, lengths, long_len + seq_len - prompt_len)
+    n = min(len(found), round(share / (1 - share) * short))
+    return [found[i] for i in sorted(rng.choice(len(found), n, replace=False))] if n else []
 
 
 def held_out_prompts(target: Target, heldout_texts, seq_len: int) -> list[list[int]]:

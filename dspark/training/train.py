@@ -195,7 +195,8 @@ def _training_data(target, texts, heldout_texts, out: Path, s: TrainSettings, da
     seqs, auto_held = build_training_data(target, encode_all(target, texts), seq_len=s.seq_len, prompt_len=s.prompt_len,
                                           self_distill=s.self_distill, max_sequences=s.sequences_cap(),
                                           heldout=s.eval_prompts if held is None else 0,
-                                          rng=np.random.default_rng(s.seed), progress=progress, say=say)
+                                          rng=np.random.default_rng(s.seed), progress=progress, say=say,
+                                          long_share=s.long_prompts, long_len=s.long_prompt_len)
     held = held if held is not None else auto_held
     seqs.save(out / DATA_FILE, held)
     return seqs, held, time.perf_counter() - t0

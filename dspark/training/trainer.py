@@ -75,6 +75,9 @@ class TrainSettings:
     ctx_len: int = option(0, "context rows per anchor (0: the sequence length)", lo=0, hi=1_000_000)
     prompt_len: int = option(64, "prompt tokens kept per sequence under --self-distill", lo=1, hi=1_000_000)
     self_distill: bool = option(False, "train on the target's own greedy continuations of the data's prompts")
+    long_prompts: float = option(0.0, "share of the self-distilled sequences that start from a long prompt (up to "
+                                 "--long-prompt-len tokens), so the drafter learns long contexts", lo=0.0, hi=0.9)
+    long_prompt_len: int = option(1024, "the longest such prompt, in tokens", lo=2, hi=1_000_000)
     max_sequences: int | None = option(None, "cap on training sequences", lo=1, hi=100_000_000,
                                        none=f"one per {ANCHORS_PER_SEQUENCE} anchors drawn")
     anchors_per_seq: int = option(8, "anchors drawn from one sequence in a batch", lo=1, hi=65_536)
@@ -109,6 +112,9 @@ class DrafterTrainer:
         self.features = TargetFeatures(target, drafter.tap_layers, seqs, int(settings.feature_cache_mb / per_seq_mb))
         self.weights = position_weights(self.G, settings.loss_decay or default_decay(self.G))
         self.rng = np.random.default_rng(settings.seed)
+        long = seqs.lengths > settings.seq_len
+        self.buckets = [np.flatnonzero(m) for m in (~long, long) if m.any()]
+        self.bucket_share = np.array([len(b) for b in self.buckets], np.float64) / len(seqs)
         self._rng_before_pending = None  # the RNG state before the batch drawn but not yet trained on
         self.step = 0
         self.optimizer = optim.AdamW(learning_rate=lr_schedule(settings.lr, settings.steps, settings.warmup), weight_decay=settings.weight_decay)
@@ -125,16 +131,19 @@ class DrafterTrainer:
         self._rng_before_pending = copy.deepcopy(self.rng.bit_generator.state)
         A, G, seqs = self.s.batch_anchors, self.G, self.seqs
         n_seq = math.ceil(A / self.s.anchors_per_seq)
-        chosen = self.rng.choice(len(seqs), size=n_seq, replace=n_seq > len(seqs))
-        S = seqs.tokens.shape[1]
+        # one bucket a step (short or long sequences, by their share), so a step's sequences are
+        # alike in length and the target's pass and the context rows cover no needless padding
+        pool = self.buckets[self.rng.choice(len(self.buckets), p=self.bucket_share)]
+        chosen = pool[self.rng.choice(len(pool), size=n_seq, replace=n_seq > len(pool))]
+        S = int(seqs.lengths[chosen].max())
         owner = np.repeat(np.arange(n_seq), math.ceil(A / n_seq))[:A]
         lo = seqs.first_anchor[chosen][owner]
         hi = seqs.lengths[chosen][owner] - 2  # the anchor needs at least one label
         p = lo + (self.rng.random(A) * (hi - lo + 1)).astype(np.int64)
         block_pos = p[:, None] + np.arange(G)[None, :]  # slot k: anchor-side position p+k
         valid = block_pos + 1 <= (seqs.lengths[chosen][owner] - 1)[:, None]
-        toks = seqs.tokens[chosen].reshape(-1)
-        feats = self.features.get_many(chosen)
+        toks = seqs.tokens[chosen, :S].reshape(-1)
+        feats = self.features.get_many(chosen, S)
         taps = mx.stack([f[0] for f in feats])
         hidden = mx.concatenate([f[1] for f in feats], axis=0)
         flat = lambda pos: owner[:, None] * S + np.clip(pos, 0, S - 1)  # noqa: E731  (index into the batch's rows)
