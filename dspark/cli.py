@@ -39,6 +39,16 @@ def cmd_init(a) -> int:
 MAX_PROMPT_BYTES = 64 * 2**20
 
 
+def _inspected(ev) -> dict:
+    """One round as ``generate --inspect --json`` prints it (the rejection inspector)."""
+    return {"drafted": list(ev.drafted), "accepted": ev.accepted, "tokens": [t.id for t in ev.committed],
+            "target_top": [[[t, p] for t, p in row] for row in ev.target_top or ()],
+            "draft_rank": list(ev.draft_rank or ()), "draft_probs": list(ev.draft_probs[: ev.verify_width]),
+            "position": ev.position,
+            # the first rejected draft lost only a numerical tie of the target's two best
+            "tie": bool(ev.draft_tie and ev.accepted < ev.verify_width and ev.draft_tie[ev.accepted])}
+
+
 def _prompt(a) -> str:
     from .reading import read_text
 
@@ -100,16 +110,20 @@ def cmd_generate(a) -> int:
         if drafter:
             run_to_summary(generate(target, drafter, prompt, warm))
     # token probabilities are only printed by --json (Summary.token_logprobs): skip them otherwise
-    events = (generate(target, drafter, prompt, cfg, costs=costs, display=a.json) if drafter
+    events = (generate(target, drafter, prompt, cfg, costs=costs, display=a.json or a.inspect, inspect=a.inspect) if drafter
               else generate_baseline(target, prompt, cfg))
-    summary = None
+    summary, inspected = None, []
     for ev in events:
         if isinstance(ev, RoundEvent) and not a.json:
             sys.stdout.write("".join(t.text for t in ev.committed))
             sys.stdout.flush()
+        if isinstance(ev, RoundEvent) and a.inspect and not ev.plain_step:
+            inspected.append(_inspected(ev))
         elif isinstance(ev, Summary):
             summary = ev
     result = {**summary.to_dict(), "target": target_dir, "drafter": drafter_dir}
+    if a.inspect:
+        result["rounds"] = inspected
     verdict = None
     if a.baseline:
         base = run_to_summary(generate_baseline(target, prompt, cfg))
@@ -290,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(g, GenerationConfig)
     g.add_argument("--baseline", action="store_true", help="also run plain mlx-lm decoding and report the speedup")
     g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.add_argument("--inspect", action="store_true", help="keep what the target thought of every verified draft (its "
+                   "top tokens with probabilities, the drafted token's rank): with --json, a list of rounds")
     g.set_defaults(fn=cmd_generate)
 
     c = sub.add_parser("costs", help="this machine's measured verify and draft costs (what the auto policy uses)")

@@ -70,6 +70,7 @@ def generate(
     cancel: Callable[[], bool] | None = None,
     costs: Costs | None = None,
     display: bool = True,
+    inspect: bool = False,
 ) -> Iterator[RoundEvent | Summary]:
     """Speculative generation: yields a ``RoundEvent`` per round, then a ``Summary``.
     ``costs`` (this machine's, :mod:`dspark.costs`) drive the ``auto`` policy and the
@@ -77,7 +78,9 @@ def generate(
     ``display=False`` skips what only a screen reads: each drafted and, greedy, each committed
     token's probability (a log-sum-exp over the vocabulary per row, a measurable share of a
     round on a CPU); those fields are then NaN and ``Summary.token_logprobs`` is empty; and the
-    confidence head, unless the policy reads it (``RoundEvent.confidences`` is then None)."""
+    confidence head, unless the policy reads it (``RoundEvent.confidences`` is then None).
+    ``inspect`` keeps what the target thought of every verified draft (``RoundEvent.target_top``
+    and ``draft_rank``: the rejection inspector; a top-k over the vocabulary per verified row)."""
     config.check(target.dims.vocab_size)
     pol = parse_policy(config.policy)
     ids = prompt_ids(target, prompt, config)
@@ -99,7 +102,7 @@ def generate(
             budget = run.remaining - 1
             drafts = block_size if sched.drafts(position, budget) else 0
             v = speculative_round(target, session, cache, anchor, position, new_rows, drafts, budget, sched,
-                                  config.sampling, k_round, threads, display)
+                                  config.sampling, k_round, threads, display, inspect)
             yield run.commit(anchor, v, position)
             # a plain step's tap row waits, with any before it, for the drafter's next round
             rows = v.new_rows if drafts or new_rows is None else mx.concatenate([new_rows, v.new_rows], axis=1)
@@ -227,6 +230,9 @@ class _Generation:
             tokens_per_sec=self.tokens_per_sec(),
             confidence_logits=tuple(v.conf_logits) if v.conf_logits is not None else None,
             plain_step=v.plain_step,
+            target_top=v.inspected.top if v.inspected is not None else None,
+            draft_rank=v.inspected.rank if v.inspected is not None else None,
+            draft_tie=v.inspected.tie if v.inspected is not None else None,
             position=len(self.ids) - 1 + len(self.out) - len(committed) if position is None else position,
         )
         self.events.append(ev)

@@ -54,6 +54,11 @@ class RoundEvent:
     confidence_logits: tuple[float, ...] | None = None  # raw z_k before calibration (what STS fits)
     plain_step: bool = False  # a speculative run decoded this token plainly: the drafter was not asked
     position: int = 0  # the anchor's position: tokens before it in the sequence (prompt and output)
+    # the rejection inspector (generate's inspect): per verified position, the target's best tokens
+    # as (id, probability), best first, and the drafted token's rank in its distribution (0: its choice)
+    target_top: tuple[tuple[tuple[int, float], ...], ...] | None = None
+    draft_rank: tuple[int, ...] | None = None
+    draft_tie: tuple[bool, ...] | None = None  # per verified position: lost only a numerical tie (rank >= 1)
 
 
 @dataclass(frozen=True)
@@ -102,9 +107,11 @@ def event_from_dict(d: dict) -> RoundEvent | Summary:
     kind = d.pop("kind", "summary")
     if kind == "round":
         d["committed"] = tuple(CommittedToken(**{**t, "source": Source(t["source"])}) for t in d["committed"])
-        for name in ("drafted", "draft_probs", "confidences", "confidence_logits"):
+        for name in ("drafted", "draft_probs", "confidences", "confidence_logits", "draft_rank", "draft_tie"):
             if d.get(name) is not None:
                 d[name] = tuple(d[name])
+        if d.get("target_top") is not None:
+            d["target_top"] = tuple(tuple((int(t), float(p)) for t, p in row) for row in d["target_top"])
         return RoundEvent(**d)
     if kind != "summary":
         raise ValueError(f"unknown event kind {kind!r}")

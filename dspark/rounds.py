@@ -66,11 +66,32 @@ class RoundOutcome:
     verify_seconds: float
     new_rows: mx.array  # tap rows of [anchor, d_1..d_a], the drafter's next context
     plain_step: bool = False  # the drafter was not asked (block size 0)
+    inspected: "Inspection | None" = None  # what the target thought at each verified position (inspect=True)
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What the target thought at each verified draft position of a round (the rejection
+    inspector): per position k = 1..width, its ``TOP`` most likely tokens with their
+    probabilities, best first, the drafted token's rank among all (0: the target's own choice;
+    else how many tokens it would choose first), and whether the draft lost only a numerical tie
+    (its log-probability equal to the best one's, lost to the lower id, as mlx-lm's greedy rule
+    breaks ties). Greedy: ordered and ranked by mlx-lm's own rule (log-probabilities in the
+    model's dtype, ties to the lowest id), so the top token is the one a round commits there;
+    sampling: by the distribution the ratio test reads."""
+
+    top: tuple[tuple[tuple[int, float], ...], ...]
+    rank: tuple[int, ...]
+    tie: tuple[bool, ...]
+
+
+#: How many of the target's best tokens the inspector keeps per verified position.
+TOP = 5
 
 
 def speculative_round(target: Target, session: DraftSession, cache: list, anchor: int, position: int, new_rows,
                       block_size: int, budget: int, sched: Scheduler, sp: SamplingParams, key: mx.array,
-                      threads: dict, display: bool = True) -> RoundOutcome:
+                      threads: dict, display: bool = True, inspect: bool = False) -> RoundOutcome:
     k_draft, k_accept = mx.random.split(key)
     t0 = perf_counter()
     use_phase_threads(threads, "draft")
@@ -98,8 +119,39 @@ def speculative_round(target: Target, session: DraftSession, cache: list, anchor
     rollback(cache, width - a)
     sched.observe(width, a)
     t2 = perf_counter()
+    seen = inspection(logits[0, :width], target.projection.softcap, drafted[:width], sp) if inspect else None
     return RoundOutcome(drafted, dprobs, conf, z, width, a, tokens, probs, t1 - t0, t2 - t1, taps[:, : a + 1],
-                        plain_step=block_size == 0)
+                        plain_step=block_size == 0, inspected=seen)
+
+
+def inspection(raw: mx.array, softcap: float | None, drafted: list[int], sp: SamplingParams) -> Inspection:
+    """The target's view of each verified draft (:class:`Inspection`), from the verify rows' head
+    outputs ``raw`` [w, V] before the soft-cap. One host sync, after the round's own."""
+    if not drafted:
+        return Inspection((), (), ())
+    logits = soft_cap(raw, softcap)
+    if sp.greedy:  # mlx-lm's order: log-probabilities in the model's dtype, ties to the lowest id
+        score = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        probs = mx.exp(score.astype(mx.float32))
+    else:
+        probs = distribution(logits, sp)
+        score = probs
+    V = score.shape[-1]
+    d = mx.array(drafted, mx.int32)[:, None]
+    mine = mx.take_along_axis(score, d, axis=-1)
+    ids = mx.arange(V)[None, :]
+    rank = ((score > mine) | ((score == mine) & (ids < d))).sum(axis=-1)
+    n = min(V, TOP + 8)  # a few more than shown, so ties at the edge are ordered by id
+    cand = mx.argpartition(-score, n - 1, axis=-1)[:, :n] if V > n else mx.broadcast_to(ids, (len(drafted), V))
+    c_score, c_prob, rank_l, mine_l = (x.tolist() for x in (mx.take_along_axis(score, cand, -1).astype(mx.float32),
+                                                             mx.take_along_axis(probs, cand, -1), rank,
+                                                             mine[:, 0].astype(mx.float32)))
+    top, tie = [], []
+    for row_ids, row_score, row_prob, r, m in zip(cand.tolist(), c_score, c_prob, rank_l, mine_l):
+        order = sorted(range(len(row_ids)), key=lambda i: (-row_score[i], row_ids[i]))[:TOP]
+        top.append(tuple((row_ids[i], row_prob[i]) for i in order))
+        tie.append(r > 0 and m == row_score[order[0]])
+    return Inspection(tuple(top), tuple(int(r) for r in rank_l), tuple(tie))
 
 
 def verify_forward(target: Target, cache: list, tap_layers: Sequence[int], anchor: int, draft_tokens, width: int):
@@ -173,5 +225,5 @@ def prefill(target: Target, cache: list, ids: list[int], taps: Sequence[int], st
     return mx.concatenate(rows, axis=1) if rows else None
 
 
-__all__ = ["DraftSession", "Proposer", "RoundOutcome", "accept", "prefill", "read_draft", "speculative_round",
-           "use_phase_threads", "verify_forward"]
+__all__ = ["TOP", "DraftSession", "Inspection", "Proposer", "RoundOutcome", "accept", "inspection", "prefill",
+           "read_draft", "speculative_round", "use_phase_threads", "verify_forward"]
