@@ -5,6 +5,7 @@ of its own so the window stays responsive."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 from PySide6.QtCore import QObject, QThread, Qt, Signal, Slot
@@ -14,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from dspark import hub
+from dspark.errors import DsparkError
 
 REPO_ROLE = Qt.UserRole
 
@@ -46,21 +48,32 @@ class _Null:
 class Fetcher(QObject):
     """Lives on its own QThread: sizes and downloads one repository at a time."""
 
-    sized = Signal(str, object)  # repo, bytes to download (None: unknown)
+    sized = Signal(str, str)  # repo, what there is to download (or why nothing can be)
     progress = Signal(int, int, str)  # done, total, unit
     finished = Signal(str, str)  # repo, local directory
     failed = Signal(str, str)  # repo, one-line reason
 
     @Slot(str)
     def size(self, repo: str) -> None:
-        self.sized.emit(repo, hub.download_size(repo))
+        """In the cache already, the size to download, or (the hub silent) that it is offline."""
+        local = hub.cached(repo)
+        if local is not None:
+            self.sized.emit(repo, f"already in the cache: {local}")
+            return
+        size = hub.download_size(repo)
+        self.sized.emit(repo, f"{size / 1e9:.2f} GB to download" if size else
+                        "nothing left to download" if size == 0 else hub.offline_sentence(repo))
 
     @Slot(str)
     def fetch(self, repo: str) -> None:
         try:
             path = hub.resolve(repo, tqdm_class=_progress_class(self.progress.emit))
-        except Exception as e:  # DsparkError, and anything the hub library raises
-            self.failed.emit(repo, " ".join(str(e).split()) or type(e).__name__)
+        except DsparkError as e:  # one sentence already
+            self.failed.emit(repo, str(e))
+            return
+        except Exception as e:  # noqa: BLE001  (anything else the hub library raises: its first sentence)
+            first = re.split(r"(?<=[.!?])\s", " ".join(str(e).split()), maxsplit=1)[0]
+            self.failed.emit(repo, f"cannot download {repo}: {first[:200] or type(e).__name__}")
             return
         self.finished.emit(repo, str(path))
 
@@ -155,11 +168,10 @@ class DownloadDialog(QDialog):
         self._show_disk(f"{repo}: fetching …")
         self.request_fetch.emit(repo)
 
-    @Slot(str, object)
-    def on_sized(self, repo: str, size) -> None:
+    @Slot(str, str)
+    def on_sized(self, repo: str, text: str) -> None:
         if repo == self.repo() and not self.busy:
-            text = "already cached or the hub is unreachable" if not size else f"{size / 1e9:.2f} GB to download"
-            self._show_disk(f"{repo}: {text}")
+            self._show_disk(text if repo in text else f"{repo}: {text}")
 
     @Slot(int, int, str)
     def on_progress(self, done: int, total: int, unit: str) -> None:
@@ -178,10 +190,11 @@ class DownloadDialog(QDialog):
 
     @Slot(str, str)
     def on_failed(self, repo: str, reason: str) -> None:
+        """One sentence: the library's names the repository already (never twice)."""
         self.busy = False
         self.download_b.setEnabled(True)
         self.bar.hide()
-        self._show_disk(f"{repo}: {reason}")
+        self._show_disk(reason if repo in reason else f"{repo}: {reason}")
 
     def shutdown(self) -> None:
         """End the download thread (a download in flight cannot be interrupted: wait for it)."""

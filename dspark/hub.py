@@ -91,7 +91,7 @@ def resolve(name: str, download: bool = True, tqdm_class=None, say=None) -> Path
     where = cache_dir()
     if not download or constants.HF_HUB_OFFLINE:
         raise DsparkError(f"{name} is not in the local Hugging Face cache ({where}) and downloading is off "
-                          f"(HF_HUB_OFFLINE): download it where the hub is reachable, or give a directory")
+                          f"(HF_HUB_OFFLINE): {how_to_copy(name, where)}")
     try:
         size = download_size(name)
         free = shutil.disk_usage(_existing_parent(where)).free
@@ -103,7 +103,34 @@ def resolve(name: str, download: bool = True, tqdm_class=None, say=None) -> Path
     except DsparkError:
         raise
     except (HfHubHTTPError, OSError, ValueError) as e:
+        if _offline(e):
+            raise DsparkError(offline_sentence(name)) from None
         raise DsparkError(f"cannot download {name}: {_reason(e)}") from None
+
+
+def how_to_copy(name: str, where: Path) -> str:
+    """How ``name`` gets into the cache at ``where`` without the hub (a sentence's second half)."""
+    return (f"download it where the hub is reachable and copy its cache folder models--{name.replace('/', '--')} "
+            f"into {where}, or give the model's own folder instead")
+
+
+def offline_sentence(name: str) -> str:
+    """What to do about ``name`` when the hub cannot be reached and the cache does not hold it."""
+    where = cache_dir()
+    return f"the Hugging Face hub cannot be reached (offline?) and {name} is not in its cache ({where}): " + how_to_copy(
+        name, where)
+
+
+def cached(name: str) -> Path | None:
+    """The local snapshot of ``name`` when the cache holds one, without asking the hub."""
+    if not is_repo_id(name):
+        return None
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(name, allow_patterns=ALLOW_PATTERNS, local_files_only=True))
+    except Exception:  # noqa: BLE001  (not cached, or a damaged cache: not usable as it is)
+        return None
 
 
 def download_size(name: str) -> int | None:
@@ -123,13 +150,29 @@ def _existing_parent(p: Path) -> Path:
     return p
 
 
+def _offline(e: Exception) -> bool:
+    """Whether a failed download means the hub could not be reached at all."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    text = " ".join(str(e).split()).lower()
+    return isinstance(e, LocalEntryNotFoundError) or any(s in text for s in (
+        "connecterror", "connection error", "name or service not known", "failed to resolve", "max retries",
+        "temporary failure in name resolution", "network is unreachable", "timed out", "offline"))
+
+
 def _reason(e: Exception) -> str:
+    """One sentence for a failed download: the known cases in words, else the exception's first
+    sentence, whole (a message cut at a character count ends mid-word)."""
     text = " ".join(str(e).split())
     if "401" in text or "403" in text or "gated" in text.lower():
         return "the repository is gated or private: accept its licence on huggingface.co and log in (hf auth login)"
     if "404" in text or "not found" in text.lower():
         return "no such repository on the hub"
-    return text[:200] or type(e).__name__
+    first = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0].rstrip(".")
+    if len(first) > 200:
+        first = first[:200].rsplit(" ", 1)[0] + " …"
+    return first or type(e).__name__
 
 
-__all__ = ["ALLOW_PATTERNS", "PUBLISHED", "Published", "cache_dir", "download_size", "is_repo_id", "kind_of", "resolve"]
+__all__ = ["ALLOW_PATTERNS", "PUBLISHED", "Published", "cache_dir", "cached", "download_size", "how_to_copy",
+           "is_repo_id", "kind_of", "offline_sentence", "resolve"]
