@@ -20,7 +20,8 @@ from dspark.files import write_text
 from dspark.reading import read_json
 
 from .file_checks import check_bench
-from .runs import BASELINE, MIN_COMPARED, Run, speedup
+
+from .runs import BASELINE, MIN_COMPARED, Run, complete_prompts, machine, speedup
 
 MAX_SUMMARY_BYTES = 16 * 2**20
 COMMAND = "DSpark Studio: Compare"
@@ -45,9 +46,10 @@ def comparison_to_bench(runs: list[Run], target: str | None, prompts: int,
     ``costs``: drafter directory -> measured costs (``Costs.to_dict()``), for limit and
     efficiency; ``environment``: the worker's record of the machine (``messages.Loaded``). The speedup is the app's own, over comparable work (``app.runs.speedup``),
     which equals the benchmark's rate ratio whenever both runs made the same tokens."""
-    done = [r for r in runs if r.done and not r.stopped and r.summary.tokens_per_sec > 0]
+    complete = set(complete_prompts(runs))  # the prompts the table pools: a saved benchmark agrees with it
+    done = [r for r in runs if r.prompt_index in complete and r.summary.tokens_per_sec > 0]
     if not done:
-        raise DsparkError("nothing to save yet: no run of the comparison has finished")
+        raise DsparkError("nothing to save yet: no prompt of the comparison has finished")
     bases = {r.prompt_index: r for r in done if r.method == "baseline"}
     costs = costs or {}
     trials = []
@@ -74,7 +76,8 @@ def comparison_to_bench(runs: list[Run], target: str | None, prompts: int,
            "settings": {"max_tokens": config.get("max_tokens"), "repeats": 1,
                         "temperature": config.get("temperature", 0.0)},
            "costs": {Path(p).name: c for p, c in costs.items() if any(r.drafter == p for r in done)},
-           "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "arms": report.summarize(trials)}
+           "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "arms": report.summarize(trials),
+           "machine": machine(done)}  # the load while it ran, and plain decoding's spread (app.runs.machine)
     return doc, trials
 
 
@@ -167,6 +170,7 @@ def bench_rows(doc: dict) -> list[dict]:
             "label": BASELINE if plain else str(arm["arm"]),
             "method": "baseline" if plain else "speculative",
             "drafter": arm.get("drafter"),
+            "policy": arm.get("policy"),
             "runs": n, "planned": n, "finished": n, "stopped": 0,
             "runs_text": trials_per_arm,
             "tokens": 0, "rounds": int(arm.get("rounds", 0)),

@@ -12,6 +12,8 @@ here (the auto policy's, or Run ▸ Measure costs) are drawn beside a live compa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
@@ -22,16 +24,17 @@ from PySide6.QtWidgets import (
 
 from .panes.header import SPEEDUP_TIP
 from .panes.plots import (
-    TIP_COSTS, TIP_POSITION, TIP_TPS, PlotBox, draw_costs, integer_ticks, make_plot, rate_range, set_title, style_plot, title_html,
+    TIP_COSTS, TIP_POSITION, TIP_TPS, PlotBox, draw_costs, fit_title, integer_ticks, make_plot, pen, rate_range, style_plot,
     zero_based_range,
 )
 from .runs import BASELINE
 from .session import View
-from .theme import NORMAL, Theme
+from .theme import NORMAL, Theme, drafter_colours, policy_style
 
 COLUMNS = [
     ("label", "Drafter", "The drafter directory's name, or plain decoding; select a row to show it in the header"),
-    ("runs", "Prompts", "Prompts finished / asked for (stopped runs are not finished)"),
+    ("runs", "Prompts", "Prompts finished by every drafter and plain decoding / asked for: every figure of the\n"
+                        "table pools exactly these (a prompt still running, or stopped, is left out of all of them)"),
     ("tau", "τ", "Mean acceptance length: committed tokens per round, bonus/correction token included"),
     ("acceptance_rate", "Acceptance", "Accepted drafted tokens ÷ verified drafted tokens"),
     ("tokens_per_sec", "tok/s", "Pooled decode throughput: all tokens ÷ all decode seconds"),
@@ -126,9 +129,6 @@ class CompareView(QWidget):
             style_plot(w, t)
         self._drawn = None
 
-    def colour(self, i: int, label: str) -> str:
-        return self.theme.base if label == BASELINE else self.theme.series[i % len(self.theme.series)]
-
     def _show_table(self, shown: bool) -> None:
         self.table.setVisible(shown)
         self.empty.setVisible(not shown)
@@ -142,7 +142,7 @@ class CompareView(QWidget):
 
     def show_view(self, view: View) -> None:
         """Draw the last comparison (a later single run leaves it in place)."""
-        shown = (tuple((id(r), len(r.rounds), r.done, r.verdict) for r in view.comparison), view.focus,
+        shown = (tuple((r.serial, len(r.rounds), r.done, r.verdict) for r in view.comparison), view.focus,
                  id(view.bench), repr(view.costs))
         if shown == self._drawn:
             return  # a single run's rounds: nothing here changed
@@ -158,12 +158,13 @@ class CompareView(QWidget):
         runs_header = self.table.horizontalHeaderItem(1)
         runs_header.setText("Prompts × repeats" if bench else "Prompts")
         order = [row["label"] for row in rows]
-        self._fill_table(rows, order, view.focus)
-        self._draw(rows, order, view.comparison)
+        styles, colours = arm_styles(self.theme, rows)
+        self._fill_table(rows, order, view.focus, styles)
+        self._draw(rows, order, view.comparison, styles)
         if view.costs:
-            draw_costs(self.costs, view.costs, self.theme)
+            draw_costs(self.costs, view.costs, self.theme, colours)
 
-    def _fill_table(self, rows: list[dict], order: list[str], focus: str | None) -> None:
+    def _fill_table(self, rows: list[dict], order: list[str], focus: str | None, styles: dict) -> None:
         self.table.blockSignals(True)
         self.rows = rows
         self.table.setRowCount(len(rows))
@@ -173,7 +174,7 @@ class CompareView(QWidget):
                 if c:
                     item.setTextAlignment(Qt.AlignCenter)
                 if key == "label":
-                    item.setData(Qt.DecorationRole, QColor(self.colour(order.index(row["label"]), row["label"])))
+                    item.setData(Qt.DecorationRole, QColor(styles[row["label"]][0]))
                     if row["drafter"]:
                         item.setToolTip(row["drafter"])
                 if key == "speedup" and row["label"] != BASELINE:
@@ -185,7 +186,7 @@ class CompareView(QWidget):
         rows_h = sum(self.table.rowHeight(i) for i in range(len(rows)))
         self.table.setMaximumHeight(self.table.horizontalHeader().sizeHint().height() + rows_h + 12)
 
-    def _draw(self, rows: list[dict], order: list[str], runs) -> None:
+    def _draw(self, rows: list[dict], order: list[str], runs, styles: dict) -> None:
         t = self.theme
         for w in self.plots().values():
             w.clear()
@@ -194,18 +195,18 @@ class CompareView(QWidget):
         keys = []
         for row in rows:
             label = row["label"]
-            colour = self.colour(order.index(label), label)
-            keys.append((colour, label, label == BASELINE))
+            colour, style = styles[label]
+            keys.append((colour, label, style))
             if label == BASELINE or not row["per_position_acceptance"]:
                 continue
             rates = row["per_position_acceptance"]
             self.position.plot(np.arange(1, len(rates) + 1, dtype=float), np.array(rates, float),
-                               pen=pg.mkPen(colour, width=3), symbol="o", symbolSize=8, symbolBrush=colour)
+                               pen=pen(colour, style), symbol="o", symbolSize=8, symbolBrush=colour)
         if width:
             self.position.setXRange(0.6, width + 0.4, padding=0)
             zero_based_range(self.position, 1.0, grow=1.0)
-        set_title(self.position, t, title_html(t, "Acceptance by position", [k for k in keys if not k[2]]))
-        set_title(self.tps, t, title_html(t, "Decode tok/s", keys))
+        fit_title(self.position, t, "Acceptance by position", [k for k, row in zip(keys, rows) if row["label"] != BASELINE])
+        fit_title(self.tps, t, "Decode tok/s", keys)
         ys = []
         for label in order:
             x, y, offset = [], [], 0.0
@@ -215,12 +216,24 @@ class CompareView(QWidget):
                 y += ry
                 offset += run.decode_seconds()
             if x:
-                colour = self.colour(order.index(label), label)
-                style = Qt.DashLine if label == BASELINE else Qt.SolidLine
-                self.tps.plot(np.array(x, float), np.array(y, float), pen=pg.mkPen(colour, width=3, style=style))
+                self.tps.plot(np.array(x, float), np.array(y, float), pen=pen(*styles[label]))
                 ys.append(y)
         if ys:
             rate_range(self.tps, ys)
+
+
+def drafter_name(row: dict) -> str:
+    """The drafter a comparison row or a benchmark arm ran (its directory's name)."""
+    return Path(row["drafter"]).name if row.get("drafter") else row["label"]
+
+
+def arm_styles(t: Theme, rows: list[dict]) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """(row label -> (colour, line style), drafter name -> colour): one colour per drafter and
+    one line style per verify policy, so a benchmark's arms of one drafter share its colour
+    in the table, in every plot and in every export; plain decoding grey and dashed."""
+    colours = drafter_colours(t, [drafter_name(r) for r in rows if r["label"] != BASELINE])
+    return ({r["label"]: (t.base, "dash") if r["label"] == BASELINE else
+             (colours[drafter_name(r)], policy_style(r.get("policy"))) for r in rows}, colours)
 
 
 def _speedup_note(row: dict) -> str:

@@ -35,6 +35,7 @@ def run_dict(run: Run) -> dict:
         "drafted_text": [list(t) for t in run.drafted_text],  # the draft grid's cells, for a replay
         "summary": run.summary.to_dict() if run.summary is not None else None,
         "verdict": asdict(run.verdict) if run.verdict is not None else None,
+        "machine": run.machine,  # the load while it ran: a replay says "machine busy" too
     }
 
 

@@ -22,16 +22,21 @@ def _figures(doc: dict, theme):
     import pyqtgraph as pg
     from PySide6.QtCore import Qt
 
-    from .panes.plots import draw_costs, integer_ticks, make_plot, style_plot
+    from .bench_io import bench_costs, bench_rows
+    from .compare import arm_styles
+    from .panes.plots import draw_costs, fit_title, integer_ticks, make_plot, pen, style_plot
 
     arms = [a for a in doc["arms"] if "speedup" in a]
+    # the colours and line styles of the Compare tab: one colour per drafter, one style per policy
+    styles, colours = arm_styles(theme, bench_rows(doc))
+    style = {a["arm"]: styles.get(a["arm"], (theme.base, "dash")) for a in doc["arms"]}
     out = {}
 
     w = make_plot(f"Speedup over plain mlx-lm decoding ({doc['prompts']['count']} prompts x "
                   f"{doc['settings']['repeats']}, {doc['settings']['max_tokens']} tokens)", "x plain", "")
     xs = list(range(len(arms)))
     w.addItem(pg.BarGraphItem(x=xs, height=[a["speedup"] for a in arms], width=0.6,
-                              brushes=[theme.series[i % len(theme.series)] for i in xs], pen=None))
+                              brushes=[style[a["arm"]][0] for a in arms], pen=None))
     lo = [a["speedup"] - a["speedup_spread"]["p25"] for a in arms]
     hi = [a["speedup_spread"]["p75"] - a["speedup"] for a in arms]
     w.addItem(pg.ErrorBarItem(x=np.array(xs, float), y=np.array([a["speedup"] for a in arms]),
@@ -43,25 +48,26 @@ def _figures(doc: dict, theme):
 
     w = make_plot("Acceptance by draft position (rounds with drafts 1..k accepted / rounds verifying k)",
                   "rate", "draft position k")
-    w.addLegend(offset=(-10, 10))
-    for i, a in enumerate(a for a in arms if a.get("per_position_acceptance")):
+    keys = []
+    for a in (a for a in arms if a.get("per_position_acceptance")):
         ys = a["per_position_acceptance"]
-        color = theme.series[i % len(theme.series)]
-        w.plot(list(range(1, len(ys) + 1)), ys, pen=pg.mkPen(color, width=3), symbol="o", symbolBrush=color,
-               name=f"{a['arm']} (tau {a['tau']:.2f})")
+        colour, line = style[a["arm"]]
+        w.plot(list(range(1, len(ys) + 1)), ys, pen=pen(colour, line), symbol="o", symbolBrush=colour)
+        keys.append((colour, f"{a['arm']} (tau {a['tau']:.2f})", line))
     w.setYRange(0, 1.05, padding=0)
     integer_ticks(w, range(1, 1 + max([len(a.get("per_position_acceptance") or []) for a in arms], default=1)))
     out["acceptance"] = w
 
     w = make_plot("Measured cost on this machine", "ms", "drafts verified (rows = 1 + drafts)")
     style_plot(w, theme)
-    from .bench_io import bench_costs
-
-    draw_costs(w, bench_costs(doc), theme)
+    w.resize(*SIZE)
+    draw_costs(w, bench_costs(doc), theme, colours)
     out["costs"] = w
     for name, widget in out.items():
         if name != "costs":  # styled before drawing: its title is its legend
             style_plot(widget, theme)
+    out["acceptance"].resize(*SIZE)
+    fit_title(out["acceptance"], theme, out["acceptance"].property("titles")[0], keys)
     return out
 
 

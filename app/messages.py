@@ -76,6 +76,18 @@ class Loaded:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """A long task's progress (Run ▸ Measure costs): ``done`` of ``total`` steps, what is being
+    done now, and about how many seconds are left (None: not known yet); done == total ends it."""
+
+    task: str
+    done: int
+    total: int
+    now: str = ""
+    seconds_left: float | None = None
+
+
+@dataclass(frozen=True)
 class CostsMeasured:
     """A drafter's measured costs on the loaded target (``dspark.costs.Costs.to_dict()``)."""
 
@@ -106,6 +118,9 @@ class RoundDone:
 class RunDone:
     key: int
     summary: Summary
+    # the machine while it ran: {"load": 1-minute load average at its end, "own": cores this
+    # process kept busy (its CPU seconds over the run's seconds), "cores"}; {} when unknown
+    machine: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ is the Qt timer that delivers the messages.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +24,7 @@ from dspark.lossless import Difference, Verdict
 from dspark.reading import read_json
 
 from .messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted
+from .runs import recorded_machine
 from .file_checks import check_document
 
 #: A run file larger than this is not one the app wrote (a 256-token run is ~140 KB).
@@ -43,6 +44,7 @@ class SavedRun:
     drafted_text: tuple[tuple[str, ...], ...]
     summary: Summary | None
     verdict: Verdict | None
+    machine: dict = field(default_factory=dict)  # the load while it ran (app.runs.recorded_machine)
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
         verdict = Verdict(bool(v["identical"]), diff or None)
     return SavedRun(str(d["label"]), d["method"], d.get("drafter"), str(d.get("prompt", "")),
                     int(d.get("prompt_index", 0)), dict(d.get("config") or {}), events,
-                    tuple(tuple(str(x) for x in t) for t in texts), summary, verdict)
+                    tuple(tuple(str(x) for x in t) for t in texts), summary, verdict, recorded_machine(d.get("machine")))
 
 
 def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:
@@ -128,7 +130,7 @@ def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:
             out.append((end, RoundDone(key, ev, texts)))
         if r.summary is not None:
             end = start + max(r.summary.total_seconds, end - start)
-            out.append((end, RunDone(key, r.summary)))
+            out.append((end, RunDone(key, r.summary, r.machine)))
         if r.verdict is not None:
             checks.append((key, r.verdict))
         last_of_prompt = i + 1 == len(rec.runs) or rec.runs[i + 1].prompt_index != r.prompt_index

@@ -4,10 +4,13 @@ all of them, and says which tab and which comparison row the person picked."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QLabel, QSplitter, QTabWidget, QVBoxLayout, QWidget
+import time
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from .compare import CompareView
+from .messages import Progress
 from .panes.draft_grid import DraftPane
 from .panes.header import HeaderStrip
 from .panes.plots import PlotsPane
@@ -33,6 +36,7 @@ class ResultsPanel(QWidget):
         self.prompt_label.setWordWrap(True)
         self.prompt_label.hide()
         self.header = HeaderStrip()
+        self.progress = TaskProgress()
         self.text = TextPane()
         self.drafts = DraftPane()
         self.plots = PlotsPane()
@@ -53,7 +57,7 @@ class ResultsPanel(QWidget):
         self.tabs.currentChanged.connect(self._tab_changed)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
-        for w in (self.message, self.prompt_label, self.header):
+        for w in (self.message, self.prompt_label, self.header, self.progress):
             lay.addWidget(w)
         lay.addWidget(self.tabs, 1)
 
@@ -69,6 +73,7 @@ class ResultsPanel(QWidget):
         self.prompt_label.setText(view.caption)
         self.prompt_label.setVisible(bool(view.caption) and (self.presenting or
                                                              (view.tab == COMPARE_TAB and view.bench is not None)))
+        self.progress.show_progress(view.progress)
         for pane in self.panes:
             pane.show_view(view)
 
@@ -87,3 +92,56 @@ class ResultsPanel(QWidget):
         for pane in self.panes:
             out.update(pane.plots())
         return out
+
+
+class TaskProgress(QWidget):
+    """A long task's bar (measuring costs takes half a minute): what it does now, how far it is
+    and about how long is left, counting down between the worker's messages."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 2, 0, 2)
+        self.label = QLabel()
+        self.label.setObjectName("caption")
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setTextVisible(False)
+        lay.addWidget(self.label, 1)
+        lay.addWidget(self.bar, 1)
+        self.shown: Progress | None = None
+        self.started = self.deadline = 0.0
+        self.timer = QTimer(self)
+        self.timer.setInterval(500)
+        self.timer.timeout.connect(self._tick)
+        self.hide()
+
+    def show_progress(self, p: Progress | None) -> None:
+        if p is None:
+            self.shown = None
+            self.timer.stop()
+            self.hide()
+            return
+        if p is not self.shown:
+            now = time.monotonic()
+            if self.shown is None:
+                self.started = now
+            self.shown = p
+            self.deadline = now + p.seconds_left if p.seconds_left is not None else 0.0
+            self.timer.start()
+            self.show()
+            self._tick()
+
+    def _tick(self) -> None:
+        p, now = self.shown, time.monotonic()
+        if p is None:
+            return
+        spent = now - self.started
+        text = f"{p.task}: {p.now} ({p.done + 1} of {p.total})" if p.now else p.task
+        if self.deadline:
+            left = max(1.0, self.deadline - now)
+            self.bar.setValue(int(1000 * spent / (spent + left)))
+            self.label.setText(f"{text} · about {left:.0f} s left")
+        else:
+            self.bar.setValue(int(1000 * p.done / max(p.total, 1)))
+            self.label.setText(f"{text} · {spent:.0f} s so far")

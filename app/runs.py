@@ -3,7 +3,8 @@ by ``dspark.metrics`` (plain Python, no Qt, no MLX)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import itertools
+from dataclasses import dataclass, field, replace
 
 from dspark import metrics
 from dspark.events import RoundEvent, Summary
@@ -12,6 +13,11 @@ from dspark.lossless import Verdict
 BASELINE = "plain decoding"
 #: Fewer tokens in common than this and a speedup measures noise (a round or two): not shown.
 MIN_COMPARED = 8
+#: Other programs' load per core from which figures are said to vary, and the plain decoding
+#: rate's spread (p10 to p90 of its 32-token windows, over their median) from which they are.
+BUSY_LOAD_PER_CORE = 0.5
+VARIED_SPREAD = 0.2
+_serials = itertools.count(1)
 
 
 @dataclass
@@ -27,9 +33,22 @@ class Run:
     drafted_text: list[tuple[str, ...]] = field(default_factory=list)  # per round, per draft
     summary: Summary | None = None
     verdict: Verdict | None = None  # a greedy speculative run against plain decoding (app.messages.Checked)
+    machine: dict | None = None  # {"load", "own", "cores"} while it ran (app.messages.RunDone)
+    # which run this is, for as long as the app runs: the worker's keys start again in every
+    # replay, and a pane that kept a key would take a new run for the one it showed
+    serial: int = field(default_factory=lambda: next(_serials))
+    _figures: tuple = field(default=(-1, None), repr=False, compare=False)
 
     def figures(self) -> metrics.Figures:
-        return metrics.summarize(self.rounds)
+        """``dspark.metrics.summarize`` of the rounds, computed once per number of rounds."""
+        if self._figures[0] != len(self.rounds):
+            self._figures = (len(self.rounds), metrics.summarize(self.rounds))
+        return self._figures[1]
+
+    def snapshot(self) -> "Run":
+        """This run as it is now, for one redraw: every pane of it draws the same rounds (the
+        live run grows as the worker's messages arrive)."""
+        return replace(self, rounds=tuple(self.rounds), drafted_text=tuple(self.drafted_text), serial=self.serial)
 
     def tokens(self) -> list[int]:
         return [t.id for r in self.rounds for t in r.committed]
@@ -63,6 +82,60 @@ class Run:
         return float(self.config.get("temperature", 0.0)) == 0.0
 
 
+def machine(runs: list[Run]) -> dict | None:
+    """What else the machine did while these runs ran: the highest load average, the most of it
+    that was not this app (load less the cores this process kept busy), the cores; and how much
+    plain decoding's own rate varied. None when nothing was recorded."""
+    recorded = [r.machine for r in runs if r.machine]
+    spread = plain_spread([r for r in runs if r.method == "baseline"])
+    if not recorded and spread is None:
+        return None
+    out = {"plain_spread": spread}
+    if recorded:
+        out.update(load=max(m["load"] for m in recorded), cores=max(m["cores"] for m in recorded),
+                   others=max(max(0.0, m["load"] - m["own"]) for m in recorded))
+    return out
+
+
+def recorded_machine(value) -> dict:
+    """A saved run's "machine" as ``Run.machine`` takes it, or {} when it is not one (an older
+    file, or a stranger's): three finite numbers in range, nothing else read."""
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for key, hi in (("load", 1e4), ("own", 1e4), ("cores", 1e5)):
+        v = value.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= hi:
+            return {}
+        out[key] = int(v) if key == "cores" else float(v)
+    return out if out["cores"] >= 1 else {}
+
+
+def plain_spread(plain: list[Run]) -> float | None:
+    """How much plain decoding's rate moved: p10 to p90 of its moving-window tokens/sec (the
+    curve of the Run tab) over their median; a machine left alone decodes at a steady rate."""
+    rates = sorted(y for r in plain for y in r.curve()[1])
+    if len(rates) < 5:
+        return None
+    at = lambda q: rates[min(len(rates) - 1, int(q * len(rates)))]  # noqa: E731
+    return (at(0.9) - at(0.1)) / at(0.5) if at(0.5) > 0 else None
+
+
+def busy_note(m: dict | None) -> str:
+    """"machine busy: 3.2 load on 2 cores, figures vary", or "" when the machine was quiet
+    enough and plain decoding steady (``machine``'s figures)."""
+    if not m:
+        return ""
+    busy = "load" in m and m["others"] >= BUSY_LOAD_PER_CORE * m["cores"]
+    varied = m.get("plain_spread") is not None and m["plain_spread"] > VARIED_SPREAD
+    parts = []
+    if busy:
+        parts.append(f"machine busy: {m['load']:.1f} load on {m['cores']} cores")
+    if varied:
+        parts.append(f"plain decoding varied ±{m['plain_spread'] * 50:.0f}%")
+    return ", ".join(parts) + ": figures vary" if parts else ""
+
+
 def same_as_plain(verdicts: list[Verdict | None]) -> str | None:
     """One mark for one or more greedy runs checked against plain decoding: ✓ all identical,
     "≈ N ties" when every difference is a numerical tie, ✗ when any is a mismatch, None when
@@ -93,54 +166,71 @@ def compared_rates(spec: Run, base: Run) -> tuple[float, float]:
     return s, b
 
 
+def complete_prompts(runs: list[Run]) -> list[int]:
+    """The prompts a comparison finished: plain decoding of the prompt (the last arm the worker
+    runs on it) and every other arm's run ended, none of them stopped. Every figure of a
+    comparison pools exactly these runs, so the table, the header and a saved benchmark agree
+    while it runs and after a Stop."""
+    labels = list(dict.fromkeys(r.label for r in runs))
+    ended = {(r.label, r.prompt_index) for r in runs if r.done and not r.stopped}
+    prompts = sorted({r.prompt_index for r in runs})
+    return [p for p in prompts if (BASELINE, p) in ended and all((label, p) in ended for label in labels)]
+
+
 def compare_rows(runs: list[Run], planned: int | None = None) -> list[dict]:
-    """One row per label (drafter or BASELINE), pooled over prompts, in order of first run.
+    """One row per label (drafter or BASELINE), pooled over the complete prompts
+    (``complete_prompts``), in order of first run; before any prompt is complete, over every
+    run so far, and the rows say so (``partial``).
 
     Pooled tokens/sec = all tokens / all decode seconds. Speedup: each prompt's speculative
     run against plain decoding of that prompt over the tokens both made
     (``dspark.metrics.comparable_speedup``), pooled. ``planned``: prompts the job asked for.
     """
+    complete = set(complete_prompts(runs))
+    pooled = [r for r in runs if r.prompt_index in complete] if complete else list(runs)
     labels: dict[str, list[Run]] = {}
-    for r in runs:
+    for r in pooled:
         labels.setdefault(r.label, []).append(r)
+    coverage = {"planned": planned or len({r.prompt_index for r in runs}), "finished": len(complete),
+                "stopped": sum(r.stopped for r in runs), "partial": not complete, "machine": machine(pooled)}
     bases = {r.prompt_index: r for r in labels.get(BASELINE, []) if r.done}
-    rows = []
-    for label, rs in labels.items():
-        f = metrics.summarize(e for r in rs for e in r.rounds)
-        spec_rate = base_rate = 0.0
-        same_length = True
-        if label == BASELINE:
-            speed, compared = (1.0, f.tokens) if bases else (0.0, 0)
-        else:
-            paired = [(r, bases[r.prompt_index]) for r in rs if r.done and r.prompt_index in bases]
-            spec_rate, base_rate, compared = metrics.comparable_rates([(r.rounds, b.rounds) for r, b in paired])
-            speed = metrics.speedup(spec_rate, base_rate) if compared >= MIN_COMPARED else 0.0
-            same_length = all(len(r.summary.tokens) == len(b.summary.tokens) for r, b in paired)
-        rows.append({
-            "label": label,
-            "method": rs[0].method,
-            "drafter": rs[0].drafter,
-            "runs": len(rs),
-            "planned": planned or len(rs),
-            "finished": sum(r.done and not r.stopped for r in rs),
-            "stopped": sum(r.stopped for r in rs),
-            "tokens": f.tokens,
-            "rounds": f.rounds,
-            "tau": f.tau,
-            "acceptance_rate": f.acceptance_rate,
-            "per_position_acceptance": list(f.per_position_acceptance),
-            "tokens_per_sec": _pooled_tps(rs),
-            "speedup": speed or None,
-            "compared_tokens": compared,
-            # the rates the speedup divides; they differ from tokens_per_sec when some prompt's
-            # two runs made different numbers of tokens (sampling, EOS): then same_length is False
-            "compared_rates": [spec_rate, base_rate],
-            "same_length": same_length,
-            "identical": same_as_plain([r.verdict for r in rs]) if label != BASELINE else None,
-            "ttft_seconds": _mean([r.summary.ttft_seconds for r in rs if r.done]),
-            "peak_memory_bytes": max((r.summary.peak_memory_bytes for r in rs if r.done), default=0),
-        })
-    return rows
+    return [_row(label, rs, bases, coverage) for label, rs in labels.items()]
+
+
+def _row(label: str, rs: list[Run], bases: dict[int, Run], coverage: dict) -> dict:
+    f = metrics.summarize(e for r in rs for e in r.rounds)
+    spec_rate = base_rate = 0.0
+    same_length = True
+    if label == BASELINE:
+        speed, compared = (1.0, f.tokens) if bases else (0.0, 0)
+    else:
+        paired = [(r, bases[r.prompt_index]) for r in rs if r.done and r.prompt_index in bases]
+        spec_rate, base_rate, compared = metrics.comparable_rates([(r.rounds, b.rounds) for r, b in paired])
+        speed = metrics.speedup(spec_rate, base_rate) if compared >= MIN_COMPARED else 0.0
+        same_length = all(len(r.summary.tokens) == len(b.summary.tokens) for r, b in paired)
+    return {
+        "label": label,
+        "method": rs[0].method,
+        "drafter": rs[0].drafter,
+        "policy": None if label == BASELINE else str(rs[0].config.get("policy", "fixed")),
+        "runs": len(rs),
+        **coverage,
+        "tokens": f.tokens,
+        "rounds": f.rounds,
+        "tau": f.tau,
+        "acceptance_rate": f.acceptance_rate,
+        "per_position_acceptance": list(f.per_position_acceptance),
+        "tokens_per_sec": _pooled_tps(rs),
+        "speedup": speed or None,
+        "compared_tokens": compared,
+        # the rates the speedup divides; they differ from tokens_per_sec when some prompt's
+        # two runs made different numbers of tokens (sampling, EOS): then same_length is False
+        "compared_rates": [spec_rate, base_rate],
+        "same_length": same_length,
+        "identical": same_as_plain([r.verdict for r in rs]) if label != BASELINE else None,
+        "ttft_seconds": _mean([r.summary.ttft_seconds for r in rs if r.done]),
+        "peak_memory_bytes": max((r.summary.peak_memory_bytes for r in rs if r.done), default=0),
+    }
 
 
 def _mean(xs: list[float]) -> float | None:

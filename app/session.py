@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .bench_io import bench_costs, bench_rows
 from .choices import Choices, drafter_label
-from .messages import Arm, Checked, CostsMeasured, Job, JobDone, Loaded, RoundDone, RunDone, RunStarted
+from .messages import Arm, Checked, CostsMeasured, Job, JobDone, Loaded, Progress, RoundDone, RunDone, RunStarted
 from .runs import BASELINE, Run, compare_rows
 
 RUN_TAB, COMPARE_TAB = "run", "compare"
@@ -43,6 +43,8 @@ class View:
     costs: dict | None = None  # drafter name -> measured costs (Costs.to_dict()) the Compare tab draws
     message: str = ""  # the red message bar: what went wrong last ("" hides it)
     caption: str = ""  # the prompt line: what the last job ran on, or the benchmark shown
+    compare_replay: str = ""  # what the Compare tab's comparison replays ("" when it ran here)
+    progress: Progress | None = None  # a long task under way (measuring costs)
 
     def row(self, label: str | None) -> dict | None:
         return next((r for r in self.rows if r["label"] == label), None)
@@ -62,6 +64,8 @@ class Session:
         self.focus: str | None = None
         self.tab = RUN_TAB
         self.replay = ""  # what the shown runs replay ("" when they ran here)
+        self.compare_replay = ""  # what the comparison replays
+        self.progress: Progress | None = None
         self.version = 0  # bumped on every change; the window redraws when it moves
         self._next_id = 0
         self._fresh = False  # the current job has not started a run yet
@@ -178,6 +182,7 @@ class Session:
             if rec is None:
                 return False
             rec.summary = msg.summary
+            rec.machine = dict(msg.machine) or None
         elif isinstance(msg, Checked):
             rec = self.by_key.get(msg.key)
             if rec is None:
@@ -185,6 +190,8 @@ class Session:
             rec.verdict = msg.verdict
         elif isinstance(msg, CostsMeasured):
             self.costs[msg.drafter] = msg.costs
+        elif isinstance(msg, Progress):
+            self.progress = msg if msg.done < msg.total else None
         elif isinstance(msg, JobDone):
             if msg.job != job:
                 return False
@@ -205,6 +212,16 @@ class Session:
             self.compare_prompts = self.prompt_count
             self.focus = self._job_focus
             self.bench = None
+            self.compare_replay = self._job_replay
+
+    def measuring_costs(self) -> None:
+        """Run ▸ Measure costs: the Compare tab shows this machine's costs, so a comparison
+        replayed there or a benchmark opened there (measured on some machine at some time)
+        leaves it, and its badge with it."""
+        if self.bench is not None or self.compare_replay:
+            self.bench, self.comparison, self.compare_prompts, self.compare_replay = None, [], 0, ""
+        self.tab = COMPARE_TAB
+        self.version += 1
 
     def show_bench(self, doc: dict) -> bool:
         """Show a benchmark result on the Compare tab (False while a job runs)."""
@@ -259,12 +276,16 @@ class Session:
         return spec, base
 
     def view(self) -> View:
-        spec, base = self.shown_runs()
+        """One snapshot of everything shown: every pane of one redraw draws the same rounds,
+        however many of the worker's messages arrive while it draws."""
+        shot = {id(r): r.snapshot() for r in self.runs + self.comparison}
+        spec, base = (shot[id(r)] if r is not None else None for r in self.shown_runs())
+        comparison = tuple(shot[id(r)] for r in self.comparison)
         if self.bench is not None:
             rows, costs = tuple(bench_rows(self.bench)), bench_costs(self.bench)
         else:
-            rows = tuple(compare_rows(self.comparison, self.compare_prompts)) if self.comparison else ()
+            rows = tuple(compare_rows(list(comparison), self.compare_prompts)) if comparison else ()
             costs = {Path(p).name: c for p, c in self.costs.items()}
-        return View(self.shown_kind, self.tab, spec, base, tuple(self.runs), self.prompt_count,
-                    tuple(self.comparison), rows, self.compare_prompts, self.focused_label(), self.busy,
-                    self.replay, self.bench, costs, self.message, self.caption)
+        return View(self.shown_kind, self.tab, spec, base, tuple(shot[id(r)] for r in self.runs), self.prompt_count,
+                    comparison, rows, self.compare_prompts, self.focused_label(), self.busy,
+                    self.replay, self.bench, costs, self.message, self.caption, self.compare_replay, self.progress)

@@ -36,8 +36,8 @@ NORMAL = Theme(
     accent="#2f6fdb", error="#b3261e",
     accepted="#b9e6c3", correction="#ffd3a6", bonus="#b8d4ff",
     rejected="#e8575a", discarded="#f2b8b9", unverified="#d9dce1", cell_fg="#111111",
-    spec="#2f6fdb", base="#7a7f8a",
-    series=("#2f6fdb", "#d9480f", "#2b8a3e", "#ae3ec9", "#e67700", "#0c8599"),
+    spec="#0072b2", base="#7a7f8a",
+    series=("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9"),
 )
 
 PRESENTATION = Theme(
@@ -46,9 +46,27 @@ PRESENTATION = Theme(
     accent="#4dabf7", error="#ff6b6b",
     accepted="#1f8f3a", correction="#c25e00", bonus="#1c5fc9",
     rejected="#e03131", discarded="#6b2323", unverified="#3a3a3a", cell_fg="#ffffff",
-    spec="#4dabf7", base="#e9ecef",
-    series=("#4dabf7", "#ff922b", "#69db7c", "#f783ac", "#ffd43b", "#66d9e8"),
+    spec="#56b4e9", base="#e9ecef",
+    series=("#56b4e9", "#e69f00", "#2fd6a0", "#f0e442", "#e08fc0", "#ff7a3d"),
 )
+
+
+def drafter_colours(t: Theme, names: list[str], given: dict[str, str] | None = None) -> dict[str, str]:
+    """One colour per drafter, in the order the drafters come (``given`` ones kept): the same
+    drafter is the same colour in the table, every plot and every export, whatever its arms."""
+    out = dict(given or {})
+    for name in names:
+        if name not in out:
+            out[name] = t.series[len(out) % len(t.series)]
+    return out
+
+
+def policy_style(policy: str | None) -> str:
+    """One line style per verify policy (``app.panes.plots.LINE_STYLES``): fixed solid, fixed:K
+    dash-dot-dot, threshold:C dash-dot, auto dotted (plain decoding is dashed)."""
+    p = (policy or "fixed").strip()
+    return ("solid" if p == "fixed" else "dot" if p == "auto" else "dashdot" if p.startswith("threshold")
+            else "dashdotdot" if p.startswith("fixed:") else "solid")
 
 
 #: The window size the presentation theme's type sizes are chosen for (a 13-inch laptop at 2x).
@@ -60,6 +78,10 @@ def scaled(t: Theme, width: int, height: int) -> Theme:
     back of a room, a projector's 1920x1080 needs larger type than a laptop's 1280x800)."""
     k = max(0.8, min(width / PRESENTATION_SIZE[0], height / PRESENTATION_SIZE[1]))
     return replace(t, font_pt=max(9, round(t.font_pt * k)), big_pt=max(14, round(t.big_pt * k)))
+
+
+#: The focus frame's width: a keyboard user must see at a glance where the keys go.
+FOCUS_PX = 2
 
 
 def stylesheet(t: Theme) -> str:
@@ -97,6 +119,11 @@ def stylesheet(t: Theme) -> str:
     QLabel#badge {{ background: {t.accent}; color: #ffffff; font-weight: bold; padding: 4px 10px;
                     border-radius: 4px; }}
     QStatusBar {{ color: {t.muted}; }}
+    QPlainTextEdit:focus, QTextEdit:focus, QListWidget:focus, QTableWidget:focus, QLineEdit:focus,
+    QComboBox:focus, QSpinBox:focus, QDoubleSpinBox:focus {{ border: {FOCUS_PX}px solid {t.accent}; }}
+    QPushButton:focus, QToolButton:focus {{ border: {FOCUS_PX}px solid {t.accent}; }}
+    QCheckBox:focus {{ color: {t.accent}; font-weight: bold; }}
+    QTabBar::tab:focus {{ border: {FOCUS_PX}px solid {t.accent}; }}
     """
 
 

@@ -34,7 +34,7 @@ from .panes.settings_form import form_values
 from .playlist import SPEEDS, Playlist
 from .presentation import Presenter
 from .results import ResultsPanel
-from .session import COMPARE_TAB, Session
+from .session import Session
 from .theme import NORMAL, PRESENTATION, Theme, palette, scaled, stylesheet
 from .wording import in_app
 from .worker import WorkerThread
@@ -317,7 +317,7 @@ class MainWindow(QMainWindow):
     def measure_costs(self, remeasure: bool = True) -> bool:
         request = benchmarks.costs_request(self.session, remeasure)
         if request is not None:
-            self.session.show_tab(COMPARE_TAB)
+            self.session.measuring_costs()
             self.engine.measure_costs(request)
         self._said()
         return request is not None
@@ -342,11 +342,13 @@ class MainWindow(QMainWindow):
             self.normal_geometry, self._normal_rect = self.saveGeometry(), self.geometry()
         for sc in self.presentation_keys:
             sc.setEnabled(on)
+        self.results.set_presenting(on)
+        if not on:  # normal type first: beside the large type the controls would widen the window's minimum
+            self.apply_theme(NORMAL)
         self.left.setVisible(not on)
         self.menuBar().setVisible(not on)
-        self.results.set_presenting(on)
-        self.apply_theme(self.presentation_theme() if on else NORMAL)
         if on:
+            self.apply_theme(self.presentation_theme())
             self.setFocus()
             if self.presenter.fullscreen:
                 self.showFullScreen()
@@ -354,7 +356,18 @@ class MainWindow(QMainWindow):
             geometry.leave_full_screen(self, self._normal_rect, self._was_maximized, self.presenter.fullscreen)
 
     def presentation_theme(self) -> Theme:
-        return scaled(PRESENTATION, self.width(), self.height())
+        """Every type size in proportion to what the audience sees: the screen when full screen."""
+        size = self.screen().geometry().size() if self.presenter.fullscreen and self.screen() else self.size()
+        return scaled(PRESENTATION, size.width(), size.height())
+
+    def resizeEvent(self, e) -> None:
+        super().resizeEvent(e)
+        if self.presenter.active and not self.presenter.fullscreen:  # full screen: the screen's size already
+            QTimer.singleShot(0, self._rescale)
+
+    def _rescale(self) -> None:
+        if self.presenter.active and self.presentation_theme() != self.theme:
+            self.apply_theme(self.presentation_theme())
 
     def _present_step(self, delta: int) -> None:
         if self._replaying():

@@ -76,5 +76,8 @@ def _exported(session: Session, comparison: bool) -> tuple[list, int]:
 
 
 def save_pngs(folder: str, widgets: dict[str, QWidget]) -> tuple[list[Path], list[str]]:
-    """Each widget grabbed to ``folder/<name>.png``: (written, skipped)."""
-    return export.write_pngs(folder, widgets), []
+    """Each widget on screen grabbed to ``folder/<name>.png`` as it is drawn: (written, skipped).
+    A plot with nothing measured yet (empty axes) and one on a tab not on screen (grabbed at a
+    size it was never laid out at, its titles cut) are skipped, and named in ``skipped``."""
+    shown = {name: w for name, w in widgets.items() if w.isVisible() and not w.property("empty")}
+    return export.write_pngs(folder, shown), [name for name in widgets if name not in shown]

@@ -10,7 +10,9 @@ before every round.
 from __future__ import annotations
 
 import gc
+import os
 import threading
+import time
 from pathlib import Path
 
 import mlx.core as mx
@@ -23,11 +25,12 @@ from dspark.errors import report_bug
 from dspark.engine import run_to_summary
 
 from .messages import (
-    Checked, CostsMeasured, CostsRequest, DrafterInfo, Failed, Job, JobDone, Loaded, LoadRequest, RoundDone, RunDone,
-    Arm, RunStarted, Status,
+    Checked, CostsMeasured, CostsRequest, DrafterInfo, Failed, Job, JobDone, Loaded, LoadRequest, Progress, RoundDone,
+    RunDone, Arm, RunStarted, Status,
 )
 
 WARMUP_IDS = [2, 3, 4, 5]
+COSTS_ROUNDS_PER_SLOT = 105  # measuring a drafter's costs takes ~105 x (block size + 3) rounds' time
 
 
 class Worker(QObject):
@@ -63,13 +66,23 @@ class Worker(QObject):
 
     @Slot(object)
     def measure_costs(self, req: CostsRequest) -> None:
-        """Each drafter's costs on the target: cached, or measured now (a few seconds each)."""
+        """Each drafter's costs on the target: cached, or measured now (seconds each), with the
+        progress and the time left said as it goes (``_costs_estimates``)."""
         try:
             for msg in self._ensure(req.target, list(req.drafters)).values():
                 self.message.emit(Failed(msg))
-            for p in req.drafters:
-                if p in self._drafters:
-                    self._costs_for(p, self._drafters[p].block_size, remeasure=req.remeasure)
+            paths = [p for p in req.drafters if p in self._drafters]
+            estimates = self._costs_estimates(paths) if req.remeasure else [0.0] * len(paths)
+            scale = 1.0  # measured / estimated, from the drafters done so far
+            for i, p in enumerate(paths):
+                left = scale * sum(estimates[i:])
+                self.message.emit(Progress("measuring this machine's costs", i, len(paths), Path(p).name,
+                                           left if req.remeasure else None))
+                clock = time.monotonic()
+                self._costs_for(p, self._drafters[p].block_size, remeasure=req.remeasure)
+                if estimates[i] > 0:
+                    scale = (time.monotonic() - clock) / estimates[i]
+            self.message.emit(Progress("measuring this machine's costs", len(paths), len(paths)))
             self.message.emit(Status("ready"))
         except DsparkError as e:
             self.message.emit(Failed(str(e)))
@@ -133,11 +146,11 @@ class Worker(QObject):
             events = generate(self._target, drafter, prompt, config, cancel=cancel, costs=costs)
         else:
             events = generate_baseline(self._target, prompt, config, cancel=cancel)
-        summary = None
+        summary, clock, cpu = None, time.monotonic(), _cpu_seconds()
         for ev in events:
             if isinstance(ev, Summary):
                 summary = ev
-                self.message.emit(RunDone(key, ev))
+                self.message.emit(RunDone(key, ev, _machine(time.monotonic() - clock, _cpu_seconds() - cpu)))
             else:
                 self.message.emit(RoundDone(key, ev, tuple(self._piece(t) for t in ev.drafted)))
         return key, summary
@@ -151,6 +164,21 @@ class Worker(QObject):
         for spec, key, s in done:
             if spec.drafter and s is not None and s.finish_reason != "cancelled":
                 self.message.emit(Checked(key, lossless.compare(self._target, s, base)))
+
+    def _costs_estimates(self, paths: list[str]) -> list[float]:
+        """Seconds measuring each drafter's costs will take, about: timing every phase at three
+        cache lengths and both BLAS thread counts, with its repeats, costs what some 105 x
+        (block size + 3) rounds of generation do (the demo pair at block size 7: 1,008 and 1,127
+        rounds); one short generation of each times a round on this machine now. The rest of the
+        estimate is scaled by how the first drafters' measured against theirs."""
+        out = []
+        for p in paths:
+            d = self._drafters[p]
+            summary = run_to_summary(generate(self._target, d, self._warm_ids(), GenerationConfig(
+                max_tokens=4 * d.block_size, stop_at_eos=False)))
+            per_round = summary.total_seconds / max(summary.rounds, 1)
+            out.append(per_round * COSTS_ROUNDS_PER_SLOT * (d.block_size + 3))
+        return out
 
     def _costs_for(self, path: str, block_size: int, remeasure: bool = False) -> Costs:
         """The drafter's costs at this block size (cached per machine and model by
@@ -225,6 +253,19 @@ class Worker(QObject):
 
     def _unexpected(self, e: Exception) -> None:
         self.message.emit(Failed(report_bug(e, "dspark-studio")))
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _machine(seconds: float, cpu: float) -> dict:
+    """The machine while a run ran (``app.messages.RunDone.machine``): the load average at its
+    end and how many cores this process kept busy meanwhile, so what other programs did shows."""
+    if not hasattr(os, "getloadavg") or seconds <= 0:
+        return {}
+    return {"load": os.getloadavg()[0], "own": cpu / seconds, "cores": os.cpu_count() or 1}
 
 
 class WorkerThread(QObject):

@@ -234,6 +234,7 @@ class DraftPane(QWidget):
     def set_theme(self, t: Theme) -> None:
         self.grid.set_theme(t)
         self.header.updateGeometry()
+        self._keep_columns()
 
         def chip(colour: str, name: str, fg: str) -> str:
             name = name.replace(" ", "&nbsp;")  # a legend wraps between chips, never inside one
@@ -257,7 +258,15 @@ class DraftPane(QWidget):
         self.set_rounds(spec.rounds if spec else [], spec.drafted_text if spec else [])
 
     def set_rounds(self, rounds: list, texts: list) -> None:
+        self.setProperty("empty", not rounds)  # nothing for a PNG export to save
         if not rounds:
             self.follow = True
         self.grid.set_rounds(rounds, texts)
         self.header.update()
+        self._keep_columns()
+
+    def _keep_columns(self) -> None:
+        """The pane never narrower than its columns at their narrowest (the scroll area would cut
+        the target column off rather than ask for the room): a splitter gives it that width."""
+        bar = self.scroll.verticalScrollBar().sizeHint().width()
+        self.setMinimumWidth(self.grid.minimumSizeHint().width() + bar + 2)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from html import escape
 
-from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from ..runs import BASELINE, MIN_COMPARED, compared_rates, same_as_plain, speedup
+from ..runs import BASELINE, MIN_COMPARED, busy_note, compared_rates, machine, same_as_plain, speedup
 from ..session import COMPARE_TAB, View
+from .flow import FlowLayout
 
 SPEEDUP_TIP = (
     "speculative ÷ plain decode tokens/sec over comparable work: both runs are measured over the\n"
@@ -39,6 +40,9 @@ SAME_TIP = ("✓: the greedy run's output equals plain mlx-lm decoding token for
             "rounding of its dtype (bf16 / quantised targets; the many-row verify and one-row decoding round\n"
             "differently), which is not a bug. ✗: a real difference. Hover after a run for the numbers.")
 FIELDS[-1] = ("same", "same as plain", SAME_TIP)
+BUSY_TIP = ("Other programs kept this machine busy while it ran (the load average, less what this app used),\n"
+            "or plain decoding's own rate varied from window to window: every tokens/sec, and so the\n"
+            "speedup, depends on what else ran. Recorded with each run, so a replay says it too.")
 
 
 def plural(n: int, word: str) -> str:
@@ -63,37 +67,45 @@ class HeaderStrip(QFrame):
         top.addWidget(self.headline, 1)
         top.addWidget(self.mode)
         outer.addLayout(top)
-        lay = QGridLayout()
-        lay.setHorizontalSpacing(18)
-        lay.setVerticalSpacing(0)
-        outer.addLayout(lay)
+        flow = FlowLayout(h_spacing=18, v_spacing=2)  # wraps to a second row in a narrow window
+        outer.addLayout(flow)
         self.values: dict[str, QLabel] = {}
         self.captions: dict[str, QLabel] = {}
-        for col, (key, caption, tip) in enumerate(FIELDS):
+        self.fields: dict[str, QWidget] = {}
+        for key, caption, tip in FIELDS:
+            field = QWidget()
+            fl = QVBoxLayout(field)
+            fl.setContentsMargins(0, 0, 0, 0)
+            fl.setSpacing(0)
             v, c = QLabel("–"), QLabel(caption)
             v.setObjectName("value")
             c.setObjectName("caption")
             for w in (v, c):
                 w.setToolTip(tip)
-            lay.addWidget(v, 0, col)
-            lay.addWidget(c, 1, col)
-            self.values[key] = v
-            self.captions[key] = c
-        lay.setColumnStretch(len(FIELDS), 1)
+                fl.addWidget(w)
+            flow.addWidget(field)
+            self.values[key], self.captions[key], self.fields[key] = v, c, field
+            if key == "speedup":  # the machine's load, beside the figure it makes vary
+                self.busy = QLabel()
+                self.busy.setObjectName("note")
+                self.busy.setWordWrap(True)
+                self.busy.setToolTip(BUSY_TIP)
+                self.busy.hide()
+                flow.addWidget(self.busy)
 
     def set_compact(self, compact: bool) -> None:
         for key in ("ttft", "mem"):
-            self.values[key].setVisible(not compact)
-            self.captions[key].setVisible(not compact)
+            self.fields[key].setVisible(not compact)
 
     def plots(self) -> dict:
         return {}
 
-    def set_theme(self, _theme) -> None:
-        pass  # styled by the window's stylesheet
+    def set_theme(self, t) -> None:
+        """Styled by the window's stylesheet; the load's note as wide as some 14 letters of it."""
+        self.busy.setMaximumWidth(int(t.font_pt * 96 / 72 * 14))
 
     def show_view(self, view: View) -> None:
-        badge = view.replay
+        badge = view.compare_replay if view.tab == COMPARE_TAB else view.replay
         if view.tab == COMPARE_TAB and view.bench is not None:  # measured elsewhere, maybe on another machine
             badge = f"BENCHMARK · {view.bench.get('_path', '')} · {view.bench['environment'].get('cpu', '')}"
         head, _, rest = badge.partition(" · ")
@@ -105,10 +117,14 @@ class HeaderStrip(QFrame):
         else:
             self._show_run(view)
 
-    def _show(self, values: dict[str, str], headline: str, speedup_tip: str = "", basis: str = "") -> None:
+    def _show(self, values: dict[str, str], headline: str, speedup_tip: str = "", basis: str = "",
+              busy: str = "") -> None:
         """``basis``: said under both tok/s when they are not whole-run rates but the two the
-        speedup divides (the runs made different numbers of tokens)."""
+        speedup divides (the runs made different numbers of tokens); ``busy``: the machine's
+        load said beside the speedup (``app.runs.busy_note``)."""
         self.headline.setText(headline)
+        self.busy.setText(f"⚠ {busy}" if busy else "")
+        self.busy.setVisible(bool(busy))
         for key, caption, _tip in FIELDS:
             self.values[key].setText(values.get(key) or "–")
             self.captions[key].setText(f"{caption} · {basis}" if basis and key in ("spec", "base") else caption)
@@ -142,7 +158,8 @@ class HeaderStrip(QFrame):
             "ttft": f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "",
             "mem": f"{mem / 2**20:.0f} MB" if mem else "",
             "same": same_as_plain([verdict]) or "",
-        }, headline, _compared_note(compared, spec, base), basis)
+        }, headline, _compared_note(compared, spec, base), basis,
+            busy_note(machine([r for r in (spec, base) if r is not None])))
         self.values["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
 
     def _show_comparison(self, view: View) -> None:
@@ -151,9 +168,9 @@ class HeaderStrip(QFrame):
         if row is not None and view.bench is not None:
             headline = f"{row['label']} vs plain mlx-lm decoding · dspark bench: medians over {row['runs_text']} trials"
         elif row is not None:
-            headline = f"{row['label']} vs plain decoding · pooled over {plural(n, 'prompt')}"
+            headline = f"{row['label']} vs plain decoding · {coverage(row, view.busy)}"
         elif base is not None:
-            headline = f"plain decoding only · {plural(n, 'prompt')}"
+            headline = f"plain decoding only · {coverage(base, view.busy)}"
         else:
             headline = "Compare: the figures of the drafter selected in the table appear here"
         r = row or {}
@@ -173,8 +190,21 @@ class HeaderStrip(QFrame):
             "ttft": f"{ttft * 1000:.0f} ms" if ttft is not None else "",
             "mem": f"{mem / 2**20:.0f} MB" if mem else "",
             "same": r.get("identical") or "",
-        }, headline, _pooled_note(view, r, n) if row is not None else "", basis)
+        }, headline, _pooled_note(view, r, n) if row is not None else "", basis,
+            busy_note((row or base or {}).get("machine")))
         self.values["same"].setToolTip(SAME_TIP)
+
+
+def coverage(row: dict, busy: bool) -> str:
+    """Which prompts a comparison's figures pool: the ones every arm finished
+    (``app.runs.complete_prompts``), or before there is one, the unfinished runs, said so."""
+    done, planned = row.get("finished", 0), row.get("planned", 0)
+    if row.get("partial"):
+        return (f"prompt 1 of {planned} running" if busy else
+                "stopped before a prompt finished: the figures are of unfinished runs")
+    if done >= planned:
+        return f"pooled over {plural(planned, 'prompt')}"
+    return f"pooled over {done} of {planned} prompts" + (" (the rest running)" if busy else " · stopped")
 
 
 def _pooled_note(view: View, row: dict, n: int) -> str:
@@ -182,7 +212,10 @@ def _pooled_note(view: View, row: dict, n: int) -> str:
         s = view.bench["settings"]
         return (f"dspark bench: the median over {row['runs_text']} trials (prompts × repeats) of each trial's "
                 f"speedup over plain mlx-lm decoding of the same prompt; {s['max_tokens']} tokens each, EOS ignored.")
-    return f"Pooled over {plural(n, 'prompt')}: {row.get('compared_tokens', 0)} tokens compared."
+    if row.get("partial"):
+        return "No prompt has finished yet: nothing to compare."
+    return (f"Pooled over the {plural(row['finished'], 'prompt')} every drafter and plain decoding finished: "
+            f"{row.get('compared_tokens', 0)} tokens compared.")
 
 
 def _compared_note(compared: int, spec, base) -> str:

@@ -13,11 +13,11 @@ from html import escape
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFontMetrics
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
 from ..session import View
-from ..theme import NORMAL, Theme
+from ..theme import NORMAL, Theme, drafter_colours
 
 pg.setConfigOptions(antialias=True)
 
@@ -61,16 +61,42 @@ def make_plot(title: str, left: str, bottom: str, integer_y: bool = False) -> pg
     return w
 
 
-KEYS_PER_LINE = 3  # a benchmark's nine arms in one line would widen the plot past the window
+#: How a line is drawn, by name (``app.theme.policy_style``), and the glyph its legend key shows.
+LINE_STYLES = {"solid": Qt.SolidLine, "dash": Qt.DashLine, "dot": Qt.DotLine, "dashdot": Qt.DashDotLine,
+               "dashdotdot": Qt.DashDotDotLine}
+GLYPHS = {"solid": "━━", "dash": "╍╍", "dot": "┉┉", "dashdot": "━╍", "dashdotdot": "━┉"}
 
 
-def title_html(t: Theme, title: str, keys: list[tuple[str, str, bool]] = (), per_line: int = KEYS_PER_LINE) -> str:
-    """A plot title and, on a line below it, its legend: (colour, name, dashed) per line drawn
-    (two short lines keep a narrow plot readable where one long one would widen the window)."""
-    keys = [f'<span style="color:{colour}">{"╍╍" if dashed else "━━"}&nbsp;{escape(name)}</span>'
-            for colour, name, dashed in keys]
-    lines = ["&nbsp;&nbsp;&nbsp;".join(keys[i : i + per_line]) for i in range(0, len(keys), per_line)]
-    return "<br>".join([escape(title), *lines])
+def pen(colour: str, style: str = "solid", width: float = 3) -> object:
+    return pg.mkPen(colour, width=width, style=LINE_STYLES[style])
+
+
+def fit_title(w: pg.PlotWidget, t: Theme, title: str, keys: list[tuple[str, str, str]] = ()) -> None:
+    """The title and, on lines below it, its legend, one key per line drawn: (colour, name,
+    style). The title's words and the keys wrap to as many lines as the plot's width needs: a
+    title wider than the plot's inside widens it past the widget, which then cuts the legend and
+    the ends of the axes. Kept with the plot, so ``PlotBox`` fits it again when it is resized."""
+    w.legend_keys = (t, title, list(keys))
+    room = w.width() - w.getAxis("left").width() - 12
+
+    def fits(lines: list[str]) -> bool:
+        set_title(w, t, "<br>".join(lines))
+        return w.getPlotItem().titleLabel.item.boundingRect().width() <= room
+
+    head = [escape(title)]
+    if not fits(head):  # a long title on a narrow plot: its words on lines
+        head, words = [], title.split()
+        for word in words:
+            if head and fits([f"{head[-1]} {escape(word)}"]):
+                head[-1] = f"{head[-1]} {escape(word)}"
+            else:
+                head.append(escape(word))
+    spans = [f'<span style="color:{colour}; white-space:nowrap">{escape(GLYPHS[style])} {escape(name)}</span>'
+             for colour, name, style in keys]  # a key never wraps inside itself
+    for per_line in range(max(len(spans), 1), 0, -1):  # the fewest lines whose widest fits
+        lines = ["&nbsp;&nbsp;&nbsp;".join(spans[i:i + per_line]) for i in range(0, len(spans), per_line)]
+        if fits(head + lines):
+            break
 
 
 def set_title(w: pg.PlotWidget, t: Theme, html: str) -> None:
@@ -86,7 +112,7 @@ def set_title(w: pg.PlotWidget, t: Theme, html: str) -> None:
 def style_plot(w: pg.PlotWidget, t: Theme) -> None:
     title, left, bottom = w.property("titles")
     w.setBackground(t.panel)
-    set_title(w, t, escape(title))
+    fit_title(w, t, title)
     for name, text in (("left", left), ("bottom", bottom)):
         ax = w.getAxis(name)
         ax.setPen(pg.mkPen(t.grid))
@@ -110,27 +136,29 @@ TIP_COSTS = (
 )
 
 
-def draw_costs(w: pg.PlotWidget, costs: dict, t: Theme) -> None:
+def draw_costs(w: pg.PlotWidget, costs: dict, t: Theme, colours: dict[str, str] | None = None) -> None:
     """Each drafter's verify cost by width, its draft cost, and the plain step, from
-    ``{name: Costs.to_dict()}``; the legend is the title (``title_html``)."""
+    ``{name: Costs.to_dict()}``, each drafter in its colour of ``colours`` (the table's and the
+    other plots'); the legend is the title (``fit_title``)."""
     w.clear()
+    colours = drafter_colours(t, list(colours or {}) + list(costs), colours)
     keys, top, width = [], 0.0, 0
-    for i, (name, c) in enumerate(costs.items()):
-        colour = t.series[i % len(t.series)]
+    for name, c in costs.items():
+        colour = colours[name]
         v = [float(x) for x in c["verify_ms"]]
-        w.plot(np.arange(len(v), dtype=float), np.array(v), pen=pg.mkPen(colour, width=3), symbol="o",
-               symbolSize=8, symbolBrush=colour)
-        w.addItem(pg.InfiniteLine(pos=float(c["draft_ms"]), angle=0, pen=pg.mkPen(colour, width=2, style=Qt.DashLine)))
-        keys.append((colour, f"{name} (draft {float(c['draft_ms']):.1f} ms)", False))
+        w.plot(np.arange(len(v), dtype=float), np.array(v), pen=pen(colour), symbol="o", symbolSize=8,
+               symbolBrush=colour)
+        w.addItem(pg.InfiniteLine(pos=float(c["draft_ms"]), angle=0, pen=pen(colour, "dash", 2)))
+        keys.append((colour, f"{name} (draft {float(c['draft_ms']):.1f} ms)", "solid"))
         top, width = max(top, max(v), float(c["draft_ms"])), max(width, len(v))
     if costs:
         step = float(next(iter(costs.values()))["step_ms"])
-        w.addItem(pg.InfiniteLine(pos=step, angle=0, pen=pg.mkPen(t.base, width=2)))
-        keys.append((t.base, f"plain step {step:.1f} ms", False))
+        w.addItem(pg.InfiniteLine(pos=step, angle=0, pen=pen(t.base, "solid", 2)))
+        keys.append((t.base, f"plain step {step:.1f} ms", "solid"))
         w.setYRange(0, max(top, step) * 1.15, padding=0)
         w.setXRange(-0.4, width - 0.6, padding=0)
         integer_ticks(w, range(width))
-    set_title(w, t, title_html(t, w.property("titles")[0], keys, per_line=2))
+    fit_title(w, t, w.property("titles")[0], keys)
 
 
 class PlotBox(QWidget):
@@ -150,13 +178,21 @@ class PlotBox(QWidget):
         lay.addWidget(plot, 0, 0)
         lay.addWidget(self.empty, 0, 0)  # the same cell, on top
         self.empty.raise_()
+        plot.setProperty("empty", True)
 
     def set_empty(self, empty: bool) -> None:
         self.empty.setVisible(empty)
+        self.plot.setProperty("empty", empty)  # a PNG export skips a plot with nothing drawn
 
     @property
     def is_empty(self) -> bool:
         return not self.empty.isHidden()
+
+    def resizeEvent(self, e) -> None:
+        super().resizeEvent(e)
+        if e.oldSize().width() != e.size().width() and getattr(self.plot, "legend_keys", None):
+            self.plot.resize(e.size())  # the title fits the new width, not the old one
+            fit_title(self.plot, *self.plot.legend_keys)
 
 
 def zero_based_range(w: pg.PlotWidget, top: float, grow: float = 1.12) -> None:
@@ -211,11 +247,11 @@ class PlotsPane(QWidget):
         self.theme = t
         for w in self.plots().values():
             style_plot(w, t)
-        set_title(self.tps, t, title_html(t, "Decode tok/s", [(t.spec, "speculative", False), (t.base, "plain", True)]))
+        fit_title(self.tps, t, "Decode tok/s", [(t.spec, "speculative", "solid"), (t.base, "plain", "dash")])
         self.pos_bars.setOpts(brush=t.accepted, pen=pg.mkPen(t.fg, width=0.5))
         self.hist_bars.setOpts(brush=t.bonus, pen=pg.mkPen(t.fg, width=0.5))
-        self.spec_curve.setPen(pg.mkPen(t.spec, width=2.5))
-        self.base_curve.setPen(pg.mkPen(t.base, width=2.5, style=Qt.DashLine))
+        self.spec_curve.setPen(pen(t.spec, "solid", 2.5))
+        self.base_curve.setPen(pen(t.base, "dash", 2.5))
 
     def show_view(self, view: View) -> None:
         """Redraw from the speculative run and the baseline run (either may be None)."""
@@ -234,11 +270,11 @@ class PlotsPane(QWidget):
             self.hist.setXRange(-0.6, max(len(hist) - 1, 1) + 0.6, padding=0)
             zero_based_range(self.hist, max(max(hist, default=1), 1))
             integer_ticks(self.hist, range(len(hist)))
-            set_title(self.hist, t, escape(f"Accepted length  (τ = {f.tau:.2f})"))
+            fit_title(self.hist, t, f"Accepted length  (τ = {f.tau:.2f})")
         else:
             self.pos_bars.setOpts(x=[], height=[])
             self.hist_bars.setOpts(x=[], height=[])
-            set_title(self.hist, t, escape("Accepted length"))  # no τ over empty axes
+            fit_title(self.hist, t, "Accepted length")  # no τ over empty axes
         self.boxes["position"].set_empty(not has_spec)
         self.boxes["hist"].set_empty(not has_spec)
         curves = []

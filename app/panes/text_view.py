@@ -90,17 +90,19 @@ class TextPane(QWidget):
         self.text = TokenText()
         lay.addWidget(self.legend)
         lay.addWidget(self.text, 1)
-        self._key, self._rounds = None, 0  # the run shown, and how many of its rounds
+        self._serial, self._rounds = None, 0  # the run shown (``Run.serial``), and how many of its rounds
         self.set_theme(NORMAL)
 
     def plots(self) -> dict:
         return {"text": self}
 
     def show_view(self, view: View) -> None:
-        """Show the speculative run (else the baseline), appending only its new rounds."""
+        """Show the speculative run (else the baseline), appending only its new rounds; another
+        run (a replay's keys start again at 1) is drawn from its prompt on."""
         shown = view.spec if view.spec is not None else view.base
-        if shown is None or shown.key != self._key:
-            self._key, self._rounds = (shown.key if shown else None), 0
+        self.setProperty("empty", shown is None)  # nothing for a PNG export to save
+        if shown is None or shown.serial != self._serial or len(shown.rounds) < self._rounds:
+            self._serial, self._rounds = (shown.serial if shown else None), 0
             self.text.clear_tokens(shown.prompt if shown else "")
         if shown is not None and len(shown.rounds) > self._rounds:
             new = shown.rounds[self._rounds:]
@@ -109,7 +111,7 @@ class TextPane(QWidget):
 
     def set_theme(self, t: Theme) -> None:
         self.text.theme = t
-        self._key = None  # re-render the text in the new colours
+        self._serial = None  # re-render the text in the new colours
 
         def chip(colour: str, name: str) -> str:
             name = escape(name).replace(" ", "&nbsp;")  # a legend wraps between chips, never inside one
