@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from dspark import GenerationConfig, generate, generate_baseline, load_drafter, load_target, run_to_summary
-from dspark.demo.build import acceptance
+from dspark.demo.measure import acceptance
 from dspark.demo.corpus import heldout_prompts
 from same import assert_same_greedy
 
