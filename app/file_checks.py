@@ -9,10 +9,15 @@ Plain Python: no Qt, no MLX (``app.bench_io`` is imported by the app's Qt-free s
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import types
+import typing
 from typing import Callable
 
 from dspark.errors import DsparkError
+from dspark.events import CommittedToken, RoundEvent, Source, Summary
+from dspark.lossless import Difference
 from dspark.validate import LIMITS, costs_problem
 
 #: Limits of a saved run or comparison.
@@ -77,9 +82,11 @@ def items(rule: Rule, n: int) -> Rule:
     return check
 
 
-def record(fields: dict[str, Rule], required: tuple[str, ...] = (), strict: bool = True) -> Rule:
-    """An object with these keys (those in ``required`` present), each by its rule; ``strict``:
-    no other key (an event's fields are its dataclass's), else other keys are left unread."""
+def record(fields: dict[str, Rule], required: tuple[str, ...] = (), strict: bool = True,
+           others: Rule | None = None) -> Rule:
+    """An object with these keys (those in ``required`` present), each by its rule. Any other key:
+    refused when ``strict`` (an event's fields are its dataclass's), else checked by ``others``
+    (a figure a newer dspark adds), else left unread."""
     def check(v):
         if not isinstance(v, dict):
             return "must be an object"
@@ -90,9 +97,10 @@ def record(fields: dict[str, Rule], required: tuple[str, ...] = (), strict: bool
             if k not in v:
                 return f"has no {k}"
         for k, x in v.items():
-            bad = fields[k](x) if k in fields else None
+            rule = fields.get(k, others)
+            bad = rule(x) if rule is not None else None
             if bad:
-                return f"{k} {bad}"
+                return f"{str(k)[:40]} {bad}"
         return None
     return check
 
@@ -113,41 +121,58 @@ def flat_object(n: int) -> Rule:
     return check
 
 
+def by_annotation(hint) -> Rule:
+    """A rule from a dataclass field's type, for the fields no explicit rule names: a field the
+    event schema gains is still checked (kind, finiteness, size) and a file with it still opens."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return optional(by_annotation(inner[0])) if len(inner) == 1 else (lambda v: "has an unreadable type")
+    if typing.get_origin(hint) is tuple:
+        return items(by_annotation(args[0]), MAX_TOKENS)
+    return {bool: boolean, int: integer(-2**53, 2**53), float: number(-1e15, 1e15), str: text(MAX_TEXT),
+            dict: flat_object(100)}.get(hint, lambda v: f"has a type no rule reads ({hint})")
+
+
+def from_dataclass(cls, explicit: dict[str, Rule], kind: str | None = None) -> Rule:
+    """The rule of ``cls``' dict form (``dataclasses.asdict``, with a ``kind`` when given): exactly
+    its fields, those without a default present, each by its explicit rule or by its type."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: explicit.get(f.name) or by_annotation(hints[f.name]) for f in dataclasses.fields(cls)}
+    required = tuple(f.name for f in dataclasses.fields(cls)
+                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    return record({**({"kind": one_of(kind)} if kind else {}), **fields}, required)
+
+
 # --------------------------------------------------------------------------- a saved run or comparison
 TOKEN = integer(0, MAX_TOKEN_ID)
 SECONDS = number(0.0, MAX_SECONDS)
 PROB = number(0.0, 1.0, nan=True)  # NaN: not computed (a run without a screen)
 COUNT = integer(0, MAX_TOKENS)
-COMMITTED = record({"id": TOKEN, "text": text(MAX_PIECE), "source": one_of("accepted", "correction", "bonus", "target"),
-                    "round": integer(0, MAX_TOKENS), "position": integer(0, MAX_BLOCK), "target_prob": PROB,
-                    "draft_prob": optional(PROB)}, ("id", "text", "source", "round", "position", "target_prob"))
-ROUND_FIELDS = ("index", "anchor", "drafted", "draft_probs", "confidences", "verify_width", "accepted", "committed",
-                "draft_seconds", "verify_seconds", "elapsed_seconds", "tokens_generated", "tokens_per_sec")
-ROUND = record({"kind": one_of("round"), "index": integer(0, MAX_TOKENS), "anchor": TOKEN,
-                "drafted": items(TOKEN, MAX_BLOCK), "draft_probs": items(PROB, MAX_BLOCK),
-                "confidences": optional(items(number(0.0, 1.0), MAX_BLOCK)), "verify_width": integer(0, MAX_BLOCK),
-                "accepted": integer(0, MAX_BLOCK), "committed": items(COMMITTED, MAX_BLOCK), "draft_seconds": SECONDS,
-                "verify_seconds": SECONDS, "elapsed_seconds": SECONDS, "tokens_generated": COUNT,
-                "tokens_per_sec": number(0.0, MAX_RATE), "confidence_logits": optional(items(number(-1e6, 1e6), MAX_BLOCK))},
-               ROUND_FIELDS)
-SUMMARY_FIELDS = ("method", "tokens", "text", "prompt_tokens", "rounds", "accepted_lengths", "verify_widths", "tau",
-                  "acceptance_rate", "per_position_acceptance", "tokens_per_sec", "ttft_seconds", "prefill_seconds",
-                  "draft_seconds", "verify_seconds", "total_seconds", "finish_reason")
-SUMMARY = record({"kind": one_of("summary"), "method": one_of("speculative", "baseline"),
-                  "tokens": items(TOKEN, MAX_TOKENS), "text": text(MAX_TEXT), "prompt_tokens": items(TOKEN, MAX_TOKENS),
-                  "rounds": COUNT, "accepted_lengths": items(integer(0, MAX_BLOCK), MAX_TOKENS),
-                  "verify_widths": items(integer(0, MAX_BLOCK), MAX_TOKENS), "tau": number(0.0, MAX_BLOCK),
-                  "acceptance_rate": number(0.0, 1.0), "per_position_acceptance": items(number(0.0, 1.0), MAX_BLOCK),
-                  "tokens_per_sec": number(0.0, MAX_RATE), "ttft_seconds": SECONDS, "prefill_seconds": SECONDS,
-                  "draft_seconds": SECONDS, "verify_seconds": SECONDS, "total_seconds": SECONDS,
-                  "finish_reason": one_of("length", "stop", "cancelled"), "peak_memory_bytes": integer(0, 2**50),
-                  "accepted_histogram": items(COUNT, MAX_BLOCK + 1),
-                  "token_logprobs": items(number(-1e6, 0.0, nan=True), MAX_TOKENS), "extra": flat_object(100)},
-                 SUMMARY_FIELDS)
-DIFFERENCE = record({"index": COUNT, "kind": one_of("tie", "mismatch"), "speculative": optional(TOKEN),
-                     "plain": optional(TOKEN), "logprobs": optional(items(number(-1e6, 0.0), 2)),
-                     "one_pass_logprobs": optional(items(number(-1e6, 0.0), 2)), "tolerance": optional(number(0.0, 1e6)),
-                     "drift": optional(number(0.0, 1e6))}, ("index", "kind", "speculative", "plain", "logprobs"))
+COMMITTED = from_dataclass(CommittedToken, {
+    "id": TOKEN, "text": text(MAX_PIECE), "source": one_of(*(src.value for src in Source)), "round": COUNT,
+    "position": integer(0, MAX_BLOCK), "target_prob": PROB, "draft_prob": optional(PROB)})
+ROUND = from_dataclass(RoundEvent, {
+    "index": integer(0, MAX_TOKENS), "anchor": TOKEN, "drafted": items(TOKEN, MAX_BLOCK),
+    "draft_probs": items(PROB, MAX_BLOCK), "confidences": optional(items(number(0.0, 1.0), MAX_BLOCK)),
+    "verify_width": integer(0, MAX_BLOCK), "accepted": integer(0, MAX_BLOCK), "committed": items(COMMITTED, MAX_BLOCK),
+    "draft_seconds": SECONDS, "verify_seconds": SECONDS, "elapsed_seconds": SECONDS, "tokens_generated": COUNT,
+    "tokens_per_sec": number(0.0, MAX_RATE), "confidence_logits": optional(items(number(-1e6, 1e6), MAX_BLOCK))},
+    "round")
+SUMMARY = from_dataclass(Summary, {
+    "method": one_of("speculative", "baseline"), "tokens": items(TOKEN, MAX_TOKENS), "text": text(MAX_TEXT),
+    "prompt_tokens": items(TOKEN, MAX_TOKENS), "rounds": COUNT,
+    "accepted_lengths": items(integer(0, MAX_BLOCK), MAX_TOKENS), "verify_widths": items(integer(0, MAX_BLOCK), MAX_TOKENS),
+    "tau": number(0.0, MAX_BLOCK), "acceptance_rate": number(0.0, 1.0),
+    "per_position_acceptance": items(number(0.0, 1.0), MAX_BLOCK), "tokens_per_sec": number(0.0, MAX_RATE),
+    "ttft_seconds": SECONDS, "prefill_seconds": SECONDS, "draft_seconds": SECONDS, "verify_seconds": SECONDS,
+    "total_seconds": SECONDS, "finish_reason": one_of("length", "stop", "cancelled"),
+    "peak_memory_bytes": integer(0, 2**50), "accepted_histogram": items(COUNT, MAX_BLOCK + 1),
+    "token_logprobs": items(number(-1e6, 0.0, nan=True), MAX_TOKENS), "extra": flat_object(100)}, "summary")
+DIFFERENCE = from_dataclass(Difference, {
+    "index": COUNT, "kind": one_of("tie", "mismatch"), "speculative": optional(TOKEN), "plain": optional(TOKEN),
+    "logprobs": optional(items(number(-1e6, 0.0), 2)), "one_pass_logprobs": optional(items(number(-1e6, 0.0), 2)),
+    "tolerance": optional(number(0.0, 1e6)), "drift": optional(number(0.0, 1e6))})
 VERDICT = optional(record({"identical": boolean, "first_difference": optional(DIFFERENCE)}, ("identical",)))
 RUN = record({"label": text(500), "method": one_of("speculative", "baseline"), "drafter": optional(text(4096)),
               "prompt": text(MAX_TEXT), "prompt_index": integer(0, MAX_PROMPTS - 1), "config": optional(flat_object(100)),
@@ -206,6 +231,17 @@ def _fail(name: str, where: str, problem: str | None) -> None:
 
 
 # --------------------------------------------------------------------------- a dspark bench summary
+def plain_value(v) -> str | None:
+    """A value a newer dspark may add to a record: a plain value, or a short list or object of them."""
+    scalar = lambda x: None if x is None or isinstance(x, bool) else (  # noqa: E731
+        text(10_000)(x) if isinstance(x, str) else number(-1e15, 1e15)(x))
+    if isinstance(v, list):
+        return items(scalar, 1_000)(v)
+    if isinstance(v, dict):
+        return flat_object(100)(v)
+    return scalar(v)
+
+
 SPREAD = optional(lambda v: None if isinstance(v, dict) and len(v) <= 10 and all(
     isinstance(k, str) and number(-1e12, 1e12)(x) is None for k, x in v.items()) else "must be an object of numbers")
 RATIO = optional(number(0.0, 1e6))
@@ -222,14 +258,11 @@ ARM = record({"arm": text(500), "drafter": optional(text(4096)), "policy": optio
               "lossless": optional(integer(0, MAX_TRIALS)),
               **{f"{k}_spread": SPREAD for k in ("tokens_per_sec", "speedup", "draft_ms", "verify_ms", "overhead_ms",
                                                   "in_loop", "step_ms", "limit", "efficiency", "ttft_seconds")}},
-             ("arm", "tokens_per_sec"))
+             ("arm", "tokens_per_sec"), strict=False, others=plain_value)
 
 
-SCALAR = lambda v: None if v is None or isinstance(v, bool) else (  # noqa: E731
-    text(10_000)(v) if isinstance(v, str) else number(-1e15, 1e15)(v))
-ENVIRONMENT = lambda v: None if isinstance(v, dict) and len(v) <= 100 and all(  # noqa: E731
-    isinstance(k, str) and (SCALAR(x) is None or items(SCALAR, 100)(x) is None or flat_object(100)(x) is None)
-    for k, x in v.items()) else "must be an object of at most 100 plain values"
+ENVIRONMENT = lambda v: None if isinstance(v, dict) and len(v) <= 100 and not any(  # noqa: E731
+    plain_value(x) for x in v.values()) else "must be an object of at most 100 plain values"
 BENCH = record({"command": text(100_000), "environment": ENVIRONMENT, "target": optional(text(4096)),
                 "started": optional(text(100)), "finished": optional(text(100)), "interrupted": optional(boolean),
                 "settings": flat_object(100), "costs_context": optional(integer(0, 100_000_000))},

@@ -18,7 +18,7 @@ from .options import Parser
 def cmd_init(a) -> int:
     from .config import DflashConfig
     from .convert import cannot_carry, new_drafter
-    from .files import output_dir
+    from .files import output_dir, staged_dir
     from .loading import load_target
     from .options import check_options, from_args
 
@@ -29,7 +29,11 @@ def cmd_init(a) -> int:
     out = output_dir(a.out, allow_existing=a.force)
     target = load_target(a.target)
     drafter = new_drafter(target, cfg, seed=a.seed)
-    drafter.save(out)
+    if any(out.iterdir()):  # --force over a drafter: each file is replaced whole
+        drafter.save(out)
+    else:  # a new drafter appears whole or not at all: a kill leaves no weights without a config
+        with staged_dir(out) as tmp:
+            drafter.save(tmp)
     print(f"wrote an untrained {cfg.format} drafter ({drafter.num_params():,} parameters, taps "
           f"{list(drafter.tap_layers)}) to {out}")
     return 0

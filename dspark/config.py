@@ -4,7 +4,6 @@ its form from it, see :mod:`dspark.options`, and never loads a model) and a draf
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 
 from .errors import DsparkError
@@ -66,10 +65,10 @@ class GenerationConfig:
         default, and how the published drafters were trained; mlx-lm turns it on)."""
         if not self.chat_template_config.strip():
             return {"enable_thinking": False}
-        try:
-            extra = json.loads(self.chat_template_config)
-        except json.JSONDecodeError as e:
-            raise DsparkError(f"chat-template-config is not valid JSON ({e.msg})") from None
+        from .reading import parse_json
+
+        # bounded like every JSON dspark reads (depth, number length, keys given twice)
+        extra = parse_json(self.chat_template_config, "chat-template-config", allow_nan=False)
         if not isinstance(extra, dict):
             raise DsparkError("chat-template-config must be a JSON object")
         return {"enable_thinking": False, **extra}

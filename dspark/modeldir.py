@@ -186,11 +186,16 @@ def _check_entries(path: Path, header: dict, data_bytes: int) -> None:
         ranges.append((begin, end, name))
     ranges.sort()
     at = 0
+    for begin, end, name in ranges:  # first the worst: two tensors on the same bytes (one changes the other)
+        if begin < at and end > begin:
+            raise DsparkError(f"{path} is not a readable safetensors file: tensor {name[:200]!r} overlaps or shares "
+                              f"the bytes of another tensor (bytes {begin}..{end})")
+        at = max(at, end)
+    at = 0
     for begin, end, name in ranges:
         if begin != at:
-            what = "overlaps or shares the bytes of another tensor" if begin < at else "leaves a gap before it"
-            raise DsparkError(f"{path} is not a readable safetensors file: tensor {name[:200]!r} {what} "
-                              f"(bytes {begin}..{end})")
+            raise DsparkError(f"{path} is not a readable safetensors file: tensor {name[:200]!r} leaves a gap before "
+                              f"it (bytes {at}..{begin} belong to no tensor)")
         at = end
     if at != data_bytes:
         raise DsparkError(f"{path} is not a readable safetensors file: its tensors cover {at:,} bytes of data but it "
