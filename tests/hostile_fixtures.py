@@ -1,0 +1,139 @@
+"""Building the bad inputs of the hostile tables: copies of good model directories with one thing
+changed (a config value, a weight, a safetensors header byte for byte, a special file where a
+regular one belongs), and crafted JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import mlx.core as mx
+
+
+def copy(src: Path, dst: Path) -> Path:
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.is_file():
+            (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+def edit_json(path: Path, change) -> Path:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def drafter_variant(base: Path, root: Path, name: str, change=None, weights=None) -> Path:
+    d = copy(base, root / name)
+    if change is not None:
+        edit_json(d / "config.json", change)
+    if weights is not None:
+        arrays = mx.load(str(d / "model.safetensors"))
+        weights(arrays)
+        mx.save_safetensors(str(d / "model.safetensors"), arrays)
+    return d
+
+
+def target_variant(base: Path, root: Path, name: str, change=None, weights=None) -> Path:
+    return drafter_variant(base, root, name, change, weights)
+
+
+def cfg(key, value):
+    """A change to a native drafter's ``cfg`` section."""
+    return lambda c: c["cfg"].__setitem__(key, value)
+
+
+def setting(key, value):
+    return lambda c: c.__setitem__(key, value)
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+# --------------------------------------------------------------------------- safetensors byte for byte
+def read_st(path: Path) -> tuple[dict, bytes]:
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def write_st(path: Path, header: dict | str, data: bytes) -> None:
+    text = (header if isinstance(header, str) else json.dumps(header)).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data)
+
+
+def header_variant(base: Path, root: Path, name: str, change) -> Path:
+    """A copy whose model.safetensors has ``change(header, data) -> (header or raw text, data)``
+    applied to its header and data as they are on disk."""
+    d = copy(base, root / name)
+    header, data = read_st(d / "model.safetensors")
+    write_st(d / "model.safetensors", *change(header, data))
+    return d
+
+
+def alias(a: str, b: str):
+    """Tensor ``b`` points at tensor ``a``'s bytes (both the same shape and dtype)."""
+    def change(h, data):
+        h[b]["data_offsets"] = list(h[a]["data_offsets"])
+        return h, data
+    return change
+
+
+def overlap(a: str, b: str, shift: int = 16):
+    """Tensor ``b``'s range starts inside tensor ``a``'s."""
+    def change(h, data):
+        size = h[b]["data_offsets"][1] - h[b]["data_offsets"][0]
+        begin = h[a]["data_offsets"][0] + shift
+        h[b]["data_offsets"] = [begin, begin + size]
+        return h, data
+    return change
+
+
+def duplicate_key_to_zeros(name: str):
+    """The header names ``name`` twice (raw JSON), the later entry pointing at all-zero bytes
+    appended to the data: a parser that keeps the last key loads zeros."""
+    def change(h, data):
+        info = h[name]
+        size = info["data_offsets"][1] - info["data_offsets"][0]
+        later = {"dtype": info["dtype"], "shape": info["shape"], "data_offsets": [len(data), len(data) + size]}
+        text = json.dumps(h)[:-1] + f', "{name}": {json.dumps(later)}}}'
+        return text, data + bytes(size)
+    return change
+
+
+def huge_shape(name: str):
+    def change(h, data):
+        h[name]["shape"] = [1_000_000, 1_000_000]
+        return h, data
+    return change
+
+
+# --------------------------------------------------------------------------- special files
+def fifo(path: Path) -> Path:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    return path
+
+
+def link_to_dev_zero(path: Path) -> Path:
+    path.unlink(missing_ok=True)
+    path.symlink_to("/dev/zero")
+    return path
+
+
+def unix_socket(path: Path) -> Path:
+    path.unlink(missing_ok=True)
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    s.close()
+    return path
+
+
+__all__ = ["alias", "cfg", "copy", "drafter_variant", "duplicate_key_to_zeros", "edit_json", "fifo", "header_variant",
+           "huge_shape", "link_to_dev_zero", "nested", "overlap", "read_st", "setting", "target_variant", "unix_socket",
+           "write_st"]
