@@ -184,8 +184,14 @@ def _resumed_recipe(ckpt_path: Path, asked: TargetRecipe) -> TargetRecipe:
     and the schedule depend on every field)."""
     if not ckpt_path.is_file():
         raise DsparkError(f"no checkpoint to resume from at {ckpt_path}")
-    _, meta = mx.load(str(ckpt_path), return_metadata=True)
-    saved = TargetRecipe.from_dict(json.loads(meta["meta"])["recipe"])
+    from ..modeldir import read_header
+    from ..reading import parse_json
+
+    meta = read_header(ckpt_path).get("__metadata__") or {}
+    try:  # the checkpoint is checked whole and its metadata read bounded before anything is used
+        saved = TargetRecipe.from_dict(parse_json(meta.get("meta", ""), f"{ckpt_path} (its metadata)")["recipe"])
+    except (KeyError, TypeError, ValueError):
+        raise DsparkError(f"{ckpt_path} is not a readable pretraining checkpoint: remove it to start over") from None
     if saved.to_dict() != asked.to_dict():
         diff = next(k for k, v in saved.to_dict().items() if asked.to_dict()[k] != v)
         raise DsparkError(f"--resume: the target in {ckpt_path.parent.parent} was trained with another {diff} "

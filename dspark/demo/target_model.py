@@ -166,12 +166,23 @@ def save_checkpoint(path: Path, model, optimizer, step: int, meta: dict) -> None
 
 
 def load_checkpoint(path: Path, model, optimizer) -> tuple[int, dict]:
+    """The step and metadata of a pretraining checkpoint, its weights and optimizer state loaded;
+    the file is checked whole first (its header, a step that counts updates, bounded metadata)."""
+    from ..errors import DsparkError
+    from ..modeldir import read_header
+    from ..reading import parse_json
+
+    read_header(path)
     arrays, metadata = mx.load(str(path), return_metadata=True)
+    step = metadata.get("step", "")
+    meta = parse_json(metadata.get("meta", ""), f"{path} (its metadata)")
+    if not step.isdigit() or int(step) > 10_000_000 or not isinstance(meta, dict):
+        raise DsparkError(f"{path} is not a readable pretraining checkpoint (step {step[:20]!r}): remove it to start over")
     model.load_weights([(k[6:], v) for k, v in arrays.items() if k.startswith("model.")])
     optimizer.state = tree_unflatten([(k[4:], v) for k, v in arrays.items()
                                       if k.startswith("opt.")])
     mx.eval(model.parameters(), optimizer.state)
-    return int(metadata["step"]), json.loads(metadata["meta"])
+    return int(step), meta
 
 
 def save_model(model, config: dict, tok_dir: Path, out_dir: Path, extra_files: dict) -> None:
