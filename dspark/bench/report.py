@@ -226,9 +226,20 @@ class TrialLog:
         """Nothing stays open between trials; kept so callers can say when they are done."""
 
 
+#: A trials file larger than this was not written by dspark bench.
+MAX_TRIALS_BYTES = 256 * 2**20
+
+
 def read_trials(folder: Path) -> list[dict]:
+    """The trials of a benchmark folder (none when it has no trials.jsonl), read as every file is
+    (``dspark.reading``: a regular file, bounded; each line bounded JSON)."""
+    from ..reading import parse_json, read_text
+
     path = folder / "trials.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    if not path.exists():
+        return []
+    lines = read_text(path, MAX_TRIALS_BYTES, "trials file").splitlines()
+    return [parse_json(line, f"{path}, line {i + 1}") for i, line in enumerate(lines) if line.strip()]
 
 
 __all__ = ["CSV_FIELDS", "PLAIN", "TrialLog", "committed_per_round", "derive", "environment", "plain_threads",
