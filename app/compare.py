@@ -93,6 +93,7 @@ class CompareView(QWidget):
         hh.setSectionResizeMode(QHeaderView.ResizeToContents)
         hh.setStretchLastSection(False)
         hh.setSectionResizeMode(6, QHeaderView.Stretch)
+        hh.setTextElideMode(Qt.ElideRight)  # a narrow window: "Acceptance by pos…", never cut mid-letter
         self.table.itemSelectionChanged.connect(self._selected)
         self.empty = QLabel("Compare runs every ticked drafter, then plain decoding, on the prompt "
                             "(or on every prompt of the set): one row per drafter appears here.")

@@ -29,7 +29,6 @@ from .file_checks import check_document
 
 #: A run file larger than this is not one the app wrote (a 256-token run is ~140 KB).
 MAX_RECORDING_BYTES = 64 * 2**20
-SPEEDS = {"1×": 1.0, "2×": 2.0, "instant": 0.0}
 
 
 @dataclass(frozen=True)

@@ -101,8 +101,19 @@ class HeaderStrip(QFrame):
         return {}
 
     def set_theme(self, t) -> None:
-        """Styled by the window's stylesheet; the load's note as wide as some 14 letters of it."""
-        self.busy.setMaximumWidth(int(t.font_pt * 96 / 72 * 14))
+        pass  # styled by the window's stylesheet
+
+    def _say_busy(self, busy: str) -> None:
+        """The machine's load beside the speedup: one line when there is room, at most as wide
+        as some 40 letters (two lines), so the figures beside it stay in their rows."""
+        text = f"⚠ {busy}" if busy else ""
+        self.busy.setText(text)
+        self.busy.setVisible(bool(busy))
+        if busy:
+            self.busy.ensurePolished()
+            fm = self.busy.fontMetrics()
+            width = min(fm.horizontalAdvance(text) + 4, fm.averageCharWidth() * 40)
+            self.busy.setFixedSize(width, self.busy.heightForWidth(width))
 
     def show_view(self, view: View) -> None:
         badge = view.compare_replay if view.tab == COMPARE_TAB else view.replay
@@ -123,8 +134,7 @@ class HeaderStrip(QFrame):
         speedup divides (the runs made different numbers of tokens); ``busy``: the machine's
         load said beside the speedup (``app.runs.busy_note``)."""
         self.headline.setText(headline)
-        self.busy.setText(f"⚠ {busy}" if busy else "")
-        self.busy.setVisible(bool(busy))
+        self._say_busy(busy)
         for key, caption, _tip in FIELDS:
             self.values[key].setText(values.get(key) or "–")
             self.captions[key].setText(f"{caption} · {basis}" if basis and key in ("spec", "base") else caption)
