@@ -5,10 +5,12 @@ manager when Xvfb and openbox are installed) on tiny models or plain worker mess
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -97,12 +99,12 @@ def test_esc_leaves_full_screen_under_a_window_manager_on_a_small_screen(saved, 
     xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", "1024x640x24"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        env = {**__import__("os").environ, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb",
+        env = {**os.environ, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb",
                "DSPARK_STUDIO_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
-        subprocess.run(["sleep", "1"])
+        time.sleep(1)  # the server up
         wm = subprocess.Popen(["openbox"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            subprocess.run(["sleep", "1"])
+            time.sleep(1)  # the window manager up
             r = subprocess.run([sys.executable, "-c", X11_ESC, str(saved["compare"]["file"])], env=env,
                                capture_output=True, text=True, timeout=120)
         finally:
