@@ -21,7 +21,7 @@ from dspark.reading import read_json
 
 from .file_checks import check_bench
 
-from .runs import BASELINE, MIN_COMPARED, Run, complete_prompts, machine, speedup
+from .runs import BASELINE, MIN_COMPARED, Run, bench_machine, complete_prompts, machine, speedup
 
 MAX_SUMMARY_BYTES = 16 * 2**20
 COMMAND = "DSpark Studio: Compare"
@@ -162,6 +162,7 @@ def bench_rows(doc: dict) -> list[dict]:
     plain decoding is the baseline row. Figures are the benchmark's: medians over trials."""
     rows = []
     trials_per_arm = f"{doc['prompts']['count']}×{doc['settings']['repeats']}"
+    measured_on = bench_machine(doc)  # the header's "machine busy" note reads it
     for arm in doc["arms"]:
         plain = arm["arm"] == report.PLAIN
         n = int(arm.get("trials", 0))
@@ -171,6 +172,7 @@ def bench_rows(doc: dict) -> list[dict]:
             "method": "baseline" if plain else "speculative",
             "drafter": arm.get("drafter"),
             "policy": arm.get("policy"),
+            "machine": measured_on,
             "runs": n, "planned": n, "finished": n, "stopped": 0,
             "runs_text": trials_per_arm,
             "tokens": 0, "rounds": int(arm.get("rounds", 0)),

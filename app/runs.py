@@ -111,6 +111,23 @@ def recorded_machine(value) -> dict:
     return out if out["cores"] >= 1 else {}
 
 
+def bench_machine(doc: dict) -> dict | None:
+    """A benchmark's machine, as ``machine`` gives a comparison's: the app's own record when it
+    saved the benchmark, else ``dspark bench``'s load average at its start (everything then was
+    other programs) and the spread of its plain trials' rates."""
+    if isinstance(doc.get("machine"), dict):
+        return doc["machine"]
+    env = doc.get("environment") or {}
+    load, cores = (env.get("load_average") or [None])[0], env.get("cpus")
+    plain = next((a for a in doc.get("arms", []) if a.get("arm") == "plain"), {})
+    spread = plain.get("tokens_per_sec_spread") or {}
+    out = {"plain_spread": (spread["max"] - spread["min"]) / plain["tokens_per_sec"]
+           if {"max", "min"} <= set(spread) and plain.get("tokens_per_sec") else None}
+    if isinstance(load, (int, float)) and isinstance(cores, int) and cores > 0:
+        out.update(load=float(load), others=float(load), cores=cores)
+    return out if len(out) > 1 or out["plain_spread"] is not None else None
+
+
 def plain_spread(plain: list[Run]) -> float | None:
     """How much plain decoding's rate moved: p10 to p90 of its moving-window tokens/sec (the
     curve of the Run tab) over their median; a machine left alone decodes at a steady rate."""

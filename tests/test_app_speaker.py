@@ -398,3 +398,18 @@ def test_presentation_mode_scales_every_type_size_with_the_window(qtbot, window,
     laptop, projector = sizes(1280, 800), sizes(1920, 1080)
     assert all(projector[k] >= 1.25 * laptop[k] for k in laptop), (laptop, projector)
     assert min(projector[k] for k in ("text", "draft rows", "ticks")) >= 26, projector  # was 16-20 px
+
+
+def test_an_opened_benchmark_says_how_busy_its_machine_was(qtbot, window):
+    w = window
+    doc = bench_doc()
+    doc["environment"].update(load_average=[3.0, 2.0, 1.0], cpus=2)
+    assert w.session.show_bench(doc)
+    w.refresh()
+    note = w.results.header.busy
+    assert note.isVisible() and note.text() == "⚠ machine busy: 3.0 load on 2 cores: figures vary"
+    doc["environment"]["load_average"] = [0.3, 0.2, 0.1]
+    w.session.bench = None
+    assert w.session.show_bench(doc)
+    w.refresh()
+    assert not note.isVisible()
