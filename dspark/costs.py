@@ -65,15 +65,22 @@ class Costs:
 
     def at(self, position: int) -> "Costs":
         """These costs at a cache of ``position`` tokens: piecewise linear between the measured
-        contexts, the nearest segment's slope past either end (never below zero), so a round at
-        3,000 tokens is priced at 3,000 tokens, not at the context the costs were measured at."""
+        contexts, so a round at 3,000 tokens is priced at 3,000 tokens, not at the context the
+        costs were measured at. Past the last context the last segment's slope continues, but
+        never downwards (a longer cache costs no less; a noisy measurement can make the line fall,
+        and followed it would price a round at zero); before the first the line continues down to
+        half the smaller value at most."""
         pts = sorted(self.points())
         if len(pts) == 1:
             return self
         i = next((j for j in range(1, len(pts) - 1) if position < pts[j][0]), len(pts) - 1)
         (c0, v0, d0, s0), (c1, v1, d1, s1) = pts[i - 1], pts[i]
         f = (position - c0) / (c1 - c0) if c1 != c0 else 0.0
-        lerp = lambda a, b: max(0.0, a + f * (b - a))  # noqa: E731
+
+        def lerp(a: float, b: float) -> float:
+            if f > 1:
+                return b + (f - 1) * max(0.0, b - a)
+            return max(a + f * (b - a), 0.5 * min(a, b))
         width = min(len(v0), len(v1))
         return replace(self, verify_ms=tuple(monotone([lerp(v0[w], v1[w]) for w in range(width)])),
                        draft_ms=lerp(d0, d1), step_ms=lerp(s0, s1), context=position, longer=())
@@ -212,7 +219,8 @@ def _at_context(target, drafter, block_size: int, context: int, repeats: int, th
     session = drafter.start(target)
     taps = session.tap_layers
     cache = target.make_cache()
-    rows = rounds.prefill(target, cache, ids[:context].tolist(), taps, 2048)
+    # chunks of 512: the cache is only set up here, and wide chunks cost more in the attention masks
+    rows = rounds.prefill(target, cache, ids[:context].tolist(), taps, 512)
     anchor = int(ids[context].item())
     first = session.propose(anchor, context, rows, block_size, SamplingParams(), mx.random.key(0))
     mx.eval(first.tokens, session.state())
@@ -237,11 +245,11 @@ def _at_context(target, drafter, block_size: int, context: int, repeats: int, th
     if threads is not None:
         timings, best = _interleaved_ms(phases, repeats, threads), dict(threads)
         n = threads.get("step", 0)
-        timings["step"] = [_plain_step_ms(target, prompt, {n: []}, repeats)[n]]
+        timings["step"] = [_plain_step_ms(target, prompt + [anchor], {n: []}, repeats, cache=cache)[n]]
     else:
         choices = _thread_choices()
         by_threads = {n: _interleaved_ms(phases, repeats, {p: n for p in phases}) for n in choices}
-        step_by = _plain_step_ms(target, prompt, {n: [] for n in choices}, repeats)
+        step_by = _plain_step_ms(target, prompt + [anchor], {n: [] for n in choices}, repeats, cache=cache)
         step_n = min(choices, key=step_by.get)
         loop_n = _fastest_loop_threads(target, drafter, prompt, block_size, choices)
         timings = {**by_threads[loop_n], "step": [step_by[step_n]]}
@@ -266,20 +274,32 @@ def _thread_choices() -> list[int]:
     return [1, n]
 
 
-def _plain_step_ms(target, prompt: list[int], ms: dict[int, list[float]], repeats: int, tokens: int = 24) -> dict:
+def _plain_step_ms(target, prompt: list[int], ms: dict[int, list[float]], repeats: int, tokens: int = 24,
+                   cache: list | None = None) -> dict:
     """Milliseconds per token of plain decoding as mlx-lm runs it (``generate_step``, each step
     queued while the last one computes) after ``prompt``, at each BLAS thread count in ``ms``
-    (0: as it is), taking turns; medians after a warm-up turn. A step timed alone, with the
-    cache rolled back after it, cost about twice as much on the demo target."""
+    (0: as it is), taking turns of ``tokens`` steps in one generation; medians after a warm-up
+    turn. One generation, so the prompt is prefilled once: at 3,000 tokens a prefill per turn was
+    most of the measuring time. A step timed alone, with the cache rolled back after it, cost
+    about twice as much on the demo target. ``cache``, when given, already holds all of
+    ``prompt`` but its last token (it is used up): no prefill at all."""
+    import itertools
+
     from mlx_lm.generate import generate_step
 
-    for rep in range(min(repeats, 3) + 1):
-        for n in ms:
-            if n:
-                blas.set_threads(n)
-            times = [time.perf_counter() for _ in generate_step(mx.array(prompt), target.model, max_tokens=tokens)]
-            if rep:
-                ms[n].append((times[-1] - times[0]) / (len(times) - 1) * 1000)
+    turns = [n for _ in range(min(repeats, 3) + 1) for n in ms]
+    n = tokens * len(turns) + 1
+    steps = (generate_step(mx.array(prompt[-1:]), target.model, max_tokens=n, prompt_cache=cache) if cache is not None
+             else generate_step(mx.array(prompt), target.model, max_tokens=n))
+    next(steps)  # the prefill and the first token
+    for i, n in enumerate(turns):
+        if n:
+            blas.set_threads(n)
+        # the first step of a turn was queued at the last turn's count: timed from the second
+        times = [time.perf_counter() for _ in itertools.islice(steps, tokens)][1:]
+        if i >= len(ms):
+            ms[n].append((times[-1] - times[0]) / (len(times) - 1) * 1000)
+    steps.close()
     return {n: median(v) for n, v in ms.items()}
 
 
