@@ -138,11 +138,10 @@ def _verdict(target, trial: dict, plain: dict, baselines: dict, key, cfg, prompt
 
 
 def run(a, say) -> dict:
-    from dataclasses import replace
-
+    """``dspark bench``: load and check every input, then measure (:func:`_measure`) and write
+    ``summary.json`` beside the trials; returns the summary."""
     from .. import resources
     from ..config import GenerationConfig
-    from ..costs import measure
     from ..engine import prompt_ids
     from ..files import output_dir
     from ..hub import resolve
@@ -181,47 +180,7 @@ def run(a, say) -> dict:
         for arm in arm_list:  # warm-up: kernels compiled, caches filled, nothing recorded
             arm.trial(ids[0], min(16, a.max_tokens), 0)
         bar = _bar(a, a.repeats * len(ids) * len(arm_list) * len(lengths))
-        baselines: dict = {}
-        drafters = {arm.drafter: arm.model for arm in arm_list if hasattr(arm, "model")}
-        doc["costs_by_repeat"] = []
-        for L in lengths:
-            at = ids_at[L]
-            # at the trials' mean context (a verify over a longer cache costs more): prompt + half the output
-            context = round(sum(map(len, at)) / len(at) + a.max_tokens / 2)
-            doc["costs_context"] = context
-            for r in range(a.repeats):
-                # The isolated costs the limit divides by, measured again in every repeat (at the
-                # thread counts chosen at the start), so they share the trials' load.
-                if bar:
-                    bar.set_description(f"repeat {r + 1}/{a.repeats}: isolated costs")
-                now = {name: measure(target, d, d.block_size, contexts=(context,), repeats=3, threads=costs[name].threads)
-                       for name, d in drafters.items()}
-                doc["costs_by_repeat"].append({k: c.to_dict() for k, c in now.items()})
-                for p, prompt in enumerate(at):
-                    shift = (r * len(at) + p) % len(arm_list)
-                    group = {}
-                    for arm in arm_list[shift:] + arm_list[:shift]:
-                        if bar:
-                            bar.set_description(f"{f'{L} tokens, ' if L else ''}repeat {r + 1}/{a.repeats} prompt "
-                                                f"{p + 1}/{len(at)} {arm.name}")
-                        rec = arm.trial(prompt, a.max_tokens, seed=r)
-                        group[arm.name] = {"arm": arm.name, "drafter": arm.drafter, "policy": arm.policy, "repeat": r,
-                                           "prompt_index": p, **({"context": L} if L else {}), **rec}
-                        if bar:
-                            bar.update(1)
-                    plain = group[report.PLAIN]
-                    for arm in arm_list:
-                        t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None,
-                                          now.get(arm.drafter))
-                        if arm.name != report.PLAIN and a.temperature == 0:
-                            t.update(_verdict(target, t, plain, baselines, (L, p), replace(cfg, seed=r), prompt))
-                        for k in ("token_logprobs", "prompt_tokens"):
-                            t.pop(k, None)
-                        trials.append(t)
-                        try:
-                            log.add(t)
-                        except OSError as e:
-                            raise _WriteFailed(e) from None
+        _measure(a, target, cfg, arm_list, costs, ids_at, doc, bar, log, trials)
         if bar:
             bar.close()
     except KeyboardInterrupt:
@@ -241,6 +200,63 @@ def run(a, say) -> dict:
     doc["arms"] = report.summarize(trials)
     keep(doc, trials, out)
     return doc
+
+
+def _measure(a, target, cfg, arm_list: list, costs: dict, ids_at: dict, doc: dict, bar, log, trials: list) -> None:
+    """Every arm on every prompt (of ``ids_at``: prompt ids by context length), ``a.repeats``
+    times, the arms' order rotating so none always runs first; each group of trials is judged
+    against its plain one and appended to ``trials`` and ``log`` as it finishes, so an interrupt
+    keeps what was measured."""
+    from ..costs import measure
+
+    baselines: dict = {}
+    drafters = {arm.drafter: arm.model for arm in arm_list if hasattr(arm, "model")}
+    doc["costs_by_repeat"] = []
+    for L, at in ids_at.items():
+        # at the trials' mean context (a verify over a longer cache costs more): prompt + half the output
+        context = round(sum(map(len, at)) / len(at) + a.max_tokens / 2)
+        doc["costs_context"] = context
+        for r in range(a.repeats):
+            # The isolated costs the limit divides by, measured again in every repeat (at the
+            # thread counts chosen at the start), so they share the trials' load.
+            if bar:
+                bar.set_description(f"repeat {r + 1}/{a.repeats}: isolated costs")
+            now = {name: measure(target, d, d.block_size, contexts=(context,), repeats=3, threads=costs[name].threads)
+                   for name, d in drafters.items()}
+            doc["costs_by_repeat"].append({k: c.to_dict() for k, c in now.items()})
+            for p, prompt in enumerate(at):
+                shift = (r * len(at) + p) % len(arm_list)
+                group = {}
+                for arm in arm_list[shift:] + arm_list[:shift]:
+                    if bar:
+                        bar.set_description(f"{f'{L} tokens, ' if L else ''}repeat {r + 1}/{a.repeats} prompt "
+                                            f"{p + 1}/{len(at)} {arm.name}")
+                    rec = arm.trial(prompt, a.max_tokens, seed=r)
+                    group[arm.name] = {"arm": arm.name, "drafter": arm.drafter, "policy": arm.policy, "repeat": r,
+                                       "prompt_index": p, **({"context": L} if L else {}), **rec}
+                    if bar:
+                        bar.update(1)
+                _judge(a, target, cfg, arm_list, group, now, baselines, (L, p), r, prompt, log, trials)
+
+
+def _judge(a, target, cfg, arm_list: list, group: dict, now: dict, baselines: dict, key, r: int,
+           prompt: list[int], log, trials: list) -> None:
+    """Derive each trial of one group against the group's plain trial (speed-up, and for greedy
+    runs whether it was identical or lossless) and record it."""
+    from dataclasses import replace
+
+    plain = group[report.PLAIN]
+    for arm in arm_list:
+        t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None, now.get(arm.drafter))
+        if arm.name != report.PLAIN and a.temperature == 0:
+            t.update(_verdict(target, t, plain, baselines, key, replace(cfg, seed=r), prompt))
+        for k in ("token_logprobs", "prompt_tokens"):
+            t.pop(k, None)
+        trials.append(t)
+        try:
+            log.add(t)
+        except OSError as e:
+            raise _WriteFailed(e) from None
 
 
 class _WriteFailed(Exception):

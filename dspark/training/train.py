@@ -93,22 +93,8 @@ def train_drafter(
     drafter.save(out)
     trainer.save_state(out)
     done = trainer.step - first_step
-    report = {
-        "target_id": target.target_id,
-        "drafter": trained_as,
-        "parameters": drafter.num_params(),
-        "settings": asdict(s),
-        "sequences": len(seqs),
-        "steps_done": trainer.step,
-        "stopped_by": stopped,
-        "final_loss": dict(zip(("loss", "ce", "tv", "conf"), np.mean(recent, axis=0).tolist())) if recent else None,
-        "train_seconds": train_seconds,
-        "anchors_per_sec": done * s.batch_anchors / train_seconds if done else 0.0,
-        "block_tokens_per_sec": done * s.batch_anchors * drafter.block_size / train_seconds if done else 0.0,
-        "target_forward_seconds": trainer.features.seconds,
-        "self_distill_seconds": distill_seconds,
-        "device": str(mx.default_device()),
-    }
+    report = _report(target, drafter, trained_as, s, len(seqs), trainer, stopped, recent, done,
+                     train_seconds, distill_seconds)
     say(f"trained {done} steps in {train_seconds:.0f}s ({report['anchors_per_sec']:.1f} anchors/s, "
         f"{report['block_tokens_per_sec']:.0f} block tokens/s; target forwards {trainer.features.seconds:.0f}s of it)")
     if s.eval_prompts > 0 and held:
@@ -120,6 +106,29 @@ def train_drafter(
             drafter.save(out)
     write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
     return drafter
+
+
+def _report(target: Target, drafter: BlockDrafter, trained_as: dict, s: TrainSettings, sequences: int,
+            trainer: DrafterTrainer, stopped: str | None, recent: list, done: int, train_seconds: float,
+            distill_seconds: float) -> dict:
+    """What train_report.json records of the training itself (the evaluation is added after);
+    ``done`` is the steps this run took (the last ones of ``trainer.step`` when it resumed)."""
+    return {
+        "target_id": target.target_id,
+        "drafter": trained_as,
+        "parameters": drafter.num_params(),
+        "settings": asdict(s),
+        "sequences": sequences,
+        "steps_done": trainer.step,
+        "stopped_by": stopped,
+        "final_loss": dict(zip(("loss", "ce", "tv", "conf"), np.mean(recent, axis=0).tolist())) if recent else None,
+        "train_seconds": train_seconds,
+        "anchors_per_sec": done * s.batch_anchors / train_seconds if done else 0.0,
+        "block_tokens_per_sec": done * s.batch_anchors * drafter.block_size / train_seconds if done else 0.0,
+        "target_forward_seconds": trainer.features.seconds,
+        "self_distill_seconds": distill_seconds,
+        "device": str(mx.default_device()),
+    }
 
 
 def trained_settings(drafter: BlockDrafter) -> dict:
