@@ -185,7 +185,7 @@ def cases(d) -> list[tuple[str, list[str], int, str]]:
          "--prompt-len must be between 1"),
         ("make-demo with a negative time budget", ["make-demo", "--only", "target", "--target-minutes", "-1", "--out",
                                                    str(r / "md")], 2, "--target-minutes must be at least 0.01"),
-        ("make-demo with 0 drafter steps", ["make-demo", "--only", "eval", "--drafter-steps", "0", "--out", str(r / "md")], 2,
+        ("make-demo with 0 drafter steps", ["make-demo", "--only", "drafters", "--drafter-steps", "0", "--out", str(r / "md")], 2,
          "steps must be"),
         ("quantize to 3 bits", ["quantize", str(d["drafter"]), "--bits", "3", "--out", str(r / "q3")], 2, "invalid choice"),
         *round_two(d),
