@@ -160,9 +160,12 @@ def load_or_measure(target, drafter, block_size: int, remeasure: bool = False, s
     key = key_for(target, drafter, block_size)
     path = cache_dir() / f"{key}.json"
     if not remeasure and path.is_file():
-        try:
-            return Costs.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
+        from .errors import DsparkError
+        from .reading import read_json
+
+        try:  # through the bounded reader: a huge or 10^5-deep file is refused, not a RecursionError
+            return Costs.from_dict(read_json(path, 1 << 20, "costs cache"))
+        except (DsparkError, OSError, ValueError, KeyError, TypeError):
             pass  # a damaged or older file is measured again
     if say is not None:
         say(f"measuring this machine's verify and draft costs (kept in {path.parent})")

@@ -71,6 +71,8 @@ def test_costs_are_measured_once_and_then_read_from_the_cache(tmp_path, monkeypa
     assert json.loads(file.read_text())["verify_ms"] == list(first.verify_ms)
     file.write_text("{damaged")
     assert costs_mod.load_or_measure(target, drafter, 4, say=said.append).key == first.key and len(said) == 2
+    file.write_text("[" * 100_000 + "]" * 100_000)  # nested past any parser's stack: measured again
+    assert costs_mod.load_or_measure(target, drafter, 4, say=said.append).key == first.key and len(said) == 3
     other = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=2, markov_rank=16), seed=1)
     assert costs_mod.key_for(target, other, 4) != first.key  # another drafter shape: other costs
 
