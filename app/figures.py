@@ -9,7 +9,6 @@ draft's), and prints each path.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -74,9 +73,10 @@ def _figures(doc: dict, theme):
 def plot(folder: Path, presentation: bool = False) -> list[Path]:
     from PySide6.QtWidgets import QApplication
 
+    from .bench_io import read_bench
     from .theme import NORMAL, PRESENTATION
 
-    doc = json.loads((folder / "summary.json").read_text())
+    doc = read_bench(folder)  # checked whole, through the bounded reader, as the app opens one
     app = QApplication.instance() or QApplication(sys.argv[:1])  # noqa: F841  (widgets need one)
     paths = []
     for name, w in _figures(doc, PRESENTATION if presentation else NORMAL).items():
@@ -100,7 +100,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"figures: no summary.json in {folder}", file=sys.stderr)
         return 2
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # files, not a window: whatever display there is
-    for path in plot(folder, a.presentation):
+    from dspark.errors import DsparkError
+
+    try:
+        paths = plot(folder, a.presentation)
+    except DsparkError as e:
+        print(f"figures: {e}", file=sys.stderr)
+        return 2
+    for path in paths:
         print(path)
     return 0
 

@@ -178,6 +178,12 @@ def test_plots_are_drawn_by_the_app(dirs, tmp_path):
     for name in ("speedup", "acceptance", "costs"):
         img = QImage(str(out / f"{name}.png"))
         assert (img.width(), img.height()) == (1200, 700), name
+    bad = tmp_path / "bad"  # a summary the app would refuse is refused here too, in one line
+    bad.mkdir()
+    (bad / "summary.json").write_text("[" * 100_000 + "]" * 100_000)
+    r = subprocess.run([sys.executable, "-m", "dspark_studio", "--bench-figures", str(bad)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.startswith("figures: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_bench_refusals_are_one_line(dirs, tmp_path, capsys):
