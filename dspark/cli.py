@@ -79,17 +79,13 @@ def _warn(text: str) -> None:
     print(f"dspark: {printable(text)}", file=sys.stderr)
 
 
-def cmd_generate(a) -> int:
-    from . import lossless, metrics, resources
-    from .costs import for_policy
-    from .engine import GenerationConfig, generate, generate_baseline, length_note, prompt_ids, run_to_summary
-    from .loading import load_drafter
-    from .events import RoundEvent, Summary
-    from .options import from_args
-    from .loading import load_target
+def _models_for_generate(a, cfg):
+    """(target_dir, target, drafter_dir, drafter): the demo target when no --target is given, and
+    its demo drafter unless --plain; loading warnings on stderr."""
+    from . import resources
+    from .engine import length_note, prompt_ids
+    from .loading import load_drafter, load_target
 
-    cfg = from_args(GenerationConfig, a)
-    cfg.check()
     demo_target = resources.demo_model("target")
     target_dir = a.target or (str(demo_target) if demo_target else None)
     if target_dir is None:
@@ -106,6 +102,29 @@ def cmd_generate(a) -> int:
     note = length_note(target, len(prompt_ids(target, prompt, cfg)), cfg.max_tokens)
     if note:
         _warn(f"warning: {note}")
+    return prompt, target_dir, target, drafter_dir, drafter
+
+
+def _print_generated(result: dict, summary, verdict, baseline: bool) -> None:
+    """The closing lines of a plain-text ``generate`` (the text itself was streamed)."""
+    pos = " ".join(f"{x:.2f}" for x in summary.per_position_acceptance)
+    print(f"\n\n{len(summary.tokens)} tokens, {summary.rounds} rounds, tau {summary.tau:.2f}, "
+          f"{summary.tokens_per_sec:.1f} tok/s" + (f", acceptance by position {pos}" if pos else ""), file=sys.stderr)
+    if baseline:
+        print(f"plain mlx-lm decoding {result['baseline_tokens_per_sec']:.1f} tok/s, speedup {result['speedup']:.2f}x"
+              + (f"; {verdict.explain()}" if verdict else " (sampled: outputs differ by design)"), file=sys.stderr)
+
+
+def cmd_generate(a) -> int:
+    from . import lossless, metrics
+    from .costs import for_policy
+    from .engine import GenerationConfig, generate, generate_baseline, run_to_summary
+    from .events import RoundEvent, Summary
+    from .options import from_args
+
+    cfg = from_args(GenerationConfig, a)
+    cfg.check()
+    prompt, target_dir, target, drafter_dir, drafter = _models_for_generate(a, cfg)
     costs = for_policy(cfg.policy, target, drafter, cfg.block_size or drafter.block_size, say=_warn) if drafter else None
     if a.baseline:
         # Warm both paths up first (kernel compilation, allocations) so neither pays it in the timed run.
@@ -138,13 +157,8 @@ def cmd_generate(a) -> int:
             result.update(verdict.to_dict())
     if a.json:
         print(json.dumps(result))
-        return 0
-    pos = " ".join(f"{x:.2f}" for x in summary.per_position_acceptance)
-    print(f"\n\n{len(summary.tokens)} tokens, {summary.rounds} rounds, tau {summary.tau:.2f}, "
-          f"{summary.tokens_per_sec:.1f} tok/s" + (f", acceptance by position {pos}" if pos else ""), file=sys.stderr)
-    if a.baseline:
-        print(f"plain mlx-lm decoding {result['baseline_tokens_per_sec']:.1f} tok/s, speedup {result['speedup']:.2f}x"
-              + (f"; {verdict.explain()}" if verdict else " (sampled: outputs differ by design)"), file=sys.stderr)
+    else:
+        _print_generated(result, summary, verdict, a.baseline)
     return 0
 
 
