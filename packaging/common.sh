@@ -48,3 +48,17 @@ fresh_venv() {
 run_pyinstaller() {
   "$VENV/bin/pyinstaller" --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller "$SPEC"
 }
+
+# For the scripts that start a built app (test_bundle.sh, test_app_macos.sh): a scratch folder in
+# $tmp, removed on any exit, and one summary line ("LABEL: 1 passed, 0 failed" or the reverse)
+# that CI logs and the test suite read.
+scratch_with_summary() {
+  tmp=$(mktemp -d)
+  summary_label=$1
+  trap finish_with_summary EXIT
+}
+finish_with_summary() {
+  local status=$?
+  rm -rf "$tmp"
+  if [ "$status" = 0 ]; then echo "$summary_label: 1 passed, 0 failed"; else echo "$summary_label: 0 passed, 1 failed"; fi
+}

@@ -10,13 +10,9 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 zip="${1:-$repo/dist/DSpark-Studio-macOS.zip}"
 zip="$(cd "$(dirname "$zip")" && pwd)/$(basename "$zip")"
-tmp=$(mktemp -d)
-finish() {
-  local status=$?
-  rm -rf "$tmp"
-  if [ "$status" = 0 ]; then echo "app: 1 passed, 0 failed"; else echo "app: 0 passed, 1 failed"; fi
-}
-trap finish EXIT
+# shellcheck source=packaging/common.sh
+. "$repo/packaging/common.sh"
+scratch_with_summary app
 fail() { echo "test_app_macos.sh: $*" >&2; exit 1; }
 [ "$(uname -s)" = Darwin ] || fail "this checks the macOS app; on Linux run packaging/test_bundle.sh"
 python=$(command -v python3) || fail "python3 is needed to check the screenshots"

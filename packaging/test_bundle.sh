@@ -7,13 +7,9 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 exe=$(realpath "${1:-$repo/dist/dspark-studio/dspark-studio}")
-tmp=$(mktemp -d)
-finish() {
-  local status=$?
-  rm -rf "$tmp"
-  if [ "$status" = 0 ]; then echo "bundle: 1 passed, 0 failed"; else echo "bundle: 0 passed, 1 failed"; fi
-}
-trap finish EXIT
+# shellcheck source=packaging/common.sh
+. "$repo/packaging/common.sh"
+scratch_with_summary bundle
 cp -a "$(dirname "$exe")" "$tmp/app"
 mkdir "$tmp/home" "$tmp/ld"
 shot="$tmp/selftest.png"
