@@ -128,8 +128,10 @@ CONTEXT_EDGES = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 def by_context(rounds: Iterable, edges: Sequence[int] = CONTEXT_EDGES) -> list[dict]:
     """Acceptance by context length: the rounds that drafted, bucketed by their anchor's position
     (``RoundEvent.position``: tokens before it) into ``(previous edge, edge]`` ranges, each with its
-    rounds, tau and position-1 acceptance (accepted first drafts / rounds that verified one).
-    Empty buckets are left out; a round past the last edge falls in an open last bucket."""
+    rounds, tau, position-1 acceptance (accepted first drafts / rounds that verified one), and
+    acceptance rate (accepted drafts / ``verified`` drafts, the bucket's verified drafted tokens;
+    None when it verified none). Empty buckets are left out; a round past the last edge falls in
+    an open last bucket."""
     groups: dict[int, list] = {}
     for r in rounds:
         if getattr(r, "plain_step", False):
@@ -142,8 +144,48 @@ def by_context(rounds: Iterable, edges: Sequence[int] = CONTEXT_EDGES) -> list[d
         tried = [r for r in rs if r.verify_width >= 1]
         out.append({"from": edges[k - 1] + 1 if k else 0, "to": edges[k] if k < len(edges) else None,
                     "rounds": len(rs), "tau": tau([len(r.committed) for r in rs]),
-                    "first_acceptance": sum(r.accepted >= 1 for r in tried) / len(tried) if tried else None})
+                    "first_acceptance": sum(r.accepted >= 1 for r in tried) / len(tried) if tried else None,
+                    "verified": sum(r.verify_width for r in rs),
+                    "acceptance_rate": (acceptance_rate([r.accepted for r in rs], [r.verify_width for r in rs])
+                                        if any(r.verify_width for r in rs) else None)})
     return out
+
+
+def context_edges(last_position: int, buckets: int = 8) -> tuple[int, ...]:
+    """Bucket edges for :func:`by_context` over positions 0..``last_position``: at most ``buckets``
+    equal steps of a round size (1, 2 or 5 times a power of ten), the last edge at or past
+    ``last_position``. One generation's context grows evenly, so equal steps show its trend."""
+    need = max(last_position, 1) / max(buckets, 1)
+    step = 1
+    while step < need:
+        step = _next_round(step)
+    return tuple(step * i for i in range(1, -(-max(last_position, 1) // step) + 1))
+
+
+def _next_round(step: int) -> int:
+    """The round size after ``step``: 1, 2, 5, 10, 20, 50, ..."""
+    return step * 5 // 2 if str(step)[0] == "2" else step * 2
+
+
+def rejections(rounds: Iterable, top: int = 10) -> list[dict]:
+    """What a drafter gets wrong: at each round's first rejected draft (draft ``accepted + 1`` of
+    a round that verified more than it accepted), the pair (drafted token, the token the target
+    committed there instead: its correction), counted over ``rounds``. The ``top`` most frequent
+    pairs, most first (equal counts in the order first seen), each ``{"drafted", "target",
+    "count", "share"}``; share = count / rejections, the rounds that rejected a draft and
+    committed a correction (a round whose accepted drafts reached EOS first has none). Plain
+    steps and rounds that accepted every verified draft are not rejections."""
+    counts: dict[tuple[int, int], int] = {}
+    total = 0
+    for r in rounds:
+        a = r.accepted
+        if getattr(r, "plain_step", False) or a >= r.verify_width or len(r.committed) <= a:
+            continue
+        pair = (r.drafted[a], r.committed[a].id)
+        counts[pair] = counts.get(pair, 0) + 1
+        total += 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])[:top]  # sorted() keeps first-seen order among equals
+    return [{"drafted": d, "target": t, "count": n, "share": n / total} for (d, t), n in ranked]
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:

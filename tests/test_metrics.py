@@ -88,3 +88,38 @@ def test_acceptance_by_context_length_buckets_the_rounds_that_drafted():
                                                                 (8193, None, 1)]
     assert out[0]["tau"] == 2.5 and out[0]["first_acceptance"] == 0.5
     assert out[2]["first_acceptance"] is None  # no round there verified a draft
+    assert out[0]["verified"] == 8 and out[0]["acceptance_rate"] == 3 / 8  # accepted drafts / verified drafts
+    assert out[2]["verified"] == 0 and out[2]["acceptance_rate"] is None
+
+
+def test_context_edges_are_equal_round_steps_covering_the_positions():
+    from dspark.metrics import context_edges
+
+    assert context_edges(290) == (50, 100, 150, 200, 250, 300)
+    assert context_edges(3001) == (500, 1000, 1500, 2000, 2500, 3000, 3500)
+    assert context_edges(8) == tuple(range(1, 9)) and context_edges(0) == (1,)
+    for n in (1, 9, 77, 1234, 99_999):
+        edges = context_edges(n)
+        assert len(edges) <= 8 and edges[-1] >= n and len({b - a for a, b in zip((0,) + edges, edges)}) == 1
+
+
+def test_rejections_count_the_first_rejected_draft_against_the_correction():
+    from types import SimpleNamespace as R
+
+    from dspark.metrics import rejections
+
+    def r(drafted, accepted, width, committed, plain=False):
+        return R(drafted=drafted, accepted=accepted, verify_width=width, plain_step=plain,
+                 committed=[R(id=t) for t in committed])
+
+    rounds = [r((5, 6, 7), 1, 3, (5, 9)),   # draft 2 (6) rejected, the target committed 9
+              r((6, 6), 0, 2, (9,)),        # the same pair again
+              r((3, 4), 0, 2, (8,)),        # another pair
+              r((1, 2), 2, 2, (1, 2, 3)),   # everything accepted: no rejection
+              r((1, 2), 0, 0, (4,)),        # nothing verified: no rejection
+              r((), 0, 0, (7,), plain=True),
+              r((1, 2, 3), 1, 3, (1,))]     # draft 1 was EOS: no correction committed, not counted
+    out = rejections(rounds)
+    assert out == [{"drafted": 6, "target": 9, "count": 2, "share": 2 / 3},
+                   {"drafted": 3, "target": 8, "count": 1, "share": 1 / 3}]
+    assert rejections(rounds, top=1) == out[:1] and rejections([]) == []
