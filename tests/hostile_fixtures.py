@@ -11,6 +11,18 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from dspark.cli import main
+from tiny import write_tiny_target_dir
+
+
+def good_pair(root: Path, *init_options: str) -> dict:
+    """The good inputs every hostile table starts from: a tiny target whose window (16) ordinary
+    runs wrap, and an untrained 1-layer drafter for it (block 4, taps 1,3, Markov rank 16)."""
+    t = write_tiny_target_dir(root / "target", window=16)
+    assert main(["init", "--target", str(t), "--out", str(root / "drafter"), "--block-size", "4", "--layers", "1",
+                 "--taps", "1,3", "--markov-rank", "16", *init_options]) == 0
+    return {"root": root, "target": t, "drafter": root / "drafter"}
+
 
 def copy(src: Path, dst: Path) -> Path:
     dst.mkdir(parents=True)

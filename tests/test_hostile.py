@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -29,20 +30,15 @@ import hostile_round_two
 from dspark.cli import main
 from dspark.errors import DsparkError
 from hostile_fixtures import cfg as _cfg
-from hostile_fixtures import copy, drafter_variant, edit_json, target_variant
-from tiny import write_tiny_target_dir
+from hostile_fixtures import copy, drafter_variant, edit_json, good_pair, target_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hostile")
-    t = write_tiny_target_dir(root / "target", window=16)
-    assert main(["init", "--target", str(t), "--out", str(root / "drafter"), "--block-size", "4", "--layers", "1",
-                 "--taps", "1,3", "--markov-rank", "16"]) == 0
-    d = root / "drafter"
-    out = {"root": root, "target": t, "drafter": d}
+    out = good_pair(tmp_path_factory.mktemp("hostile"))
+    root, t, d = out["root"], out["target"], out["drafter"]
     V = drafter_variant
     out.update({
         "mask_huge": V(d, root, "mask_huge", _cfg("mask_token_id", 10**6)),
@@ -357,7 +353,10 @@ def test_a_signal_during_generate_is_one_line(dirs, sig):
                           str(dirs["drafter"]), "--prompt", "x", "--max-tokens", "100000", "--ignore-eos"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(4)
+    # during generation, not during start-up: wait for its first streamed text (a loaded machine can
+    # take longer than any fixed sleep to get there)
+    ready, _, _ = select.select([p.stdout], [], [], 120)
+    assert ready and p.stdout.read(1), "generate streamed nothing in 120 s"
     p.send_signal(sig)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130 and err.strip().splitlines()[-1] == "dspark: interrupted" and "Traceback" not in err

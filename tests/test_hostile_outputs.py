@@ -20,21 +20,18 @@ import pytest
 import drafter_checkpoints as ckpt
 from dspark.bench import report
 from dspark.cli import main
-from tiny import write_tiny_target_dir
+from hostile_fixtures import good_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("outputs")
-    t = write_tiny_target_dir(root / "target", window=16)
-    assert main(["init", "--target", str(t), "--out", str(root / "drafter"), "--block-size", "4", "--layers", "1",
-                 "--taps", "1,3", "--markov-rank", "16", "--no-confidence"]) == 0
-    prompts = root / "prompts.json"
-    prompts.write_text(json.dumps(["def add(a, b):", "x = 1"]))
-    zlab = ckpt.write_zlab(root / "zlab")
-    return {"root": root, "target": t, "drafter": root / "drafter", "prompts": prompts, "zlab": zlab}
+    out = good_pair(tmp_path_factory.mktemp("outputs"), "--no-confidence")
+    out["prompts"] = out["root"] / "prompts.json"
+    out["prompts"].write_text(json.dumps(["def add(a, b):", "x = 1"]))
+    out["zlab"] = ckpt.write_zlab(out["root"] / "zlab")
+    return out
 
 
 @pytest.fixture(autouse=True)

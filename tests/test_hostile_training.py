@@ -17,16 +17,12 @@ import numpy as np
 import pytest
 
 from dspark.cli import main
-from tiny import write_tiny_target_dir
+from hostile_fixtures import good_pair
 
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hostile_training")
-    t = write_tiny_target_dir(root / "target", window=16)
-    assert main(["init", "--target", str(t), "--out", str(root / "drafter"), "--block-size", "4", "--layers", "1",
-                 "--taps", "1,3", "--markov-rank", "16"]) == 0
-    return {"root": root, "target": t, "drafter": root / "drafter"}
+    return good_pair(tmp_path_factory.mktemp("hostile_training"))
 
 
 # ----------------------------------------------------------------------------- training faults
