@@ -66,3 +66,35 @@ def test_a_stopped_run_resumes_to_the_weights_of_a_straight_one(tmp_path, small_
     b = mx.load(str(tmp_path / "stopped" / "model.safetensors"))
     assert a.keys() == b.keys() and all(np.allclose(np.array(a[k]), np.array(b[k]), atol=1e-6) for k in a)
     assert json.loads((tmp_path / "stopped" / "training.json").read_text())["steps_done"] == 7
+
+
+def test_saving_the_model_shows_no_half_written_file(tmp_path, monkeypatch):
+    """Every file of the final directory is written under a hidden temporary name and renamed
+    into place: a full disk while writing the weights leaves no visible model file behind."""
+    from dspark.demo import target_model
+    from dspark.errors import DsparkError
+
+    model = target_model.build_model(dict(TINY.model))
+    written = []
+    real = mx.save_safetensors
+
+    def record(path, *a, **kw):
+        written.append(os.path.basename(path))
+        real(path, *a, **kw)
+
+    monkeypatch.setattr(mx, "save_safetensors", record)
+    out = tmp_path / "model"
+    target_model.save_model(model, {"model_type": "gemma4_text"}, resources.demo_model("target"), out, {})
+    assert written and all(name.startswith(".") for name in written), written
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+
+    def full(path, *a, **kw):
+        open(path, "wb").write(b"half")
+        raise RuntimeError("[save_safetensors] No space left on device")
+
+    monkeypatch.setattr(mx, "save_safetensors", full)
+    again = tmp_path / "again"
+    with pytest.raises(DsparkError, match="disk is full"):
+        target_model.save_model(model, {"model_type": "gemma4_text"}, resources.demo_model("target"), again, {})
+    assert "model.safetensors" not in {p.name for p in again.iterdir()} and not any(
+        p.name.startswith(".") for p in again.iterdir()), list(again.iterdir())

@@ -8,11 +8,12 @@ too; the drafter uses it). Nothing is prepended at training or inference, so ``d
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+
+from ..files import write_text
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]  # ids 0..4, in this order
 PAD_ID, EOS_ID, BOS_ID, UNK_ID, MASK_ID = range(5)
@@ -41,16 +42,10 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE):
     return tok
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def save_tokenizer(tok, out_dir: Path) -> None:
     """``tokenizer.json`` plus the config files ``transformers``/``mlx_lm.load`` read."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(out_dir / "tokenizer.json", tok.to_str(pretty=True))
+    write_text(out_dir / "tokenizer.json", tok.to_str(pretty=True))
     special = {"pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>",
                "unk_token": "<unk>", "mask_token": "<mask>"}
     config = {
@@ -62,8 +57,8 @@ def save_tokenizer(tok, out_dir: Path) -> None:
         # No model_max_length: transformers would warn on every long document encoded
         # (drafter training tokenizes whole files); the model's limit is in config.json.
     }
-    _atomic_write_text(out_dir / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
-    _atomic_write_text(out_dir / "special_tokens_map.json", json.dumps(special, indent=2) + "\n")
+    write_text(out_dir / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
+    write_text(out_dir / "special_tokens_map.json", json.dumps(special, indent=2) + "\n")
 
 
 def load_tokenizer(directory: Path):

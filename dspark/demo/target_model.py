@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
+from functools import partial
 import shutil
 from pathlib import Path
 
@@ -20,7 +20,8 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models import gemma4_text
 
-from .bpe import BOS_ID, EOS_ID, MASK_ID, PAD_ID, TOKENIZER_FILES, VOCAB_SIZE, _atomic_write_text
+from ..files import atomic_write, save_safetensors, write_text
+from .bpe import BOS_ID, EOS_ID, MASK_ID, PAD_ID, TOKENIZER_FILES, VOCAB_SIZE
 
 #: The demo target's shape: Gemma-4's proportions in small. 12 layers, five sliding-window layers
 #: (window 64, small so that ordinary generations cross it) to each global one, as Gemma 4's 5:1
@@ -160,9 +161,7 @@ def save_checkpoint(path: Path, model, optimizer, step: int, meta: dict) -> None
     # and the next step are the whole random state of a run.
     rng = {"data_seed": meta["recipe"]["seed"], "next_step": step}
     metadata = {"step": str(step), "rng": json.dumps(rng), "meta": json.dumps(meta)}
-    tmp = path.with_name("checkpoint.tmp.safetensors")
-    mx.save_safetensors(str(tmp), arrays, metadata=metadata)
-    os.replace(tmp, path)
+    save_safetensors(path, arrays, metadata)
 
 
 def load_checkpoint(path: Path, model, optimizer) -> tuple[int, dict]:
@@ -186,21 +185,17 @@ def load_checkpoint(path: Path, model, optimizer) -> tuple[int, dict]:
 
 
 def save_model(model, config: dict, tok_dir: Path, out_dir: Path, extra_files: dict) -> None:
-    """Write the final model directory. Every file goes to a temporary name first and is then
-    renamed into place (``config.json`` last), so an interrupted run never leaves a truncated
-    file behind."""
+    """Write the final model directory. Every file goes to a hidden temporary name first and is
+    then renamed into place (``config.json`` last), so an interrupted run never leaves a truncated
+    file behind, nor a visible half-written one."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    weights = dict(tree_flatten(model.parameters()))
-    tmp = out_dir / "model.tmp.safetensors"
-    mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
     for name in TOKENIZER_FILES:
         if tok_dir.resolve() != out_dir.resolve():
-            shutil.copyfile(tok_dir / name, out_dir / (name + ".tmp"))
-            os.replace(out_dir / (name + ".tmp"), out_dir / name)
-    os.replace(tmp, out_dir / "model.safetensors")
+            atomic_write(out_dir / name, partial(shutil.copyfile, tok_dir / name))
+    save_safetensors(out_dir / "model.safetensors", dict(tree_flatten(model.parameters())), {"format": "mlx"})
     for name, text in extra_files.items():
-        _atomic_write_text(out_dir / name, text)
-    _atomic_write_text(out_dir / "config.json", json.dumps(config, indent=2) + "\n")
+        write_text(out_dir / name, text)
+    write_text(out_dir / "config.json", json.dumps(config, indent=2) + "\n")
 
 
 def verify_saved(out_dir: Path, model, sample_text: str) -> dict:
