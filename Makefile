@@ -67,7 +67,7 @@ run: setup
 	$(VENV)/bin/dspark-studio $(ARGS)
 
 test: setup peers
-	QT_QPA_PLATFORM=offscreen PYTHONFAULTHANDLER=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider $(ARGS)
+	QT_QPA_PLATFORM=offscreen PYTHONFAULTHANDLER=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15 $(ARGS)
 
 demo: setup
 	$(VENV)/bin/dspark make-demo $(ARGS)
