@@ -167,11 +167,11 @@ def _next_round(step: int) -> int:
     return step * 5 // 2 if str(step)[0] == "2" else step * 2
 
 
-def rejections(rounds: Iterable, top: int = 10) -> list[dict]:
+def rejections(rounds: Iterable, top: int | None = 10) -> list[dict]:
     """What a drafter gets wrong: at each round's first rejected draft (draft ``accepted + 1`` of
     a round that verified more than it accepted), the pair (drafted token, the token the target
-    committed there instead: its correction), counted over ``rounds``. The ``top`` most frequent
-    pairs, most first (equal counts in the order first seen), each ``{"drafted", "target",
+    committed there instead: its correction), counted over ``rounds``. The ``top`` (None: all)
+    most frequent pairs, most first (equal counts in the order first seen), each ``{"drafted", "target",
     "count", "share"}``; share = count / rejections, the rounds that rejected a draft and
     committed a correction (a round whose accepted drafts reached EOS first has none). Plain
     steps and rounds that accepted every verified draft are not rejections."""

@@ -77,11 +77,12 @@ def distribution(logits: mx.array, sp: SamplingParams) -> mx.array:
     return mx.softmax(logprobs * (1.0 / sp.temperature), axis=-1)
 
 
-def token_probs(logits: mx.array, tokens: mx.array) -> mx.array:
-    """Temperature-1 probability of ``tokens`` [S] under ``logits`` [S, V] (for display)."""
+def token_probs(logits: mx.array, tokens: mx.array, lse: mx.array | None = None) -> mx.array:
+    """Temperature-1 probability of ``tokens`` [S] under ``logits`` [S, V] (for display);
+    ``lse``: the rows' float32 log-sum-exp when the caller has it (``rounds.VerifyRows``)."""
     logits = logits.astype(mx.float32)
     picked = mx.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0]
-    return mx.exp(picked - mx.logsumexp(logits, axis=-1))
+    return mx.exp(picked - (mx.logsumexp(logits, axis=-1) if lse is None else lse))
 
 
 def sample(probs: mx.array, key: mx.array) -> mx.array:
