@@ -200,7 +200,8 @@ def write_speculators(path: Path, target, frequent: list[int], draft_vocab: int 
             "max_position_embeddings": 4096,
             "layer_types": ["sliding_attention" if sliding else "full_attention", "full_attention"],
             "sliding_window": 8 if sliding else None, "use_sliding_window": sliding, "attention_bias": False},
-        "aux_hidden_state_layer_ids": TAPS, "draft_vocab_size": draft_vocab, "block_size": 7, "mask_token_id": 4,
+        "aux_hidden_state_layer_ids": [t + 1 for t in TAPS],  # vLLM's numbering: id i is layer i - 1's output
+        "draft_vocab_size": draft_vocab, "block_size": 7, "mask_token_id": 4,
         "sample_from_anchor": from_anchor, "sliding_window_non_causal": False, "markov_rank": R, "markov_head_type": "vanilla",
         "enable_confidence_head": True, "confidence_head_with_markov": True,
     }
@@ -212,13 +213,24 @@ def write_speculators(path: Path, target, frequent: list[int], draft_vocab: int 
     return _save(path, config, w)
 
 
-def as_headless_dspark(src: Path, dst: Path) -> Path:
-    """A speculators DFlash head relabelled as a DSpark one with both heads off: the same
-    network (speculators' DSpark model is its DFlash model plus the heads), in the algorithm
-    mlx-dspark reads (it translates only ``dspark``)."""
+def for_mlx_dspark(src: Path, dst: Path) -> Path:
+    """A speculators checkpoint as mlx-dspark must be given it to tap the same layers: mlx-dspark
+    reads ``aux_hidden_state_layer_ids`` as the tapped layers themselves, one below vLLM's and
+    speculators' numbering (id i is the output of layer i - 1), so its copy has every id less one."""
     import shutil
 
     shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    config["aux_hidden_state_layer_ids"] = [i - 1 for i in config["aux_hidden_state_layer_ids"]]
+    (dst / "config.json").write_text(json.dumps(config, indent=1))
+    return dst
+
+
+def as_headless_dspark(src: Path, dst: Path) -> Path:
+    """A speculators DFlash head relabelled as a DSpark one with both heads off: the same
+    network (speculators' DSpark model is its DFlash model plus the heads), in the algorithm
+    mlx-dspark reads (it translates only ``dspark``), its tap ids as mlx-dspark reads them."""
+    for_mlx_dspark(src, dst)
     config = json.loads((dst / "config.json").read_text())
     config.update(architectures=["DSparkSpeculator"], speculators_model_type="dspark", markov_rank=0,
                   enable_confidence_head=False, confidence_head_with_markov=False)

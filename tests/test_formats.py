@@ -47,6 +47,8 @@ def dirs(tmp_path_factory):
              speculators_sliding=ckpt.write_speculators(root / "sp_sliding", model, frequent, sliding=True),
              speculators_anchor=ckpt.write_speculators(root / "sp_anchor", model, frequent, from_anchor=True),
              speculators_dflash=ckpt.write_speculators(root / "sp_dflash", model, frequent, algorithm="dflash"))
+    for name in ("speculators", "speculators_borrowed", "speculators_sliding", "speculators_anchor"):
+        d[name + "_peer"] = ckpt.for_mlx_dspark(d[name], root / f"{name}_for_mlx_dspark")
     d["speculators_dflash_peer"] = ckpt.as_headless_dspark(d["speculators_dflash"], root / "sp_dflash_as_dspark")
     return d
 
@@ -115,7 +117,9 @@ CASES = {  # name -> (peer runner, drafts per round, format)
     "speculators_anchor": ("mlx-dspark", 7, "speculators"),  # sample_from_anchor: slot 0 predicts
     "speculators_dflash": ("mlx-dspark", 6, "speculators"),  # the DFlash head; the peer reads it relabelled
 }
-PEER_DIR = {"speculators_dflash": "speculators_dflash_peer"}  # mlx-dspark translates only algorithm dspark
+#: mlx-dspark reads speculators' tap ids one off from vLLM (``ckpt.for_mlx_dspark``) and translates
+#: only algorithm dspark (``ckpt.as_headless_dspark``): it is given copies that say the same drafter its way.
+PEER_DIR = {name: name + "_peer" for name in CASES if name.startswith("speculators")}
 
 
 #: Where the peer departs from the format's own code, the peer's convention is set for the
@@ -176,7 +180,7 @@ def test_a_deliberate_mistake_changes_the_result(dirs, target, plain, mistake):
     drafter = load_drafter(dirs[name], target)
     break_it(drafter)
     tokens, tau, logits = ours(target, drafter, plain)
-    ref = peer(CASES[name][0], dirs, name)
+    ref = peer(CASES[name][0], dirs, PEER_DIR.get(name, name))
     assert tokens == list(plain.tokens)  # still lossless: verification does not trust the drafter
     same_logits = logits.shape == np.array(ref["round1_logits"]).shape and np.allclose(logits, ref["round1_logits"], atol=1e-4)
     assert not same_logits or tau[: len(ref["tau"]) - 1] != ref["tau"][:-1]

@@ -47,6 +47,8 @@ class DraftShape:
     window: int = 0  # context rows a block attends to before its anchor (0: all of them)
     softcap: float | None = None  # the drafter's logit soft-cap (the target's, usually)
     max_positions: int = 4096
+    anchor_predicts: bool = True  # the anchor slot predicts the first draft (False: z-lab's block, slot 0 only reads)
+    draft_vocab: int = 0  # the head's output vocabulary when reduced (a d2t table maps it; 0: the whole vocabulary)
 
 
 @dataclass

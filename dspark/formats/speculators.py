@@ -2,7 +2,11 @@
 ``makora-ai/gemma4-26b-a4b-dspark``, ``rasyosef/gemma-4-E2B-it-dspark``).
 
 config.json: the backbone under ``transformer_layer_config`` (Qwen3 layers, even for Gemma
-targets), the taps as ``aux_hidden_state_layer_ids``, ``speculators_config.proposal_methods[0]
+targets), the taps as ``aux_hidden_state_layer_ids`` in vLLM's (and speculators' training data's)
+numbering, where id i is the residual stream entering layer i, the output of layer i - 1: a
+drafter tapping layer t has id t + 1 (vLLM's ``update_dflash`` maps ids to z-lab's
+``target_layer_ids`` by subtracting one; configs dspark wrote before it followed this kept the
+taps themselves, which its extension's ``trained_as`` records), ``speculators_config.proposal_methods[0]
 .speculative_tokens`` drafts per round out of ``block_size`` slots (``block_size -
 speculative_tokens`` = 1: slot 0 is a pure anchor; 0: the anchor slot predicts, as
 ``sample_from_anchor`` says), ``mask_token_id``, the DSpark heads' fields, and optionally
@@ -24,11 +28,13 @@ from ..drafting import BlockLayout
 from ..errors import DsparkError
 from ..modeldir import read_header, safetensors_files
 from ..validate import Fields
-from .base import DraftShape, Spec
+from .base import EXTENSION, DraftShape, Spec
 from .layers import Qwen3Layer
 
 
-def read_spec(directory: Path, config: dict) -> Spec:
+def read_spec(directory: Path, config: dict, names: set[str] | None = None) -> Spec:
+    """``names``: the checkpoint's tensor names when it is not written yet (``dspark.export``);
+    they decide whether it has an embedding and a head of its own."""
     where = directory / "config.json"
     f = Fields(config, where)
     sc = f.dict("speculators_config")
@@ -65,13 +71,13 @@ def read_spec(directory: Path, config: dict) -> Spec:
     causal_sliding = not f.bool("sliding_window_non_causal", default=False)
     causal = tuple(w is not None and causal_sliding for w in windows)
     rank = f.int("markov_rank", default=0)
-    header = _tensor_names(directory)
+    header = _tensor_names(directory) if names is None else names
     max_pos = t.int("max_position_embeddings", default=131072)
 
     def layers():
         return [Qwen3Layer(H, heads, kv, hd, ffn, eps, theta, rope or None, max_pos) for _ in range(L)]
 
-    taps = f.ints("aux_hidden_state_layer_ids", "tap_layer")
+    taps = taps_of(config, f)
     notes = [] if "embed_tokens.weight" in header else ["no embed_tokens: the target's table, unscaled, as in training"]
     if any(windows):
         notes.append("sliding layers see the window before the anchor, full layers everything, as in training "
@@ -87,6 +93,25 @@ def read_spec(directory: Path, config: dict) -> Spec:
                 d2t=draft_vocab < vocab, quantization=config.get("quantization"), notes=notes)
 
 
+def aux_ids(taps) -> list[int]:
+    """``aux_hidden_state_layer_ids`` of a drafter tapping ``taps`` (vLLM's numbering)."""
+    return [t + 1 for t in taps]
+
+
+def taps_of(config: dict, f: Fields) -> tuple[int, ...]:
+    """The tapped target layers of ``aux_hidden_state_layer_ids``: each id minus one, except in a
+    config dspark wrote before following vLLM's numbering (its ``trained_as`` taps equal the ids)."""
+    ids = f.ints("aux_hidden_state_layer_ids", "tap_layer")
+    ext = config.get(EXTENSION) if isinstance(config.get(EXTENSION), dict) else {}
+    trained = ext.get("trained_as") if isinstance(ext.get("trained_as"), dict) else {}
+    if list(trained.get("tap_layers") or []) == list(ids):
+        return tuple(ids)
+    if 0 in ids:
+        raise f._fail("aux_hidden_state_layer_ids", list(ids), "ids of 1 or more (id 0 is the embedding, which no "
+                      "drafter dspark runs taps)")
+    return tuple(i - 1 for i in ids)
+
+
 def _tensor_names(directory: Path) -> set[str]:
     names: set[str] = set()
     for f in safetensors_files(directory):
@@ -96,10 +121,12 @@ def _tensor_names(directory: Path) -> set[str]:
 
 def new_config(shape: DraftShape, verifier: str = "") -> dict:
     """A speculators DSpark (or, without heads, DFlash) config.json for ``shape``: the anchor slot
-    predicts (``sample_from_anchor``; a block of ``block_size`` slots drafts ``block_size``), no
-    embedding or head of its own (the verifier's, unscaled, as speculators trains), a context
-    window as sliding-window layers that see ``[anchor - window, anchor)`` and are bidirectional
-    inside the block."""
+    predicts (``sample_from_anchor``; a block of ``block_size`` slots drafts ``block_size``) unless
+    ``shape.anchor_predicts`` is False (a block of ``block_size + 1`` slots, slot 0 a pure anchor),
+    the verifier's embedding and head, unscaled, as speculators trains (an embedding or head of
+    the drafter's own is told by its weights, a reduced vocabulary by ``draft_vocab_size`` and the
+    d2t table), a context window as sliding-window layers that see ``[anchor - window, anchor)``
+    and are bidirectional inside the block; the taps in vLLM's numbering (``aux_ids``)."""
     algo = "dspark" if shape.markov_rank or shape.confidence else "dflash"
     kinds = ["sliding_attention" if shape.window else "full_attention"] * shape.layers
     config = {
@@ -116,9 +143,9 @@ def new_config(shape: DraftShape, verifier: str = "") -> dict:
             "rope_parameters": {"rope_theta": shape.rope_theta, "rope_type": "default"},
             "max_position_embeddings": shape.max_positions, "layer_types": kinds,
             "sliding_window": shape.window or None, "use_sliding_window": bool(shape.window), "attention_bias": False},
-        "aux_hidden_state_layer_ids": list(shape.taps), "block_size": shape.block_size, "sample_from_anchor": True,
-        "mask_token_id": shape.mask_token_id, "sliding_window_non_causal": True, "target_hidden_size": shape.hidden,
-        "draft_vocab_size": shape.vocab,
+        "aux_hidden_state_layer_ids": aux_ids(shape.taps), "block_size": shape.block_size + (not shape.anchor_predicts),
+        "sample_from_anchor": shape.anchor_predicts, "mask_token_id": shape.mask_token_id,
+        "sliding_window_non_causal": True, "target_hidden_size": shape.hidden, "draft_vocab_size": shape.draft_vocab or shape.vocab,
     }
     if shape.softcap:
         config["final_logit_softcapping"] = shape.softcap
