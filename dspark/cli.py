@@ -178,9 +178,10 @@ def cmd_costs(a) -> int:
 
 
 def cmd_inspect(a) -> int:
+    from .export_plan import exportable, exports_lines
     from .loading import describe_drafter as describe
 
-    info = describe(a.dir)
+    info = {**describe(a.dir), "exports": exportable(a.dir)}
     if a.json:
         print(json.dumps(info))
         return 0
@@ -198,6 +199,7 @@ def cmd_inspect(a) -> int:
         + (f"{t['num_layers']} layers" if t.get("num_layers") else f"at least {t.get('min_layers')} layers"),
     ]
     lines += [f"  note: {n}" for n in info.get("notes", [])]
+    lines += exports_lines(info["exports"])
     print("\n".join(lines))
     return 0
 
@@ -358,6 +360,7 @@ DELEGATED = {
     "calibrate": ("dspark.training.calibrate_cli:main", "fit a drafter's confidence temperatures (dspark calibrate --help)"),
     "bench": ("dspark.bench:main", "time speculative decoding against plain mlx-lm decoding (dspark bench --help)"),
     "make-demo": ("dspark.demo.build:main", "rebuild and measure the bundled demo models (dspark make-demo --help)"),
+    "export": ("dspark.export:main", "write a drafter in a format vLLM or SGLang serves (dspark export --help)"),
 }
 
 

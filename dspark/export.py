@@ -1,0 +1,253 @@
+"""``dspark export DRAFTER --format speculators|deepspec|zlab --out DIR``: a drafter written as a
+published format's own checkpoint, exactly or not at all.
+
+What the format must carry, and the one-sentence refusal when it cannot, is the plan
+(``dspark.export_plan``). The export is then written into a hidden folder beside ``--out``:
+``model.safetensors`` (the network's tensors under the checkpoint's names and dtypes, with the
+reduced vocabulary's ``d2t`` offsets and ``t2d`` mask when it has one), ``config.json`` (the
+format writer's, serving keys included) and a ``README.md`` with the vLLM and SGLang commands
+(``dspark.serving``). That folder is loaded back by ``load_drafter`` and must draft what the
+drafter drafts on a probe (``same_drafts``: the backbone's output, the logits, the drafted
+tokens, their probabilities and confidences, to float rounding), or it is deleted and nothing
+is written. Only then does it become ``--out`` (one rename; with ``--force`` the folder there is
+removed only after the new one is in place).
+
+``--drop-heads`` leaves the Markov and confidence heads out; with ``--target`` the acceptance the
+drafter reaches with and without them is measured on a prompt set, greedy, as ``dspark bench``
+and the demo build measure it (``acceptance``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+from mlx.utils import tree_flatten
+
+from . import serving
+from .config import GenerationConfig, SamplingParams
+from .drafting import DraftOpts
+from .errors import DsparkError
+from .export_plan import FORMATS, Plan, exportable, loaded_source, plan, read_source
+from .files import save_safetensors, staged_dir, write_text
+from .loading import load_drafter, load_target, read_drafter_config
+from .options import Parser
+
+WEIGHTS = "model.safetensors"
+
+
+class ProbeProjection:
+    """A stand-in for a target's embedding table and tied head (rank 8, so any vocabulary is
+    cheap), for comparing two drafters that borrow them when no target is given: both see the
+    same one, so the same drafter drafts the same block through it."""
+
+    def __init__(self, vocab: int, hidden: int, rank: int = 8, seed: int = 7):
+        ka, kb = mx.random.split(mx.random.key(seed))
+        self.a = mx.random.normal((vocab, rank), key=ka)
+        self.b = mx.random.normal((hidden, rank), key=kb) * rank**-0.5
+        self.embed_scale, self.softcap, self.vocab_size = hidden**0.5, None, vocab
+
+    def table(self, ids: mx.array) -> mx.array:
+        return self.a[ids] @ self.b.T
+
+    def embed(self, ids: mx.array) -> mx.array:
+        return self.table(ids) * self.embed_scale
+
+    def head(self, h: mx.array) -> mx.array:
+        return (h @ self.b) @ self.a.T
+
+    def cap(self, x: mx.array) -> mx.array:
+        return x
+
+    def logits(self, h: mx.array) -> mx.array:
+        return self.head(h)
+
+
+def same_drafts(original, exported, proj, rows: int = 24) -> str | None:
+    """None when ``exported`` drafts what ``original`` drafts after ``rows`` random context rows
+    (greedy: backbone output, logits before the Markov bias, tokens, probabilities, confidence
+    logits); else which of them differ and by how much."""
+    m, H = len(original.tap_layers), original.net.fc.weight.shape[0]
+    kh, ka = mx.random.split(mx.random.key(11))
+    context = mx.random.normal((1, rows, m * H), key=kh)
+    anchor = int(mx.random.randint(0, proj.vocab_size, (1,), key=ka)[0])
+    a, b = (d.forward_rows(proj, context, [anchor], original.block_size, DraftOpts(SamplingParams()))
+            for d in (original, exported))
+    pairs = {"backbone output": (a.hidden, b.hidden),
+             "logits": (original.head(proj, a.hidden), exported.head(proj, b.hidden)),
+             "draft probabilities": (a.draft_probs, b.draft_probs)}
+    if a.conf_logits is not None or b.conf_logits is not None:
+        if a.conf_logits is None or b.conf_logits is None:
+            return "the confidence head"
+        pairs["confidence logits"] = (a.conf_logits, b.conf_logits)
+    for name, (x, y) in pairs.items():
+        x, y = np.array(x.astype(mx.float32)), np.array(y.astype(mx.float32))
+        if x.shape != y.shape or not np.allclose(x, y, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(x).max()))):
+            return f"the {name} (largest difference {float(np.abs(x - y).max()) if x.shape == y.shape else 'in shape'})"
+    if a.tokens.tolist() != b.tokens.tolist():
+        return f"the drafted tokens ({a.tokens.tolist()[0]} against {b.tokens.tolist()[0]})"
+    return None
+
+
+def acceptance(target, drafter, prompts: list[str], tokens: int) -> float:
+    """Greedy tau (committed tokens per round, bonus included) of ``drafter`` over ``prompts``."""
+    from . import metrics
+    from .engine import generate
+
+    cfg = GenerationConfig(max_tokens=tokens, stop_at_eos=False)
+    rounds = [ev for p in prompts for ev in list(generate(target, drafter, p, cfg, display=False))[:-1]]
+    return metrics.summarize(rounds).tau
+
+
+# --------------------------------------------------------------------------- writing
+def check_out(out: Path, drafter_dir: Path, force: bool) -> None:
+    """Refuse an --out that is a file, holds something (without --force) or holds the drafter."""
+    if out.exists() and not out.is_dir():
+        raise DsparkError(f"{out} is a file, not a directory")
+    src, dst = drafter_dir.resolve(), out.resolve()
+    if dst == src or dst in src.parents:
+        raise DsparkError(f"--out {out} holds the drafter being exported: choose another folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise DsparkError(f"{out} exists and is not empty (use --force to replace what it holds)")
+
+
+@contextmanager
+def output(out: Path):
+    """A folder to fill that becomes ``out`` whole when the block ends without an error: a new
+    or empty ``out`` by one rename (``staged_dir``); a full one (``--force``) is moved aside,
+    the new one renamed in, and only then the old one removed, so a failure loses nothing."""
+    if not out.is_dir() or not any(out.iterdir()):
+        with staged_dir(out) as tmp:
+            yield tmp
+        return
+    fresh = out.with_name(f".{out.name}.export-{os.getpid()}")
+    with staged_dir(fresh) as tmp:
+        yield tmp
+    old = out.with_name(f".{out.name}.replaced-{os.getpid()}")
+    try:
+        os.rename(out, old)
+        os.rename(fresh, out)
+    except OSError as e:
+        raise DsparkError(f"could not put the export in place of {out} ({e.strerror or e}); it is in {fresh}") from None
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write(folder: Path, drafter, p: Plan) -> None:
+    """The checkpoint's weights and config, in ``folder``: weights first, so a config never
+    names weights that are not there."""
+    arrays = dict(tree_flatten(drafter.net.parameters()))
+    ids = getattr(drafter, "draft_to_target", None)
+    if ids is not None:  # speculators' tables: draft id + d2t[id] = target id; t2d marks the target ids drafted
+        arrays["d2t"] = (ids - mx.arange(ids.shape[0])).astype(mx.int64)
+        t2d = mx.zeros((drafter.spec.vocab,), mx.bool_)
+        t2d[ids] = True
+        arrays["t2d"] = t2d
+    save_safetensors(folder / WEIGHTS, arrays, {"format": "pt"})
+    write_text(folder / "config.json", json.dumps(p.config, indent=2) + "\n")
+
+
+def export_drafter(path, fmt: str, out, verifier: str | None = None, drop_heads: bool = False, force: bool = False,
+                   target_dir: str | None = None, prompts: list[str] | None = None, tokens: int = 128, say=None) -> dict:
+    """Write the drafter at ``path`` as ``fmt`` into ``out``, exactly, or raise DsparkError (one
+    sentence) with nothing written. Returns what was written and, for --drop-heads with a target,
+    the acceptance with and without the heads."""
+    say = say or (lambda text: None)
+    out = Path(out).expanduser()
+    p, config, _fmt = read_drafter_config(path)
+    check_out(out, p, force)
+    plan(read_source(p), fmt, verifier, drop_heads)  # a refusal before anything large is loaded
+    target = load_target(target_dir, say=say) if target_dir else None
+    drafter = load_drafter(p, target, say=say)
+    src = loaded_source(drafter, p, config)
+    planned = plan(src, fmt, verifier, drop_heads)
+    report = {"out": str(out), "format": fmt, "source": str(p), "source_format": src.format,
+              "dropped": planned.dropped, "verifier": verifier}
+    if planned.dropped and target is not None:
+        say(f"measuring the drafter with its heads on {len(prompts or [])} prompts ...")
+        report["tau_with_heads"] = acceptance(target, drafter, prompts or [], tokens)
+    for name in ("markov_head", "confidence_head") if planned.dropped else ():
+        drafter.net.pop(name, None)
+    with output(out) as tmp:
+        write(tmp, drafter, planned)  # the README follows once the acceptance is known
+        back = load_drafter(tmp, target)
+        proj = target.projection if target is not None else ProbeProjection(src.spec.vocab, src.spec.hidden)
+        differs = same_drafts(drafter, back, proj)
+        if differs:
+            raise DsparkError(f"the {fmt} export would not draft what the drafter drafts ({differs}): nothing was written")
+        if planned.dropped and target is not None:
+            say("measuring the export without them ...")
+            report["tau_without_heads"] = acceptance(target, back, prompts or [], tokens)
+        report["acceptance"] = acceptance_words(report, len(prompts or []), tokens)
+        info = {"source": str(p), "source_format": src.format, "drafts": drafter.block_size,
+                "taps": list(drafter.tap_layers), "dropped": planned.dropped, "acceptance": report["acceptance"]}
+        write_text(tmp / "README.md", serving.readme(fmt, planned.config, info, str(out), verifier))
+    report["serve"] = serving.commands(fmt, planned.config, drafter.block_size, str(out), verifier)
+    return report
+
+
+def acceptance_words(report: dict, prompts: int, tokens: int) -> str:
+    """What --drop-heads left: the measured acceptance, or how to measure it."""
+    if not report["dropped"]:
+        return ""
+    if "tau_without_heads" in report:
+        return (f"greedy tau {report['tau_without_heads']:.2f} without them against {report['tau_with_heads']:.2f} "
+                f"with them ({prompts} prompts, {tokens} tokens each)")
+    return (f"the acceptance without them was not measured (no --target): measure it with dspark bench --target "
+            f"TARGET --drafter {report['out']} --prompt-set demo, beside the original drafter")
+
+
+# --------------------------------------------------------------------------- the command
+def build_parser() -> Parser:
+    p = Parser(prog="dspark export", description="Write a drafter as a published format's own checkpoint, for "
+               "vLLM or SGLang to serve: exactly (loaded back, it drafts what the drafter drafts) or not at all "
+               "(one sentence says what the format cannot carry). The folder gets a README.md with the serve commands.")
+    p.add_argument("drafter", help="drafter directory or Hugging Face name")
+    p.add_argument("--format", required=True, choices=FORMATS, help="speculators: vLLM speculators (DSpark or DFlash "
+                   "heads); deepspec: DeepSpec's Gemma4DSparkModel; zlab: z-lab DFlash (DFlashDraftModel)")
+    p.add_argument("--out", required=True, help="directory to write (new or empty, unless --force)")
+    p.add_argument("--verifier", help="the target's Hugging Face name or path that serving loads: written as "
+                   "speculators_config.verifier.name_or_path (so `vllm serve OUT` finds it) and used in the README's "
+                   "commands (default: none; the README says TARGET)")
+    p.add_argument("--drop-heads", action="store_true", help="leave out the Markov and confidence heads (z-lab's "
+                   "format has neither); says what acceptance the drafter keeps when --target is given")
+    p.add_argument("--target", help="the drafter's target: checks the drafter fits it, and with --drop-heads "
+                   "measures greedy tau with and without the heads on --prompt-set (default: not measured)")
+    p.add_argument("--prompt-set", default="demo", help="prompt set for that measurement: a bundled set or a .json / "
+                   ".txt file (default: demo)")
+    p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt for that measurement (default: 128)")
+    p.add_argument("--force", action="store_true", help="replace what --out holds (removed only once the export is "
+                   "in place)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    if a.max_tokens < 2:
+        raise DsparkError("--max-tokens must be at least 2")
+    prompts = None
+    if a.drop_heads and a.target:
+        from . import prompts as sets
+
+        prompts = list(sets.get(a.prompt_set).prompts)
+    r = export_drafter(a.drafter, a.format, a.out, a.verifier, a.drop_heads, a.force, a.target, prompts, a.max_tokens,
+                       say=lambda text: print(f"dspark: {text}", file=sys.stderr))
+    if a.json:
+        print(json.dumps(r))
+        return 0
+    print(f"wrote a {serving.TITLES[a.format]} drafter to {r['out']} (loaded back, it drafts what {r['source']} drafts)")
+    if r["dropped"]:
+        print(f"left out its {' and '.join(r['dropped'])} head{'s' * (len(r['dropped']) > 1)}: {r['acceptance']}")
+    elif a.drop_heads:
+        print("--drop-heads: the drafter has no Markov or confidence head, so nothing was left out")
+    print(f"serve it with vLLM:\n{r['serve']['vllm']}\nSGLang: {r['serve']['sglang']}")
+    return 0
+
+
+__all__ = ["FORMATS", "ProbeProjection", "acceptance", "export_drafter", "exportable", "main", "same_drafts"]
