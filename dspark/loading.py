@@ -18,7 +18,7 @@ from . import finite, gemma4, hub
 from .device import use_env_device
 from .drafter import DflashDrafter
 from .errors import DsparkError, NotGemma4Error
-from .formats import deepspec, native, speculators, zlab
+from .formats import conventions, deepspec, native, speculators, zlab
 from .modeldir import (check_files, check_fits, drafter_format, loaded_bytes, not_a_drafter, read_config, read_headers,
                        refuse_code, safetensors_files, tensor_bytes)
 from .rust_calls import rust_call
@@ -92,7 +92,7 @@ def load_drafter(path: str | Path, target: Target | None = None, say=None):
     if fmt == native.FORMAT:
         drafter = DflashDrafter.load(p, target)
     else:
-        spec = PUBLISHED[fmt].read_spec(p, config)
+        spec = read_spec(p, config, fmt)
         if target is not None:
             spec.check_target(target)
         drafter = spec.build(p, config)
@@ -100,6 +100,12 @@ def load_drafter(path: str | Path, target: Target | None = None, say=None):
             drafter.check_target(target)
     finite.check_params(drafter.net, p)
     return drafter
+
+
+def read_spec(p: Path, config: dict, fmt: str):
+    """A published drafter's ``formats.base.Spec``: what its format implies, read under the
+    conventions its config.json chooses, if any (``formats.conventions``)."""
+    return conventions.apply(PUBLISHED[fmt].read_spec(p, config), conventions.read(config, p / "config.json"))
 
 
 def describe_drafter(path: str | Path) -> dict:
@@ -120,7 +126,7 @@ def describe_drafter(path: str | Path) -> dict:
                    target={"hidden_size": dims.hidden_size, "vocab_size": dims.vocab_size,
                            "num_layers": dims.num_layers, "target_id": config.get("target_id")})
     else:
-        out.update(PUBLISHED[fmt].read_spec(p, config).describe())
+        out.update(read_spec(p, config, fmt).describe())
     out["parameters"] = _parameters(headers, config)
     return out
 
