@@ -360,6 +360,8 @@ DELEGATED = {
     "calibrate": ("dspark.training.calibrate_cli:main", "fit a drafter's confidence temperatures (dspark calibrate --help)"),
     "bench": ("dspark.bench:main", "time speculative decoding against plain mlx-lm decoding (dspark bench --help)"),
     "make-demo": ("dspark.demo.build:main", "rebuild and measure the bundled demo models (dspark make-demo --help)"),
+    "diagnose": ("dspark.diagnose:main", "why a drafter is rejected: run a few prompts and name each cause found "
+                 "(dspark diagnose --help)"),
     "export": ("dspark.export:main", "write a drafter in a format vLLM or SGLang serves (dspark export --help)"),
 }
 

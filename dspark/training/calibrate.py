@@ -15,7 +15,7 @@ their scale is corrected. The caller stores the temperatures as ``drafter.calibr
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -50,6 +50,9 @@ class Calibration:
     per_position_after: list[float] = field(default_factory=list)
     fit_rounds: int = 0
     check_rounds: int = 0
+    # acceptance by position over every round collected (metrics.per_position_acceptance): what
+    # ``dspark calibrate`` writes into the drafter's profile (dspark.diagnose.profile)
+    per_position_acceptance: list[float] = field(default_factory=list)
 
     def kept(self) -> list[float] | None:
         """The fitted temperatures, or None (raw confidences) when they did not lower the ECE
@@ -163,7 +166,9 @@ def _fit_on_even_check_on_odd(per_prompt: list[tuple[list[RoundEvent], list[Roun
     rounds = [rs for _, rs in per_prompt]
     fit = [r for i, rs in enumerate(rounds) for r in rs if not holdout or i % 2 == 0]
     check = [r for i, rs in enumerate(rounds) for r in rs if holdout and i % 2 == 1] or fit
-    return calibrate_rounds(fit, check, block_size)
+    every = [r for rs in rounds for r in rs]
+    return replace(calibrate_rounds(fit, check, block_size), per_position_acceptance=metrics.per_position_acceptance(
+        [r.accepted for r in every], [r.width for r in every]))
 
 
 def evaluate_drafter(target: Target, drafter: BlockDrafter, prompts, max_tokens: int = 128,

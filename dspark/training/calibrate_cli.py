@@ -49,7 +49,24 @@ def main(argv: list[str] | None = None) -> int:
     result = calibrate_drafter(target, drafter, prompts, rounds=a.rounds, max_tokens=a.max_tokens)
     drafter.calibration = result.kept()
     drafter.save(a.out or a.drafter)
+    _profile(target, drafter, prompts, result.per_position_acceptance, Path(a.drafter), Path(a.out or a.drafter))
     print(format_calibration(result))
     print(f"saved calibration to {Path(a.out or a.drafter)}"
           + ("" if drafter.calibration else " (raw confidences kept: the fit did not lower the held-out ECE)"))
     return 0
+
+
+def _profile(target, drafter, prompts, acceptance: list[float], src: Path, out: Path) -> None:
+    """The drafter's profile (``dspark diagnose`` compares with it) from the calibration's rounds:
+    their acceptance on this target and prompt style; the longest context trained on is kept from
+    the profile training wrote, when there is one."""
+    if not acceptance:
+        return
+    from ..config import GenerationConfig
+    from ..diagnose.profile import PROFILE_FILE, measured, read_file, write_own
+    from ..diagnose.style import run_style
+
+    before = read_file(src / PROFILE_FILE) if (src / PROFILE_FILE).is_file() else None
+    templated, thinking = run_style(target, GenerationConfig(), prompts)  # calibrate generates with the defaults
+    write_own(out, measured(acceptance, target, drafter.block_size, templated, thinking,
+                            before.context_length if before else None, "calibrate", len(prompts)))

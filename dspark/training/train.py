@@ -105,7 +105,24 @@ def train_drafter(
             drafter.calibration = calibration.kept()
             drafter.save(out)
     write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
+    _profile(target, drafter, seqs, s, report, out)
     return drafter
+
+
+def _profile(target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSettings, report: dict, out: Path) -> None:
+    """The drafter's profile, what ``dspark diagnose`` compares with: its held-out acceptance on
+    this target, the prompt style of its training data (in the chat template or not, thinking or
+    not: read from the data itself) and the longest context it was trained on."""
+    acc = (report.get("heldout") or {}).get("per_position_acceptance")
+    if not acc:
+        return
+    from ..diagnose.profile import longest_context, measured, write_own
+    from ..diagnose.style import data_style
+
+    rows = [row[:n] for row, n in zip(seqs.tokens[:512], seqs.lengths[:512])]  # a sample is evidence enough
+    context = longest_context(s.seq_len, s.prompt_len, s.long_prompts if s.self_distill else 0, s.long_prompt_len)
+    write_own(out, measured(acc, target, drafter.block_size, *data_style(target, rows), context, "training",
+                            report["heldout"]["prompts"], report["heldout"]["rounds"]))
 
 
 def _report(target: Target, drafter: BlockDrafter, trained_as: dict, s: TrainSettings, sequences: int,

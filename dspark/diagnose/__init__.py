@@ -1,0 +1,29 @@
+"""``dspark diagnose``: why a drafter is rejected, named.
+
+It runs a few prompts, compares what it measured with what the drafter should reach (its
+profile) and says what lowers acceptance, each cause a :class:`Finding` with a stable code
+(``findings.CODES``). Layout: ``findings`` (the result, no MLX), ``profile`` (what a drafter
+should reach: recorded and read), ``style`` (chat template and thinking of a run or of training
+data), ``measure`` (the generation loop and the figures), ``checks`` (one pure function per
+code, thresholds explained), ``run`` (:func:`diagnose`, :func:`record`), ``cli`` (the command).
+
+Importing this package loads no MLX: ``diagnose``, ``record`` and ``main`` load their modules
+when first used.
+"""
+
+from __future__ import annotations
+
+from .findings import CODES, SEVERITIES, Diagnosis, Finding
+
+_LAZY = {"diagnose": "run", "record": "run", "main": "cli"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["CODES", "SEVERITIES", "Diagnosis", "Finding", "diagnose", "main", "record"]

@@ -1,0 +1,95 @@
+"""``dspark diagnose``: run a few prompts, compare with what the drafter should reach, and print
+what lowers its acceptance, most severe first (``--json``: one object); ``--record`` measures the
+drafter's profile instead and keeps it with the user's data."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..options import Parser
+
+#: Prompts of the set a diagnosis runs unless --limit says otherwise: enough rounds to judge
+#: (a few hundred at the default --max-tokens), few enough to take seconds on small models.
+DEFAULT_PROMPTS = 4
+DEFAULT_MAX_TOKENS = 96
+GENERATION = ("temperature", "top_p", "top_k", "seed", "block_size", "chat_template", "system_prompt",
+              "chat_template_config", "stop_at_eos")
+
+
+def parser() -> Parser:
+    from ..config import GenerationConfig
+    from ..options import add_options
+    from ..prompts import DEFAULT
+
+    ap = Parser(prog="dspark diagnose", description="Why a drafter is rejected: run a few prompts, compare with what "
+                "the drafter should reach (its profile) and name each cause found, most severe first.")
+    ap.add_argument("--target", required=True, help="target model directory (or Hugging Face name)")
+    ap.add_argument("--drafter", required=True, help="drafter directory (or Hugging Face name)")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--prompt-set", default=DEFAULT, help=f"a bundled prompt set (default: {DEFAULT})")
+    src.add_argument("--prompts", metavar="FILE", help="a prompt set file: .json (a list of prompts) or .txt "
+                     "(prompts separated by lines holding only ---)")
+    ap.add_argument("--limit", type=int, default=DEFAULT_PROMPTS,
+                    help=f"prompts of the set to run, from its first (default: {DEFAULT_PROMPTS})")
+    ap.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                    help=f"tokens to generate per prompt (default: {DEFAULT_MAX_TOKENS})")
+    add_options(ap, GenerationConfig, only=GENERATION)
+    ap.add_argument("--json", action="store_true", help="print one JSON object: findings, per_position_acceptance, "
+                    "expected_per_position, tau")
+    ap.add_argument("--record", action="store_true", help="measure this drafter's profile on these prompts (greedy) "
+                    "and keep it with your dspark data, never in the drafter's directory; later diagnoses compare "
+                    "with it")
+    return ap
+
+
+def _progress(done: int, total: int, what: str) -> None:
+    sys.stderr.write(f"\rdspark: diagnosing {done}/{total} ({what})\033[K")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..config import GenerationConfig
+    from ..loading import load_drafter, load_target, read_drafter_config
+    from ..options import check_range, from_args
+    from ..prompts import get, read_set
+    from .findings import describe
+    from .profile import find, write_recorded
+    from .run import diagnose, record
+
+    a = parser().parse_args(argv)
+    check_range("--limit", a.limit, 1, 100_000)
+    check_range("--max-tokens", a.max_tokens, 1, 1_000_000)
+    settings = from_args(GenerationConfig, a, max_tokens=a.max_tokens)
+    settings.check()
+    chosen = read_set(Path(a.prompts).expanduser()) if a.prompts else get(a.prompt_set)
+    prompts = list(chosen.prompts[: a.limit])
+    say = (lambda m: print(f"dspark: {m}", file=sys.stderr))
+    target = load_target(a.target, say=say)
+    drafter_dir = read_drafter_config(a.drafter)[0]
+    drafter = load_drafter(drafter_dir, target, say=say)
+    progress = _progress if sys.stderr.isatty() else None
+    if a.record:
+        profile = record(target, drafter, prompts, settings, progress=progress)
+        path = write_recorded(drafter, profile)
+        _end(progress)
+        if a.json:
+            print(json.dumps({"recorded": str(path), "profile": profile.to_dict()}))
+        else:
+            print(f"recorded this drafter's profile in {path}: acceptance by position "
+                  + " ".join(f"{x:.2f}" for x in profile.per_position_acceptance)
+                  + f" ({profile.rounds} rounds on {profile.prompts} prompts)")
+        return 0
+    result = diagnose(target, drafter, prompts, settings, profile=find(drafter_dir, drafter), progress=progress)
+    _end(progress)
+    print(json.dumps(result.to_dict()) if a.json else describe(result))
+    return 0
+
+
+def _end(progress) -> None:
+    if progress is not None:
+        sys.stderr.write("\r\033[K")
+
+
+__all__ = ["main", "parser"]

@@ -1,0 +1,130 @@
+"""Running a diagnosis: measure the drafter on a few prompts as the person asked, measure again
+only where a check needs a comparison (greedy against sampling, with the chat template against
+without, the other conventions of a published checkpoint), then run the checks.
+
+Everything runs on the calling thread (MLX arrays belong to the thread that made them): the app
+calls :func:`diagnose` on its model-owner thread, with ``progress`` and ``cancel`` callbacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+from ..config import GenerationConfig
+from ..errors import DsparkError
+from . import style
+from .checks import FAR_BELOW, Facts, run_checks
+from .findings import Diagnosis, ordered
+from .measure import Measurement, accepted_within, measure
+from .profile import Profile, measured, target_fingerprint
+
+#: Other conventions of a published checkpoint are tried only when position-1 acceptance is under
+#: this (or far below the profile): a drafter read the wrong way accepts little, so a healthy one
+#: is not measured again.
+LOW_FIRST = 0.5
+
+Progress = Callable[[int, int, str], None]
+
+
+class _Steps:
+    """Counts generations for ``progress(done, total, what)``; the total grows when a check needs
+    another pass (it is known once the main pass shows what the run needs)."""
+
+    def __init__(self, progress: Progress | None, per_pass: int, passes: int):
+        self.progress, self.per_pass, self.done, self.total = progress, per_pass, 0, per_pass * passes
+
+    def more(self, passes: int) -> None:
+        self.total += passes * self.per_pass
+
+    def __call__(self, what: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, what)
+
+
+def _checked(target, prompts: Sequence, settings: GenerationConfig) -> list:
+    prompts = list(prompts)
+    if not prompts:
+        raise DsparkError("no prompts to diagnose with")
+    settings.check(target.dims.vocab_size)
+    return prompts
+
+
+def diagnose(target, drafter, prompts: Sequence, settings: GenerationConfig = GenerationConfig(), *,
+             profile: Profile | None = None, progress: Progress | None = None,
+             cancel: Callable[[], bool] | None = None) -> Diagnosis:
+    """Measure ``drafter`` with ``target`` on ``prompts`` (texts or token-id lists) under
+    ``settings`` (every draft verified), compare with ``profile`` (``profile.find``) and say what
+    lowers acceptance, most severe first."""
+    prompts = _checked(target, prompts, settings)
+    greedy_cfg = dataclasses.replace(settings, temperature=0.0)
+    templated, thinking = style.run_style(target, settings, prompts)
+    needs_template = target.has_chat_template and not templated and any(isinstance(p, str) for p in prompts)
+    steps = _Steps(progress, len(prompts), 1 + (settings.temperature > 0) + needs_template)
+    main = measure(target, drafter, prompts, settings, steps, cancel, "as asked")
+    greedy = main if settings.temperature <= 0 else measure(target, drafter, prompts, greedy_cfg, steps, cancel, "greedy")
+    with_template = measure(target, drafter, prompts, dataclasses.replace(greedy_cfg, chat_template=True), steps,
+                            cancel, "with the chat template") if needs_template else None
+    tried, now = _conventions(target, drafter, prompts, greedy_cfg, greedy, profile, steps, cancel)
+    facts = Facts(main=main, greedy=greedy, temperature=settings.temperature,
+                  block_size=settings.block_size or drafter.block_size, trained_block=drafter.block_size,
+                  target_fingerprint=target_fingerprint(target),
+                  recorded_fingerprint=(profile.target_fingerprint if profile is not None else None)
+                  or getattr(drafter, "target_weights", None),
+                  profile=profile, has_template=target.has_chat_template, templated=templated, thinking=thinking,
+                  with_template=with_template, conventions=tuple(tried), current_conventions=now)
+    return Diagnosis(ordered(run_checks(facts)), main.per_position,
+                     profile.per_position_acceptance if profile is not None else None, main.tau, main.rounds,
+                     len(prompts), profile.source if profile is not None else None)
+
+
+def _looks_low(greedy: Measurement, profile: Profile | None) -> bool:
+    if greedy.first < LOW_FIRST:
+        return True
+    if profile is None:
+        return False
+    m = min(len(profile.per_position_acceptance), len(greedy.per_position))
+    return accepted_within(greedy.per_position, m) < FAR_BELOW * accepted_within(profile.per_position_acceptance, m)
+
+
+def _conventions(target, drafter, prompts, greedy_cfg, greedy: Measurement, profile, steps: _Steps, cancel):
+    """([(name, value, Measurement)] for each other reading tried, the current reading): only for a
+    published checkpoint whose acceptance looks low. A window rule is not tried when no context
+    reached the windows (both rules then read the same rows)."""
+    from ..formats import conventions
+    from ..formats.base import CheckpointDrafter
+
+    if not isinstance(drafter, CheckpointDrafter) or not _looks_low(greedy, profile):
+        return [], None
+    options = conventions.alternatives(drafter.spec, target.dims.hidden_size)
+    narrowest = min((w for w in drafter.spec.layout.windows if w), default=None)
+    reach = greedy.max_position + (greedy_cfg.block_size or drafter.block_size) + 1
+    options = [(n, v) for n, v in options if n != "window_from_anchor" or (narrowest and reach > narrowest - 1)]
+    steps.more(len(options))
+    tried = []
+    for name, value in options:
+        try:
+            other = conventions.variant(drafter, name, value)
+        except DsparkError:
+            continue
+        cfg = greedy_cfg if greedy_cfg.block_size is None else dataclasses.replace(greedy_cfg, block_size=None)
+        tried.append((name, value, measure(target, other, prompts, cfg, steps, cancel, f"read with {name} = {value}")))
+    return tried, conventions.current(drafter.spec)
+
+
+def record(target, drafter, prompts: Sequence, settings: GenerationConfig = GenerationConfig(), *,
+           progress: Progress | None = None, cancel: Callable[[], bool] | None = None) -> Profile:
+    """A profile measured now: greedy, every draft verified, the prompt style as ``settings`` makes
+    it (``dspark diagnose --record``; the caller stores it with ``profile.write_recorded``)."""
+    prompts = _checked(target, prompts, settings)
+    cfg = dataclasses.replace(settings, temperature=0.0)
+    m = measure(target, drafter, prompts, cfg, _Steps(progress, len(prompts), 1), cancel, "recording")
+    if not m.per_position:
+        raise DsparkError("no round drafted on these prompts: nothing to record (give more --max-tokens)")
+    templated, thinking = style.run_style(target, settings, prompts)
+    return measured(m.per_position, target, cfg.block_size or drafter.block_size, templated, thinking, None, "recorded",
+                    len(prompts), m.rounds)
+
+
+__all__ = ["diagnose", "record"]

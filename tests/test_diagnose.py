@@ -1,0 +1,295 @@
+"""``dspark diagnose``: each finding code planted and named, the demo pair healthy, the JSON
+fields, the profile written by training and by calibrate, ``--record`` kept outside the drafter,
+and bad inputs as one line.
+
+The planted causes run on tests/diagnose_world.py's hand-built target (a bigram that sinks into
+one token past long contexts or without BOS) and drafters trained on it here in seconds; the
+healthy pair is the bundled demo pair.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dspark import DflashConfig, load_drafter, load_target
+from dspark.cli import main as dspark
+from dspark.config import GenerationConfig
+from dspark.diagnose import diagnose
+from dspark.diagnose import checks as C
+from dspark.diagnose.findings import Finding, ordered
+from dspark.diagnose.measure import Measurement, Stopped, conditional, pooled_conditional
+from dspark.diagnose.profile import PROFILE_FILE, find, read_file
+from dspark.resources import demo_model
+from dspark.training.train import train_drafter
+from dspark.training.trainer import TrainSettings
+from diagnose_world import PROMPTS, bos_prompt, write_target
+
+TRAIN = TrainSettings(steps=200, batch_anchors=32, lr=3e-3, seq_len=64, prompt_len=8, self_distill=True,
+                      eval_prompts=4, eval_tokens=32, anchors_per_seq=8)
+NATIVE = DflashConfig(block_size=4, num_layers=1, markov_rank=32, tap_layers=(1, 3, 4))
+PUBLISHED = DflashConfig(block_size=4, num_layers=1, markov=False, confidence=False, tap_layers=(1, 3, 4),
+                         format="speculators")
+SHORT = GenerationConfig(max_tokens=40)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """The target (and one of other weights), a native drafter and a published one trained on it."""
+    root = tmp_path_factory.mktemp("world")
+    write_target(root / "target", seed=0)
+    write_target(root / "other", seed=1)
+    target = load_target(root / "target")
+    rng = np.random.default_rng(0)
+    texts = [bos_prompt(rng, 24) for _ in range(200)]
+    quiet = dict(progress=False, log=lambda m: None)
+    train_drafter(target, texts, root / "native", NATIVE, TRAIN, **quiet)
+    train_drafter(target, texts, root / "published", PUBLISHED, TRAIN, **quiet)
+    return root, target
+
+
+@pytest.fixture(autouse=True)
+def own_profiles_dir(tmp_path, monkeypatch):
+    """Recorded profiles go to a folder of the test's own, never the person's."""
+    monkeypatch.setenv("DSPARK_PROFILES_DIR", str(tmp_path / "profiles"))
+
+
+def run(world, drafter_dir, prompts=PROMPTS, settings=SHORT, target=None):
+    root, default = world
+    target = target or default
+    drafter = load_drafter(drafter_dir, target)
+    return diagnose(target, drafter, prompts, settings, profile=find(drafter_dir, drafter))
+
+
+def codes(d, severities=("error", "warn", "info")) -> set[str]:
+    return {f.code for f in d.findings if f.severity in severities}
+
+
+# ----------------------------------------------------------------------------- healthy
+def test_the_trained_pair_is_healthy_as_trained(world):
+    root, target = world
+    drafter = load_drafter(root / "native", target)
+    calls = []
+    d = diagnose(target, drafter, PROMPTS, SHORT, profile=find(root / "native", drafter),
+                 progress=lambda done, total, what: calls.append((done, total)))
+    assert d.per_position_acceptance[0] > 0.9 and d.tau > 3 and d.profile_source == "training"
+    assert not codes(d), d.findings
+    assert calls == [(i, len(PROMPTS)) for i in range(1, len(PROMPTS) + 1)]  # one pass: nothing to compare
+    with pytest.raises(Stopped):
+        diagnose(target, drafter, PROMPTS, SHORT, cancel=lambda: True)
+
+
+@pytest.mark.parametrize("name", ["dspark", "dflash"])
+def test_the_demo_pair_on_the_demo_set_gets_no_warning_or_error(name, capsys):
+    target, drafter = demo_model("target"), demo_model(name)
+    assert dspark(["diagnose", "--target", str(target), "--drafter", str(drafter), "--prompt-set", "demo",
+                   "--limit", "3", "--max-tokens", "48", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"findings", "per_position_acceptance", "expected_per_position", "tau"}
+    assert out["tau"] > 1.5 and len(out["per_position_acceptance"]) >= 1
+    assert all(set(f) == {"code", "severity", "sentence", "evidence"} for f in out["findings"])
+    assert not [f for f in out["findings"] if f["severity"] in ("warn", "error")], out["findings"]
+
+
+# ----------------------------------------------------------------------------- each code planted
+def test_target_mismatch_other_weights_of_the_same_shape(world):
+    root, target = world
+    other = load_target(root / "other")
+    assert other.target_id == target.target_id and other.weights_fingerprint != target.weights_fingerprint
+    d = run(world, root / "native", target=other)
+    f = next(f for f in d.findings if f.code == "target_mismatch")
+    assert f.severity == "error" and f.evidence["accepted"] < 0.5 * f.evidence["expected_accepted"]
+    assert d.findings[0].code == "target_mismatch"
+
+
+def test_block_beyond_trained(world):
+    root, _ = world
+    d = run(world, root / "native", settings=dataclasses.replace(SHORT, block_size=9))
+    f = next(f for f in d.findings if f.code == "block_beyond_trained")
+    assert f.evidence["trained_block"] == 4 and "--block-size 4" in f.sentence
+
+
+def test_chat_template_off(world):
+    root, _ = world
+    d = run(world, root / "native", settings=dataclasses.replace(SHORT, chat_template=False))
+    f = next(f for f in d.findings if f.code == "chat_template_off")
+    assert f.severity == "warn" and f.evidence["accepted_with_template"] > 2 > f.evidence["accepted"]
+    assert "low_acceptance" not in codes(d)  # another cause was found
+
+
+def test_thinking_mode(world):
+    root, _ = world
+    assert read_file(root / "native" / PROFILE_FILE).thinking is False
+    d = run(world, root / "native", settings=dataclasses.replace(SHORT, chat_template_config='{"enable_thinking": true}'))
+    assert "thinking_mode" in codes(d, ("warn",))
+
+
+def test_sampling(world):
+    root, _ = world
+    d = run(world, root / "native", settings=dataclasses.replace(SHORT, temperature=1.0))
+    f = next(f for f in d.findings if f.code == "sampling")
+    assert f.evidence["accepted"] < f.evidence["accepted_greedy"] and f.evidence["share_lost"] >= C.LOSS_NOISE
+
+
+def test_context_length(world):
+    root, _ = world
+    rng = np.random.default_rng(1)
+    d = run(world, root / "native", prompts=[bos_prompt(rng, 1200) for _ in range(2)])
+    f = next(f for f in d.findings if f.code == "context_length")
+    assert f.severity == "warn" and f.evidence["trained_context"] == TRAIN.seq_len
+    assert "low_acceptance" not in codes(d)
+
+
+def test_low_acceptance_of_an_untrained_drafter(tmp_path, capsys):
+    """On the demo target: on the world's bigram target even an untrained drafter's first draft is
+    right (its residual carries the anchor's embedding to the target's head, which is the bigram)."""
+    target = str(demo_model("target"))
+    assert dspark(["init", "--target", target, "--out", str(tmp_path / "random"), "--seed", "3"]) == 0
+    capsys.readouterr()
+    assert dspark(["diagnose", "--target", target, "--drafter", str(tmp_path / "random"), "--limit", "2",
+                   "--max-tokens", "40", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["findings"]
+    assert [(f["code"], f["severity"]) for f in found if f["severity"] != "info"] == [("low_acceptance", "error")]
+    assert "does not fit this target or this text" in found[0]["sentence"]
+
+
+def test_convention_names_the_flag_and_the_flag_restores_acceptance(world, tmp_path):
+    """A published checkpoint trained with the anchor slot predicting, whose config says it does
+    not (speculators' speculative_tokens one short: slot 0 a pure anchor)."""
+    root, target = world
+    planted = tmp_path / "planted"
+    shutil.copytree(root / "published", planted)
+    config = json.loads((planted / "config.json").read_text())
+    config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = config["block_size"] - 1
+    config["sample_from_anchor"] = False
+    (planted / "config.json").write_text(json.dumps(config))
+    d = run(world, planted)
+    f = next(f for f in d.findings if f.code == "convention")
+    assert f.severity == "error" and f.evidence["convention"] == "anchor_predicts" and f.evidence["value"] is True
+    assert f.evidence["flag"] in f.sentence
+    config.setdefault("dspark", {}).update(json.loads(f.evidence["flag"])["dspark"])
+    (planted / "config.json").write_text(json.dumps(config))
+    fixed = run(world, planted)
+    assert "convention" not in codes(fixed) and fixed.tau > d.tau + 0.5
+
+
+# ----------------------------------------------------------------------------- profiles
+def test_training_writes_the_profile(world):
+    root, target = world
+    for name in ("native", "published"):
+        p = read_file(root / name / PROFILE_FILE)
+        report = json.loads((root / name / "train_report.json").read_text())
+        assert p.source == "training" and list(p.per_position_acceptance) == report["heldout"]["per_position_acceptance"]
+        assert p.target_fingerprint == target.weights_fingerprint and p.target_id == target.target_id
+        assert (p.templated, p.thinking, p.context_length, p.block_size) == (False, False, TRAIN.seq_len, 4)
+
+
+def test_calibrate_writes_the_profile_and_keeps_the_trained_context(world, tmp_path):
+    root, _ = world
+    out = tmp_path / "calibrated"  # its default prompts are texts, put in the template (and so after BOS)
+    assert dspark(["calibrate", "--target", str(root / "target"), "--drafter", str(root / "native"), "--out", str(out),
+                   "--rounds", "30", "--max-tokens", "16"]) == 0
+    p = read_file(out / PROFILE_FILE)
+    assert p.source == "calibrate" and p.context_length == TRAIN.seq_len and (p.templated, p.thinking) == (True, False)
+    assert len(p.per_position_acceptance) == 4 and p.per_position_acceptance[0] > 0.5
+
+
+def test_record_keeps_the_profile_outside_the_drafter_and_diagnose_uses_it(world, tmp_path, capsys):
+    root, _ = world
+    drafter = tmp_path / "published"
+    shutil.copytree(root / "published", drafter)
+    for f in (PROFILE_FILE, "train_report.json"):
+        (drafter / f).unlink()
+    before = sorted(p.name for p in drafter.rglob("*"))
+    common = ["diagnose", "--target", str(root / "target"), "--drafter", str(drafter), "--prompts",
+              str(_prompt_file(tmp_path)), "--max-tokens", "32", "--json"]
+    assert dspark(common) == 0
+    assert json.loads(capsys.readouterr().out)["expected_per_position"] is None
+    assert dspark([*common, "--record"]) == 0
+    recorded = Path(json.loads(capsys.readouterr().out)["recorded"])
+    assert recorded.parent == tmp_path / "profiles" and recorded.is_file()
+    assert sorted(p.name for p in drafter.rglob("*")) == before  # nothing written into the drafter
+    assert dspark(common) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["profile"] == "recorded" and out["expected_per_position"] == read_file(recorded).to_dict()[
+        "per_position_acceptance"]
+    assert read_file(recorded).templated is True  # the prompts went through the template
+
+
+def _prompt_file(tmp_path: Path) -> Path:
+    f = tmp_path / "prompts.json"
+    f.write_text(json.dumps(PROMPTS))
+    return f
+
+
+# ----------------------------------------------------------------------------- bad inputs
+@pytest.mark.parametrize("extra, words", [
+    (["--limit", "0"], "--limit must be"),
+    (["--prompt-set", "nope"], "no prompt set 'nope'"),
+    (["--prompts", "/nonexistent/p.json"], "not found"),
+    (["--chat-template-config", "{nope"], "not valid JSON"),
+    (["--temperature", "-1"], "temperature must be"),
+])
+def test_bad_inputs_are_one_line_and_exit_2(world, extra, words, capsys):
+    root, _ = world
+    assert dspark(["diagnose", "--target", str(root / "target"), "--drafter", str(root / "native"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dspark: error:") and words in err and "\n" not in err
+
+
+def test_a_missing_drafter_or_a_damaged_profile_is_one_line(world, tmp_path, capsys):
+    root, _ = world
+    assert dspark(["diagnose", "--target", str(root / "target"), "--drafter", str(tmp_path / "none")]) == 2
+    assert "drafter directory not found" in capsys.readouterr().err
+    drafter = tmp_path / "native"
+    shutil.copytree(root / "native", drafter)
+    (drafter / PROFILE_FILE).write_text('{"version": 1, "per_position_acceptance": [2.0]}')
+    assert dspark(["diagnose", "--target", str(root / "target"), "--drafter", str(drafter)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not a drafter profile" in err and "\n" not in err
+
+
+def test_a_bad_convention_flag_is_one_line(world, tmp_path, capsys):
+    root, _ = world
+    drafter = tmp_path / "published"
+    shutil.copytree(root / "published", drafter)
+    config = json.loads((drafter / "config.json").read_text())
+    config["dspark"]["conventions"] = {"anchor_predicts": "yes"}
+    (drafter / "config.json").write_text(json.dumps(config))
+    assert dspark(["diagnose", "--target", str(root / "target"), "--drafter", str(drafter)]) == 2
+    assert "anchor_predicts is \"yes\", expected true or false" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- the pure parts
+def test_figures_follow_their_definitions():
+    assert conditional([0.8, 0.4, 0.0, 0.0]) == [0.8, 0.5, 0.0, None]
+    # positions 3-4 reached by 0.4 and 0.2 of the rounds, kept by 0.2 and 0.1: pooled 0.3 / 0.6
+    assert pooled_conditional([0.8, 0.4, 0.2, 0.1], 2, 4) == pytest.approx(0.5)
+    assert pooled_conditional([0.0, 0.0], 1) is None
+
+
+def _facts(**kw) -> C.Facts:
+    m = Measurement(rounds=50, tau=1.02, per_position=(0.02, 0.0), by_context=(), max_position=90)
+    base = dict(main=m, greedy=m, temperature=0.0, block_size=2, trained_block=2, target_fingerprint="a",
+                recorded_fingerprint="a", profile=None, has_template=False, templated=None, thinking=None)
+    return C.Facts(**{**base, **kw})
+
+
+def test_low_acceptance_speaks_only_when_nothing_else_explains_it():
+    assert [f.code for f in C.run_checks(_facts())] == ["low_acceptance"]
+    few = Measurement(rounds=3, tau=1.0, per_position=(0.0,), by_context=(), max_position=9)
+    assert C.run_checks(_facts(main=few, greedy=few)) == []  # too few rounds to judge
+    sampled = Measurement(rounds=50, tau=1.0, per_position=(0.0, 0.0), by_context=(), max_position=90)
+    greedy = Measurement(rounds=50, tau=3.0, per_position=(1.0, 1.0), by_context=(), max_position=90)
+    assert [f.code for f in C.run_checks(_facts(main=sampled, greedy=greedy, temperature=1.0))] == ["sampling"]
+
+
+def test_findings_are_ordered_most_severe_first():
+    found = [Finding("sampling", "info", "x"), Finding("low_acceptance", "error", "y"),
+             Finding("chat_template_off", "warn", "z"), Finding("target_mismatch", "error", "w")]
+    assert [f.code for f in ordered(found)] == ["target_mismatch", "low_acceptance", "chat_template_off", "sampling"]
