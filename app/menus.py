@@ -33,6 +33,7 @@ def build_menus(w) -> None:
     act(m, "Export comparison as CSV…", lambda: w.export_data("csv", True))
     act(m, "Save comparison as benchmark…", w.save_comparison)
     act(m, "Save plots as PNG…", w.export_pngs, "Ctrl+Shift+S")
+    act(m, "Export drafter…", w.export_drafter)
     m.addSeparator()
     act(m, "Quit", w.close, "Ctrl+Q")
     m = w.menuBar().addMenu("&Run")

@@ -45,6 +45,22 @@ class CostsRequest:
     remeasure: bool = False
 
 
+@dataclass(frozen=True)
+class ExportRequest:
+    """File ▸ Export drafter…: ``dspark export`` of ``drafter`` as ``format`` into ``out``; with a
+    ``target``, the acceptance left without the heads is measured on ``prompts``."""
+
+    drafter: str
+    format: str  # speculators, deepspec or zlab
+    out: str
+    verifier: str = ""
+    drop_heads: bool = False
+    force: bool = False
+    target: str = ""
+    prompts: tuple[str, ...] = ()
+    tokens: int = 128
+
+
 # --- worker -> GUI --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Status:
@@ -136,3 +152,11 @@ class JobDone:
     job: int
     ok: bool
     cancelled: bool
+
+
+@dataclass(frozen=True)
+class Exported:
+    """An export written whole: where, and what it says (``dspark.export.summary``)."""
+
+    out: str
+    text: str

@@ -28,7 +28,7 @@ from dspark.prompts import prompt_sets
 
 from . import benchmarks, bench_io, export, geometry, replay, settings, window_files, window_state
 from .menus import build_menus
-from .messages import Failed, JobDone, Loaded, LoadRequest, Status
+from .messages import Exported, Failed, JobDone, Loaded, LoadRequest, Status
 from .panes.controls import ActionBar, ControlPanel
 from .panes.settings_form import form_values
 from .playlist import SPEEDS, Playlist
@@ -201,6 +201,9 @@ class MainWindow(QMainWindow):
             self.on_failed(msg.text)
         elif isinstance(msg, Loaded):
             self.on_loaded(msg)
+        elif isinstance(msg, Exported):
+            self.session.clear_message()
+            self.statusBar().showMessage(msg.text)
         elif self.session.apply(msg):
             if isinstance(msg, JobDone):
                 self.on_job_done(msg)
@@ -320,6 +323,17 @@ class MainWindow(QMainWindow):
             self.session.measuring_costs()
             self.engine.measure_costs(request)
         self._said()
+        return request is not None
+
+    def export_drafter(self, request=None) -> bool:
+        """File ▸ Export drafter…: the choices asked (``app.export_drafter``), the export run by the
+        worker (``dspark.export``); what it wrote, or why not, comes back as a message."""
+        from . import export_drafter
+
+        request = request or export_drafter.ask(self, self.session.choices)
+        if request is not None:
+            self.engine.export_drafter(request)
+            self.statusBar().showMessage(f"exporting {Path(request.drafter).name} as {request.format} …")
         return request is not None
 
     def open_download(self):

@@ -12,6 +12,8 @@ from dspark.options import describe
 PHRASES = {
     "give it as --target": "open it with File ▸ Open target…",
     "give it as --drafter": "add it under Drafters with Add… (File ▸ Add drafter…)",
+    "export with --drop-heads": "tick “Leave out the Markov and confidence heads”",
+    "use --force to replace what it holds": "tick “Replace what the folder holds”",
     "--target": "the target (File ▸ Open target…)",
     "--drafter": "the drafters (File ▸ Add drafter…)",
 }

@@ -25,8 +25,8 @@ from dspark.errors import report_bug
 from dspark.engine import run_to_summary
 
 from .messages import (
-    Checked, CostsMeasured, CostsRequest, DrafterInfo, Failed, Job, JobDone, Loaded, LoadRequest, Progress, RoundDone,
-    RunDone, Arm, RunStarted, Status,
+    Checked, CostsMeasured, CostsRequest, DrafterInfo, Exported, ExportRequest, Failed, Job, JobDone, Loaded, LoadRequest,
+    Progress, RoundDone, RunDone, Arm, RunStarted, Status,
 )
 
 WARMUP_IDS = [2, 3, 4, 5]
@@ -122,6 +122,27 @@ class Worker(QObject):
         finally:
             self.message.emit(Status("stopped" if cancelled else ("done" if ok else "failed")))
             self.message.emit(JobDone(job.id, ok, cancelled))
+
+    @Slot(object)
+    def export_drafter(self, req: ExportRequest) -> None:
+        """File ▸ Export drafter…: ``dspark.export`` here, where MLX lives (it loads the drafter, and
+        measures acceptance on the target when asked); what it wrote, or its one-sentence refusal."""
+        from dspark.export import export_drafter, summary
+
+        try:
+            target = None
+            if req.target:  # measure on the target the window has, loaded here if it is not yet
+                for msg in self._ensure(req.target, []).values():
+                    self.message.emit(Failed(msg))
+                target = self._target
+            say = lambda text: self.message.emit(Status(text))  # noqa: E731
+            r = export_drafter(req.drafter, req.format, req.out, req.verifier or None, req.drop_heads, req.force,
+                               target, list(req.prompts), req.tokens, say=say)
+            self.message.emit(Exported(r["out"], summary(r, req.drop_heads)))
+        except DsparkError as e:
+            self.message.emit(Failed(str(e)))
+        except Exception as e:
+            self._unexpected(e)
 
     @Slot()
     def shutdown(self) -> None:
@@ -277,6 +298,7 @@ class WorkerThread(QObject):
     _load = Signal(object)
     _run = Signal(object)
     _costs = Signal(object)
+    _export = Signal(object)
     _shutdown = Signal()
 
     def __init__(self, deliver, parent=None):
@@ -288,6 +310,7 @@ class WorkerThread(QObject):
         self._load.connect(self.worker.load)
         self._run.connect(self.worker.run_job)
         self._costs.connect(self.worker.measure_costs)
+        self._export.connect(self.worker.export_drafter)
         self._shutdown.connect(self.worker.shutdown)
         self.worker.message.connect(deliver)
         self.thread.start()
@@ -301,6 +324,9 @@ class WorkerThread(QObject):
 
     def measure_costs(self, request: CostsRequest) -> None:
         self._costs.emit(request)
+
+    def export_drafter(self, request: ExportRequest) -> None:
+        self._export.emit(request)
 
     def cancel(self) -> None:
         self.worker.cancel()

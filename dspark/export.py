@@ -112,7 +112,7 @@ def check_out(out: Path, drafter_dir: Path, force: bool) -> None:
         raise DsparkError(f"{out} is a file, not a directory")
     src, dst = drafter_dir.resolve(), out.resolve()
     if dst == src or dst in src.parents:
-        raise DsparkError(f"--out {out} holds the drafter being exported: choose another folder")
+        raise DsparkError(f"{out} holds the drafter being exported: choose another folder to export to")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise DsparkError(f"{out} exists and is not empty (use --force to replace what it holds)")
 
@@ -153,16 +153,18 @@ def write(folder: Path, drafter, p: Plan) -> None:
 
 
 def export_drafter(path, fmt: str, out, verifier: str | None = None, drop_heads: bool = False, force: bool = False,
-                   target_dir: str | None = None, prompts: list[str] | None = None, tokens: int = 128, say=None) -> dict:
+                   target=None, prompts: list[str] | None = None, tokens: int = 128, say=None) -> dict:
     """Write the drafter at ``path`` as ``fmt`` into ``out``, exactly, or raise DsparkError (one
-    sentence) with nothing written. Returns what was written and, for --drop-heads with a target,
-    the acceptance with and without the heads."""
+    sentence) with nothing written. ``target``: a loaded Target or a target directory (loaded
+    once the plan stands), to check the drafter against and, with ``drop_heads``, to measure the
+    acceptance with and without the heads over ``prompts``. Returns what was written."""
     say = say or (lambda text: None)
     out = Path(out).expanduser()
     p, config, _fmt = read_drafter_config(path)
     check_out(out, p, force)
     plan(read_source(p), fmt, verifier, drop_heads)  # a refusal before anything large is loaded
-    target = load_target(target_dir, say=say) if target_dir else None
+    if isinstance(target, (str, Path)):
+        target = load_target(target, say=say)
     drafter = load_drafter(p, target, say=say)
     src = loaded_source(drafter, p, config)
     planned = plan(src, fmt, verifier, drop_heads)
@@ -241,13 +243,20 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(r))
         return 0
-    print(f"wrote a {serving.TITLES[a.format]} drafter to {r['out']} (loaded back, it drafts what {r['source']} drafts)")
-    if r["dropped"]:
-        print(f"left out its {' and '.join(r['dropped'])} head{'s' * (len(r['dropped']) > 1)}: {r['acceptance']}")
-    elif a.drop_heads:
-        print("--drop-heads: the drafter has no Markov or confidence head, so nothing was left out")
+    print(summary(r, a.drop_heads))
     print(f"serve it with vLLM:\n{r['serve']['vllm']}\nSGLang: {r['serve']['sglang']}")
     return 0
 
 
-__all__ = ["FORMATS", "ProbeProjection", "acceptance", "export_drafter", "exportable", "main", "same_drafts"]
+def summary(r: dict, drop_heads: bool) -> str:
+    """What an export wrote, in a sentence or two (the command's output, the app's status line)."""
+    text = f"wrote a {serving.TITLES[r['format']]} drafter to {r['out']} (loaded back, it drafts what {r['source']} drafts)"
+    if r["dropped"]:
+        text += f"; left out its {' and '.join(r['dropped'])} head{'s' * (len(r['dropped']) > 1)}: {r['acceptance']}"
+    elif drop_heads:
+        text += "; it has no Markov or confidence head, so nothing was left out"
+    return text
+
+
+__all__ = ["FORMATS", "ProbeProjection", "acceptance", "export_drafter", "exportable", "main", "same_drafts",
+           "summary"]
