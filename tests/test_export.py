@@ -379,3 +379,13 @@ def test_the_bundled_demo_drafters_export_exactly_and_run_in_their_peer(name, tm
     ref = peer(PEER[fmt], DEMO / "target", peer_dir(out, fmt, tmp_path), prompt)
     assert ref["tokens"][: len(tokens)] == tokens and tau[: len(ref["tau"]) - 1] == ref["tau"][:-1]
     assert np.allclose(logits, np.array(ref["round1_logits"]), atol=1e-3)
+
+
+def test_export_help_lists_every_option_with_its_default(capsys):
+    with pytest.raises(SystemExit):
+        dspark(["export", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option in ("--format {speculators,deepspec,zlab}", "--out", "--verifier", "--drop-heads", "--target",
+                   "--prompt-set", "--max-tokens", "--force", "--json"):
+        assert option in text, option
+    assert "(default: demo)" in text and "(default: 128)" in text and "the README says TARGET" in text
