@@ -389,3 +389,16 @@ def test_export_help_lists_every_option_with_its_default(capsys):
                    "--prompt-set", "--max-tokens", "--force", "--json"):
         assert option in text, option
     assert "(default: demo)" in text and "(default: 128)" in text and "the README says TARGET" in text
+
+
+def test_the_bench_hands_mlx_dspark_a_speculators_head_with_its_taps_as_it_reads_them(models, tmp_path):
+    """dspark bench --peer mlx-dspark: the peer taps the layers dspark taps (ckpt.for_mlx_dspark's relabelling)."""
+    from dspark.bench.peer_server import _with_taps_as_read
+
+    src = models["speculators"]
+    given = Path(_with_taps_as_read(str(src)))
+    assert json.loads((given / "config.json").read_text())["aux_hidden_state_layer_ids"] == ckpt.TAPS
+    assert (given / "model.safetensors").resolve() == (src / "model.safetensors").resolve()
+    config = json.loads((src / "config.json").read_text())
+    older = ckpt._save(tmp_path / "older", {**config, "aux_hidden_state_layer_ids": ckpt.TAPS}, {"x": mx.zeros((1,))})
+    assert _with_taps_as_read(str(older)) == str(older) and _with_taps_as_read(str(models["zlab"])) == str(models["zlab"])

@@ -133,6 +133,32 @@ def _with_rope_theta(drafter_dir: str) -> str:
     return str(dst)
 
 
+def _with_taps_as_read(drafter_dir: str) -> str:
+    """mlx-dspark reads a speculators head's ``aux_hidden_state_layer_ids`` as the tapped layers
+    themselves, one below vLLM's numbering (id i is the output of layer i - 1), which dspark
+    follows: such a head is handed over as a temporary folder with every id less one and the
+    weights linked, so both tap the same layers. A config dspark wrote before it followed vLLM's
+    numbering (its ``dspark.trained_as`` taps equal the ids), and anything else, as it is."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    src = Path(drafter_dir)
+    config = json.loads((src / "config.json").read_text())
+    ids = config.get("aux_hidden_state_layer_ids")
+    trained = ((config.get("dspark") or {}).get("trained_as") or {}).get("tap_layers")
+    if "speculators_config" not in config or not isinstance(ids, list) or list(trained or []) == ids:
+        return drafter_dir
+    dst = Path(tempfile.mkdtemp(prefix="mlx-dspark-"))
+    atexit.register(shutil.rmtree, dst, ignore_errors=True)
+    for f in src.iterdir():
+        if f.name != "config.json":
+            (dst / f.name).symlink_to(f.resolve())
+    (dst / "config.json").write_text(json.dumps({**config, "aux_hidden_state_layer_ids": [i - 1 for i in ids]}))
+    return str(dst)
+
+
 def load_mlx_dspark(target_dir: str, drafter_dir: str):
     import mlx_dspark.generate as G
     from mlx_dspark.load import load_drafter
@@ -140,7 +166,7 @@ def load_mlx_dspark(target_dir: str, drafter_dir: str):
 
     vlm, tokenizer = mlxvlm_target(target_dir)
     target = Target(vlm, tokenizer)
-    drafter, _ = load_drafter(drafter_dir, quantize=False)
+    drafter, _ = load_drafter(_with_taps_as_read(drafter_dir), quantize=False)
 
     def run(ids, max_tokens):
         res = G.speculative_generate(target, tokenizer, drafter, prompt_ids=ids, max_new_tokens=max_tokens,
