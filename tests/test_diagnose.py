@@ -88,7 +88,7 @@ def test_the_trained_pair_is_healthy_as_trained(world):
 def test_the_demo_pair_on_the_demo_set_gets_no_warning_or_error(name, capsys):
     target, drafter = demo_model("target"), demo_model(name)
     assert dspark(["diagnose", "--target", str(target), "--drafter", str(drafter), "--prompt-set", "demo",
-                   "--limit", "3", "--max-tokens", "48", "--json"]) == 0
+                   "--json"]) == 0  # the defaults: what a person runs
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"findings", "per_position_acceptance", "expected_per_position", "tau"}
     assert out["tau"] > 1.5 and len(out["per_position_acceptance"]) >= 1
