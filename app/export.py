@@ -33,6 +33,7 @@ def run_dict(run: Run) -> dict:
         "config": run.config,
         "events": [event_to_dict(ev) for ev in run.rounds],
         "drafted_text": [list(t) for t in run.drafted_text],  # the draft grid's cells, for a replay
+        "top_text": [[list(pos) for pos in t] for t in run.top_text],  # the target's best tokens' text (the inspector)
         "summary": run.summary.to_dict() if run.summary is not None else None,
         "verdict": asdict(run.verdict) if run.verdict is not None else None,
         "machine": run.machine,  # the load while it ran: a replay says "machine busy" too
@@ -109,6 +110,29 @@ def write_csv(path: str | Path, runs: list[Run], comparison: bool = False, promp
         w.writeheader()
         w.writerows(rows)
     return path
+
+
+CONTEXT_FIELDS = ["drafter", "from", "to", "rounds", "verified", "acceptance_rate", "first_acceptance", "tau"]
+WRONG_FIELDS = ["drafter", "drafted", "drafted_text", "target", "target_text", "count", "share"]
+
+
+def write_rejections(folder: str | Path, context: dict[str, list[dict]], wrong: dict[str, list[dict]]) -> list[Path]:
+    """The Rejections tab's two views as ``acceptance_by_context.csv`` (one row per drafter and
+    context bucket: ``dspark.metrics.by_context``; ``to`` empty for an open last bucket) and
+    ``what_it_gets_wrong.csv`` (one row per drafter and pair shown: ``dspark.metrics.rejections``
+    with both tokens' text), from ``app.inspector``'s ``context_view`` / ``wrong_view``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, fields, groups in (("acceptance_by_context", CONTEXT_FIELDS, context),
+                                 ("what_it_gets_wrong", WRONG_FIELDS, wrong)):
+        path = folder / f"{name}.csv"
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+            w.writeheader()
+            w.writerows({**row, "drafter": label} for label, rows in groups.items() for row in rows)
+        out.append(path)
+    return out
 
 
 def write_pngs(folder: str | Path, widgets: dict[str, QWidget]) -> list[Path]:

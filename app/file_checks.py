@@ -31,6 +31,8 @@ MAX_SECONDS = 7 * 86_400.0  # a recorded time: a week
 MAX_RATE = 1e7  # tokens per second
 MAX_BLOCK = LIMITS["block_size"][1] + 1  # drafted or committed tokens of one round
 MAX_TOKEN_ID = LIMITS["vocab_size"][1]
+MAX_TOP = 64  # the target's best tokens kept per verified draft (the inspector keeps 5)
+MAX_POSITION = 2 * MAX_TOKENS  # tokens before a round's anchor: the prompt's and the output's
 #: Limits of a benchmark summary.
 MAX_ARMS = 1_000
 MAX_TRIALS = 10_000_000
@@ -149,6 +151,15 @@ TOKEN = integer(0, MAX_TOKEN_ID)
 SECONDS = number(0.0, MAX_SECONDS)
 PROB = number(0.0, 1.0, nan=True)  # NaN: not computed (a run without a screen)
 COUNT = integer(0, MAX_TOKENS)
+
+
+def top_pair(v) -> str | None:
+    """One of the target's best tokens as the inspector saves it: [token id, probability]."""
+    if isinstance(v, list) and len(v) == 2 and TOKEN(v[0]) is None and number(0.0, 1.0)(v[1]) is None:
+        return None
+    return f"must be a [token, probability] pair (a token id up to {MAX_TOKEN_ID:,}, a probability from 0 to 1)"
+
+
 COMMITTED = from_dataclass(CommittedToken, {
     "id": TOKEN, "text": text(MAX_PIECE), "source": one_of(*(src.value for src in Source)), "round": COUNT,
     "position": integer(0, MAX_BLOCK), "target_prob": PROB, "draft_prob": optional(PROB)})
@@ -157,7 +168,11 @@ ROUND = from_dataclass(RoundEvent, {
     "draft_probs": items(PROB, MAX_BLOCK), "confidences": optional(items(number(0.0, 1.0), MAX_BLOCK)),
     "verify_width": integer(0, MAX_BLOCK), "accepted": integer(0, MAX_BLOCK), "committed": items(COMMITTED, MAX_BLOCK),
     "draft_seconds": SECONDS, "verify_seconds": SECONDS, "elapsed_seconds": SECONDS, "tokens_generated": COUNT,
-    "tokens_per_sec": number(0.0, MAX_RATE), "confidence_logits": optional(items(number(-1e6, 1e6), MAX_BLOCK))},
+    "tokens_per_sec": number(0.0, MAX_RATE), "confidence_logits": optional(items(number(-1e6, 1e6), MAX_BLOCK)),
+    "position": integer(0, MAX_POSITION),
+    # the rejection inspector (dspark.rounds.Inspection): per verified draft, [token, probability] best first
+    "target_top": optional(items(items(top_pair, MAX_TOP), MAX_BLOCK)),
+    "draft_rank": optional(items(integer(0, MAX_TOKEN_ID), MAX_BLOCK)), "draft_tie": optional(items(boolean, MAX_BLOCK))},
     "round")
 SUMMARY = from_dataclass(Summary, {
     "method": one_of("speculative", "baseline"), "tokens": items(TOKEN, MAX_TOKENS), "text": text(MAX_TEXT),
@@ -178,6 +193,7 @@ RUN = record({"label": text(500), "method": one_of("speculative", "baseline"), "
               "prompt": text(MAX_TEXT), "prompt_index": integer(0, MAX_PROMPTS - 1), "config": optional(flat_object(100)),
               "events": lambda v: None if isinstance(v, list) else "must be a list of rounds",
               "drafted_text": optional(items(items(text(MAX_PIECE), MAX_BLOCK), MAX_ROUNDS)),
+              "top_text": optional(items(items(items(text(MAX_PIECE), MAX_TOP), MAX_BLOCK), MAX_ROUNDS)),
               "summary": optional(SUMMARY), "verdict": VERDICT}, ("label", "method", "events"), strict=False)
 DOCUMENT = record({"app": text(100), "version": text(100), "created": text(100), "kind": optional(one_of("run", "compare")),
                    "prompts": optional(integer(0, MAX_PROMPTS)), "target": optional(text(4096)),
@@ -218,10 +234,33 @@ def _run_problem(run) -> str | None:
         last = ev["elapsed_seconds"]
         if not ev["accepted"] <= ev["verify_width"] <= len(ev["drafted"]) or len(ev["draft_probs"]) != len(ev["drafted"]):
             return f"round {j + 1}: its accepted, verified and drafted counts disagree"
+        problem = _inspection_problem(ev)
+        if problem:
+            return f"round {j + 1}: {problem}"
     texts = run.get("drafted_text")
     if texts is not None and len(texts) == len(run["events"]) and any(
             len(t) != len(ev["drafted"]) for t, ev in zip(texts, run["events"])):
         return "drafted_text does not match the drafted tokens"
+    tops = run.get("top_text")
+    if tops and (len(tops) != len(run["events"]) or any(
+            [len(p) for p in t] != [len(row) for row in ev.get("target_top") or ()] for t, ev in zip(tops, run["events"]))):
+        return "top_text does not match the target's best tokens (target_top)"
+    return None
+
+
+def _inspection_problem(ev: dict) -> str | None:
+    """The inspector's fields of one round against its counts: one entry per verified draft, the
+    target's best tokens best first and distinct, a rank only where the draft lost a tie."""
+    top, rank, tie = ev.get("target_top"), ev.get("draft_rank"), ev.get("draft_tie")
+    for name, v in (("target_top", top), ("draft_rank", rank), ("draft_tie", tie)):
+        if v is not None and len(v) != ev["verify_width"]:
+            return f"{name} has {len(v)} entries for {ev['verify_width']} verified drafts"
+    for k, row in enumerate(top or ()):
+        probs = [p for _t, p in row]
+        if not row or probs != sorted(probs, reverse=True) or len({t for t, _p in row}) != len(row):
+            return f"target_top entry {k + 1} is not distinct tokens, best first"
+    if rank is not None and tie is not None and any(t and r == 0 for r, t in zip(rank, tie)):
+        return "draft_tie marks a tie where the draft was the target's choice (rank 0)"
     return None
 
 

@@ -73,6 +73,16 @@ def run_screenshot(args) -> int:
             signal.alarm(0)
 
 
+def show_asked(win, args) -> None:
+    """What ``--tab`` and ``--inspect`` ask to be on screen when the window is grabbed: the tab,
+    and a draft-rows cell chosen with its story shown (a cell that is not there is said)."""
+    if args.tab:
+        win.session.show_tab(args.tab)
+    if args.inspect and not win.results.inspect_cell(args.inspect):
+        print(f"dspark-studio: no draft-rows cell {args.inspect} to inspect", file=sys.stderr)
+    win.refresh()
+
+
 def _run(args) -> int:
     if args.replay:
         problem = check_replay_files(args.replay)
@@ -94,7 +104,7 @@ def _run(args) -> int:
         if status.get("grabbed"):  # the run ended and the timeout fired: one grab
             return
         status["grabbed"] = True
-        win.refresh()
+        show_asked(win, args)
         app.processEvents()
         ok = win.grab().save(args.screenshot)
         print(f"dspark-studio: saved {args.screenshot} ({win.width()}x{win.height()})" if ok

@@ -31,6 +31,7 @@ def build_menus(w) -> None:
     act(m, "Export run as CSV…", lambda: w.export_data("csv", False))
     act(m, "Export comparison as JSON…", lambda: w.export_data("json", True))
     act(m, "Export comparison as CSV…", lambda: w.export_data("csv", True))
+    act(m, "Export rejection views as CSV…", w.export_rejections)
     act(m, "Save comparison as benchmark…", w.save_comparison)
     act(m, "Save plots as PNG…", w.export_pngs, "Ctrl+Shift+S")
     act(m, "Export drafter…", w.export_drafter)

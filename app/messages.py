@@ -128,6 +128,9 @@ class RoundDone:
     key: int
     event: RoundEvent
     drafted_text: tuple[str, ...]  # each drafted token's text, for the draft grid
+    # the rejection inspector: per verified position, the text of each of the target's best tokens
+    # (RoundEvent.target_top), for the cell's story; () when the round was not inspected
+    top_text: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)

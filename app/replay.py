@@ -44,6 +44,7 @@ class SavedRun:
     summary: Summary | None
     verdict: Verdict | None
     machine: dict = field(default_factory=dict)  # the load while it ran (app.runs.recorded_machine)
+    top_text: tuple = ()  # per round, per verified draft: the target's best tokens' text (the inspector)
 
 
 @dataclass(frozen=True)
@@ -86,18 +87,42 @@ def read_recording(path: str | Path) -> Recording:
 
 
 def _pieces(runs: list) -> dict[int, str]:
-    """Token id -> text, from every committed token in the file (for files without the drafted
-    tokens' text: a drafted token that was never committed shows as #id)."""
+    """Token id -> text, from every committed and drafted token in the file (for files without
+    the drafted or the target's best tokens' text: a token never seen shows as #id)."""
     out = {}
     for d in runs:
         for ev in d["events"]:
             for t in ev["committed"]:
                 out.setdefault(t["id"], t.get("text", ""))
+        for ev, texts in zip(d["events"], d.get("drafted_text") or ()):
+            for t, text in zip(ev["drafted"], texts):
+                out.setdefault(t, text)
     return out
 
 
+def _positions(d: dict) -> list[dict]:
+    """The run's events, each with its anchor's position: a file saved before events had one
+    (``RoundEvent.position``) gets it from the prompt's length and the tokens made before it."""
+    events = d["events"]
+    prompt = (d.get("summary") or {}).get("prompt_tokens")
+    if not prompt or all("position" in e for e in events):
+        return events
+    return [e if "position" in e else {**e, "position": len(prompt) - 1 + e["tokens_generated"] - len(e["committed"])}
+            for e in events]
+
+
+def _top_text(d: dict, events: tuple, pieces: dict[int, str]) -> tuple:
+    """Per round, per verified draft, the text of the target's best tokens: as saved when its shape
+    is the events' (``file_checks`` saw to that), else looked up from the file's other tokens."""
+    saved = d.get("top_text")
+    if isinstance(saved, list) and len(saved) == len(events):
+        return tuple(tuple(tuple(str(x) for x in pos) for pos in t) for t in saved)
+    return tuple(tuple(tuple(pieces.get(t, f"#{t}") for t, _p in row) for row in e.target_top or ())
+                 for e in events)
+
+
 def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
-    events = tuple(event_from_dict({**e, "kind": "round"}) for e in d["events"])
+    events = tuple(event_from_dict({**e, "kind": "round"}) for e in _positions(d))
     texts = d.get("drafted_text")
     if not isinstance(texts, list) or len(texts) != len(events):
         texts = [[pieces.get(t, f"#{t}") for t in e.drafted] for e in events]
@@ -111,7 +136,8 @@ def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
         verdict = Verdict(bool(v["identical"]), diff or None)
     return SavedRun(str(d["label"]), d["method"], d.get("drafter"), str(d.get("prompt", "")),
                     int(d.get("prompt_index", 0)), dict(d.get("config") or {}), events,
-                    tuple(tuple(str(x) for x in t) for t in texts), summary, verdict, recorded_machine(d.get("machine")))
+                    tuple(tuple(str(x) for x in t) for t in texts), summary, verdict, recorded_machine(d.get("machine")),
+                    _top_text(d, events, pieces))
 
 
 def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:
@@ -124,9 +150,9 @@ def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:
         key += 1
         out.append((start, RunStarted(job, key, r.label, r.method, r.drafter, r.prompt, r.prompt_index, r.config)))
         end = start
-        for ev, texts in zip(r.events, r.drafted_text):
+        for ev, texts, top in zip(r.events, r.drafted_text, r.top_text or ((),) * len(r.events)):
             end = start + ev.elapsed_seconds
-            out.append((end, RoundDone(key, ev, texts)))
+            out.append((end, RoundDone(key, ev, texts, top)))
         if r.summary is not None:
             end = start + max(r.summary.total_seconds, end - start)
             out.append((end, RunDone(key, r.summary, r.machine)))

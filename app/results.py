@@ -1,6 +1,7 @@
 """The right-hand side of the window: the message bar, the prompt line, the header strip and
-the two tabs (Run: text, draft rows, plots; Compare: the comparison). It draws one ``View`` on
-all of them, and says which tab and which comparison row the person picked."""
+the tabs (Run: text, draft rows, plots; Compare: the comparison; Rejections: the rejection
+inspector's views). It draws one ``View`` on all of them, and says which tab and which
+comparison row the person picked."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from .messages import Progress
 from .panes.draft_grid import DraftPane
 from .panes.header import HeaderStrip
 from .panes.plots import PlotsPane
+from .panes.rejections import RejectionsPane
 from .panes.text_view import TextPane
-from .session import COMPARE_TAB, RUN_TAB, View
+from .session import COMPARE_TAB, REJECTIONS_TAB, RUN_TAB, View
 from .theme import Theme
 
 
 class ResultsPanel(QWidget):
-    tab_chosen = Signal(str)  # RUN_TAB or COMPARE_TAB, by the person
+    tab_chosen = Signal(str)  # RUN_TAB, COMPARE_TAB or REJECTIONS_TAB, by the person
     focus_chosen = Signal(str)  # a comparison row's drafter, by the person
 
     def __init__(self, parent=None):
@@ -42,7 +44,8 @@ class ResultsPanel(QWidget):
         self.plots = PlotsPane()
         self.compare = CompareView()
         self.compare.focus_chosen.connect(self.focus_chosen)
-        self.panes = [self.header, self.text, self.drafts, self.plots, self.compare]
+        self.rejections = RejectionsPane()
+        self.panes = [self.header, self.text, self.drafts, self.plots, self.compare, self.rejections]
         top = QSplitter(Qt.Horizontal)
         top.addWidget(self.text)
         top.addWidget(self.drafts)
@@ -54,6 +57,10 @@ class ResultsPanel(QWidget):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.run_split, "Run")
         self.tabs.addTab(self.compare, "Compare")
+        self.tabs.addTab(self.rejections, "Rejections")
+        self.tabs.setTabToolTip(2, "The rejection inspector: acceptance by context length and what the drafter gets "
+                                   "wrong,\nfor the last run or every drafter of the last comparison")
+        self.tab_widgets = {RUN_TAB: self.run_split, COMPARE_TAB: self.compare, REJECTIONS_TAB: self.rejections}
         self.tabs.currentChanged.connect(self._tab_changed)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
@@ -62,11 +69,11 @@ class ResultsPanel(QWidget):
         lay.addWidget(self.tabs, 1)
 
     def _tab_changed(self, _index: int) -> None:
-        self.tab_chosen.emit(COMPARE_TAB if self.tabs.currentWidget() is self.compare else RUN_TAB)
+        self.tab_chosen.emit(next(k for k, w in self.tab_widgets.items() if w is self.tabs.currentWidget()))
 
     def show_view(self, view: View) -> None:
         self.tabs.blockSignals(True)
-        self.tabs.setCurrentWidget(self.compare if view.tab == COMPARE_TAB else self.run_split)
+        self.tabs.setCurrentWidget(self.tab_widgets.get(view.tab, self.run_split))
         self.tabs.blockSignals(False)
         self.message.setText(view.message)
         self.message.setVisible(bool(view.message))
@@ -85,6 +92,15 @@ class ResultsPanel(QWidget):
         """The prompt shown large above a compact header (first-token time and memory left out)."""
         self.presenting = on
         self.header.set_compact(on)
+
+    def inspect_cell(self, cell: str) -> bool:
+        """Choose a draft-rows cell as a click would: "rejected" (the newest round's rejected
+        draft) or "ROUND:K" (draft K of round ROUND, K = 0 the target's token; a negative ROUND
+        counts from the newest). False when there is no such cell."""
+        if cell == "rejected":
+            return self.drafts.choose_rejected()
+        row, k = (int(x) for x in cell.split(":"))
+        return self.drafts.choose_cell(row, k - 1 if k else 10**6)
 
     def plot_widgets(self) -> dict[str, QWidget]:
         """Every pane's widgets worth saving as PNG, by file name."""

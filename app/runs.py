@@ -31,6 +31,8 @@ class Run:
     config: dict
     rounds: list[RoundEvent] = field(default_factory=list)
     drafted_text: list[tuple[str, ...]] = field(default_factory=list)  # per round, per draft
+    # per round, per verified draft: the text of the target's best tokens (RoundEvent.target_top)
+    top_text: list[tuple[tuple[str, ...], ...]] = field(default_factory=list)
     summary: Summary | None = None
     verdict: Verdict | None = None  # a greedy speculative run against plain decoding (app.messages.Checked)
     machine: dict | None = None  # {"load", "own", "cores"} while it ran (app.messages.RunDone)
@@ -48,7 +50,8 @@ class Run:
     def snapshot(self) -> "Run":
         """This run as it is now, for one redraw: every pane of it draws the same rounds (the
         live run grows as the worker's messages arrive)."""
-        return replace(self, rounds=tuple(self.rounds), drafted_text=tuple(self.drafted_text), serial=self.serial)
+        return replace(self, rounds=tuple(self.rounds), drafted_text=tuple(self.drafted_text),
+                       top_text=tuple(self.top_text), serial=self.serial)
 
     def tokens(self) -> list[int]:
         return [t.id for r in self.rounds for t in r.committed]

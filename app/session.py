@@ -21,6 +21,7 @@ from .messages import Arm, Checked, CostsMeasured, Job, JobDone, Loaded, Progres
 from .runs import BASELINE, Run, compare_rows
 
 RUN_TAB, COMPARE_TAB = "run", "compare"
+REJECTIONS_TAB = "rejections"  # the rejection inspector's views of the last job (its run, or every drafter of it)
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class View:
     """What the panes draw, derived from the session at one moment."""
 
     kind: str  # the kind of the job whose runs the Run tab shows: "run" or "compare" ("" before any)
-    tab: str  # the tab on screen (RUN_TAB or COMPARE_TAB): the header describes it
+    tab: str  # the tab on screen (RUN_TAB, COMPARE_TAB or REJECTIONS_TAB): the header describes it
     spec: Run | None  # the speculative run the Run tab shows
     base: Run | None  # plain decoding of the same prompt
     runs: tuple[Run, ...]  # every run of the last job, in order
@@ -177,6 +178,7 @@ class Session:
                 return False
             rec.rounds.append(msg.event)
             rec.drafted_text.append(msg.drafted_text)
+            rec.top_text.append(msg.top_text)
         elif isinstance(msg, RunDone):
             rec = self.by_key.get(msg.key)
             if rec is None:

@@ -32,6 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", metavar="WxH", type=_size, default=SCREENSHOT_SIZE,
                    help="with --screenshot: the window size (default 1600x1000)")
     p.add_argument("--timeout", type=float, default=900, help="with --screenshot: give up after this many seconds")
+    p.add_argument("--tab", choices=["run", "compare", "rejections"],
+                   help="with --screenshot: the tab to grab (default: the one the run or replay shows)")
+    p.add_argument("--inspect", metavar="CELL", type=_cell,
+                   help="with --screenshot: choose a draft-rows cell first and show its story: 'rejected' (the "
+                   "newest round's rejected draft) or ROUND:K (draft K of that round, 0 its target token; a "
+                   "negative ROUND counts from the newest: --inspect=-1:2) (default: none)")
     p.add_argument("--self-test", nargs="?", const="", metavar="FILE.png",
                    help="check the demo models run (and, with FILE, save the window); print one line, exit")
     p.add_argument("--bench-figures", metavar="DIR",
@@ -50,6 +56,13 @@ def _size(text: str) -> tuple[int, int]:
     if not (320 <= w <= 10_000 and 240 <= h <= 10_000):
         raise argparse.ArgumentTypeError(f"{text} is outside 320x240 .. 10000x10000")
     return w, h
+
+
+def _cell(text: str) -> str:
+    parts = text.split(":")
+    if text == "rejected" or (len(parts) == 2 and all(p.lstrip("-").isdigit() for p in parts) and int(parts[1]) >= 0):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not 'rejected' or ROUND:K (e.g. 12:3)")
 
 
 def headless_platform(args, environ) -> None:

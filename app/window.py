@@ -285,6 +285,15 @@ class MainWindow(QMainWindow):
         self._said()
         return out
 
+    def export_rejections(self, folder: str | None = None) -> list[Path]:
+        """The Rejections tab's two views as CSV files into a folder (``window_files.export_rejections``)."""
+        folder = folder or QFileDialog.getExistingDirectory(self, "Save the rejection views as CSV into",
+                                                            str(settings.exports_dir()))
+        out = window_files.export_rejections(self.session, folder) if folder else []
+        self.statusBar().showMessage(f"exported {', '.join(p.name for p in out)} to {folder}" if out else "")
+        self._said()
+        return out
+
     def plot_widgets(self) -> dict[str, QWidget]:
         return {**self.results.plot_widgets(), "window": self}
 

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QWidget
 
 from dspark.errors import DsparkError
 
-from . import export, replay
+from . import export, inspector, replay
 from .playlist import Playlist
 from .session import COMPARE_TAB, RUN_TAB, Session
 
@@ -73,6 +73,21 @@ def _exported(session: Session, comparison: bool) -> tuple[list, int]:
     if comparison:
         return list(session.comparison), session.compare_prompts
     return [r for r in session.shown_runs() if r is not None], 1
+
+
+def export_rejections(session: Session, folder: str) -> list[Path]:
+    """The Rejections tab's two views as CSV into ``folder`` (``export.write_rejections``): the
+    last job's run, or every drafter of its comparison, as the tab draws them."""
+    view = session.view()
+    groups = inspector.drafter_runs(view.runs, view.kind, view.spec)
+    if not groups:
+        session.fail("nothing to export yet: run first (the Rejections tab describes the last run or comparison)")
+        return []
+    try:
+        return export.write_rejections(folder, inspector.context_view(groups)[1], inspector.wrong_view(groups)[1])
+    except OSError as e:
+        session.fail(f"could not write into {folder}: {e.strerror or e}")
+        return []
 
 
 def save_pngs(folder: str, widgets: dict[str, QWidget]) -> tuple[list[Path], list[str]]:

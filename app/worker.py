@@ -164,7 +164,9 @@ class Worker(QObject):
                                say=lambda text: self.message.emit(Status(text)))
             if costs is not None:  # the scheduler reads them: show which
                 self.message.emit(CostsMeasured(spec.drafter, costs.to_dict()))
-            events = generate(self._target, drafter, prompt, config, cancel=cancel, costs=costs)
+            # inspect: every run keeps what the target thought of each verified draft (the cell's
+            # story, the rejection views; saved and replayed with the run)
+            events = generate(self._target, drafter, prompt, config, cancel=cancel, costs=costs, inspect=True)
         else:
             events = generate_baseline(self._target, prompt, config, cancel=cancel)
         summary, clock, cpu = None, time.monotonic(), _cpu_seconds()
@@ -173,7 +175,8 @@ class Worker(QObject):
                 summary = ev
                 self.message.emit(RunDone(key, ev, _machine(time.monotonic() - clock, _cpu_seconds() - cpu)))
             else:
-                self.message.emit(RoundDone(key, ev, tuple(self._piece(t) for t in ev.drafted)))
+                top = tuple(tuple(self._piece(t) for t, _p in row) for row in ev.target_top or ())
+                self.message.emit(RoundDone(key, ev, tuple(self._piece(t) for t in ev.drafted), top))
         return key, summary
 
     def _check(self, done: list, config: GenerationConfig) -> None:
@@ -210,7 +213,7 @@ class Worker(QObject):
         return costs
 
     def _piece(self, token: int) -> str:
-        """A drafted token's text, for the draft grid (tokenizer lookup, no model work)."""
+        """A drafted (or the target's top) token's text, for the draft grid (tokenizer lookup, no model work)."""
         s = self._pieces.get(token)
         if s is None:
             tok = self._target.tokenizer

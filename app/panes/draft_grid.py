@@ -2,20 +2,24 @@
 made of it (accepted / rejected / verified after a rejection / not verified), then the
 target's own token (correction or bonus). Newest round at the bottom; hover for details.
 
+Click a cell (or move to it with the arrow keys once the rows have the focus) for its story
+under the rows (the rejection inspector, ``app.panes.story``): what the target thought of that
+drafted token and why it was kept or not. Esc closes it.
+
 The columns always fit the visible width (cells share it, and a token too long for its cell
 ends in "…"), so the target column is never behind a scrollbar, and the column header stays
 put above the rows while they scroll."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRect, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter
+from PySide6.QtCore import QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
+from ..inspector import STATES, cell_state, story, visible
 from ..session import View
-from ..theme import NORMAL, Theme
-
-STATES = ("accepted", "rejected", "discarded", "unverified")
+from ..theme import FOCUS_PX, NORMAL, Theme
+from .story import StoryPanel
 STATE_NAMES = {
     "accepted": "accepted",
     "rejected": "rejected (first mismatch)",
@@ -23,26 +27,18 @@ STATE_NAMES = {
     "unverified": "not verified (beyond the verify width)",
 }
 GLYPHS = (("·", "space"), ("⏎", "newline"), ("⇥", "tab"), ("∅", "empty piece"))
-
-
-def cell_state(k: int, accepted: int, width: int) -> str:
-    if k < accepted:
-        return "accepted"
-    if k == accepted and k < width:
-        return "rejected"
-    if k < width:
-        return "discarded"
-    return "unverified"
-
-
-def _show(text: str) -> str:
-    """A token's text with its whitespace visible (the legend names the glyphs)."""
-    return text.replace("\n", "⏎").replace("\t", "⇥").replace(" ", "·") or "∅"
+#: Arrow keys' moves on the rows: (rows, columns).
+MOVES = {Qt.Key_Up: (-1, 0), Qt.Key_Down: (1, 0), Qt.Key_Left: (0, -1), Qt.Key_Right: (0, 1),
+         Qt.Key_PageUp: (-10, 0), Qt.Key_PageDown: (10, 0)}
 
 
 class DraftGrid(QWidget):
     """The rows (the header is ``DraftHeader``). Its width is whatever the scroll area's
-    viewport gives it; the columns divide that."""
+    viewport gives it; the columns divide that. The chosen cell (a click, or the arrow keys)
+    is outlined and said by ``cell_chosen``; Esc says ``cell_cleared``."""
+
+    cell_chosen = Signal(int, int)  # (row, column): column len(drafted) is the target's token
+    cell_cleared = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -50,7 +46,10 @@ class DraftGrid(QWidget):
         self.rounds: list = []
         self.texts: list = []
         self.cols = 0
+        self.selected: tuple[int, int] | None = None
         self.setMouseTracking(True)
+        self.setFocusPolicy(Qt.StrongFocus)
+        self.setAccessibleName("draft rows: arrow keys choose a cell, Esc closes its story")
         self._metrics()
 
     def _metrics(self) -> None:
@@ -93,18 +92,65 @@ class DraftGrid(QWidget):
         r = self.rounds[row]
         if col < len(r.drafted):
             texts = self.texts[row] if row < len(self.texts) else ()
-            return _show(texts[col]) if col < len(texts) else f"#{r.drafted[col]}"
-        return _show(r.committed[-1].text) if r.committed else ""
+            return visible(texts[col]) if col < len(texts) else f"#{r.drafted[col]}"
+        return visible(r.committed[-1].text) if r.committed else ""
 
     def shown_text(self, row: int, col: int) -> str:
         """What fits in the cell: the text, or its start and "…"."""
         return self.fm.elidedText(self.cell_text(row, col), Qt.ElideRight, self.cell_w - 8)
 
     def _cell_at(self, x: int, y: int):
+        """(row, column) of the cell at (x, y), the target's token as column len(drafted) (it is
+        drawn in the last column); None outside the cells, or past a short round's drafts."""
         row, col = y // self.row_h, (x - self.label_w) // self.cell_w
-        if 0 <= row < len(self.rounds) and x >= self.label_w and 0 <= col <= self.cols:
-            return row, col
-        return None
+        if not (0 <= row < len(self.rounds) and x >= self.label_w and 0 <= col <= self.cols):
+            return None
+        drafted = len(self.rounds[row].drafted)
+        if col == self.cols:
+            return row, drafted
+        return (row, col) if col < drafted else None
+
+    def cell_rect(self, row: int, col: int) -> QRect:
+        r = self.rounds[row]
+        x = self.label_w + (self.cols if col >= len(r.drafted) else col) * self.cell_w
+        return QRect(x, row * self.row_h, self.cell_w, self.row_h)
+
+    def select(self, row: int, col: int) -> None:
+        """Choose cell (row, col) (clamped to the grid) and say so."""
+        if not self.rounds:
+            return
+        row = max(0, min(row, len(self.rounds) - 1))
+        col = max(0, min(col, len(self.rounds[row].drafted)))
+        self.selected = (row, col)
+        self.update()
+        self.cell_chosen.emit(row, col)
+
+    def clear_selection(self) -> None:
+        if self.selected is not None:
+            self.selected = None
+            self.update()
+            self.cell_cleared.emit()
+
+    def mousePressEvent(self, e) -> None:
+        hit = self._cell_at(int(e.position().x()), int(e.position().y()))
+        if hit is not None:
+            self.setFocus(Qt.MouseFocusReason)
+            self.select(*hit)
+        super().mousePressEvent(e)
+
+    def keyPressEvent(self, e) -> None:
+        if e.key() == Qt.Key_Escape and self.selected is not None:
+            self.clear_selection()
+        elif e.key() in MOVES and self.rounds:
+            if self.selected is None:  # the first key: the newest round's first draft
+                self.select(len(self.rounds) - 1, 0)
+            else:
+                (dr, dc), (row, col) = MOVES[e.key()], self.selected
+                self.select(row + dr, col + dc)  # clamped: a shorter row's last cell is its target's
+        elif e.key() in (Qt.Key_Return, Qt.Key_Enter, Qt.Key_Space) and self.rounds and self.selected is None:
+            self.select(len(self.rounds) - 1, 0)
+        else:
+            super().keyPressEvent(e)
 
     def paintEvent(self, e) -> None:
         t = self.theme
@@ -140,7 +186,26 @@ class DraftGrid(QWidget):
                 p.fillRect(box, colours.get(src, QColor(t.unverified)))
                 p.setPen(fg)
                 p.drawText(box.adjusted(3, 0, -3, 0), Qt.AlignVCenter | Qt.AlignLeft, self.shown_text(i, self.cols))
+        self._paint_choice(p)
         p.end()
+
+    def _paint_choice(self, p: QPainter) -> None:
+        """The chosen cell's outline, and the focus frame when the rows have the keys."""
+        p.setBrush(Qt.NoBrush)
+        if self.selected is not None and self.selected[0] < len(self.rounds):
+            p.setPen(QPen(QColor(self.theme.accent), 3))
+            p.drawRect(self.cell_rect(*self.selected).adjusted(1, 1, -2, -2))
+        if self.hasFocus():  # on the part in view: the rows scroll
+            p.setPen(QPen(QColor(self.theme.accent), FOCUS_PX))
+            p.drawRect(self.visibleRegion().boundingRect().adjusted(1, 1, -1, -1))
+
+    def focusInEvent(self, e) -> None:
+        super().focusInEvent(e)
+        self.update()
+
+    def focusOutEvent(self, e) -> None:
+        super().focusOutEvent(e)
+        self.update()
 
     def tip_at(self, x: int, y: int) -> str:
         """The tooltip of the cell at (x, y): the token's text first ("" outside the cells)."""
@@ -158,7 +223,7 @@ class DraftGrid(QWidget):
                 tip += f"\nconfidence c = {r.confidences[col]:.3f}"
         elif r.committed:
             tok = r.committed[-1]
-            tip = (f"round {r.index}: the target's token “{_show(tok.text)}” (token {tok.id}, "
+            tip = (f"round {r.index}: the target's token “{visible(tok.text)}” (token {tok.id}, "
                    f"{getattr(tok.source, 'value', tok.source)}), p = {tok.target_prob:.3f}")
         else:
             return ""
@@ -209,6 +274,11 @@ class DraftPane(QWidget):
         self.legend.setObjectName("caption")
         self.legend.setWordWrap(True)
         self.grid = DraftGrid()
+        self.run = None  # the run whose rounds the rows show (its cells' stories are read from it)
+        self.story = StoryPanel()
+        self.grid.cell_chosen.connect(self._tell)
+        self.grid.cell_cleared.connect(lambda: self.story.show_story(None))
+        self.story.closed.connect(self.grid.clear_selection)
         self.header = DraftHeader(self.grid)
         self.scroll = QScrollArea()
         self.scroll.setFrameShape(QFrame.NoFrame)  # the header's columns line up with the rows'
@@ -218,6 +288,7 @@ class DraftPane(QWidget):
         lay.addWidget(self.legend)
         lay.addWidget(self.header)
         lay.addWidget(self.scroll, 1)
+        lay.addWidget(self.story)
         self.follow = True  # keep the newest round in view until the person scrolls up
         bar = self.scroll.verticalScrollBar()
         bar.rangeChanged.connect(self._range_changed)
@@ -233,6 +304,7 @@ class DraftPane(QWidget):
 
     def set_theme(self, t: Theme) -> None:
         self.grid.set_theme(t)
+        self.story.set_theme(t)
         self.header.updateGeometry()
         self._keep_columns()
 
@@ -255,7 +327,37 @@ class DraftPane(QWidget):
 
     def show_view(self, view: View) -> None:
         spec = view.spec
+        if spec is None or self.run is None or spec.serial != self.run.serial:
+            self.grid.selected = None  # another run: its cells tell their own stories
+            self.story.show_story(None)
+        self.run = spec
         self.set_rounds(spec.rounds if spec else [], spec.drafted_text if spec else [])
+
+    def _tell(self, row: int, col: int) -> None:
+        """A cell was chosen: its story under the rows, and the cell kept in view."""
+        self.follow = False  # the rows stay where the person is looking
+        self.story.show_story(story(self.run, row, col) if self.run is not None else None)
+        box = self.grid.cell_rect(row, col)
+        self.scroll.ensureVisible(box.center().x(), box.center().y(), 0, self.grid.row_h)
+
+    def choose_cell(self, row: int, col: int) -> bool:
+        """Choose a cell as a click would (``row``: the round's number on the rows; negative counts
+        from the newest; ``col`` past the drafts: the target's token); False when there is none."""
+        n = len(self.grid.rounds)
+        if not -n <= row < n:
+            return False
+        self.grid.select(row % n, col)
+        return True
+
+    def choose_rejected(self) -> bool:
+        """Choose the newest round's rejected draft (``--inspect rejected``); False when no round
+        rejected one."""
+        for row in range(len(self.grid.rounds) - 1, -1, -1):
+            r = self.grid.rounds[row]
+            if r.accepted < r.verify_width:
+                self.grid.select(row, r.accepted)
+                return True
+        return False
 
     def set_rounds(self, rounds: list, texts: list) -> None:
         self.setProperty("empty", not rounds)  # nothing for a PNG export to save
