@@ -132,6 +132,19 @@ def peer(kind: str, target_dir: Path, drafter_dir: Path, prompt: list[int] = ckp
     return json.loads(r.stdout)
 
 
+def as_mlx_dspark_reads_it(drafter):
+    """Where mlx-dspark departs from speculators' own code on a drafter that borrows the
+    verifier's embedding and head, dspark keeps speculators' (checked here) and the peer is
+    compared in its own: it scales the borrowed embedding by sqrt(hidden)
+    (test_formats.PEER_CONVENTION), and it soft-caps the borrowed head twice (mlx-vlm's head caps,
+    then the drafter's cap again)."""
+    s = drafter.spec
+    assert not s.own_embedding and s.embed_scale == 1.0 and not s.own_head
+    s.embed_scale = float(s.hidden) ** 0.5
+    drafter.head_raw = lambda proj, h: soft_cap(proj.head(h), proj.softcap)
+    return drafter
+
+
 def peer_dir(out: Path, fmt: str, tmp_path: Path) -> Path:
     """What the peer is given: mlx-dspark reads speculators' tap ids one below vLLM's numbering."""
     return ckpt.for_mlx_dspark(out, tmp_path / f"{fmt}-for-mlx-dspark") if fmt == "speculators" else out
@@ -146,14 +159,7 @@ def test_an_export_drafts_what_the_drafter_drafts_here_and_in_the_peer(models, t
     tau, tokens, logits = same_rounds(target, ckpt.PROMPT, plain, original, exported)
     assert len(set(tau)) >= 3, tau  # acceptance varies, so "the same drafts every round" says something
     if fmt == "speculators":
-        # Where mlx-dspark departs from speculators' own code on a drafter that borrows the verifier's
-        # embedding and head, dspark keeps speculators' (checked here) and the peer is compared in its
-        # own: it scales the borrowed embedding by sqrt(hidden) (test_formats.PEER_CONVENTION), and it
-        # soft-caps the borrowed head twice (mlx-vlm's head caps, then the drafter's cap again)
-        assert not exported.spec.own_embedding and exported.spec.embed_scale == 1.0 and not exported.spec.own_head
-        exported.spec.embed_scale = float(ckpt.H) ** 0.5
-        exported.head_raw = lambda proj, h: soft_cap(proj.head(h), proj.softcap)
-        tokens, tau, logits = ours(target, exported, ckpt.PROMPT, plain.tokens[0], [])
+        tokens, tau, logits = ours(target, as_mlx_dspark_reads_it(exported), ckpt.PROMPT, plain.tokens[0], [])
     ref = peer(PEER[fmt], models["target"], peer_dir(out, fmt, tmp_path))
     assert ref["tokens"][: len(tokens)] == tokens
     assert tau[: len(ref["tau"]) - 1] == ref["tau"][:-1]  # the peer clips its last round to the budget
@@ -376,6 +382,8 @@ def test_the_bundled_demo_drafters_export_exactly_and_run_in_their_peer(name, tm
     prompt = target.tokenizer.encode("def main():\n    ")[:16]
     base = run_to_summary(generate_baseline(target, prompt, GenerationConfig(max_tokens=N, stop_at_eos=False)))
     tau, tokens, logits = same_rounds(target, prompt, base, original, exported)
+    if fmt == "speculators" and not exported.spec.own_embedding:
+        tokens, tau, logits = ours(target, as_mlx_dspark_reads_it(exported), prompt, base.tokens[0], [])
     ref = peer(PEER[fmt], DEMO / "target", peer_dir(out, fmt, tmp_path), prompt)
     assert ref["tokens"][: len(tokens)] == tokens and tau[: len(ref["tau"]) - 1] == ref["tau"][:-1]
     assert np.allclose(logits, np.array(ref["round1_logits"]), atol=1e-3)
