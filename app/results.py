@@ -16,6 +16,7 @@ from .panes.draft_grid import DraftPane
 from .panes.header import HeaderStrip
 from .panes.plots import PlotsPane
 from .panes.rejections import RejectionsPane
+from .panes.story import StoryPanel
 from .panes.text_view import TextPane
 from .session import COMPARE_TAB, REJECTIONS_TAB, RUN_TAB, View
 from .theme import Theme
@@ -45,15 +46,11 @@ class ResultsPanel(QWidget):
         self.compare = CompareView()
         self.compare.focus_chosen.connect(self.focus_chosen)
         self.rejections = RejectionsPane()
+        self.story = StoryPanel()  # a draft-rows cell's story, the whole width of the Run tab under the rows
+        self.drafts.told.connect(self.story.show_story)
+        self.story.closed.connect(self.drafts.clear_cell)
         self.panes = [self.header, self.text, self.drafts, self.plots, self.compare, self.rejections]
-        top = QSplitter(Qt.Horizontal)
-        top.addWidget(self.text)
-        top.addWidget(self.drafts)
-        top.setSizes([520, 420])
-        self.run_split = QSplitter(Qt.Vertical)
-        self.run_split.addWidget(top)
-        self.run_split.addWidget(self.plots)
-        self.run_split.setSizes([430, 300])
+        self.run_split = self._run_tab()
         self.tabs = QTabWidget()
         self.tabs.addTab(self.run_split, "Run")
         self.tabs.addTab(self.compare, "Compare")
@@ -67,6 +64,24 @@ class ResultsPanel(QWidget):
         for w in (self.message, self.prompt_label, self.header, self.progress):
             lay.addWidget(w)
         lay.addWidget(self.tabs, 1)
+
+    def _run_tab(self) -> QSplitter:
+        """The text beside the draft rows, a chosen cell's story under both (the whole width, as
+        tall as its lines: at presentation size it never cuts them), the plots below."""
+        top = QSplitter(Qt.Horizontal)
+        top.addWidget(self.text)
+        top.addWidget(self.drafts)
+        top.setSizes([520, 420])
+        above = QWidget()
+        stack = QVBoxLayout(above)
+        stack.setContentsMargins(0, 0, 0, 0)
+        stack.addWidget(top, 1)
+        stack.addWidget(self.story)
+        split = QSplitter(Qt.Vertical)
+        split.addWidget(above)
+        split.addWidget(self.plots)
+        split.setSizes([430, 300])
+        return split
 
     def _tab_changed(self, _index: int) -> None:
         self.tab_chosen.emit(next(k for k, w in self.tab_widgets.items() if w is self.tabs.currentWidget()))
@@ -87,6 +102,7 @@ class ResultsPanel(QWidget):
     def set_theme(self, t: Theme) -> None:
         for pane in self.panes:
             pane.set_theme(t)
+        self.story.set_theme(t)
 
     def set_presenting(self, on: bool) -> None:
         """The prompt shown large above a compact header (first-token time and memory left out)."""

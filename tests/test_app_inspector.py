@@ -109,7 +109,7 @@ def _plain(html: str) -> str:
 def _click(qtbot, w, row: int, col: int):
     grid = w.results.drafts.grid
     qtbot.mouseClick(grid, Qt.LeftButton, pos=grid.cell_rect(row, col).center())
-    return w.results.drafts.story
+    return w.results.story
 
 
 def test_clicking_a_cell_tells_its_story_from_the_recorded_event(qtbot, window, saved):
@@ -139,7 +139,7 @@ def test_clicking_a_cell_tells_its_story_from_the_recorded_event(qtbot, window, 
             assert s.rank >= 1 and s.top[0][0] == fix.id and f"rank {s.rank}" in html
             assert s.verdict.startswith("rejected") and visible(fix.text) in s.why
     qtbot.keyClick(w.results.drafts.grid, Qt.Key_Escape)
-    assert not w.results.drafts.story.isVisible() and w.results.drafts.grid.selected is None
+    assert not w.results.story.isVisible() and w.results.drafts.grid.selected is None
 
 
 def test_the_arrow_keys_walk_the_cells_and_the_target_s_token_has_its_story(qtbot, window, saved):
@@ -148,14 +148,14 @@ def test_the_arrow_keys_walk_the_cells_and_the_target_s_token_has_its_story(qtbo
     grid, n = w.results.drafts.grid, len(saved["events"]["oracle-a"])
     grid.setFocus()
     qtbot.keyClick(grid, Qt.Key_Down)
-    assert grid.selected == (n - 1, 0) and w.results.drafts.story.isVisible()
+    assert grid.selected == (n - 1, 0) and w.results.story.isVisible()
     qtbot.keyClick(grid, Qt.Key_Up)
     qtbot.keyClick(grid, Qt.Key_Right)
     assert grid.selected == (n - 2, min(1, len(grid.rounds[n - 2].drafted)))
     for _ in range(8):
         qtbot.keyClick(grid, Qt.Key_Right)  # stops at the round's own token
     ev = grid.rounds[n - 2]
-    s = w.results.drafts.story.story
+    s = w.results.story.story
     assert grid.selected == (n - 2, len(ev.drafted)) and s.draft == 0 and s.token == ev.committed[-1].id
     assert s.state == ev.committed[-1].source.value
 
@@ -228,7 +228,7 @@ def test_a_run_saved_before_the_inspector_still_opens(qtbot, window, saved, tmp_
     row, k = _cells(events)["rejected"]
     s = _click(qtbot, w, row, k).story
     assert s.top == () and s.rank is None and s.verdict == "rejected"
-    assert "not recorded" in w.results.drafts.story.label.text()
+    assert "not recorded" in w.results.story.label.text()
     _show_rejections(w)
     assert w.results.rejections.wrong[1]["oracle-a"]  # counted from the committed tokens alone
 

@@ -3,8 +3,9 @@ made of it (accepted / rejected / verified after a rejection / not verified), th
 target's own token (correction or bonus). Newest round at the bottom; hover for details.
 
 Click a cell (or move to it with the arrow keys once the rows have the focus) for its story
-under the rows (the rejection inspector, ``app.panes.story``): what the target thought of that
-drafted token and why it was kept or not. Esc closes it.
+(the rejection inspector: ``told`` hands ``app.inspector.story`` of it to the panel under the
+Run tab's panes, ``app.panes.story``): what the target thought of that drafted token and why it
+was kept or not. Esc closes it.
 
 The columns always fit the visible width (cells share it, and a token too long for its cell
 ends in "…"), so the target column is never behind a scrollbar, and the column header stays
@@ -12,14 +13,13 @@ put above the rows while they scroll."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRect, QSize, Qt, Signal
+from PySide6.QtCore import QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
 from ..inspector import STATES, cell_state, story, visible
 from ..session import View
 from ..theme import FOCUS_PX, NORMAL, Theme
-from .story import StoryPanel
 STATE_NAMES = {
     "accepted": "accepted",
     "rejected": "rejected (first mismatch)",
@@ -265,6 +265,8 @@ class DraftHeader(QWidget):
 
 
 class DraftPane(QWidget):
+    told = Signal(object)  # the chosen cell's story (app.inspector.Story), or None when none is chosen
+
     def __init__(self, parent=None):
         super().__init__(parent)
         lay = QVBoxLayout(self)
@@ -275,10 +277,8 @@ class DraftPane(QWidget):
         self.legend.setWordWrap(True)
         self.grid = DraftGrid()
         self.run = None  # the run whose rounds the rows show (its cells' stories are read from it)
-        self.story = StoryPanel()
         self.grid.cell_chosen.connect(self._tell)
-        self.grid.cell_cleared.connect(lambda: self.story.show_story(None))
-        self.story.closed.connect(self.grid.clear_selection)
+        self.grid.cell_cleared.connect(lambda: self.told.emit(None))
         self.header = DraftHeader(self.grid)
         self.scroll = QScrollArea()
         self.scroll.setFrameShape(QFrame.NoFrame)  # the header's columns line up with the rows'
@@ -288,7 +288,6 @@ class DraftPane(QWidget):
         lay.addWidget(self.legend)
         lay.addWidget(self.header)
         lay.addWidget(self.scroll, 1)
-        lay.addWidget(self.story)
         self.follow = True  # keep the newest round in view until the person scrolls up
         bar = self.scroll.verticalScrollBar()
         bar.rangeChanged.connect(self._range_changed)
@@ -304,7 +303,6 @@ class DraftPane(QWidget):
 
     def set_theme(self, t: Theme) -> None:
         self.grid.set_theme(t)
-        self.story.set_theme(t)
         self.header.updateGeometry()
         self._keep_columns()
 
@@ -327,18 +325,27 @@ class DraftPane(QWidget):
 
     def show_view(self, view: View) -> None:
         spec = view.spec
-        if spec is None or self.run is None or spec.serial != self.run.serial:
+        if (spec is None or self.run is None or spec.serial != self.run.serial) and self.grid.selected is not None:
             self.grid.selected = None  # another run: its cells tell their own stories
-            self.story.show_story(None)
+            self.told.emit(None)
         self.run = spec
         self.set_rounds(spec.rounds if spec else [], spec.drafted_text if spec else [])
 
     def _tell(self, row: int, col: int) -> None:
-        """A cell was chosen: its story under the rows, and the cell kept in view."""
+        """A cell was chosen: its story told, and the cell kept in view (once the story's panel
+        has taken its room from the rows)."""
         self.follow = False  # the rows stay where the person is looking
-        self.story.show_story(story(self.run, row, col) if self.run is not None else None)
-        box = self.grid.cell_rect(row, col)
-        self.scroll.ensureVisible(box.center().x(), box.center().y(), 0, self.grid.row_h)
+        self.told.emit(story(self.run, row, col) if self.run is not None else None)
+        QTimer.singleShot(0, lambda: self._keep_in_view(row, col))
+
+    def _keep_in_view(self, row: int, col: int) -> None:
+        if self.grid.selected == (row, col):
+            box = self.grid.cell_rect(row, col)
+            self.scroll.ensureVisible(box.center().x(), box.center().y(), 0, self.grid.row_h)
+
+    def clear_cell(self) -> None:
+        """No cell chosen (the story's panel was closed)."""
+        self.grid.clear_selection()
 
     def choose_cell(self, row: int, col: int) -> bool:
         """Choose a cell as a click would (``row``: the round's number on the rows; negative counts

@@ -26,15 +26,17 @@ TIP_WRONG = (
     "target committed there instead (its correction); the most frequent pairs, with how many\n"
     "rounds each (dspark.metrics.rejections: the share is over the rounds that rejected a draft)."
 )
-#: Characters of a token's text on the pairs' axis before "…".
-PAIR_CHARS = 10
+#: Characters of a token's text on the pairs' axis; a longer one keeps its start and its end
+#: ("·Increme…Encoder", "·Increme…Decoder": code's tokens often differ only at the end).
+PAIR_CHARS = 16
 
 
 def pair_name(p: dict) -> str:
     """A (drafted -> target) pair as the axis shows it, whitespace visible."""
     def short(text: str) -> str:
         text = visible(text)
-        return text if len(text) <= PAIR_CHARS else text[: PAIR_CHARS - 1] + "…"
+        head = PAIR_CHARS // 2
+        return text if len(text) <= PAIR_CHARS else f"{text[:head]}…{text[-(PAIR_CHARS - head - 1):]}"
     return f"“{short(p['drafted_text'])}” → “{short(p['target_text'])}”"
 
 
@@ -117,7 +119,8 @@ class RejectionsPane(QWidget):
         self.boxes["context"].set_empty(not buckets)
         if buckets:
             w.setXRange(-0.6, len(buckets) - 0.4, padding=0)
-            zero_based_range(w, 1.0, grow=1.12)
+            zero_based_range(w, 1.0, grow=1.12)  # room above a full bar for its count
+            w.getAxis("left").setTicks([[(v / 5, f"{v / 5:.1f}") for v in range(6)], []])  # no tick past 1
         fit_title(w, t, "Acceptance by context length", [(self.colours[k], k, "solid") for k in groups] if n > 1 else [])
 
     def _draw_pairs(self) -> None:
@@ -127,6 +130,8 @@ class RejectionsPane(QWidget):
         names = {(p["drafted"], p["target"]): pair_name(p) for pairs in groups.values() for p in pairs}
         n, top = max(len(groups), 1), max((p["count"] for ps in groups.values() for p in ps), default=1)
         height = 0.8 / n
+        f = w.font()
+        f.setPointSize(max(7, t.font_pt - 1))
         for j, (label, pairs) in enumerate(groups.items()):
             mine = {(p["drafted"], p["target"]): p["count"] for p in pairs}
             for i, k in enumerate(order):
@@ -136,6 +141,7 @@ class RejectionsPane(QWidget):
                 w.addItem(pg.BarGraphItem(x0=[0], y=[y], height=height * 0.92, width=[mine[k]],
                                           brush=self.colours[label], pen=pg.mkPen(t.fg, width=0.5)))
                 text = pg.TextItem(f" {mine[k]}", color=t.fg, anchor=(0.0, 0.5))
+                text.setFont(f)
                 text.setPos(mine[k], y)
                 w.addItem(text)
         w.getAxis("left").setTicks([[(len(order) - 1 - i, names[k]) for i, k in enumerate(order)], []])

@@ -1,4 +1,5 @@
-"""The rejection inspector's panel under the draft rows: the story of the cell the person chose
+"""The rejection inspector's panel under the text and the draft rows (the whole width of the Run
+tab, so its lines stay few at presentation size): the story of the cell the person chose
 (``app.inspector.Story``): the drafted token and the drafter's probability for it, what became
 of it and why, its rank in the target's distribution, and the target's five best tokens with
 their probabilities, the drafted one marked. Rich text in the theme's colours and type size, so
@@ -49,14 +50,16 @@ def story_html(s: Story, t: Theme) -> str:
              escape(rank_words(s)) or None, f"position {s.position:,}"]
     lines = [head, f'<span style="color:{t.muted}">' + " · ".join(f for f in facts if f) + "</span>"]
     if s.top:
-        cells = []
+        entries = []
         for i, (tok, text, p) in enumerate(s.top):
             mine = s.draft and tok == s.token
-            style = f' style="background:{colour}; color:{fg}"' if mine else ""
-            cells.append(f"<td{style}>&nbsp;{i + 1}. {_token(text)}{' ◀' if mine else ''}&nbsp;<br>"
-                         f"&nbsp;&nbsp;&nbsp;{prob(p)}</td>")
-        lines.append(f'<table cellspacing="2"><tr><td style="color:{t.muted}">target\'s top {len(s.top)}&nbsp;</td>'
-                     + "".join(cells) + "</tr></table>")
+            # an entry never wraps inside itself (&nbsp;), the list wraps between entries; the
+            # drafted one says so in words as well as in its state's colour
+            entry = f"{i + 1}.&nbsp;{_token(text)}&nbsp;<b>{prob(p)}</b>" + ("&nbsp;(drafted)" if mine else "")
+            entries.append(f'<span style="background:{colour}; color:{fg}">&nbsp;{entry}&nbsp;</span>' if mine
+                           else entry)
+        lines.append(f'<span style="color:{t.muted}">target\'s top {len(s.top)}:</span> &nbsp;'
+                     + " &nbsp; ".join(entries))
     elif s.draft and s.state in ("accepted", "rejected", "discarded"):
         lines.append(f'<span style="color:{t.muted}">the target\'s best tokens were not recorded for this run '
                      "(saved before the rejection inspector)</span>")
@@ -91,7 +94,8 @@ class StoryPanel(QFrame):
     def set_theme(self, t: Theme) -> None:
         self.theme = t
         self.setStyleSheet(f"QFrame#story {{ background: {t.panel}; border: 1px solid {t.grid}; "
-                           f"border-top: 2px solid {t.accent}; }}")
+                           f"border-top: 2px solid {t.accent}; }} QToolButton {{ color: {t.fg}; "
+                           f"background: {t.panel}; border: 1px solid {t.grid}; padding: 0 6px; }}")
         self.show_story(self.story)
 
     def show_story(self, s: Story | None) -> None:
