@@ -78,13 +78,14 @@ def story(run: Run, row: int, col: int) -> Story | None:
     top, rank, tie = (), None, False
     if r.target_top is not None and col < len(r.target_top):
         names = run.top_text[row][col] if row < len(run.top_text) and col < len(run.top_text[row]) else ()
-        top = tuple((t, visible(names[i]) if i < len(names) else f"#{t}", p) for i, (t, p) in enumerate(r.target_top[col]))
+        top = tuple((t, visible(names[i]) if i < len(names) else f"#{t}", p)
+                    for i, (t, p) in enumerate(r.target_top[col]))
         rank = r.draft_rank[col] if r.draft_rank is not None else None
         tie = bool(r.draft_tie and r.draft_tie[col])
     p = next((pr for t, _n, pr in top if t == r.drafted[col]), None)
     if p is None and col < r.accepted and col < len(r.committed):
         p = r.committed[col].target_prob
-    verdict, why = _why(run, r, col, state, top, tie)
+    verdict, why = _why(run, r, col, state, tie)
     q = r.draft_probs[col] if col < len(r.draft_probs) else None
     return Story(r.index, col + 1, r.drafted[col], visible(text), state, verdict, why, q, p, top, rank, tie,
                  r.position + col + 1)
@@ -100,7 +101,7 @@ def _target_story(r) -> Story:
                  tok.target_prob, (), None, False, r.position + len(r.committed))
 
 
-def _why(run: Run, r, col: int, state: str, top: tuple, tie: bool) -> tuple[str, str]:
+def _why(run: Run, r, col: int, state: str, tie: bool) -> tuple[str, str]:
     """(verdict, one sentence) for drafted token ``col`` of round ``r``, by the engine's cases."""
     a = r.accepted
     if state == "accepted":
