@@ -28,7 +28,7 @@ from dspark_studio.inspector import visible  # noqa: E402
 from dspark_studio.runs import BASELINE, Run  # noqa: E402
 from dspark_studio.window import MainWindow  # noqa: E402
 from oracle import OracleDrafter  # noqa: E402
-from test_app import LONG, dirs, run_job, setup  # noqa: E402,F401  (dirs: the shared fixture)
+from test_app import dirs, run_job, setup  # noqa: E402,F401  (dirs: the shared fixture)
 
 PROMPT = "the a of and to in"
 CONFIG = {"max_tokens": 40, "temperature": 0.0, "policy": "fixed", "stop_at_eos": False}
