@@ -26,6 +26,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 
 def zlab_load(target_dir: str, drafter_dir: str):
@@ -112,50 +113,42 @@ def load_dflash_mlx(target_dir: str, drafter_dir: str):
 
 def _with_rope_theta(drafter_dir: str) -> str:
     """dflash-mlx reads RoPE only from a top-level ``rope_theta``; Gemma-era z-lab heads nest it
-    under ``rope_parameters``. Such a head is handed over as a temporary folder with the value
-    copied up and the weights linked; anything else as it is."""
-    import atexit
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    src = Path(drafter_dir)
-    config = json.loads((src / "config.json").read_text())
+    under ``rope_parameters``. Such a head is handed over with the value copied up; anything
+    else as it is."""
+    config = json.loads((Path(drafter_dir) / "config.json").read_text())
     theta = (config.get("rope_parameters") or {}).get("rope_theta")
     if "rope_theta" in config or theta is None:
         return drafter_dir
-    dst = Path(tempfile.mkdtemp(prefix="dflash-mlx-"))
-    atexit.register(shutil.rmtree, dst, ignore_errors=True)
-    for f in src.iterdir():
-        if f.name != "config.json":
-            (dst / f.name).symlink_to(f.resolve())
-    (dst / "config.json").write_text(json.dumps({**config, "rope_theta": theta}))
-    return str(dst)
+    return _relabelled(drafter_dir, {**config, "rope_theta": theta}, "dflash-mlx-")
 
 
 def _with_taps_as_read(drafter_dir: str) -> str:
     """mlx-dspark reads a speculators head's ``aux_hidden_state_layer_ids`` as the tapped layers
     themselves, one below vLLM's numbering (id i is the output of layer i - 1), which dspark
-    follows: such a head is handed over as a temporary folder with every id less one and the
-    weights linked, so both tap the same layers. A config dspark wrote before it followed vLLM's
-    numbering (its ``dspark.trained_as`` taps equal the ids), and anything else, as it is."""
-    import atexit
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    src = Path(drafter_dir)
-    config = json.loads((src / "config.json").read_text())
+    follows: such a head is handed over with every id less one, so both tap the same layers. A
+    config dspark wrote before it followed vLLM's numbering (its ``dspark.trained_as`` taps equal
+    the ids), and anything else, as it is."""
+    config = json.loads((Path(drafter_dir) / "config.json").read_text())
     ids = config.get("aux_hidden_state_layer_ids")
     trained = ((config.get("dspark") or {}).get("trained_as") or {}).get("tap_layers")
     if "speculators_config" not in config or not isinstance(ids, list) or list(trained or []) == ids:
         return drafter_dir
-    dst = Path(tempfile.mkdtemp(prefix="mlx-dspark-"))
+    return _relabelled(drafter_dir, {**config, "aux_hidden_state_layer_ids": [i - 1 for i in ids]}, "mlx-dspark-")
+
+
+def _relabelled(drafter_dir: str, config: dict, prefix: str) -> str:
+    """A temporary folder (removed at exit) holding ``config`` as config.json and links to the
+    drafter's other files: a peer reads the same weights under the config it understands."""
+    import atexit
+    import shutil
+    import tempfile
+
+    dst = Path(tempfile.mkdtemp(prefix=prefix))
     atexit.register(shutil.rmtree, dst, ignore_errors=True)
-    for f in src.iterdir():
+    for f in Path(drafter_dir).iterdir():
         if f.name != "config.json":
             (dst / f.name).symlink_to(f.resolve())
-    (dst / "config.json").write_text(json.dumps({**config, "aux_hidden_state_layer_ids": [i - 1 for i in ids]}))
+    (dst / "config.json").write_text(json.dumps(config))
     return str(dst)
 
 
