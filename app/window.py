@@ -9,8 +9,8 @@ at once after a person's action). No widget reaches into another.
 Threading (MLX arrays belong to the thread that made them): one long-lived QThread runs
 ``Worker``; the window talks to it through queued signals and gets ``app.messages`` back, always
 into a bound method of this GUI-thread object, which hands them to the session. Stop sets the
-worker's ``threading.Event`` directly. Menus are ``app.menus``; replay and export steps are
-``window_files``, the benchmark ones ``benchmarks``; presentation mode's rules ``presentation``.
+worker's ``threading.Event`` directly. Menus are ``app.menus``; the File menu's dialogs and steps
+``file_menu`` (over ``window_files`` and ``benchmarks``); presentation mode's rules ``presentation``.
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QTimer, Qt, Signal, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QScrollArea, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QMainWindow, QScrollArea, QSplitter, QVBoxLayout, QWidget
 
 from dspark import blas
 from dspark.config import GenerationConfig
 from dspark.prompts import prompt_sets
 
-from . import benchmarks, bench_io, export, geometry, replay, settings, window_files, window_state
+from . import export, file_menu, geometry, replay, settings, window_state
 from .menus import build_menus
 from .messages import Exported, Failed, JobDone, Loaded, LoadRequest, Status
 from .panes.controls import ActionBar, ControlPanel
 from .panes.settings_form import form_values
-from .playlist import SPEEDS, Playlist
+from .playlist import Playlist
 from .presentation import Presenter
 from .results import ResultsPanel
 from .session import Session
@@ -183,7 +183,7 @@ class MainWindow(QMainWindow):
     def _submit(self, job) -> None:
         if job is not None:
             self.engine.run(job)
-        self._said()
+        self.said()
 
     def stop(self) -> None:
         if self.player.playing:
@@ -210,9 +210,9 @@ class MainWindow(QMainWindow):
 
     def on_failed(self, text: str) -> None:
         self.session.fail(in_app(text))
-        self._said()
+        self.said()
 
-    def _said(self) -> None:
+    def said(self) -> None:
         """Whatever the last action did, on screen now; its sentence also in the status bar."""
         if self.session.message:
             self.statusBar().showMessage(self.session.message)
@@ -244,106 +244,39 @@ class MainWindow(QMainWindow):
             self.presenter.job_ended()
             self.job_finished.emit({"job": msg.job, "ok": msg.ok, "cancelled": msg.cancelled})
 
-    # --- files: replay, export, benchmarks ----------------------------------------------------
+    # --- files: replay, export, benchmarks (the dialogs and steps: app.file_menu) ------------
     def choose_replay(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Open saved runs (several: Space / → plays the next) or a "
-                                                "dspark bench summary.json", str(settings.history_dir()),
-                                                "Saved runs and benchmarks (*.json)")
-        if paths:
-            self.open_replay(paths)
+        file_menu.choose_replay(self)
 
     def open_replay(self, paths: list[str], speed: str | None = None) -> bool:
-        """Play saved runs or comparisons back on every pane, loading no model; several files
-        make a playlist. A ``dspark bench`` summary opens on the Compare tab instead."""
-        if len(paths) == 1 and bench_io.is_bench_file(paths[0]):
-            return self.open_bench(paths[0])
-        ok = window_files.open_playlist(self.session, self.playlist, paths)
-        if ok:
-            self.playlist.speed = speed or self.playlist.speed
-            ok = self.play_recording(0)
-        self._said()
-        return ok
+        return file_menu.open_replay(self, paths, speed)
 
     def play_recording(self, index: int) -> bool:
-        started = window_files.replay_job(self.session, self.playlist, index)
-        if started is None:
-            return False
-        rec, messages = started
-        self.statusBar().showMessage(f"replaying {rec.path} (no model loaded)")
-        self.refresh()
-        self.player.play(messages, SPEEDS[self.playlist.speed])
-        return True
+        return file_menu.play_recording(self, index)
 
     def export_data(self, fmt: str, comparison: bool, path: str | None = None) -> Path | None:
-        """What a tab shows, as JSON or CSV (``window_files.export_runs``)."""
-        name = window_files.export_name(self.session, fmt, comparison)
-        if name is not None and path is None:
-            path, _ = QFileDialog.getSaveFileName(self, "Export", str(settings.exports_dir() / name), f"*.{fmt}")
-        out = window_files.export_runs(self.session, fmt, comparison, path) if name and path else None
-        if out is not None:
-            self.statusBar().showMessage(f"exported {out}")
-        self._said()
-        return out
+        return file_menu.export_data(self, fmt, comparison, path)
 
     def export_rejections(self, folder: str | None = None) -> list[Path]:
-        """The Rejections tab's two views as CSV files into a folder (``window_files.export_rejections``)."""
-        folder = folder or QFileDialog.getExistingDirectory(self, "Save the rejection views as CSV into",
-                                                            str(settings.exports_dir()))
-        out = window_files.export_rejections(self.session, folder) if folder else []
-        self.statusBar().showMessage(f"exported {', '.join(p.name for p in out)} to {folder}" if out else "")
-        self._said()
-        return out
+        return file_menu.export_rejections(self, folder)
 
     def plot_widgets(self) -> dict[str, QWidget]:
         return {**self.results.plot_widgets(), "window": self}
 
     def export_pngs(self, folder: str | None = None) -> list[Path]:
-        if folder is None:
-            folder = QFileDialog.getExistingDirectory(self, "Save plots as PNG into", str(settings.exports_dir()))
-            if not folder:
-                return []
-        out, skipped = window_files.save_pngs(folder, self.plot_widgets())
-        self.statusBar().showMessage(f"saved {len(out)} PNG files to {folder}"
-                                     + (f" (not drawn, so not saved: {', '.join(skipped)})" if skipped else ""))
-        return out
+        return file_menu.export_pngs(self, folder)
 
     def open_bench(self, path: str) -> bool:
-        ok = benchmarks.open_bench(self.session, path)
-        if ok:
-            self.statusBar().showMessage(benchmarks.describe_bench(self.session.bench))
-        self._said()
-        return ok
+        return file_menu.open_bench(self, path)
 
     def save_comparison(self, folder: str | None = None) -> Path | None:
-        if folder is None and self.session.comparison:
-            folder = QFileDialog.getExistingDirectory(self, "Save the comparison as a benchmark into (an empty "
-                                                      "folder)", str(settings.exports_dir()))
-            if not folder:
-                return None
-        out = benchmarks.save_comparison(self.session, folder or "")
-        if out is not None:
-            self.statusBar().showMessage(f"saved {out}")
-        self._said()
-        return out
+        return file_menu.save_comparison(self, folder)
 
     def measure_costs(self, remeasure: bool = True) -> bool:
-        request = benchmarks.costs_request(self.session, remeasure)
-        if request is not None:
-            self.session.measuring_costs()
-            self.engine.measure_costs(request)
-        self._said()
-        return request is not None
+        return file_menu.measure_costs(self, remeasure)
 
     def export_drafter(self, request=None) -> bool:
-        """File ▸ Export drafter…: the choices asked (``app.export_drafter``), the export run by the
-        worker (``dspark.export``); what it wrote, or why not, comes back as a message."""
-        from . import export_drafter
-
-        request = request or export_drafter.ask(self, self.session.choices)
-        if request is not None:
-            self.engine.export_drafter(request)
-            self.statusBar().showMessage(f"exporting {Path(request.drafter).name} as {request.format} …")
-        return request is not None
+        return file_menu.export_drafter(self, request)
 
     def open_download(self):
         """The Download dialog (made once; a download finishes even if it is closed)."""
