@@ -90,25 +90,33 @@ class Progress:
 
 def train_loop(step: Callable[[], int], steps: int, one_step: Callable[[], dict[str, str]],
                checkpoint: Callable[[], None], checkpoint_due: Callable[[], bool], progress: Progress,
-               budget_s: float | None = None, started: float | None = None) -> str:
+               budget_s: float | None = None, started: float | None = None,
+               agree: Callable[..., tuple[bool, ...]] | None = None) -> str:
     """Run ``one_step`` until ``step()`` reaches ``steps`` or the time budget (counted from
     ``started``, default now) is spent; returns what stopped it ("steps" or "time budget").
     ``checkpoint`` runs whenever ``checkpoint_due()`` says so and, on a stop signal, before
-    ``KeyboardInterrupt`` is raised; the caller checkpoints at the end."""
+    ``KeyboardInterrupt`` is raised; the caller checkpoints at the end. ``agree`` turns this
+    process's (stop asked, budget spent, checkpoint due) into what every process of a
+    distributed run does (:meth:`dspark.training.distributed.World.agree`): all of them stop,
+    checkpoint or end at the same step."""
     started = time.perf_counter() if started is None else started
-    progress.start(step(), budget_s)
+    first = step()
+    progress.start(first, budget_s)
     try:
         with StopSignals() as stop:
             while step() < steps:
-                if stop.asked is not None:
+                flags = (stop.asked is not None, budget_s is not None and time.perf_counter() - started >= budget_s,
+                         step() > first and checkpoint_due())
+                asked, spent, due = agree(*flags) if agree is not None else flags
+                if asked:
                     checkpoint()
                     raise KeyboardInterrupt  # here, between steps: the state is whole
-                if budget_s is not None and time.perf_counter() - started >= budget_s:
+                if due:
+                    checkpoint()
+                if spent:
                     return "time budget"
                 figures = one_step()
                 progress.update(step(), figures)
-                if checkpoint_due() and step() < steps:
-                    checkpoint()
     finally:
         progress.close()
     return "steps"

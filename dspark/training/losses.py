@@ -58,11 +58,15 @@ def dspark_loss(
     ce_weight: float = CE_WEIGHT,
     tv_weight: float = TV_WEIGHT,
     conf_weight: float = CONF_WEIGHT,
+    weight: mx.array | None = None,
 ) -> LossParts:
     """The objective above. ``logits`` [A, G, V] are the drafter's (Markov bias included),
     ``conf_logits`` [A, G] or None, ``target_logits`` [A, G, V] the target's at positions
     p..p+G-1 (no gradient flows into them), ``labels`` [A, G] the true tokens p+1..p+G,
-    ``valid`` [A, G] 1 where the slot has a label, ``weights`` [G] the position weights."""
+    ``valid`` [A, G] 1 where the slot has a label, ``weights`` [G] the position weights.
+    ``weight``, when given, divides the weighted sums instead of these anchors' own weight: the
+    whole batch's, when these anchors are one process's part of it (the parts' losses then add
+    up to the whole batch's)."""
     logits = logits.astype(mx.float32)
     target_logits = mx.stop_gradient(target_logits.astype(mx.float32))
     logp_d = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
@@ -73,7 +77,7 @@ def dspark_loss(
     tv = mx.abs(p_d - p_t).sum(axis=-1)
 
     w = weights[None, :] * valid.astype(mx.float32)
-    denom = mx.maximum(w.sum(), 1e-8)
+    denom = mx.maximum(w.sum(), 1e-8) if weight is None else weight
 
     def mean(x: mx.array) -> mx.array:
         return (w * x).sum() / denom

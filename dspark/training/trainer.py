@@ -37,6 +37,7 @@ from ..files import save_safetensors
 from ..options import option
 from ..target import Target
 from .data import Sequences, TargetFeatures
+from .distributed import DEFAULT_TIMEOUT, World
 from .losses import default_decay, dspark_loss, position_weights
 
 TRAIN_DIR = ".train"  # what a training run keeps beside the drafter, hidden
@@ -90,6 +91,8 @@ class TrainSettings:
     eval_prompts: int = option(8, "held-out prompts for the final evaluation (0: skip)", lo=0, hi=100_000)
     eval_tokens: int = option(128, "tokens generated per evaluation prompt", lo=1, hi=1_000_000)
     seed: int = option(0, "random seed (initial weights, data, anchors)", lo=0, hi=2**31 - 1)
+    rank_timeout: float = option(DEFAULT_TIMEOUT, "under mlx.launch: seconds a process waits for the others before "
+                                 "the run stops", lo=1.0, hi=1e7)
 
     def sequences_cap(self) -> int:
         """``max_sequences``, or the default data budget for this many steps."""
@@ -100,8 +103,9 @@ class DrafterTrainer:
     """One drafter, its AdamW state and the anchor sampler; ``train_step`` does one update."""
 
     def __init__(self, target: Target, drafter: BlockDrafter, seqs: Sequences, settings: TrainSettings,
-                 trained_as: dict | None = None):
+                 trained_as: dict | None = None, world: World | None = None):
         self.target, self.drafter, self.seqs, self.s = target, drafter, seqs, settings
+        self.world = world or World()  # the processes sharing each step's batch (one, without mlx.launch)
         self.proj = target.projection
         if drafter.draft_to_target is not None:
             raise DsparkError("a drafter with a reduced draft vocabulary (d2t) cannot be trained here")
@@ -126,23 +130,42 @@ class DrafterTrainer:
     def sample_batch(self) -> tuple[mx.array, ...]:
         """``batch_anchors`` random anchors, ``anchors_per_seq`` from each of a few sequences:
         (tap rows of those sequences [N, S, m*H], owner sequence [A], anchor position [A],
-        prev_toks [A, G], labels [A, G], valid [A, G], target hidden rows p..p+G-1 [A, G, H])."""
+        prev_toks [A, G], labels [A, G], valid [A, G], target hidden rows p..p+G-1 [A, G, H]).
+        Processes of a distributed run each draw the same whole batch (the data order is a
+        function of the seed and the step alone, whatever their number) and keep their own
+        contiguous part of it, followed by the whole batch's loss weight: the denominator that
+        makes their losses shares of one mean."""
         # A checkpoint taken while this batch waits is resumed from the state that draws it again.
         self._rng_before_pending = copy.deepcopy(self.rng.bit_generator.state)
-        A, G, seqs = self.s.batch_anchors, self.G, self.seqs
+        chosen, owner, p = self._draw_anchors()
+        S = int(self.seqs.lengths[chosen].max())
+        valid = p[:, None] + np.arange(self.G)[None, :] + 1 <= (self.seqs.lengths[chosen][owner] - 1)[:, None]
+        if self.world.size == 1:
+            return self._batch_arrays(chosen, owner, p, valid, S)
+        weight = (np.array(self.weights, np.float64)[None, :] * valid).sum()
+        lo, hi = self.world.part(len(p))
+        mine = np.unique(owner[lo:hi])  # the sequences this process's anchors sit in
+        part = self._batch_arrays(chosen[mine], np.searchsorted(mine, owner[lo:hi]), p[lo:hi], valid[lo:hi], S)
+        return (*part, mx.array(max(weight, 1e-8), mx.float32))
+
+    def _draw_anchors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the chosen sequences [n], each anchor's index into them [A], anchor positions [A])."""
+        A, seqs = self.s.batch_anchors, self.seqs
         n_seq = math.ceil(A / self.s.anchors_per_seq)
         # one bucket a step (short or long sequences, by their share), so a step's sequences are
         # alike in length and the target's pass and the context rows cover no needless padding
         pool = self.buckets[self.rng.choice(len(self.buckets), p=self.bucket_share)]
         chosen = pool[self.rng.choice(len(pool), size=n_seq, replace=n_seq > len(pool))]
-        S = int(seqs.lengths[chosen].max())
         owner = np.repeat(np.arange(n_seq), math.ceil(A / n_seq))[:A]
         lo = seqs.first_anchor[chosen][owner]
         hi = seqs.lengths[chosen][owner] - 2  # the anchor needs at least one label
         p = lo + (self.rng.random(A) * (hi - lo + 1)).astype(np.int64)
-        block_pos = p[:, None] + np.arange(G)[None, :]  # slot k: anchor-side position p+k
-        valid = block_pos + 1 <= (seqs.lengths[chosen][owner] - 1)[:, None]
-        toks = seqs.tokens[chosen, :S].reshape(-1)
+        return chosen, owner, p
+
+    def _batch_arrays(self, chosen, owner, p, valid, S: int) -> tuple[mx.array, ...]:
+        """The arrays of anchors at ``p`` of sequences ``chosen[owner]`` (slot k: position p+k)."""
+        block_pos = p[:, None] + np.arange(self.G)[None, :]
+        toks = self.seqs.tokens[chosen, :S].reshape(-1)
         feats = self.features.get_many(chosen, S)
         taps = mx.stack([f[0] for f in feats])
         hidden = mx.concatenate([f[1] for f in feats], axis=0)
@@ -158,9 +181,10 @@ class DrafterTrainer:
         )
 
     # --- loss and update ----------------------------------------------------------------
-    def _loss(self, taps, owner, positions, prev, labels, valid, t_hidden):
+    def _loss(self, taps, owner, positions, prev, labels, valid, t_hidden, weight=None):
         out = self.drafter.forward_train_packed(self.proj, taps, owner, positions, prev, self.s.ctx_len)
-        parts = dspark_loss(out.logits, out.conf_logits, self.proj.logits(t_hidden), labels, valid, self.weights)
+        parts = dspark_loss(out.logits, out.conf_logits, self.proj.logits(t_hidden), labels, valid, self.weights,
+                            weight=weight)
         return parts.total, parts.ce, parts.tv, parts.conf
 
     def loss(self, batch) -> dict[str, float]:
@@ -168,6 +192,8 @@ class DrafterTrainer:
         return dict(zip(("loss", "ce", "tv", "conf"), (float(x) for x in self._loss(*batch))))
 
     def _build_update(self):
+        if self.world.size > 1:
+            return self._build_shared_update()
         net, opt, clip = self.drafter.net, self.optimizer, self.s.grad_clip
 
         def update(*batch):
@@ -180,6 +206,33 @@ class DrafterTrainer:
             return update
         state = [net.state, opt.state]
         return mx.compile(update, inputs=state, outputs=state)
+
+    def _build_shared_update(self):
+        """The update of a distributed run: this process's gradient of its share of the loss,
+        computed first, so that the wait that follows is only the wait for the others; the
+        shares summed over the processes (the whole batch's loss and gradient); then the same
+        clipping and AdamW step on every process."""
+        net, opt, clip = self.drafter.net, self.optimizer, self.s.grad_clip
+        local = self._loss_and_grad
+
+        def apply(grads):
+            grads, norm = optim.clip_grad_norm(grads, clip) if clip > 0 else (grads, mx.array(0.0))
+            opt.update(net, grads)
+            return norm
+
+        if self.s.compile:
+            local = mx.compile(local, inputs=net.state, outputs=net.state)  # value_and_grad sets the weights it traces
+            apply = mx.compile(apply, inputs=[net.state, opt.state], outputs=[net.state, opt.state])
+
+        def update(*batch):
+            parts, grads = local(*batch)
+            named = tree_flatten(grads)
+            mx.eval(parts, grads)
+            summed = self.world.sum([*parts, *(g for _, g in named)], f"step {self.step + 1}")
+            norm = apply(tree_unflatten(list(zip((k for k, _ in named), summed[len(parts):]))))
+            return (*summed[: len(parts)], norm)
+
+        return update
 
     def train_step(self, batch) -> list[mx.array]:
         """One AdamW update; returns (loss, ce, tv, conf, grad norm), not yet evaluated."""
