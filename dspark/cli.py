@@ -213,90 +213,6 @@ def cmd_quantize(a) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------- train (calibrate: training/calibrate_cli.py)
-RUN_OPTIONS = ("time_budget_minutes", "checkpoint_minutes", "eval_prompts", "eval_tokens", "seed")
-DATA_OPTIONS = ("seq_len", "ctx_len", "prompt_len", "self_distill", "long_prompts", "long_prompt_len", "max_sequences",
-                "anchors_per_seq", "feature_cache_mb")
-
-
-def train_parser() -> argparse.ArgumentParser:
-    from .drafter import DflashConfig
-    from .options import add_options
-    from .training.trainer import TrainSettings
-
-    ap = Parser(prog="dspark train", description="Train a DSpark drafter against a frozen Gemma-4 target.")
-    ap.add_argument("--target", required=True, help="target model directory")
-    ap.add_argument("--data", nargs="+", help="text files (.txt/.py/.md), folders, or .jsonl with a text/prompt field; "
-                    "default: the built-in corpus")
-    ap.add_argument("--heldout", nargs="+", help="held-out prompt files for the final evaluation "
-                    "(default: held-out corpus prompts, or a slice of --data)")
-    ap.add_argument("--out", required=True, help="drafter directory to write")
-    add_options(ap.add_argument_group("drafter"), DflashConfig)
-    add_options(ap.add_argument_group("optimisation"), TrainSettings, skip=RUN_OPTIONS + DATA_OPTIONS)
-    add_options(ap.add_argument_group("data"), TrainSettings, only=DATA_OPTIONS)
-    r = ap.add_argument_group("run")
-    r.add_argument("--resume", action="store_true", help="continue the run saved in --out")
-    r.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
-    add_options(r, TrainSettings, only=RUN_OPTIONS)
-    r.add_argument("--no-progress", action="store_true")
-    return ap
-
-
-def train_main(argv: list[str] | None = None) -> int:
-    from .demo.corpus import heldout_prompts, iter_texts
-    from .loading import load_target
-    from .training.train import REPORT_FILE, train_drafter
-    from .training.texts import read_texts
-
-    from .drafter import DflashConfig
-    from .options import check_options, from_args
-    from .training.trainer import TrainSettings
-
-    from .files import output_dir
-    from .training.train import saved_run
-
-    parser = train_parser()
-    a = parser.parse_args(argv)
-    out = Path(a.out)
-    saved = saved_run(out) if a.resume and out.is_dir() else None
-    if saved:  # continue as the run was started: options not given again keep their saved values
-        given = _given_options(parser, argv)
-        cfg = DflashConfig.from_dict({**saved[0], **{k: getattr(a, k) for k in given if hasattr(DflashConfig(), k)}})
-        settings = TrainSettings(**{**{k: v for k, v in saved[1].items() if k in TrainSettings.__dataclass_fields__},
-                                    **{k: getattr(a, k) for k in given if k in TrainSettings.__dataclass_fields__}})
-    else:
-        cfg, settings = from_args(DflashConfig, a), from_args(TrainSettings, a)
-    check_options(cfg)
-    check_options(settings)
-    if out.exists() and not out.is_dir():
-        raise DsparkError(f"{out} is a file, not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (a.resume or a.force):
-        raise DsparkError(f"{out} exists and is not empty (use --resume to continue it or --force to overwrite)")
-    output_dir(out, allow_existing=True)
-    target = load_target(a.target)
-    texts = read_texts(a.data) if a.data else list(iter_texts("train"))
-    heldout = read_texts(a.heldout) if a.heldout else (None if a.data else heldout_prompts(settings.eval_prompts))
-    train_drafter(target, texts, out, cfg, settings, heldout_texts=heldout, resume=a.resume, progress=not a.no_progress)
-    print(f"wrote {out} (report: {out / REPORT_FILE})")
-    return 0
-
-
-def _given_options(parser: argparse.ArgumentParser, argv) -> set[str]:
-    """The destinations of the options actually written on the command line."""
-    probe = argparse.ArgumentParser(add_help=False)
-    for action in parser._actions:
-        if action.option_strings and action.dest != "help":
-            kw = {"dest": action.dest, "default": argparse.SUPPRESS}
-            if action.nargs == 0:
-                kw["action"] = "store_const"
-                kw["const"] = True
-            else:
-                kw["nargs"] = action.nargs
-            probe.add_argument(*action.option_strings, **kw)
-    known, _ = probe.parse_known_args(argv)
-    return set(vars(known))
-
-
 # ----------------------------------------------------------------------------- the parser
 def build_parser() -> argparse.ArgumentParser:
     from .drafter import DflashConfig
@@ -356,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Subcommands whose modules own their option parsers: ``dspark X ...`` calls ``module.fn(rest)``.
 DELEGATED = {
-    "train": ("dspark.cli:train_main", "train a drafter against a target (dspark train --help)"),
+    "train": ("dspark.training.train_cli:main", "train a drafter against a target (dspark train --help)"),
     "calibrate": ("dspark.training.calibrate_cli:main", "fit a drafter's confidence temperatures (dspark calibrate --help)"),
     "bench": ("dspark.bench:main", "time speculative decoding against plain mlx-lm decoding (dspark bench --help)"),
     "make-demo": ("dspark.demo.build:main", "rebuild and measure the bundled demo models (dspark make-demo --help)"),

@@ -37,6 +37,7 @@ from ..files import output_dir, remove_stale, write_text
 from ..target import Target
 from .budget import check_training_shapes
 from .data import Sequences, build_training_data, encode_all, held_out_prompts
+from .distributed import World
 from .loop import Progress, train_loop
 from .trainer import STATE_FILE, TRAIN_DIR, DrafterTrainer, TrainSettings
 
@@ -56,47 +57,93 @@ def train_drafter(
     resume: bool = False,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    world: World | None = None,
+    read_from: Path | None = None,
 ) -> BlockDrafter:
     """Train a drafter for ``target`` on ``texts`` (strings, or token-id lists) into
     ``out_dir``; see the module docstring. ``heldout_texts`` are the evaluation prompts (by
     default some of the data is held out); ``data_file`` reuses the sequences another run
-    saved (its ``.train/train_data.safetensors``). Returns the trained drafter."""
-    s = settings
+    saved (its ``.train/train_data.safetensors``). ``world``: the processes of a distributed
+    run (``mlx.launch``; :mod:`dspark.training.distributed`), of which this is one; only rank 0
+    writes ``out_dir``, and a resumed run reads rank 0's files from ``read_from`` (a copy of
+    them on the other ranks). Returns the trained drafter."""
+    s, world = settings, world or World()
     t_start = time.perf_counter()
     check_training_shapes(target, cfg.block_size, cfg.num_layers, cfg.tap_layers, s)  # before anything is allocated
-    out = output_dir(out_dir, allow_existing=True)
-    remove_stale(out)  # what a killed run was writing when it died
-    (out / TRAIN_DIR).mkdir(exist_ok=True)
-    remove_stale(out / TRAIN_DIR)
+    out = _output(out_dir, world)
+    src = Path(read_from) if read_from is not None else out
     say = log or (lambda m: print(m, file=sys.stderr))
-    resuming = resume and (out / STATE_FILE).is_file()
-    if resume and not resuming:
-        say(f"nothing to resume in {out}: starting a new run")
-    if resuming:
-        check_resume(out, cfg, s, target.dims.num_layers)
-    drafter = _resumed(out, target, cfg) if resuming else new_drafter(target, cfg, seed=s.seed)
+    drafter, resuming = _drafter(target, cfg, s, out, src, resume, say)
     trained_as = trained_settings(drafter)
-    seqs, held, distill_seconds = _training_data(target, texts, heldout_texts, out, s, data_file, resuming, progress, say)
-    trainer = DrafterTrainer(target, drafter, seqs, s, trained_as)
+    seqs, held, distill_seconds = _training_data(target, texts, heldout_texts, out, s, data_file, resuming,
+                                                 progress and world.main, say, src, world)
+    world.check_same("training data, target or settings", seqs.tokens, seqs.lengths, seqs.first_anchor,
+                     [target.target_id, trained_as, asdict(s)])
+    trainer = DrafterTrainer(target, drafter, seqs, s, trained_as, world)
     if resuming:
-        meta = trainer.load_state(out)
-        say(f"resumed at step {trainer.step} of {s.steps}")
-        if meta["settings"]["steps"] != s.steps:
-            say(f"note: the first run planned {meta['settings']['steps']} steps; the schedule now spans {s.steps}")
+        _resume(trainer, src, out, say)
     say(f"drafter: {trained_as['format']} format, {drafter.num_params():,} parameters, taps {list(drafter.tap_layers)}, "
         f"block {drafter.block_size}, markov {drafter.has_markov}, confidence {drafter.has_confidence}, context window "
-        f"{trained_as['context_window'] or 'none'}; {len(seqs)} sequences of {seqs.tokens.shape[1]}")
+        f"{trained_as['context_window'] or 'none'}; {len(seqs)} sequences of {seqs.tokens.shape[1]}"
+        + (f"; {world.size} processes, {s.batch_anchors // world.size} anchors each a step" if world.size > 1 else ""))
 
     first_step, loop_start = trainer.step, time.perf_counter()
     stopped, recent = _train_loop(trainer, out, t_start, progress, say)
     train_seconds = time.perf_counter() - loop_start
+    if not world.main:
+        return drafter  # rank 0 writes the drafter, evaluates it and reports
     drafter.save(out)
     trainer.save_state(out)
     done = trainer.step - first_step
     report = _report(target, drafter, trained_as, s, len(seqs), trainer, stopped, recent, done,
                      train_seconds, distill_seconds)
-    say(f"trained {done} steps in {train_seconds:.0f}s ({report['anchors_per_sec']:.1f} anchors/s, "
-        f"{report['block_tokens_per_sec']:.0f} block tokens/s; target forwards {trainer.features.seconds:.0f}s of it)")
+    say(f"trained {done} steps in {train_seconds:.0f}s ({report['steps_per_sec']:.2f} steps/s, "
+        f"{report['anchors_per_sec']:.1f} anchors/s, {report['block_tokens_per_sec']:.0f} block tokens/s; "
+        f"target forwards {trainer.features.seconds:.0f}s of it)")
+    _evaluate(target, drafter, held, s, report, out, say)
+    write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
+    _profile(target, drafter, seqs, s, report, out)
+    return drafter
+
+
+def _drafter(target: Target, cfg: DflashConfig, s: TrainSettings, out: Path, src: Path, resume: bool,
+             say) -> tuple[BlockDrafter, bool]:
+    """(the drafter to train, whether it continues the run saved in ``src``)."""
+    resuming = resume and (src / STATE_FILE).is_file()
+    if resume and not resuming:
+        say(f"nothing to resume in {out}: starting a new run")
+    if resuming:
+        check_resume(src, cfg, s, target.dims.num_layers)
+    return (_resumed(src, target, cfg) if resuming else new_drafter(target, cfg, seed=s.seed)), resuming
+
+
+def _resume(trainer: DrafterTrainer, src: Path, out: Path, say) -> None:
+    """The trainer where the checkpoint in ``src`` left it."""
+    meta = trainer.load_state(src)
+    say(f"resumed at step {trainer.step} of {trainer.s.steps}")
+    trainer.world.after_stop = intact(trainer.step, out)
+    if meta["settings"]["steps"] != trainer.s.steps:
+        say(f"note: the first run planned {meta['settings']['steps']} steps; the schedule now spans {trainer.s.steps}")
+
+
+def intact(step: int, out: Path) -> str:
+    """What a distributed run stopped by a lost rank says it leaves behind."""
+    return f"the checkpoint of step {step} in {out} is intact; continue with --resume"
+
+
+def _output(out_dir: str | Path, world: World) -> Path:
+    """The output folder, cleared of what a killed run was writing when it died (by rank 0:
+    the others write nothing there but their own log)."""
+    out = output_dir(out_dir, allow_existing=True)
+    (out / TRAIN_DIR).mkdir(exist_ok=True)
+    if world.main:
+        remove_stale(out)
+        remove_stale(out / TRAIN_DIR)
+    return out
+
+
+def _evaluate(target: Target, drafter: BlockDrafter, held, s: TrainSettings, report: dict, out: Path, say) -> None:
+    """The held-out evaluation and calibration, into ``report`` (and the drafter's calibration)."""
     if s.eval_prompts > 0 and held:
         from .calibrate import evaluate_drafter
 
@@ -104,9 +151,6 @@ def train_drafter(
         if calibration is not None:
             drafter.calibration = calibration.kept()
             drafter.save(out)
-    write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
-    _profile(target, drafter, seqs, s, report, out)
-    return drafter
 
 
 def _profile(target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSettings, report: dict, out: Path) -> None:
@@ -140,6 +184,8 @@ def _report(target: Target, drafter: BlockDrafter, trained_as: dict, s: TrainSet
         "stopped_by": stopped,
         "final_loss": dict(zip(("loss", "ce", "tv", "conf"), np.mean(recent, axis=0).tolist())) if recent else None,
         "train_seconds": train_seconds,
+        "processes": trainer.world.size,
+        "steps_per_sec": done / train_seconds if done else 0.0,
         "anchors_per_sec": done * s.batch_anchors / train_seconds if done else 0.0,
         "block_tokens_per_sec": done * s.batch_anchors * drafter.block_size / train_seconds if done else 0.0,
         "target_forward_seconds": trainer.features.seconds,
@@ -166,7 +212,7 @@ def _resumed(out: Path, target: Target, cfg: DflashConfig) -> BlockDrafter:
 
 #: Settings a resumed run may change; every other one must be what the checkpoint was trained with.
 RESUMABLE = frozenset({"steps", "time_budget_minutes", "checkpoint_minutes", "eval_prompts", "eval_tokens",
-                       "feature_cache_mb", "compile"})
+                       "feature_cache_mb", "compile", "rank_timeout"})
 
 
 def saved_run(out: Path) -> tuple[dict, dict] | None:
@@ -205,16 +251,18 @@ def check_resume(out: Path, cfg: DflashConfig, settings: TrainSettings, target_l
                               f"(leave the option out to continue it, or train into a new --out)")
 
 
-def _training_data(target, texts, heldout_texts, out: Path, s: TrainSettings, data_file, resuming: bool, progress, say):
+def _training_data(target, texts, heldout_texts, out: Path, s: TrainSettings, data_file, resuming: bool, progress, say,
+                   src: Path, world: World):
     """(sequences, held-out prompts, self-distillation seconds): the first run's data on
-    ``--resume``, another run's with ``data_file`` (to compare drafters on identical data, as
-    the demo does), else built now and saved for a later resume."""
+    ``--resume`` (read from ``src``), another run's with ``data_file`` (to compare drafters on
+    identical data, as the demo does), else built now (the ranks of ``world`` sharing the
+    target's writing) and saved by rank 0 for a later resume."""
     held = held_out_prompts(target, heldout_texts, s.seq_len) if heldout_texts is not None else None
-    source = Path(data_file) if data_file else (out / DATA_FILE if resuming else None)
+    source = Path(data_file) if data_file else (src / DATA_FILE if resuming else None)
     if source is not None and source.is_file():
         seqs, saved_held = Sequences.load(source, target.dims.vocab_size)
         held = held if held is not None else saved_held
-        if data_file:
+        if data_file and world.main:
             seqs.save(out / DATA_FILE, held)
         return seqs, held, 0.0
     t0 = time.perf_counter()
@@ -222,9 +270,10 @@ def _training_data(target, texts, heldout_texts, out: Path, s: TrainSettings, da
                                           self_distill=s.self_distill, max_sequences=s.sequences_cap(),
                                           heldout=s.eval_prompts if held is None else 0,
                                           rng=np.random.default_rng(s.seed), progress=progress, say=say,
-                                          long_share=s.long_prompts, long_len=s.long_prompt_len)
+                                          long_share=s.long_prompts, long_len=s.long_prompt_len, world=world)
     held = held if held is not None else auto_held
-    seqs.save(out / DATA_FILE, held)
+    if world.main:
+        seqs.save(out / DATA_FILE, held)
     return seqs, held, time.perf_counter() - t0
 
 
@@ -249,15 +298,22 @@ def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bo
         return {"loss": f"{loss:.3f}", "tv": f"{tv:.3f}", "anchors/s": f"{rate:.0f}"}
 
     def save() -> None:
-        drafter.save(out)
-        trainer.save_state(out)  # with the RNG state that draws the waiting batch again
+        if world.main:  # every rank holds the same weights; one writes them
+            drafter.save(out)
+            trainer.save_state(out)  # with the RNG state that draws the waiting batch again
+        # the others wait for it: a rank that ends (a stop) before rank 0 has written would have
+        # mlx.launch stop rank 0 in the middle of the checkpoint
+        world.barrier(f"the checkpoint of step {trainer.step}")
         last_save[0] = time.perf_counter()
+        world.after_stop = intact(trainer.step, out)
 
+    world = trainer.world
     budget = s.time_budget_minutes * 60 if s.time_budget_minutes else None
     try:
         stopped = train_loop(lambda: trainer.step, s.steps, one_step, save,
                              lambda: time.perf_counter() - last_save[0] > s.checkpoint_minutes * 60,
-                             Progress(s.steps, "train", progress, say=say), budget, t_start)
+                             Progress(s.steps, "train", progress, bar=world.main, say=say), budget, t_start,
+                             agree=world.agree if world.size > 1 else None)
     except KeyboardInterrupt:
         say(f"\ninterrupted: checkpoint saved at step {trainer.step}; continue with --resume")
         raise

@@ -1,0 +1,141 @@
+"""``dspark train``: its options (from ``TrainSettings`` and ``DflashConfig``), and the run in
+this process, which under ``mlx.launch`` is one of several (:mod:`dspark.training.distributed`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import DsparkError
+from ..options import Parser
+
+RUN_OPTIONS = ("time_budget_minutes", "checkpoint_minutes", "eval_prompts", "eval_tokens", "seed", "rank_timeout")
+DATA_OPTIONS = ("seq_len", "ctx_len", "prompt_len", "self_distill", "long_prompts", "long_prompt_len", "max_sequences",
+                "anchors_per_seq", "feature_cache_mb")
+
+
+TRAIN_EPILOG = """\
+several processes or machines (data parallel, mlx.distributed):
+  mlx.launch --backend ring -n 2 --python $(which python) -- $(which dspark) train ...
+  mlx.launch --backend ring --hosts 10.0.0.1,10.0.0.2 --python PY -- DSPARK train ...
+runs one training over the processes (a hostfile and --backend jaccl work too). --batch stays
+the whole batch: each of N processes takes 1/N of it (it must divide evenly) and the gradients
+are summed, so N processes train the same weights as one with the same --batch. Each process
+reads the data itself (the same target, data and options on every machine) and runs the target
+only on its part of each batch, and with --self-distill writes its share of the continuations.
+Rank 0 alone writes --out and shows progress; each process logs to OUT/.train/rank-N.log.
+--resume starts every process from rank 0's checkpoint. A process that dies stops the others
+with one sentence (one that stops answering: after --rank-timeout); the last checkpoint stays."""
+
+
+def train_parser() -> argparse.ArgumentParser:
+    from ..drafter import DflashConfig
+    from ..options import add_options
+    from .trainer import TrainSettings
+
+    ap = Parser(prog="dspark train", description="Train a DSpark drafter against a frozen Gemma-4 target.",
+                epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", required=True, help="target model directory")
+    ap.add_argument("--data", nargs="+", help="text files (.txt/.py/.md), folders, or .jsonl with a text/prompt field; "
+                    "default: the built-in corpus")
+    ap.add_argument("--heldout", nargs="+", help="held-out prompt files for the final evaluation "
+                    "(default: held-out corpus prompts, or a slice of --data)")
+    ap.add_argument("--out", required=True, help="drafter directory to write")
+    add_options(ap.add_argument_group("drafter"), DflashConfig)
+    add_options(ap.add_argument_group("optimisation"), TrainSettings, skip=RUN_OPTIONS + DATA_OPTIONS)
+    add_options(ap.add_argument_group("data"), TrainSettings, only=DATA_OPTIONS)
+    r = ap.add_argument_group("run")
+    r.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    r.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
+    add_options(r, TrainSettings, only=RUN_OPTIONS)
+    r.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .distributed import OtherRankStopped, RankLost, World
+
+    parser = train_parser()
+    a = parser.parse_args(argv)
+    world = World.join(a.rank_timeout)  # the processes mlx.launch started, else this one alone
+    try:
+        return _train(parser, a, argv, world)
+    except OtherRankStopped:  # another process said why
+        return 2
+    except (DsparkError, KeyboardInterrupt) as e:
+        world.log(f"stopped: {e or 'interrupted'}")
+        if world.main or isinstance(e, RankLost):
+            raise
+        return 2 if isinstance(e, DsparkError) else 130  # rank 0 meets the same and says it, once
+
+
+def _train(parser, a, argv, world) -> int:
+    """``dspark train`` in this process (one of ``world``): the checks every process passes
+    before any writes (a refusal said once), rank 0's run on every process when resuming, the
+    training, and the rank's own log when there are several."""
+    from ..demo.corpus import heldout_prompts, iter_texts
+    from ..files import output_dir
+    from ..loading import load_target
+    from .texts import read_texts
+    from .train import DATA_FILE, REPORT_FILE, train_drafter
+    from .trainer import STATE_FILE, TRAIN_DIR
+
+    out = Path(a.out)
+    with world.together():
+        if out.exists() and not out.is_dir():
+            raise DsparkError(f"{out} is a file, not a directory")
+        if out.is_dir() and any(out.iterdir()) and not (a.resume or a.force):
+            raise DsparkError(f"{out} exists and is not empty (use --resume to continue it or --force to overwrite)")
+    files = [f.name for f in out.iterdir() if f.is_file() and not f.name.startswith(".")] if out.is_dir() else []
+    src = world.mirror(out, [*files, STATE_FILE, DATA_FILE]) if a.resume else out
+    with world.together():
+        cfg, settings = _train_settings(parser, a, argv, src)
+        world.check_batch(settings.batch_anchors)
+        output_dir(out, allow_existing=True)
+        target = load_target(a.target)
+        texts = read_texts(a.data) if a.data else list(iter_texts("train"))
+        heldout = read_texts(a.heldout) if a.heldout else (None if a.data else heldout_prompts(settings.eval_prompts))
+    world.timeout = settings.rank_timeout
+    world.open_log(out / TRAIN_DIR / f"rank-{world.rank}.log")
+    train_drafter(target, texts, out, cfg, settings, heldout_texts=heldout, resume=a.resume, progress=not a.no_progress,
+                  log=world.say if world.size > 1 else None, world=world, read_from=src)
+    if world.main:
+        print(f"wrote {out} (report: {out / REPORT_FILE})")
+    return 0
+
+
+def _train_settings(parser, a, argv, src: Path):
+    """(drafter config, training settings) from the options, checked; with ``--resume``, those
+    the run in ``src`` was started with, for every option not given again."""
+    from ..drafter import DflashConfig
+    from ..options import check_options, from_args
+    from .train import saved_run
+    from .trainer import TrainSettings
+
+    saved = saved_run(src) if a.resume and src.is_dir() else None
+    if saved:  # continue as the run was started: options not given again keep their saved values
+        given = _given_options(parser, argv)
+        cfg = DflashConfig.from_dict({**saved[0], **{k: getattr(a, k) for k in given if hasattr(DflashConfig(), k)}})
+        settings = TrainSettings(**{**{k: v for k, v in saved[1].items() if k in TrainSettings.__dataclass_fields__},
+                                    **{k: getattr(a, k) for k in given if k in TrainSettings.__dataclass_fields__}})
+    else:
+        cfg, settings = from_args(DflashConfig, a), from_args(TrainSettings, a)
+    check_options(cfg)
+    check_options(settings)
+    return cfg, settings
+
+
+def _given_options(parser: argparse.ArgumentParser, argv) -> set[str]:
+    """The destinations of the options actually written on the command line."""
+    probe = argparse.ArgumentParser(add_help=False)
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            kw = {"dest": action.dest, "default": argparse.SUPPRESS}
+            if action.nargs == 0:
+                kw["action"] = "store_const"
+                kw["const"] = True
+            else:
+                kw["nargs"] = action.nargs
+            probe.add_argument(*action.option_strings, **kw)
+    known, _ = probe.parse_known_args(argv)
+    return set(vars(known))
