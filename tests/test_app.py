@@ -18,7 +18,7 @@ from PySide6.QtGui import QImage  # noqa: E402
 
 from dspark_studio.runs import BASELINE  # noqa: E402
 from dspark_studio.window import MainWindow  # noqa: E402
-from test_app_support import make_tiny_dirs  # noqa: E402
+from test_app_support import make_tiny_dirs, shown_window  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "the a of and to in"
@@ -32,11 +32,7 @@ def dirs(tmp_path_factory):
 
 @pytest.fixture
 def window(qtbot, dirs, tmp_path, monkeypatch):
-    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
-    w = MainWindow(prefs=None)
-    qtbot.addWidget(w)
-    w.resize(1400, 900)
-    w.show()
+    w = shown_window(qtbot, monkeypatch, tmp_path / "home", (1400, 900))
     yield w
     w.close()
     assert not w.engine.thread.isRunning()

@@ -29,6 +29,7 @@ from dspark_studio.runs import BASELINE, Run  # noqa: E402
 from dspark_studio.window import MainWindow  # noqa: E402
 from oracle import OracleDrafter  # noqa: E402
 from test_app import dirs, run_job, setup  # noqa: E402,F401  (dirs: the shared fixture)
+from test_app_support import shown_window  # noqa: E402
 
 PROMPT = "the a of and to in"
 CONFIG = {"max_tokens": 40, "temperature": 0.0, "policy": "fixed", "stop_at_eos": False}
@@ -71,11 +72,7 @@ def saved(dirs, tmp_path_factory):
 
 @pytest.fixture
 def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
-    w = MainWindow(prefs=None)
-    qtbot.addWidget(w)
-    w.resize(1280, 800)
-    w.show()
+    w = shown_window(qtbot, monkeypatch, tmp_path / "home")
     yield w
     w.close()
 

@@ -21,6 +21,7 @@ from PySide6.QtGui import QImage  # noqa: E402
 from dspark.events import CommittedToken, RoundEvent, Source, Summary, event_from_dict, event_to_dict  # noqa: E402
 from dspark_studio import replay  # noqa: E402
 from dspark_studio.window import MainWindow  # noqa: E402
+from test_app_support import shown_window  # noqa: E402
 from test_app import LONG, dirs, run_job  # noqa: E402,F401  (dirs: the shared fixture)
 
 HEADER = ("spec", "base", "speedup", "tau", "rate", "ttft", "mem", "same")
@@ -91,11 +92,7 @@ def saved(qapp, dirs, tmp_path_factory):
 
 @pytest.fixture
 def fresh(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
-    w = MainWindow(prefs=None)
-    qtbot.addWidget(w)
-    w.resize(1280, 800)
-    w.show()
+    w = shown_window(qtbot, monkeypatch, tmp_path / "home")
     yield w
     w.close()
 

@@ -72,3 +72,16 @@ def make_tiny_dirs(root: Path) -> dict[str, Path]:
     (broken / "config.json").write_text("{not json")
     d["broken"] = broken
     return d
+
+
+def shown_window(qtbot, monkeypatch, home: Path, size: tuple[int, int] = (1280, 800)):
+    """A main window shown at ``size`` whose settings live in ``home`` (never the user's); the
+    caller closes it."""
+    from dspark_studio.window import MainWindow
+
+    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(home))
+    w = MainWindow(prefs=None)
+    qtbot.addWidget(w)
+    w.resize(*size)
+    w.show()
+    return w
