@@ -59,6 +59,11 @@ def readme(fmt: str, config: dict, info: dict, out: str, verifier: str | None) -
              + (f" (`aux_hidden_state_layer_ids` {config.get('aux_hidden_state_layer_ids')}: vLLM's numbering, "
                 "one above)" if fmt == "speculators" else ""),
              f"- target (verifier): {verifier or 'not given at export (TARGET below: the target it was trained for)'}"]
+    if fmt == "speculators" and config.get("final_logit_softcapping"):
+        lines.append(f"- `final_logit_softcapping` {config['final_logit_softcapping']}: dspark caps the drafter's logits as "
+                     "the target does; speculators' own config has no such key, so a server may leave them uncapped. "
+                     "A cap keeps the logits' order, so the head's greedy drafts stay the same; what is added to "
+                     "capped logits (a Markov head's biases) and sampled drafts may not.")
     if info.get("dropped"):
         heads = " and ".join(info["dropped"]) + (" heads" if len(info["dropped"]) > 1 else " head")
         lines.append(f"- left out: its {heads} (--drop-heads); " + info["acceptance"])

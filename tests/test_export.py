@@ -215,6 +215,17 @@ def test_serving_configs_hold_the_keys_vllm_and_sglang_read(models, tmp_path):
     assert spec_cfg["deepspec"]["method"] == "dspark" and spec_cfg["deepspec"]["num_speculative_tokens"] == 6
     assert "--speculative-algorithm DFLASH" in readme["zlab"] and "--speculative-num-draft-tokens 8" in readme["zlab"]
     assert "vllm serve org/gemma-4-tiny" in readme["deepspec"] and "SGLang" in readme["deepspec"]
+    # speculators' config class has no soft-cap key: the README says what a server ignoring it changes
+    assert ("final_logit_softcapping" in readme["speculators"]) == bool(s.get("final_logit_softcapping"))
+
+
+def test_the_speculators_readme_says_what_an_ignored_soft_cap_changes():
+    from dspark import serving
+
+    info = {"source": "d", "source_format": "native", "drafts": 6, "taps": [1, 3]}
+    capped = serving.readme("speculators", {"final_logit_softcapping": 30.0}, info, "out", None)
+    assert "`final_logit_softcapping` 30.0" in capped and "Markov head" in capped
+    assert "final_logit_softcapping" not in serving.readme("speculators", {}, info, "out", None)
 
 
 def test_speculators_tap_ids_are_read_in_vllm_s_numbering(models, target, tmp_path):
