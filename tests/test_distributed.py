@@ -75,6 +75,21 @@ def test_the_parts_of_a_batch_add_up_to_the_whole_batch():
                 assert np.allclose(sum(np.array(g[k]) for g in grads), np.array(v), rtol=1e-4, atol=1e-7), k
 
 
+def test_each_process_writes_its_share_of_the_self_distilled_data():
+    """The target's continuations come in batches of prompts of one length; each process decodes
+    every N-th batch, the very batches one process decodes, so the swapped rows are its rows."""
+    target = tiny_target(seed=0, vocab=96)
+    rng = np.random.default_rng(1)
+    prompts = [[int(x) for x in rng.integers(5, 96, size=int(n))] for n in rng.integers(3, 9, size=14)]
+    alone = greedy_continuations(target, prompts, 24, batch=2)
+    for size in (2, 3):
+        parts = [greedy_continuations(target, prompts, 24, batch=2, world=OneOf(r, size)) for r in range(size)]
+        written = [np.flatnonzero(p.lengths) for p in parts]
+        assert all(len(w) for w in written) and sum(map(len, written)) == len(prompts)  # each its share, once
+        for name in ("tokens", "lengths", "first_anchor"):
+            assert np.array_equal(sum(getattr(p, name) for p in parts), getattr(alone, name)), name
+
+
 def test_one_process_is_the_world_of_one():
     world = World.join()
     assert (world.rank, world.size, world.main) == (0, 1, True)
@@ -183,6 +198,27 @@ def test_a_batch_that_does_not_split_evenly_is_refused_once(run):
     _, err = finish(train(run, out, "--batch", "7"), 120)
     assert errors(err) == ["dspark: error: --batch 7 cannot be split evenly over 2 processes: give a multiple of 2 "
                            "(it is the global batch; each process takes 1/2 of it)"], err[-3000:]
+    assert not (out / ".train" / "train_state.safetensors").exists()
+
+
+def test_a_process_with_other_data_is_refused_before_training(run, tmp_path):
+    """Started by hand (what mlx.launch sets up: MLX_RANK, MLX_HOSTFILE), rank 1 reads another
+    data file: it says so in one sentence and neither process trains."""
+    other = tmp_path / "other.txt"
+    other.write_text("def value name print class while import\n" * 40)
+    port = free_ports()
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(json.dumps([[f"127.0.0.1:{port}"], [f"127.0.0.1:{port + 1}"]]))
+    out = tmp_path / "out"
+    args = [a if a != str(run["root"] / "data.txt") else str(other) for a in run["args"]]
+    ranks = [subprocess.Popen([str(BIN / "dspark"), "train", *(run["args"] if r == 0 else args), "--out", str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "MLX_RANK": str(r), "MLX_HOSTFILE": str(hosts)}) for r in (0, 1)]
+    said = [finish(p, 120)[1] for p in ranks]
+    assert [p.returncode for p in ranks] == [2, 2], said
+    assert errors(said[0]) == [] and errors(said[1]) == [
+        "dspark: error: rank 1: its training data, target or settings differ from rank 0's: give every machine the "
+        "same target, data and options (the same files at the same paths)"], said
     assert not (out / ".train" / "train_state.safetensors").exists()
 
 

@@ -46,6 +46,10 @@ class RankLost(DsparkError):
     """Another rank went away in the middle of a collective (its connection closed)."""
 
 
+class Refused(DsparkError):
+    """This rank refused to start, and says so for all of them."""
+
+
 class OtherRankStopped(DsparkError):
     """Another rank refused to start and said why; this one stops without a word."""
 
@@ -201,7 +205,7 @@ class World:
         if first is None:
             return
         if first == self.rank:
-            raise DsparkError(str(failed) if self.main else f"rank {self.rank}: {failed}") from failed
+            raise Refused(str(failed) if self.main else f"rank {self.rank}: {failed}") from failed
         raise OtherRankStopped(f"rank {first} refused to start")
 
     def check_same(self, what: str, *parts) -> None:
@@ -259,4 +263,4 @@ class World:
             print(message, file=self._stderr, flush=True)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "OtherRankStopped", "RankLost", "World"]
+__all__ = ["DEFAULT_TIMEOUT", "OtherRankStopped", "RankLost", "Refused", "World"]

@@ -75,10 +75,11 @@ def train_drafter(
     say = log or (lambda m: print(m, file=sys.stderr))
     drafter, resuming = _drafter(target, cfg, s, out, src, resume, say)
     trained_as = trained_settings(drafter)
-    seqs, held, distill_seconds = _training_data(target, texts, heldout_texts, out, s, data_file, resuming,
-                                                 progress and world.main, say, src, world)
-    world.check_same("training data, target or settings", seqs.tokens, seqs.lengths, seqs.first_anchor,
-                     [target.target_id, trained_as, asdict(s)])
+    seqs, held, distill_seconds, new = _training_data(target, texts, heldout_texts, s, data_file, resuming,
+                                                      progress and world.main, say, src, world,
+                                                      [target.target_id, trained_as, asdict(s)])
+    if new and world.main:  # kept for a later --resume
+        seqs.save(out / DATA_FILE, held)
     trainer = DrafterTrainer(target, drafter, seqs, s, trained_as, world)
     if resuming:
         _resume(trainer, src, out, say)
@@ -251,30 +252,36 @@ def check_resume(out: Path, cfg: DflashConfig, settings: TrainSettings, target_l
                               f"(leave the option out to continue it, or train into a new --out)")
 
 
-def _training_data(target, texts, heldout_texts, out: Path, s: TrainSettings, data_file, resuming: bool, progress, say,
-                   src: Path, world: World):
-    """(sequences, held-out prompts, self-distillation seconds): the first run's data on
-    ``--resume`` (read from ``src``), another run's with ``data_file`` (to compare drafters on
-    identical data, as the demo does), else built now (the ranks of ``world`` sharing the
-    target's writing) and saved by rank 0 for a later resume."""
+def _training_data(target, texts, heldout_texts, s: TrainSettings, data_file, resuming: bool, progress, say,
+                   src: Path, world: World, run: list):
+    """(sequences, held-out prompts, self-distillation seconds, whether they are new to this
+    run's folder): the first run's data on ``--resume`` (read from ``src``), another run's with
+    ``data_file`` (to compare drafters on identical data, as the demo does), else built now (the
+    ranks of ``world`` sharing the target's writing). Ranks whose data or ``run`` (what else
+    makes the run) differ from rank 0's are refused before the data is built: they would not
+    even exchange the same arrays."""
     held = held_out_prompts(target, heldout_texts, s.seq_len) if heldout_texts is not None else None
     source = Path(data_file) if data_file else (src / DATA_FILE if resuming else None)
     if source is not None and source.is_file():
         seqs, saved_held = Sequences.load(source, target.dims.vocab_size)
+        world.check_same(SAME, seqs.tokens, seqs.lengths, seqs.first_anchor, run)
         held = held if held is not None else saved_held
-        if data_file and world.main:
-            seqs.save(out / DATA_FILE, held)
-        return seqs, held, 0.0
+        return seqs, held, 0.0, bool(data_file)
     t0 = time.perf_counter()
-    seqs, auto_held = build_training_data(target, encode_all(target, texts), seq_len=s.seq_len, prompt_len=s.prompt_len,
+    docs = encode_all(target, texts)
+    world.check_same(SAME, np.array([len(d) for d in docs]), np.concatenate([np.asarray(d, np.int64) for d in docs]),
+                     [held, run])
+    seqs, auto_held = build_training_data(target, docs, seq_len=s.seq_len, prompt_len=s.prompt_len,
                                           self_distill=s.self_distill, max_sequences=s.sequences_cap(),
                                           heldout=s.eval_prompts if held is None else 0,
                                           rng=np.random.default_rng(s.seed), progress=progress, say=say,
                                           long_share=s.long_prompts, long_len=s.long_prompt_len, world=world)
     held = held if held is not None else auto_held
-    if world.main:
-        seqs.save(out / DATA_FILE, held)
-    return seqs, held, time.perf_counter() - t0
+    return seqs, held, time.perf_counter() - t0, True
+
+
+#: What a rank whose training differs from rank 0's is told differs.
+SAME = "training data, target or settings"
 
 
 def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bool, say) -> tuple[str, list]:

@@ -53,7 +53,7 @@ def train_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .distributed import OtherRankStopped, RankLost, World
+    from .distributed import OtherRankStopped, RankLost, Refused, World
 
     parser = train_parser()
     a = parser.parse_args(argv)
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (DsparkError, KeyboardInterrupt) as e:
         world.log(f"stopped: {e or 'interrupted'}")
-        if world.main or isinstance(e, RankLost):
+        if world.main or isinstance(e, (RankLost, Refused)):
             raise
         return 2 if isinstance(e, DsparkError) else 130  # rank 0 meets the same and says it, once
 
