@@ -113,12 +113,16 @@ class CompareView(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.empty, 0)
         lay.addWidget(self.table, 0)
-        plots = QHBoxLayout()
+        self.plots_row = QHBoxLayout()
         for box in self.boxes:
-            plots.addWidget(box)
-        lay.addLayout(plots, 1)
+            self.plots_row.addWidget(box, 1)
+        lay.addLayout(self.plots_row, 1)
         self.set_theme(NORMAL)
         self._show_table(False)
+
+    def beside_plots(self, widget: QWidget) -> None:
+        """``widget`` at the right of the plots, as wide as one of them (the diagnosis, ``app.results``)."""
+        self.plots_row.addWidget(widget, 1)
 
     def plots(self) -> dict[str, pg.PlotWidget]:
         return {"compare_acceptance_by_position": self.position, "compare_tokens_per_sec": self.tps,

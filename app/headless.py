@@ -1,6 +1,6 @@
 """``dspark-studio --screenshot FILE``: the window run once headless (a generation, a comparison
-or a replay on the chosen models), grabbed whole into a PNG, then closed; exit 0 when the run
-finished, 1 when it failed, 2 when it ran past ``--timeout`` or a file given with ``--replay``
+or a replay on the chosen models, then with ``--diagnose`` a diagnosis of its drafters), grabbed
+whole into a PNG, then closed; exit 0 when the run (and the diagnosis) finished, 1 when one failed, 2 when it ran past ``--timeout`` or a file given with ``--replay``
 is not one the app can open (one sentence, before a window is made). The self-test's window
 run is this one (``dspark_studio.selftest``).
 
@@ -83,6 +83,32 @@ def show_asked(win, args) -> None:
     win.refresh()
 
 
+def _grab_and_quit(app, win, args, status: dict) -> None:
+    if status.get("grabbed"):  # the run ended and the timeout fired: one grab
+        return
+    status["grabbed"] = True
+    show_asked(win, args)
+    app.processEvents()
+    ok = win.grab().save(args.screenshot)
+    print(f"dspark-studio: saved {args.screenshot} ({win.width()}x{win.height()})" if ok
+          else f"dspark-studio: could not write {args.screenshot}", file=sys.stderr)
+    if not ok:
+        status["code"] = 1
+    win.close()
+
+
+def _diagnosed_next(win, args, status: dict) -> bool:
+    """With ``--diagnose``, once the run is on screen: its drafters diagnosed (Run ▸ Diagnose), the
+    window grabbed when that ends. False when there is nothing more to wait for."""
+    if not args.diagnose or status.get("diagnosed") or status["code"] == 2:
+        return False
+    status["diagnosed"] = True
+    if win.diagnose():
+        return True
+    status["code"] = 1  # refused: said in the message bar, on the picture
+    return False
+
+
 def _run(args) -> int:
     if args.replay:
         problem = check_replay_files(args.replay)
@@ -93,7 +119,7 @@ def _run(args) -> int:
 
     app, win, target = open_window(args, prefs_wanted=False)
     speed = replay_speed(args)
-    status = {"code": 1}
+    status = {"code": 1, "ended": []}  # ended: whether each job (the run, then the diagnosis) finished
     win.resize(*args.size)
     win.presenter.fullscreen = False
     win.show()
@@ -101,22 +127,14 @@ def _run(args) -> int:
         win.presenter.enter()
 
     def grab_and_quit() -> None:
-        if status.get("grabbed"):  # the run ended and the timeout fired: one grab
-            return
-        status["grabbed"] = True
-        show_asked(win, args)
-        app.processEvents()
-        ok = win.grab().save(args.screenshot)
-        print(f"dspark-studio: saved {args.screenshot} ({win.width()}x{win.height()})" if ok
-              else f"dspark-studio: could not write {args.screenshot}", file=sys.stderr)
-        if not ok:
-            status["code"] = 1
-        win.close()
+        _grab_and_quit(app, win, args, status)
 
     def finished(info: dict) -> None:
+        status["ended"].append(bool(info.get("ok")))
         if status["code"] != 2:
-            status["code"] = 0 if info.get("ok") else 1
-        QTimer.singleShot(300, grab_and_quit)
+            status["code"] = 0 if all(status["ended"]) else 1
+        if not _diagnosed_next(win, args, status):
+            QTimer.singleShot(300, grab_and_quit)
 
     def give_up() -> None:
         print("dspark-studio: screenshot run timed out", file=sys.stderr)

@@ -42,6 +42,7 @@ def build_menus(w) -> None:
     act(m, "Stop", w.stop, "Ctrl+.")
     act(m, "Compare drafters", w.start_compare, "Ctrl+Shift+R")
     act(m, "Measure costs (auto policy)", w.measure_costs)
+    act(m, "Diagnose", w.diagnose, "Ctrl+Shift+D")
     act(m, "Next prompt", lambda: w.step_prompt(1), "Ctrl+Right")
     act(m, "Previous prompt", lambda: w.step_prompt(-1), "Ctrl+Left")
     m.addSeparator()

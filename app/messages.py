@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dspark.diagnose.findings import Diagnosis
 from dspark.events import RoundEvent, Summary
 from dspark.lossless import Verdict
 
@@ -22,7 +23,7 @@ class Job:
     """Every (prompt, run) pair in turn, on one loaded target."""
 
     id: int
-    kind: str  # "run" or "compare"
+    kind: str  # "run", "compare" or "diagnose" (Run ▸ Diagnose: each arm's drafter diagnosed in turn)
     target: str
     prompts: tuple[str, ...]
     runs: tuple[Arm, ...]
@@ -163,3 +164,13 @@ class Exported:
 
     out: str
     text: str
+
+
+@dataclass(frozen=True)
+class Diagnosed:
+    """One drafter's diagnosis (Run ▸ Diagnose), as ``dspark.diagnose`` gave it: plain data,
+    findings most severe first."""
+
+    job: int
+    drafter: str  # the drafter directory
+    diagnosis: Diagnosis

@@ -1,6 +1,6 @@
 """The right-hand side of the window: the message bar, the prompt line, the header strip and
 the tabs (Run: text, draft rows, plots; Compare: the comparison; Rejections: the rejection
-inspector's views). It draws one ``View`` on all of them, and says which tab and which
+inspector's views); once a diagnosis is asked for, its findings beside the plots of the first two. It draws one ``View`` on all of them, and says which tab and which
 comparison row the person picked."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSplitter, QTab
 from .compare import CompareView
 from .messages import Progress
 from .panes.draft_grid import DraftPane
+from .panes.diagnosis import DiagnosisPane
 from .panes.header import HeaderStrip
 from .panes.plots import PlotsPane
 from .panes.rejections import RejectionsPane
@@ -46,10 +47,14 @@ class ResultsPanel(QWidget):
         self.compare = CompareView()
         self.compare.focus_chosen.connect(self.focus_chosen)
         self.rejections = RejectionsPane()
+        self.diagnosis = DiagnosisPane()  # Run ▸ Diagnose's findings, beside the Run tab's plots
+        self.compare_diagnosis = DiagnosisPane()  # the same, beside the Compare tab's (one part per drafter)
+        self.compare.beside_plots(self.compare_diagnosis)
         self.story = StoryPanel()  # a draft-rows cell's story, the whole width of the Run tab under the rows
         self.drafts.told.connect(self.story.show_story)
         self.story.closed.connect(self.drafts.clear_cell)
-        self.panes = [self.header, self.text, self.drafts, self.plots, self.compare, self.rejections]
+        self.panes = [self.header, self.text, self.drafts, self.plots, self.compare, self.rejections, self.diagnosis,
+                      self.compare_diagnosis]
         self.run_split = self._run_tab()
         self.tabs = QTabWidget()
         self.tabs.addTab(self.run_split, "Run")
@@ -67,7 +72,8 @@ class ResultsPanel(QWidget):
 
     def _run_tab(self) -> QSplitter:
         """The text beside the draft rows, a chosen cell's story under both (the whole width, as
-        tall as its lines: at presentation size it never cuts them), the plots below."""
+        tall as its lines: at presentation size it never cuts them), the plots below, the
+        diagnosis (hidden until one is asked for) beside them."""
         top = QSplitter(Qt.Horizontal)
         top.addWidget(self.text)
         top.addWidget(self.drafts)
@@ -77,9 +83,15 @@ class ResultsPanel(QWidget):
         stack.setContentsMargins(0, 0, 0, 0)
         stack.addWidget(top, 1)
         stack.addWidget(self.story)
+        below = QSplitter(Qt.Horizontal)
+        below.addWidget(self.plots)
+        below.addWidget(self.diagnosis)
+        below.setStretchFactor(0, 3)
+        below.setStretchFactor(1, 2)
+        below.setSizes([600, 400])
         split = QSplitter(Qt.Vertical)
         split.addWidget(above)
-        split.addWidget(self.plots)
+        split.addWidget(below)
         split.setSizes([430, 300])
         return split
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import diagnoses
 from .bench_io import bench_costs, bench_rows
 from .choices import Choices, drafter_label
-from .messages import Arm, Checked, CostsMeasured, Job, JobDone, Loaded, Progress, RoundDone, RunDone, RunStarted
+from .messages import (
+    Arm, Checked, CostsMeasured, Diagnosed, Job, JobDone, Loaded, Progress, RoundDone, RunDone, RunStarted,
+)
 from .runs import BASELINE, Run, compare_rows
 
 RUN_TAB, COMPARE_TAB = "run", "compare"
@@ -45,7 +48,8 @@ class View:
     message: str = ""  # the red message bar: what went wrong last ("" hides it)
     caption: str = ""  # the prompt line: what the last job ran on, or the benchmark shown
     compare_replay: str = ""  # what the Compare tab's comparison replays ("" when it ran here)
-    progress: Progress | None = None  # a long task under way (measuring costs)
+    progress: Progress | None = None  # a long task under way (measuring costs, a diagnosis)
+    diagnoses: tuple[diagnoses.Entry, ...] = ()  # the last Run ▸ Diagnose, one entry per drafter
 
     def row(self, label: str | None) -> dict | None:
         return next((r for r in self.rows if r["label"] == label), None)
@@ -78,6 +82,7 @@ class Session:
         self.caption = ""
         self.loaded_target: str | None = None  # the target the worker holds
         self.environment: dict = {}  # the worker's record of the machine, for saved benchmarks
+        self.diagnoses: list[diagnoses.Entry] = []  # the last diagnosis (app.diagnoses), kept until the next
 
     # --- what went wrong, what the models are --------------------------------------------
     def fail(self, text: str) -> None:
@@ -95,6 +100,7 @@ class Session:
         another target are dropped."""
         if info.target != self.loaded_target:
             self.clear_costs()
+            self.diagnoses = [e for e in self.diagnoses if e.target == info.target]  # of that target only
         self.loaded_target, self.environment = info.target, info.environment
         for path in self.choices.paths():
             d = info.drafters.get(path)
@@ -134,7 +140,31 @@ class Session:
         arms = [Arm(drafter_label(p), p) for p in paths] + [Arm(BASELINE, None)]
         return self._submit("compare", arms, prompts, focus, caption)
 
+    def diagnose_job(self) -> Job | None:
+        """Run ▸ Diagnose: each drafter ``app.diagnoses.drafters`` takes, in turn, on what Compare
+        would run; None, said in one sentence, when it cannot start. The runs shown stay."""
+        c = self.choices
+        entries = diagnoses.plan(c)
+        if self.busy:
+            self.fail(diagnoses.BUSY_DIAGNOSING if self.job.kind == diagnoses.KIND else diagnoses.BUSY_RUN)
+        elif not c.target:
+            self.fail("no target model chosen: choose one with File ▸ Open target…")
+        elif not entries:
+            self.fail(diagnoses.NO_DRAFTER)
+        else:
+            job = self.new_job(diagnoses.KIND, c.target, c.compare_prompts(), [Arm(e.label, e.drafter) for e in entries],
+                               c.config, caption=self.caption)
+            self.diagnoses = entries
+            self.clear_message()
+            if self.tab == REJECTIONS_TAB:  # the list is beside the Run and the Compare tabs' plots
+                self.show_tab(RUN_TAB)
+            return job
+        return None
+
     def _submit(self, kind: str, arms: list[Arm], prompts: list[str], focus: str | None, caption: str) -> Job | None:
+        if self.busy and self.job.kind == diagnoses.KIND:  # Run never waits unseen behind a diagnosis
+            self.fail(diagnoses.RUN_REFUSED)
+            return None
         if not self.choices.target:
             self.fail("no target model chosen: choose one with File ▸ Open target…")
             return None
@@ -194,10 +224,16 @@ class Session:
             self.costs[msg.drafter] = msg.costs
         elif isinstance(msg, Progress):
             self.progress = msg if msg.done < msg.total else None
+        elif isinstance(msg, Diagnosed):
+            if msg.job != job:
+                return False
+            self.diagnoses = diagnoses.with_result(self.diagnoses, msg.drafter, msg.diagnosis)
         elif isinstance(msg, JobDone):
             if msg.job != job:
                 return False
             self.busy = False
+            if self.job.kind == diagnoses.KIND:
+                self.diagnoses, self.progress = diagnoses.ended(self.diagnoses, msg.cancelled), None
         else:
             return False
         self.version += 1
@@ -290,4 +326,5 @@ class Session:
             costs = {Path(p).name: c for p, c in self.costs.items()}
         return View(self.shown_kind, self.tab, spec, base, tuple(shot[id(r)] for r in self.runs), self.prompt_count,
                     comparison, rows, self.compare_prompts, self.focused_label(), self.busy,
-                    self.replay, self.bench, costs, self.message, self.caption, self.compare_replay, self.progress)
+                    self.replay, self.bench, costs, self.message, self.caption, self.compare_replay, self.progress,
+                    tuple(self.diagnoses))

@@ -21,6 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter", action="append", default=[], help="drafter directory (repeatable)")
     p.add_argument("--prompt", help="prompt text (default: the first prompt of the set)")
     p.add_argument("--max-tokens", type=int, help="tokens to generate")
+    p.add_argument("--temperature", type=float,
+                   help="sampling temperature, 0 greedy (default: the app's setting: the last used, else 0)")
+    p.add_argument("--block-size", type=int, help="drafted tokens per round (default: the app's setting: the last "
+                   "used, else the drafter's own)")
     p.add_argument("--presentation", action="store_true", help="start in presentation mode")
     p.add_argument("--compare", action="store_true", help="with --screenshot: compare every drafter")
     p.add_argument("--replay", metavar="FILE", nargs="+",
@@ -34,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=900, help="with --screenshot: give up after this many seconds")
     p.add_argument("--tab", choices=["run", "compare", "rejections"],
                    help="with --screenshot: the tab to grab (default: the one the run or replay shows)")
+    p.add_argument("--diagnose", action="store_true",
+                   help="with --screenshot: after the run (or the comparison), Run ▸ Diagnose the same drafters on "
+                   "the same prompt and settings, and grab the window once the diagnosis has ended (default: off)")
     p.add_argument("--inspect", metavar="CELL", type=_cell,
                    help="with --screenshot: choose a draft-rows cell first and show its story: 'rejected' (the "
                    "newest round's rejected draft) or ROUND:K (draft K of that round, 0 its target token; a "
@@ -133,8 +140,9 @@ def open_window(args, prefs_wanted: bool):
     choices = win.session.choices
     if args.prompt is not None:
         choices.set_prompt(args.prompt)
-    if args.max_tokens:
-        choices.set_config({**choices.config, "max_tokens": args.max_tokens})
+    given = {"max_tokens": args.max_tokens or None, "temperature": args.temperature, "block_size": args.block_size}
+    if any(v is not None for v in given.values()):
+        choices.set_config({**choices.config, **{k: v for k, v in given.items() if v is not None}})
     win.refresh()
     if target is None and not args.replay:
         win.on_failed("no target model: choose one with File ▸ Open target (the demo models are not built yet)")

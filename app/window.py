@@ -26,7 +26,7 @@ from dspark import blas
 from dspark.config import GenerationConfig
 from dspark.prompts import prompt_sets
 
-from . import export, file_menu, geometry, replay, settings, window_state
+from . import diagnoses, export, file_menu, geometry, replay, settings, window_state
 from .menus import build_menus
 from .messages import Exported, Failed, JobDone, Loaded, LoadRequest, Status
 from .panes.controls import ActionBar, ControlPanel
@@ -180,6 +180,16 @@ class MainWindow(QMainWindow):
         """Every ticked drafter that can run, then plain decoding; shown on the Compare tab."""
         self._submit(self.session.compare_job())
 
+    def diagnose(self) -> bool:
+        """Run ▸ Diagnose (``app.diagnoses``): each ticked drafter in turn (none ticked: the selected
+        one) on what Compare would run, on the worker (``dspark.diagnose``); the findings appear
+        beside the plots, the runs shown stay. Stop ends it; Run waits for it, said."""
+        job = self.session.diagnose_job()
+        if job is not None:
+            self.engine.diagnose(job)
+        self.said()
+        return job is not None
+
     def _submit(self, job) -> None:
         if job is not None:
             self.engine.run(job)
@@ -234,12 +244,14 @@ class MainWindow(QMainWindow):
     def on_job_done(self, msg: JobDone) -> None:
         try:
             self.refresh()
-            if not self.session.replay:
+            diagnosis = self.session.job is not None and self.session.job.kind == diagnoses.KIND
+            if not self.session.replay and not diagnosis:  # a diagnosis leaves the shown runs as they were
                 problem = export.keep_in_history(self.session, self.prefs)
                 if problem:
                     self.statusBar().showMessage(problem)
             if msg.cancelled:
-                self.statusBar().showMessage("stopped: kept what was generated")
+                self.statusBar().showMessage("stopped: " + ("the drafters diagnosed by then keep their findings"
+                                                            if diagnosis else "kept what was generated"))
         finally:  # whatever happened above, the job is over (a headless run waits for this)
             self.presenter.job_ended()
             self.job_finished.emit({"job": msg.job, "ok": msg.ok, "cancelled": msg.cancelled})

@@ -25,8 +25,8 @@ from dspark.errors import report_bug
 from dspark.engine import run_to_summary
 
 from .messages import (
-    Checked, CostsMeasured, CostsRequest, DrafterInfo, Exported, ExportRequest, Failed, Job, JobDone, Loaded, LoadRequest,
-    Progress, RoundDone, RunDone, Arm, RunStarted, Status,
+    Checked, CostsMeasured, CostsRequest, Diagnosed, DrafterInfo, Exported, ExportRequest, Failed, Job, JobDone, Loaded,
+    LoadRequest, Progress, RoundDone, RunDone, Arm, RunStarted, Status,
 )
 
 WARMUP_IDS = [2, 3, 4, 5]
@@ -143,6 +143,44 @@ class Worker(QObject):
             self.message.emit(Failed(str(e)))
         except Exception as e:
             self._unexpected(e)
+
+    @Slot(object)
+    def diagnose(self, job: Job) -> None:
+        """Run ▸ Diagnose: ``dspark.diagnose`` of each drafter of ``job`` in turn, here where the
+        models live, on the job's prompts and settings, compared with the drafter's profile; its
+        progress after every generation, each result as a ``Diagnosed``. Stop ends it within one
+        round (the drafters diagnosed by then keep their results)."""
+        from dspark.diagnose import diagnose, profile
+        from dspark.diagnose.measure import Stopped
+        from dspark.loading import read_drafter_config
+
+        ok, cancelled = True, False
+        try:
+            errors = self._ensure(job.target, [a.drafter for a in job.runs])
+            for text in errors.values():
+                self.message.emit(Failed(f"Diagnose skips {text}"))
+            config = GenerationConfig(**job.config)
+            for arm in (a for a in job.runs if a.drafter not in errors):
+                task, drafter = f"diagnosing {arm.label}", self._drafters[arm.drafter]
+                self.message.emit(Progress(task, 0, len(job.prompts)))
+                self.message.emit(Status(f"{task} …"))
+                step = lambda done, total, what: self.message.emit(Progress(task, done, total, what))  # noqa: E731
+                found = diagnose(self._target, drafter, list(job.prompts), config, progress=step,
+                                 profile=profile.find(read_drafter_config(arm.drafter)[0], drafter),
+                                 cancel=self.cancel_event.is_set)
+                self.message.emit(Diagnosed(job.id, arm.drafter, found))
+            ok = len(errors) < len(job.runs)  # some drafter was diagnosed
+        except Stopped:
+            cancelled = True
+        except DsparkError as e:
+            ok = False
+            self.message.emit(Failed(str(e)))
+        except Exception as e:
+            ok = False
+            self._unexpected(e)
+        finally:
+            self.message.emit(Status("stopped" if cancelled else ("diagnosed" if ok else "failed")))
+            self.message.emit(JobDone(job.id, ok, cancelled))
 
     @Slot()
     def shutdown(self) -> None:
@@ -302,6 +340,7 @@ class WorkerThread(QObject):
     _run = Signal(object)
     _costs = Signal(object)
     _export = Signal(object)
+    _diagnose = Signal(object)
     _shutdown = Signal()
 
     def __init__(self, deliver, parent=None):
@@ -314,6 +353,7 @@ class WorkerThread(QObject):
         self._run.connect(self.worker.run_job)
         self._costs.connect(self.worker.measure_costs)
         self._export.connect(self.worker.export_drafter)
+        self._diagnose.connect(self.worker.diagnose)
         self._shutdown.connect(self.worker.shutdown)
         self.worker.message.connect(deliver)
         self.thread.start()
@@ -330,6 +370,10 @@ class WorkerThread(QObject):
 
     def export_drafter(self, request: ExportRequest) -> None:
         self._export.emit(request)
+
+    def diagnose(self, job: Job) -> None:
+        self.worker.cancel_event.clear()
+        self._diagnose.emit(job)
 
     def cancel(self) -> None:
         self.worker.cancel()
