@@ -157,7 +157,8 @@ class World:
         self._waiting_at, self._deadline = what, time.monotonic() + self.timeout
         try:
             yield
-        except RuntimeError as e:  # the inputs are computed already: this is the network ("[ring] connection to a peer was lost")
+        except RuntimeError as e:  # the inputs were computed before: this is the network ("[ring] connection to a
+            # peer was lost")
             raise RankLost(self._stop_sentence(f"lost its connection to another rank at {what} ({e}): that rank "
                                                f"stopped or its machine went away (its .train/rank-N.log may say "
                                                f"why)")) from None
@@ -181,7 +182,8 @@ class World:
                 os._exit(2)  # the main thread is stuck inside MLX: nothing else would end it
 
     def _stop_sentence(self, what: str) -> str:
-        return f"rank {self.rank} of {self.size} {what}; the run stops" + (f": {self.after_stop}" if self.after_stop else "")
+        then = f": {self.after_stop}" if self.after_stop else ""
+        return f"rank {self.rank} of {self.size} {what}; the run stops{then}"
 
     # --- agreeing before anything is written ----------------------------------------------------
     @contextmanager

@@ -57,13 +57,13 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = train_parser()
     a = parser.parse_args(argv)
-    world = World.join(a.rank_timeout)  # the processes mlx.launch started, else this one alone
+    world = World.join()  # the processes mlx.launch started, else this one alone (--rank-timeout once checked)
     try:
         return _train(parser, a, argv, world)
     except OtherRankStopped:  # another process said why
         return 2
     except (DsparkError, KeyboardInterrupt) as e:
-        world.log(f"stopped: {e or 'interrupted'}")
+        world.log(f"stopped: {str(e) or 'interrupted'}")
         if world.main or isinstance(e, (RankLost, Refused)):
             raise
         return 2 if isinstance(e, DsparkError) else 130  # rank 0 meets the same and says it, once
