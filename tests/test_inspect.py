@@ -108,3 +108,19 @@ def test_inspecting_reuses_what_accept_computed_and_gives_the_same_view():
         rows = VerifyRows.of(raw, 30.0, sp)
         mx.eval(rows.logits, rows.lse, *([rows.dist] if rows.dist is not None else []))
         assert inspection(raw[:5], 30.0, drafted, sp, rows) == inspection(raw[:5], 30.0, drafted, sp)
+
+
+@pytest.mark.parametrize("name", ["dspark", "dflash"])
+def test_the_greedy_invariants_hold_on_the_demo_pair(name):
+    """The bundled demo target and drafter on a held-out demo prompt: a trained pair, so rounds
+    both accept and reject, with the auto policy's plain steps among them."""
+    from dspark import load_drafter, load_target, resources
+    from dspark import prompts
+
+    target = load_target(resources.demo_model("target"))
+    drafter = load_drafter(resources.demo_model(name), target)
+    prompt = prompts.get("demo").prompts[0]
+    events = list(generate(target, drafter, prompt, GenerationConfig(max_tokens=96), inspect=True))[:-1]
+    verified = [e for e in events if not e.plain_step]
+    assert any(e.accepted == e.verify_width for e in verified) and any(e.accepted < e.verify_width for e in verified)
+    check_greedy_invariants(events)
