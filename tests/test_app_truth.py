@@ -11,7 +11,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtGui import QImage  # noqa: E402
 
-from dspark_studio import window as window_module  # noqa: E402  (where the file dialogs are)
+from dspark_studio import file_menu  # noqa: E402  (where the file dialogs are)
 from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
 
 
@@ -30,7 +30,7 @@ def test_save_plots_as_png_from_the_menu_writes_the_files(qtbot, window, dirs, t
     setup(w, dirs, max_tokens=6)
     assert run_job(qtbot, w, w.start_run)["ok"]
     folder = tmp_path / "pngs"
-    monkeypatch.setattr(window_module.QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
+    monkeypatch.setattr(file_menu.QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
     # triggered(bool) hands the slot a `checked` flag: it must not arrive as the folder
     menu_action(w, "File", "Save plots as PNG…").trigger()
     names = {p.stem for p in folder.glob("*.png")}
