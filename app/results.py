@@ -22,6 +22,10 @@ from .panes.text_view import TextPane
 from .session import COMPARE_TAB, REJECTIONS_TAB, RUN_TAB, View
 from .theme import Theme
 
+#: The share of the Run tab's height the plots' row takes once a diagnosis is shown beside them
+#: (a person may drag it after; it was about 40% before).
+DIAGNOSIS_SHARE = 55
+
 
 class ResultsPanel(QWidget):
     tab_chosen = Signal(str)  # RUN_TAB, COMPARE_TAB or REJECTIONS_TAB, by the person
@@ -83,7 +87,7 @@ class ResultsPanel(QWidget):
         stack.setContentsMargins(0, 0, 0, 0)
         stack.addWidget(top, 1)
         stack.addWidget(self.story)
-        below = QSplitter(Qt.Horizontal)
+        below = QSplitter(Qt.Horizontal)  # the plots keep the width their titles and ticks need
         below.addWidget(self.plots)
         below.addWidget(self.diagnosis)
         below.setStretchFactor(0, 3)
@@ -108,8 +112,12 @@ class ResultsPanel(QWidget):
         self.prompt_label.setVisible(bool(view.caption) and (self.presenting or
                                                              (view.tab == COMPARE_TAB and view.bench is not None)))
         self.progress.show_progress(view.progress)
+        hidden = self.diagnosis.isHidden()
         for pane in self.panes:
             pane.show_view(view)
+        if hidden and not self.diagnosis.isHidden():  # a diagnosis appeared: its sentences need the height
+            total = sum(self.run_split.sizes())
+            self.run_split.setSizes([total - total * DIAGNOSIS_SHARE // 100, total * DIAGNOSIS_SHARE // 100])
 
     def set_theme(self, t: Theme) -> None:
         for pane in self.panes:

@@ -4,7 +4,9 @@
 # laptop at 2x scale) and at 1024x640 (a projector mirroring a small laptop); presentation mode
 # at 1920x1080 (a projector) and at 1280x800; a replay of the comparison in presentation mode at
 # 1280x800 (no model loaded); the rejection inspector (a rejected draft's story, and the
-# Rejections tab of a comparison) at 1600x1000 and 1280x800; and, when BENCH names a
+# Rejections tab of a comparison) at 1600x1000 and 1280x800; the diagnosis (Run ▸ Diagnose after a
+# run at temperature 1 with a block past the drafters' trained one: both drafters beside the
+# comparison at 1600x1000, the first drafter beside its run's plots at 1280x800); and, when BENCH names a
 # `dspark bench` output folder, that benchmark on the Compare tab. Live runs: their tok/s are
 # this machine's at that moment. The models are named by their paths in this repository
 # (resources/demo/...), so the pictures show those, wherever the checkout is.
@@ -29,6 +31,10 @@ run --size 1920x1080 --screenshot docs/presentation.png --presentation
 run --size 1280x800 --screenshot docs/presentation-1280.png --presentation
 recording=$(ls -t "$DSPARK_STUDIO_HOME"/data/runs/*-compare.json | head -1)
 "$python" -m dspark_studio --replay "$recording" --presentation --size 1280x800 --screenshot docs/replay-1280.png
+# after the replay's recording was chosen: these runs sample, and must not be the comparison replayed
+run --size 1600x1000 --screenshot docs/diagnosis.png --compare --diagnose --temperature 1 --block-size 12
+"$python" -m dspark_studio --max-tokens "${MAX_TOKENS:-160}" "${models[@]:0:4}" --temperature 1 --block-size 12 \
+  --diagnose --size 1280x800 --screenshot docs/diagnosis-1280.png
 if [ -n "${BENCH:-}" ]; then
   "$python" -m dspark_studio --replay "$BENCH/summary.json" --size 1600x1000 --screenshot docs/benchmark.png
 fi

@@ -132,7 +132,7 @@ def test_planted_sampling_and_a_block_past_the_trained_one_are_named_most_severe
     severities = shown_severities(html)
     assert severities == [f.severity for f in entry.findings()] == sorted(severities, key=SEVERITIES.index)
     assert severities[0] == "warn" and "<b>sampling</b>" in html and "<b>block_beyond_trained</b>" in html
-    assert "temperature 1 · block size 12" in html
+    assert "temperature 1 · block size 12" in w.results.diagnosis.title.text()  # what it ran with, once
     assert "the Block size setting at 7" in html and "--block-size" not in html  # the app's control, not the flag
 
 
@@ -239,3 +239,23 @@ def test_the_screenshot_run_diagnoses_after_its_run(demo, tmp_path):
     for option in ("--diagnose", "--temperature", "--block-size"):
         assert option in helptext
     assert "(default: off)" in helptext and "else the drafter's own)" in helptext
+
+
+def test_a_narrow_plot_labels_every_kth_position(qtbot):
+    """Beside the diagnosis the plots narrow: 12 draft positions labelled side by side ran together
+    ("91011"); a tick stays at each, the labels thin out to what fits, and come back when wide."""
+    from dspark_studio.panes.plots import integer_ticks, make_plot, style_plot
+
+    w = make_plot("Acceptance by position", "rate", "draft position k")
+    qtbot.addWidget(w)
+    style_plot(w, NORMAL)
+    w.show()
+    for width, every in ((900, 1), (140, None)):
+        w.resize(width, 300)
+        integer_ticks(w, range(1, 13))
+        labelled, unlabelled = w.getAxis("bottom")._tickLevels
+        assert sorted(v for v, _ in labelled + unlabelled) == list(range(1, 13))  # a tick at every position
+        if every == 1:
+            assert [s for _v, s in labelled] == [str(v) for v in range(1, 13)]
+        else:
+            assert 1 < len(labelled) < 12 and labelled[0] == (1.0, "1")

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout
 from ..diagnoses import HEALTHY, MARKS, Entry, figures, sentence
 from ..runs import BASELINE
 from ..session import View
-from ..theme import NORMAL, Theme, drafter_colours
+from ..theme import NORMAL, PRESENTATION, Theme, drafter_colours
 
 #: Each severity's chip, (background, text) per theme: dark text on the light orange, white on the rest.
 CHIPS = {
@@ -33,14 +33,14 @@ def chip(t: Theme, severity: str) -> str:
 
 
 def entry_html(e: Entry, t: Theme, colour: str | None, busy: bool, first_waiting: bool) -> str:
-    """One drafter's part of the list (also what a test reads)."""
-    swatch = f'<span style="color:{colour}">■</span> ' if colour else ""
-    head = f"{swatch}<b>{escape(e.label)}</b> <span style=\"color:{t.muted}\">· {escape(e.what)}</span>"
+    """One drafter's part of the list (also what a test reads): its name and figures on one line,
+    then its findings."""
+    head = (f'<span style="color:{colour}">■</span> ' if colour else "") + f"<b>{escape(e.label)}</b>"
     muted = f'<span style="color:{t.muted}">'
     if e.diagnosis is None:
         state = ("diagnosing …" if first_waiting else "waiting") if busy else (e.ended or "not diagnosed")
-        return f"{head}<br>{muted}{escape(state)}</span>"
-    rows = [f"{head}<br>{muted}{escape(figures(e.diagnosis))}</span>"]
+        return f"{head} {muted}· {escape(state)}</span>"
+    rows = [f"{head} {muted}· {escape(figures(e.diagnosis))}</span>"]
     found = e.findings()
     if not found:
         ok = f'<span style="background:{t.accepted}; color:{t.cell_fg}; font-weight:bold">&nbsp;✔&nbsp;OK&nbsp;</span>'
@@ -48,6 +48,15 @@ def entry_html(e: Entry, t: Theme, colour: str | None, busy: bool, first_waiting
     for f in found:
         rows.append(f"{chip(t, f.severity)}&nbsp; <b>{escape(f.code)}</b>: {escape(sentence(f))}")
     return "<br>".join(rows[:1]) + "".join(f'<p style="margin-top:4px">{r}</p>' for r in rows[1:])
+
+
+def title_html(view: View, t: Theme) -> str:
+    """"Diagnosis" and what it ran with (the same for every drafter of it); presenting, only the
+    word (the findings' sentences name what matters), so a finding shows in the room there is."""
+    if not view.diagnoses or t.name == PRESENTATION.name:
+        return "Diagnosis"
+    return (f'Diagnosis <span style="color:{t.muted}; font-size:{t.font_pt}pt; font-weight:normal">'
+            f"· {escape(view.diagnoses[0].what)}</span>")
 
 
 def view_html(view: View, t: Theme) -> str:
@@ -71,6 +80,7 @@ class DiagnosisPane(QFrame):
         self.shown: tuple | None = None
         self.title = QLabel("Diagnosis")
         self.title.setObjectName("headline")
+        self.title.setWordWrap(True)
         self.title.setToolTip(TIP)
         self.label = QLabel()
         self.label.setWordWrap(True)
@@ -101,6 +111,7 @@ class DiagnosisPane(QFrame):
             return
         self.shown = drawn
         self.setVisible(bool(view.diagnoses))
+        self.title.setText(title_html(view, self.theme))
         self.label.setText(view_html(view, self.theme))
 
     def plots(self) -> dict:

@@ -125,7 +125,19 @@ def style_plot(w: pg.PlotWidget, t: Theme) -> None:
 
 
 def integer_ticks(w: pg.PlotWidget, values) -> None:
-    w.getAxis("bottom").setTicks([[(float(v), str(v)) for v in values], []])
+    """A tick at each whole number, each labelled while the labels fit the plot's width side by
+    side; past that every 2nd, 5th, 10th ... (a narrow plot of 12 draft positions drew "91011").
+    Kept with the plot, so ``PlotBox`` labels them again when it is resized."""
+    values = [int(v) for v in values]
+    w.tick_values = values
+    ax = w.getAxis("bottom")
+    fm = QFontMetrics(ax.style["tickFont"] or w.font())
+    need = max((fm.horizontalAdvance(str(v)) for v in values), default=0) + fm.horizontalAdvance("  ")
+    room = max(w.width() - w.getAxis("left").width() - 12, 1)  # the axis's length, as fit_title takes it
+    step = next((k for k in (1, 2, 5, 10, 20, 50, 100) if len(values) / k * need <= room), 200)
+    first = values[0] if values else 0
+    ax.setTicks([[(float(v), str(v)) for v in values if (v - first) % step == 0],
+                 [(float(v), "") for v in values if (v - first) % step]])
 
 
 TIP_COSTS = (
@@ -193,6 +205,9 @@ class PlotBox(QWidget):
         if e.oldSize().width() != e.size().width() and getattr(self.plot, "legend_keys", None):
             self.plot.resize(e.size())  # the title fits the new width, not the old one
             fit_title(self.plot, *self.plot.legend_keys)
+        if e.oldSize().width() != e.size().width() and getattr(self.plot, "tick_values", None):
+            self.plot.resize(e.size())
+            integer_ticks(self.plot, self.plot.tick_values)
 
 
 def zero_based_range(w: pg.PlotWidget, top: float, grow: float = 1.12) -> None:
