@@ -293,3 +293,19 @@ def test_findings_are_ordered_most_severe_first():
     found = [Finding("sampling", "info", "x"), Finding("low_acceptance", "error", "y"),
              Finding("chat_template_off", "warn", "z"), Finding("target_mismatch", "error", "w")]
     assert [f.code for f in ordered(found)] == ["target_mismatch", "low_acceptance", "chat_template_off", "sampling"]
+
+
+def test_a_block_past_the_trained_one_is_judged_only_on_enough_rounds():
+    """Positions 3-4 past a trained block of 2: judged from the rounds that reached them (rounds x
+    a_2), which must be at least MIN_ROUNDS; a few lucky rounds make no verdict either way."""
+    def verdict(rounds, per_position):
+        m = Measurement(rounds=rounds, tau=1 + sum(per_position), per_position=per_position, by_context=(),
+                        max_position=90)
+        return C.block_beyond_trained(_facts(main=m, greedy=m, block_size=4))
+
+    holds = verdict(50, (0.9, 0.8, 0.7, 0.6))  # 40 rounds reach position 3, which keeps 0.7/0.8
+    assert holds.severity == "info" and holds.evidence["rounds_past"] == 40 and "hold up" in holds.sentence
+    falls = verdict(50, (0.9, 0.8, 0.1, 0.0))
+    assert falls.severity == "warn" and "greedy" in falls.sentence
+    few = verdict(50, (0.5, 0.1, 0.1, 0.1))  # 5 rounds reach position 3: all kept, but too few to say so
+    assert few.severity == "info" and "too few to judge" in few.sentence and "hold up" not in few.sentence

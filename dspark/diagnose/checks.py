@@ -148,20 +148,23 @@ def thinking_mode(f: Facts) -> Finding | None:
 
 def block_beyond_trained(f: Facts) -> Finding | None:
     """The block is larger than the drafter was trained with; warn when the extra positions
-    accept at a fraction of the trained ones."""
+    accept at a fraction of the trained ones. Read from the greedy pass (every draft verified),
+    and judged only when at least ``MIN_ROUNDS`` rounds reached the first extra position."""
     K, T = f.block_size, f.trained_block
     if K <= T:
         return None
     pos = f.greedy.per_position
     within, past = pooled_conditional(pos, 0, T), pooled_conditional(pos, T, K)
-    ev = {"block_size": K, "trained_block": T, "within": within, "past": past}
-    if within is None or past is None:
+    reached = round(f.greedy.rounds * pos[T - 1]) if len(pos) >= T else 0  # rounds that drafted position T + 1
+    ev = {"block_size": K, "trained_block": T, "within": within, "past": past, "rounds_past": reached}
+    if within is None or past is None or reached < MIN_ROUNDS:
         return Finding("block_beyond_trained", "info", f"--block-size {K} is past the {T} positions this drafter was "
-                       f"trained for, and no round reached them here: use --block-size {T}", ev)
+                       f"trained for, and {reached} rounds (greedy) reached them here, too few to judge: use "
+                       f"--block-size {T}, or more prompts to measure the larger block", ev)
     ratio = past / within if within > 0 else 1.0
     ev["ratio"] = ratio
-    figures = (f"--block-size {K} is past the {T} positions this drafter was trained for: positions {T + 1}-{K} "
-               f"accept {past:.0%} of the rounds that reach them against {within:.0%} for positions 1-{T} "
+    figures = (f"--block-size {K} is past the {T} positions this drafter was trained for: greedy, positions {T + 1}-{K} "
+               f"accept {past:.0%} of the {reached} rounds that reach them against {within:.0%} for positions 1-{T} "
                f"({ratio:.2f} as often)")
     if ratio < PAST_FRACTION:
         return Finding("block_beyond_trained", "warn", f"{figures}; each costs a verified token and returns little: "
