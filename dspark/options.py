@@ -109,6 +109,8 @@ def add_options(parser, cls, only: Sequence[str] | None = None, skip: Sequence[s
         help_text = spec.help
         if spec.kind is bool:
             action = "store_false" if spec.default else "store_true"
+            if spec.default:  # the flag turns the field off: its help describes what is on without it
+                help_text = f"turn off (on by default): {help_text}"
             parser.add_argument(spec.flag, dest=spec.name, action=action, default=spec.default, help=help_text)
             continue
         if spec.default not in (None, ()):

@@ -78,3 +78,19 @@ def test_every_bundled_prompt_set_reads_and_says_what_it_is():
     for key, s in sets.items():
         assert s.name and s.description and len(s.prompts) >= 5, key
         assert len(set(s.prompts)) == len(s.prompts) and all(p.strip() for p in s.prompts), key
+
+
+def test_a_flag_that_turns_an_option_off_says_so_in_its_help():
+    """--ignore-eos and --no-markov clear a field that is on by default: their help must not read
+    as if the flag turned it on."""
+    import argparse
+
+    from dspark.config import DflashConfig, GenerationConfig
+    from dspark.options import add_options
+
+    for cls, flag in ((GenerationConfig, "--ignore-eos"), (GenerationConfig, "--ignore-chat-template"),
+                      (DflashConfig, "--no-markov")):
+        parser = argparse.ArgumentParser()
+        add_options(parser, cls)
+        action = next(a for a in parser._actions if flag in a.option_strings)
+        assert action.help.startswith("turn off (on by default): "), (flag, action.help)
