@@ -173,7 +173,10 @@ def wait_for(path: Path, p: subprocess.Popen, limit: float = 300) -> None:
 
 
 def errors(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.startswith("dspark:")]
+    """The lines a rank said (``dspark: ...``). mlx.launch relays each rank's output from its own
+    thread beside its "[WARN] Node with rank N exited" lines, which can land mid-line, so a line
+    is taken from where ``dspark:`` starts."""
+    return [line[line.index("dspark:"):] for line in err.splitlines() if "dspark:" in line]
 
 
 def test_two_processes_train_the_weights_one_process_trains(run):

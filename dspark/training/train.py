@@ -308,6 +308,7 @@ def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bo
         if world.main:  # every rank holds the same weights; one writes them
             drafter.save(out)
             trainer.save_state(out)  # with the RNG state that draws the waiting batch again
+            world.after_stop = intact(trainer.step, out)  # whole on disk: a rank lost at the barrier leaves it
         # the others wait for it: a rank that ends (a stop) before rank 0 has written would have
         # mlx.launch stop rank 0 in the middle of the checkpoint
         world.barrier(f"the checkpoint of step {trainer.step}")
