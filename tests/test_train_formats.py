@@ -6,7 +6,6 @@ format cannot carry is one sentence."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import mlx.core as mx
