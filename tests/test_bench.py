@@ -42,6 +42,17 @@ def costs_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path / "costs"))
 
 
+@pytest.fixture(scope="module")
+def auto_bench(dirs, tmp_path_factory):
+    """One bench of the auto policy (a repeat each), shared by the tests that only read it or
+    need a folder that holds results; measured with a costs cache of its own."""
+    out = tmp_path_factory.mktemp("auto_bench") / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DSPARK_COSTS_DIR", str(out.parent / "costs"))
+        assert bench(dirs, out, "--policy", "auto", "--repeats", "1") == 0
+    return out
+
+
 def bench(dirs, out, *extra):
     return main(["bench", "--target", str(dirs["target"]), "--drafter", str(dirs["native"]), "--drafter",
                  str(dirs["zlab"]), "--prompts", str(dirs["prompts"]), "--max-tokens", "24", "--repeats", "2",
@@ -160,15 +171,14 @@ def test_an_arm_whose_output_differs_is_judged_without_its_prompt(dirs, tmp_path
     assert arm["identical"] == 0 and arm["compared"] == 2 and arm["lossless"] == 0
 
 
-def test_plots_are_drawn_by_the_app(dirs, tmp_path):
+def test_plots_are_drawn_by_the_app(auto_bench, tmp_path):
     """The library never runs the app: the bench says which app command draws its figures."""
     import os
     import subprocess
     import sys
 
     pytest.importorskip("pyqtgraph")
-    out = tmp_path / "out"
-    assert bench(dirs, out, "--policy", "auto", "--repeats", "1") == 0
+    out = auto_bench
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     r = subprocess.run([sys.executable, "-m", "dspark_studio", "--bench-figures", str(out)], env=env,
                        capture_output=True, text=True, timeout=300)
@@ -186,11 +196,9 @@ def test_plots_are_drawn_by_the_app(dirs, tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("figures: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def test_bench_refusals_are_one_line(dirs, tmp_path, capsys):
-    out = tmp_path / "out"
-    assert bench(dirs, out, "--policy", "fixed", "--repeats", "1") == 0
+def test_bench_refusals_are_one_line(dirs, auto_bench, tmp_path, capsys):
     capsys.readouterr()
-    assert bench(dirs, out, "--policy", "fixed") == 2
+    assert bench(dirs, auto_bench, "--policy", "fixed") == 2
     assert "already holds benchmark results (use --force" in capsys.readouterr().err
     assert bench(dirs, tmp_path / "o2", "--policy", "sometimes") == 2
     assert "is not a verify policy" in capsys.readouterr().err
