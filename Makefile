@@ -66,8 +66,12 @@ peers: $(PEERS)/.installed
 run: setup
 	$(VENV)/bin/dspark-studio $(ARGS)
 
+# Two workers (pytest-xdist), a test module to each at a time, so that a module's fixtures are built
+# once: most tests drive tiny models from Python on one core. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: setup peers
-	QT_QPA_PLATFORM=offscreen PYTHONFAULTHANDLER=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=15 $(ARGS)
+	QT_QPA_PLATFORM=offscreen PYTHONFAULTHANDLER=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider \
+	  -n $(TEST_WORKERS) --dist loadscope --durations=15 $(ARGS)
 
 demo: setup
 	$(VENV)/bin/dspark make-demo $(ARGS)

@@ -1,9 +1,18 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 # Tests run headless and find the tiny-model helpers beside them.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, os.path.dirname(__file__))
+
+# The app's settings and data folder (app.settings) live in a folder of this test process's own,
+# inherited by the subprocesses it starts: tests never read or change the developer's own settings
+# and saved runs, and parallel test workers (make test runs two) never share one.
+os.environ["DSPARK_STUDIO_HOME"] = tempfile.mkdtemp(prefix="dspark-tests-home-")
+atexit.register(shutil.rmtree, os.environ["DSPARK_STUDIO_HOME"], ignore_errors=True)
 
 # OpenBLAS before mlx is first imported, as the entry points do (see dspark.blas).
 from dspark.blas import use_fast_blas  # noqa: E402
