@@ -14,7 +14,7 @@ from dspark.training.calibrate import (
     expected_calibration_error,
     fit_temperatures,
 )
-from dspark.training.data import greedy_continuations
+from dspark.training.distill import greedy_continuations
 from dspark.training.trainer import DrafterTrainer, TrainSettings
 from tiny import tiny_target
 

@@ -21,7 +21,7 @@ import pytest
 
 from dspark import DflashConfig, DflashDrafter
 from dspark.cli import main
-from dspark.training.data import greedy_continuations
+from dspark.training.distill import greedy_continuations
 from dspark.training.distributed import World
 from dspark.training.trainer import DrafterTrainer, TrainSettings
 from hostile_fixtures import good_pair

@@ -11,7 +11,7 @@ from mlx.utils import tree_flatten
 
 from dspark import DflashConfig, DflashDrafter, load_target
 from dspark.cli import main as dspark
-from dspark.training.data import greedy_continuations
+from dspark.training.distill import greedy_continuations
 from dspark.training.losses import dspark_loss, position_weights
 from dspark.training.train import train_drafter
 from dspark.training.trainer import DrafterTrainer, TrainSettings
@@ -131,10 +131,14 @@ def test_resume_continues_exactly(target, seqs, tmp_path):
     third.load_state(tmp_path)
     again = third.sample_batch()
     # the same sequences, anchors and labels exactly; the target's tap rows are recomputed by a
-    # fresh feature cache in other batch groupings, which round differently on some BLAS kernels
+    # fresh feature cache in other batch groupings, which round differently on some BLAS kernels:
+    # float32 rounding, so within 1e-5 of the rows' own magnitude (seen: 3.9e-5 on taps up to 12.1
+    # on an AMD EPYC, where a fixed 1e-5 failed)
     taps, owner, positions, prev, labels, valid, hidden = zip(pending, again)
     assert all(np.array_equal(np.array(x), np.array(y)) for x, y in (owner, positions, prev, labels, valid))
-    assert all(np.allclose(np.array(x), np.array(y), atol=1e-5) for x, y in (taps, hidden))
+    for x, y in (taps, hidden):
+        x, y = np.array(x), np.array(y)
+        assert np.abs(x - y).max() <= 1e-5 * np.abs(x).max()
 
 
 def test_train_drafter_resumes_from_its_checkpoint(target, tmp_path):

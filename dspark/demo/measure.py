@@ -29,7 +29,7 @@ CONTEXTS = (64, 1024, 3000)
 def passing_openings(target, say) -> tuple[list[str], int]:
     """(the held-out openings on which the target writes 256 tokens of real text, how many were tried)."""
     from ..metrics import repetition_share
-    from ..training.data import greedy_continuations
+    from ..training.distill import greedy_continuations
     from .corpus import heldout_prompts
 
     texts = heldout_prompts(CANDIDATES)

@@ -21,7 +21,7 @@ from ..modeldir import REFUSE_SHARE, gib, loaded_bytes, memory_budget
 
 #: The most elements one MLX array is given here (its sizes are 32-bit in places).
 MAX_ELEMENTS = 2**31 - 1
-#: Rows self-distillation decodes at once (``data.greedy_continuations``' batch).
+#: Rows self-distillation decodes at once (``distill.greedy_continuations``' batch).
 DISTILL_ROWS = 64
 FLOAT = 4  # bytes: training runs in float32
 

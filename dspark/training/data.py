@@ -15,9 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import DsparkError
-from ..sampling import greedy_choice
 from ..target import Target
-from .distributed import World
 
 # ----------------------------------------------------------------------------- data
 @dataclass
@@ -132,55 +130,6 @@ def data_sequences(docs: list[list[int]], seq_len: int, eos: int | None, pad: in
     return Sequences(np.array(rows, np.int32), np.array(lengths, np.int32), np.zeros(len(rows), np.int32))
 
 
-def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int, batch: int = 64,
-                         progress: bool = False, world: World | None = None) -> Sequences:
-    """Each prompt followed by the target's own greedy continuation up to ``seq_len`` tokens
-    (cut after the first EOS). Prompts of equal length decode together in one batch (on 2 CPU
-    cores, 16 rows decode ~300 tok/s, 64 rows ~500, 128 rows ~900 for the demo target). The
-    processes of a distributed ``world`` each decode their share of those batches (the very
-    batches one process decodes, so the same tokens) and then swap them."""
-    world = world or World()
-    by_len: dict[int, list[int]] = {}
-    for i, p in enumerate(prompts):
-        by_len.setdefault(min(len(p), seq_len - 1), []).append(i)
-    batches = [(n, members[b : b + batch]) for n, members in sorted(by_len.items())
-               for b in range(0, len(members), batch)]
-    mine = batches[world.rank :: world.size]
-    tokens = np.zeros((len(prompts), seq_len), np.int32)
-    lengths = np.zeros(len(prompts), np.int32)  # rows another process writes stay 0 until the swap
-    first = np.zeros(len(prompts), np.int32)
-    bar = progress_bar(sum(len(idx) * (seq_len - n) for n, idx in mine), progress, "self-distill", "tok")
-    for n, idx in mine:
-        gen = _greedy_batch(target, [prompts[i][:n] for i in idx], seq_len - n)
-        eos = set(target.eos_token_ids)
-        for row, i in enumerate(idx):
-            tokens[i, :n], tokens[i, n:] = prompts[i][:n], gen[row]
-            stops = [j for j, t in enumerate(gen[row]) if int(t) in eos]
-            lengths[i] = n + stops[0] + 1 if stops else seq_len
-            first[i] = n - 1
-        if bar:
-            bar.update(len(idx) * (seq_len - n))
-    if bar:
-        bar.close()
-    if world.size > 1:
-        tokens, lengths, first = (np.array(a) for a in world.sum([mx.array(a) for a in (tokens, lengths, first)],
-                                                                 "the self-distilled data"))
-    return Sequences(tokens, lengths, first)
-
-
-def _greedy_batch(target: Target, prompts: list[list[int]], new: int) -> np.ndarray:
-    """[len(prompts), new]: the target's greedy tokens after each prompt (all of one length)."""
-    x = mx.array(np.array(prompts, np.int32))
-    cache = target.make_cache()
-    tok = greedy_choice(target.model(x, cache=cache)[:, -1])
-    out = [tok]
-    for _ in range(new - 1):
-        tok = greedy_choice(target.model(tok[:, None], cache=cache)[:, -1])
-        mx.async_eval(tok)
-        out.append(tok)
-    return np.array(mx.stack(out, axis=1))
-
-
 class TargetFeatures:
     """The frozen target's tap rows [S, m*H] and final normed hidden states [S, H] per
     sequence, computed on first use and kept (up to ``capacity`` sequences, then evicting
@@ -238,63 +187,6 @@ def progress_bar(total: int, progress: bool, desc: str, unit: str):
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, file=sys.stderr)
-
-
-# ----------------------------------------------------------------------------- the run
-def _subset(seqs: Sequences, keep: Sequence[int]) -> Sequences:
-    keep = np.asarray(keep, np.int64)
-    return Sequences(seqs.tokens[keep], seqs.lengths[keep], seqs.first_anchor[keep])
-
-
-def build_training_data(target: Target, docs, *, seq_len: int, prompt_len: int, self_distill: bool,
-                        max_sequences: int | None, heldout: int, rng: np.random.Generator, progress: bool, say,
-                        long_share: float = 0.0, long_len: int = 0, world: World | None = None):
-    """(training sequences, held-out prompts). Without explicit held-out texts, ``heldout``
-    stretches of the data are set aside: their prompts evaluate the drafter and they are
-    never trained on. With self-distillation and ``long_share``, that share of the sequences
-    start from a long prompt (a quarter, half, three quarters or all of ``long_len`` tokens) and
-    continue for as many target-written tokens as a short one: a drafter learns the contexts users
-    give it, not only short windows. Long prompts come from documents no held-out prompt was cut
-    from. The processes of a distributed ``world`` share the target's writing."""
-    eos = min(target.eos_token_ids) if target.eos_token_ids else None
-    if self_distill:
-        prompts = cut_prompts(docs, seq_len, prompt_len)
-        prompts, held = split_heldout(prompts, heldout)
-        longs = _long_prompts(docs, held, seq_len, prompt_len, long_share, long_len, len(prompts), rng)
-        if max_sequences and len(prompts) + len(longs) > max_sequences:
-            keep_long = round(max_sequences * len(longs) / (len(prompts) + len(longs)))
-            longs = [longs[i] for i in sorted(rng.choice(len(longs), keep_long, replace=False))]
-            prompts = [prompts[i] for i in sorted(rng.choice(len(prompts), max_sequences - keep_long, replace=False))]
-        if not prompts:
-            raise DsparkError("the training data gave no prompts")
-        say(f"self-distillation: the target writes {len(prompts)} sequences of {seq_len} tokens"
-            + (f" and {len(longs)} after long prompts of up to {long_len}" if longs else ""))
-        parts = [greedy_continuations(target, prompts, seq_len, progress=progress, world=world)]
-        for L in sorted({len(p) for p in longs}):
-            group = [p for p in longs if len(p) == L]
-            parts.append(greedy_continuations(target, group, L + seq_len - prompt_len, progress=progress, world=world))
-        return Sequences.concat(parts), held
-    seqs = data_sequences(docs, seq_len, eos)
-    heads = [list(map(int, row[: min(prompt_len, n - 1)])) for row, n in zip(seqs.tokens, seqs.lengths)]
-    train, held = split_heldout(heads, heldout)
-    held_ids = {tuple(h) for h in held}
-    keep = [i for i, h in enumerate(heads) if tuple(h) not in held_ids]
-    if max_sequences and len(keep) > max_sequences:
-        keep = sorted(rng.choice(keep, max_sequences, replace=False))
-    return _subset(seqs, keep), held
-
-
-def _long_prompts(docs, held, seq_len: int, prompt_len: int, share: float, long_len: int, short: int,
-                  rng: np.random.Generator) -> list[list[int]]:
-    """The long prompts ``build_training_data`` adds: ``share`` of all sequences."""
-    if not 0 < share < 1 or long_len <= prompt_len:
-        return []
-    held_ids = {tuple(h) for h in held}
-    clean = [d for d in docs if not any(tuple(p) in held_ids for p in cut_prompts([d], seq_len, prompt_len))]
-    lengths = sorted({max(prompt_len + 1, round(long_len * f)) for f in (0.25, 0.5, 0.75, 1.0)})
-    found = long_prompts(clean, lengths, long_len + seq_len - prompt_len)
-    n = min(len(found), round(share / (1 - share) * short))
-    return [found[i] for i in sorted(rng.choice(len(found), n, replace=False))] if n else []
 
 
 def held_out_prompts(target: Target, heldout_texts, seq_len: int) -> list[list[int]]:

@@ -36,7 +36,8 @@ from ..errors import DsparkError
 from ..files import output_dir, remove_stale, write_text
 from ..target import Target
 from .budget import check_training_shapes
-from .data import Sequences, build_training_data, encode_all, held_out_prompts
+from .data import Sequences, encode_all, held_out_prompts
+from .distill import PARTIAL_GLOB, build_training_data, forget_unfinished
 from .distributed import World
 from .loop import Progress, train_loop
 from .trainer import STATE_FILE, TRAIN_DIR, DrafterTrainer, TrainSettings
@@ -80,6 +81,7 @@ def train_drafter(
                                                       [target.target_id, trained_as, asdict(s)])
     if new and world.main:  # kept for a later --resume
         seqs.save(out / DATA_FILE, held)
+        forget_unfinished(out / TRAIN_DIR)
     trainer = DrafterTrainer(target, drafter, seqs, s, trained_as, world)
     if resuming:
         _resume(trainer, src, out, say)
@@ -111,7 +113,9 @@ def _drafter(target: Target, cfg: DflashConfig, s: TrainSettings, out: Path, src
              say) -> tuple[BlockDrafter, bool]:
     """(the drafter to train, whether it continues the run saved in ``src``)."""
     resuming = resume and (src / STATE_FILE).is_file()
-    if resume and not resuming:
+    if not resume:
+        forget_unfinished(out / TRAIN_DIR)
+    elif not resuming and not any((out / TRAIN_DIR).glob(PARTIAL_GLOB)):
         say(f"nothing to resume in {out}: starting a new run")
     if resuming:
         check_resume(src, cfg, s, target.dims.num_layers)
@@ -275,7 +279,8 @@ def _training_data(target, texts, heldout_texts, s: TrainSettings, data_file, re
                                           self_distill=s.self_distill, max_sequences=s.sequences_cap(),
                                           heldout=s.eval_prompts if held is None else 0,
                                           rng=np.random.default_rng(s.seed), progress=progress, say=say,
-                                          long_share=s.long_prompts, long_len=s.long_prompt_len, world=world)
+                                          long_share=s.long_prompts, long_len=s.long_prompt_len, world=world,
+                                          keep_in=src / TRAIN_DIR)
     held = held if held is not None else auto_held
     return seqs, held, time.perf_counter() - t0, True
 
