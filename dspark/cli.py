@@ -260,7 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("quantize", help="write a 4- or 8-bit copy of a drafter (any format, same format)")
     q.add_argument("dir", help="drafter directory or Hugging Face name")
     q.add_argument("--bits", type=int, choices=[4, 8], required=True)
-    q.add_argument("--group-size", type=int, choices=[32, 64, 128], default=64)
+    q.add_argument("--group-size", type=int, choices=[32, 64, 128], default=64,
+                   help="weights that share one scale and bias")
     q.add_argument("--out", required=True, help="directory to write (new or empty)")
     q.set_defaults(fn=cmd_quantize)
 

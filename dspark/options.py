@@ -87,8 +87,32 @@ def describe(cls) -> list[OptionSpec]:
     return out
 
 
+class ShowDefaults(argparse.HelpFormatter):
+    """``--help`` names the default of every option that has one (a value, not a switch), unless
+    its help already says what happens without it."""
+
+    SWITCHES = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
+                argparse._CountAction, argparse._HelpAction, argparse._VersionAction)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.option_strings and "default" not in text and not isinstance(action, self.SWITCHES)
+                and action.default not in (None, argparse.SUPPRESS)):
+            text += " (default: %(default)s)"
+        return text
+
+
+class KeepEpilogLines(ShowDefaults, argparse.RawDescriptionHelpFormatter):
+    """:class:`ShowDefaults` that prints the description and epilog as written (line by line)."""
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors, like every other dspark error (exit status 2)."""
+    """argparse with one-line errors, like every other dspark error (exit status 2), whose help
+    shows the options' defaults (:class:`ShowDefaults`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", ShowDefaults)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

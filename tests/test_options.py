@@ -94,3 +94,47 @@ def test_a_flag_that_turns_an_option_off_says_so_in_its_help():
         add_options(parser, cls)
         action = next(a for a in parser._actions if flag in a.option_strings)
         assert action.help.startswith("turn off (on by default): "), (flag, action.help)
+
+
+def _every_parser(monkeypatch) -> list[tuple[str, argparse.ArgumentParser]]:
+    """(command, parser) of every dspark command: the built-in ones, and the delegated ones as
+    their own modules build them (captured when they would parse)."""
+    import importlib
+
+    from dspark import options
+    from dspark.cli import DELEGATED, build_parser
+
+    class Built(Exception):
+        pass
+
+    def built(self, *args, **kwargs):
+        raise Built(self)
+
+    found = [(name, p) for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+             for name, p in a.choices.items() if name not in DELEGATED]
+    monkeypatch.setattr(options.Parser, "parse_args", built)
+    monkeypatch.setattr(options.Parser, "parse_known_args", built)
+    for name, (where, _) in DELEGATED.items():
+        module, fn = where.split(":")
+        with pytest.raises(Built) as caught:
+            getattr(importlib.import_module(module), fn)(["--help"])
+        found.append((name, caught.value.args[0]))
+    return found
+
+
+def test_help_names_the_default_of_every_option_that_has_one(monkeypatch):
+    """The README: "--help on any command lists every option with its default"."""
+    from dspark.options import ShowDefaults
+
+    parsers = _every_parser(monkeypatch)
+    assert {"generate", "train", "bench", "make-demo", "export", "diagnose"} <= {n for n, _ in parsers}
+    silent = []
+    for name, parser in parsers:
+        formatter = parser._get_formatter()
+        assert isinstance(formatter, ShowDefaults), name
+        for a in parser._actions:
+            if a.option_strings and a.default not in (None, argparse.SUPPRESS) and not isinstance(a, ShowDefaults.SWITCHES):
+                shown = formatter._expand_help(a) if a.help else ""
+                if "default" not in shown:
+                    silent.append(f"dspark {name} {a.option_strings[0]}")
+    assert not silent, silent

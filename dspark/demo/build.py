@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-set", default=str(prompts_dir() / "demo.json"),
                     help="the prompt set file the prompts stage writes and the measure stage reads")
     ap.add_argument("--target-minutes", type=float, help="time budget of the target's training (default: none)")
-    ap.add_argument("--drafter-steps", type=int, default=TRAINING.steps)
+    ap.add_argument("--drafter-steps", type=int, default=TRAINING.steps, help="optimizer steps of each drafter")
     ap.add_argument("--drafter-minutes", type=float, help="time budget of each drafter's training (default: none)")
     ap.add_argument("--fresh", action="store_true", help="start over instead of resuming checkpoints")
     a = ap.parse_args(argv)

@@ -37,7 +37,7 @@ def parser() -> Parser:
                     help=f"tokens to generate per prompt (default: {DEFAULT_MAX_TOKENS})")
     add_options(ap, GenerationConfig, only=GENERATION)
     ap.add_argument("--json", action="store_true", help="print one JSON object: findings, per_position_acceptance, "
-                    "expected_per_position, tau")
+                    "expected_per_position, tau, rounds, prompts, profile")
     ap.add_argument("--record", action="store_true", help="measure this drafter's profile on these prompts (greedy) "
                     "and keep it with your dspark data, never in the drafter's directory; later diagnoses compare "
                     "with it")

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import DsparkError
-from ..options import Parser
+from ..options import KeepEpilogLines, Parser
 
 RUN_OPTIONS = ("time_budget_minutes", "checkpoint_minutes", "eval_prompts", "eval_tokens", "seed", "rank_timeout")
 DATA_OPTIONS = ("seq_len", "ctx_len", "prompt_len", "self_distill", "long_prompts", "long_prompt_len", "max_sequences",
@@ -34,7 +34,7 @@ def train_parser() -> argparse.ArgumentParser:
     from .trainer import TrainSettings
 
     ap = Parser(prog="dspark train", description="Train a DSpark drafter against a frozen Gemma-4 target.",
-                epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                epilog=TRAIN_EPILOG, formatter_class=KeepEpilogLines)
     ap.add_argument("--target", required=True, help="target model directory")
     ap.add_argument("--data", nargs="+", help="text files (.txt/.py/.md), folders, or .jsonl with a text/prompt field; "
                     "default: the built-in corpus")
