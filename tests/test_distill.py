@@ -71,6 +71,21 @@ def test_a_stopped_self_distillation_continues_after_its_last_batch(target, tmp_
     assert len(said) == 1 and said[0].startswith("self-distillation: continuing after 2 of")
 
 
+def test_a_record_of_another_targets_continuations_is_not_resumed(target, tmp_path, monkeypatch):
+    """Two targets of one architecture whose norms are all ones (the check drafters use cannot
+    tell them apart) write different continuations: neither resumes from the other's record."""
+    other, prompts = tiny_target(seed=1, vocab=96), _prompts(seed=3)
+    assert other.target_id == target.target_id and other.weights_fingerprint == target.weights_fingerprint
+    _decoding(monkeypatch, stop_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        greedy_continuations(target, prompts, 20, batch=2, keep_in=tmp_path)
+    monkeypatch.undo()
+    rows = _decoding(monkeypatch)
+    _same(greedy_continuations(other, prompts, 20, batch=2, keep_in=tmp_path),
+          greedy_continuations(other, prompts, 20, batch=2))
+    assert sum(rows) == 2 * len(prompts)  # both runs decoded every row: nothing was taken from target's record
+
+
 def test_a_damaged_record_is_set_aside_and_the_job_starts_over(target, tmp_path, monkeypatch):
     prompts = _prompts(seed=1)
     straight = greedy_continuations(target, prompts, 16, batch=3)

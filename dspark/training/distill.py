@@ -80,7 +80,12 @@ def forget_unfinished(folder: Path) -> None:
 
 
 def _job_key(target: Target, prompts: list[list[int]], seq_len: int, batch: int) -> str:
-    h = hashlib.sha256(f"{target.target_id}|{seq_len}|{batch}|{len(prompts)}".encode())
+    """What decides the continuations: the target's weights (its norms, as the drafters' check
+    reads them, and the embeddings of a few tokens, which tell apart models whose norms are all
+    ones), the prompts and the decoding's shape."""
+    rows = target.lm.model.embed_tokens(mx.arange(8)[None]).astype(mx.float32)
+    h = hashlib.sha256(f"{target.target_id}|{target.weights_fingerprint}|{seq_len}|{batch}|{len(prompts)}".encode())
+    h.update(np.round(np.array(rows), 4).tobytes())
     for p in prompts:
         h.update(np.asarray(p, np.int64).tobytes() + b"|")
     return h.hexdigest()
