@@ -130,3 +130,13 @@ def test_a_run_without_resume_starts_its_self_distillation_over(target, tmp_path
     train_drafter(target, _texts(), tmp_path, CFG, SETTINGS, progress=False, log=said.append)
     assert not any("continuing" in m for m in said)
     assert sum(rows) == len(Sequences.load(tmp_path / DATA_FILE, 96)[0])  # every row decoded anew
+
+
+def test_new_tokens_bounds_each_continuation_after_its_own_prompt(target):
+    """The prompt-set filter's use: 5 tokens after every prompt, whatever its length, are the first
+    5 of the unbounded continuation, and nothing is decoded past them."""
+    prompts = _prompts(seed=4)
+    straight = greedy_continuations(target, prompts, 20, batch=4)
+    bounded = greedy_continuations(target, prompts, 20, batch=4, new_tokens=5)
+    for p, row, n, full in zip(prompts, bounded.tokens, bounded.lengths, straight.tokens):
+        assert n == len(p) + 5 and list(row[: n]) == list(full[: len(p) + 5])
