@@ -103,43 +103,12 @@ def train_target(out_dir: str | Path, recipe: TargetRecipe = TargetRecipe(), *, 
     ckpt_path = ckpt_dir / CKPT_FILE
     if resume:
         recipe = _resumed_recipe(ckpt_path, recipe)
-        tok = load_tokenizer(ckpt_dir)
-    else:
-        tok = load_tokenizer(Path(tokenizer_dir)) if tokenizer_dir else train_tokenizer(corpus.iter_texts("train"))
-        save_tokenizer(tok, ckpt_dir)
-    train_ids = encode_documents(tok, list(corpus.iter_texts("train")))
-    held_ids = encode_documents(tok, list(corpus.iter_texts("heldout")))
+    train_ids, held_ids = _token_ids(ckpt_dir, resume, tokenizer_dir)
     batches = [Batches(train_ids, p.seq_len, p.batch_size, recipe.seed + i) for i, p in enumerate(recipe.phases)]
     held_windows = eval_windows(held_ids, recipe.eval_seq_len, recipe.eval_seqs)
-
-    mx.random.seed(recipe.seed)
-    config = model_config(recipe.model)
-    model = build_model(config)
-    optimizer = optim.AdamW(learning_rate=lr_schedule(recipe.lr, recipe.steps, recipe.warmup),
-                            weight_decay=recipe.weight_decay)
-    optimizer.init(model.trainable_parameters())
-    state = {"step": 0, "history": {"train_time_s": 0.0, "tokens": 0, "log": []}}
-    if resume:
-        state["step"], meta = load_checkpoint(ckpt_path, model, optimizer)
-        state["history"] = meta["history"]
-        say(f"resume: at step {state['step']} of {recipe.steps}")
+    model, optimizer, state = _model_and_state(recipe, ckpt_path if resume else None, say)
     history = state["history"]
-    say(f"model: gemma4_text, {count_parameters(model):,} parameters; {recipe.steps} steps in phases "
-        + ", ".join(f"{p.steps} x {p.batch_size}x{p.seq_len}" for p in recipe.phases))
-
-    def loss_and_update(x, y):
-        loss, grads = nn.value_and_grad(model, loss_fn)(model, x, y)
-        grads, gnorm = optim.clip_grad_norm(grads, recipe.grad_clip)
-        optimizer.update(model, grads)
-        return loss, gnorm
-
-    if compile_step is None:
-        # On a 2-core x86 CPU the compiled step took 10-14 s of CPU time per step against 7-8 s
-        # uncompiled (and its first call can take a minute); compile on a GPU only.
-        compile_step = mx.default_device().type == mx.gpu
-    if compile_step:
-        loss_and_update = partial(mx.compile, inputs=[model.state, optimizer.state],
-                                  outputs=[model.state, optimizer.state])(loss_and_update)
+    loss_and_update = _update_step(model, optimizer, recipe.grad_clip, compile_step)
 
     def one_step() -> dict[str, str]:
         t = time.perf_counter()
@@ -177,8 +146,56 @@ def train_target(out_dir: str | Path, recipe: TargetRecipe = TargetRecipe(), *, 
         say(f"interrupted at step {state['step']}; checkpoint saved. Continue with --resume.")
         raise
     checkpoint()
-    return _finish(out_dir, model, config, recipe, history, state["step"], stopped, train_ids, held_ids, say)
+    return _finish(out_dir, model, model_config(recipe.model), recipe, history, state["step"], stopped, train_ids,
+                   held_ids, say)
 
+
+
+def _token_ids(ckpt_dir: Path, resume: bool, tokenizer_dir) -> tuple[list, list]:
+    """(train documents, held-out documents) as token ids, with the tokenizer the checkpoint
+    keeps (trained now, or read from ``tokenizer_dir``, on a fresh start)."""
+    if resume:
+        tok = load_tokenizer(ckpt_dir)
+    else:
+        tok = load_tokenizer(Path(tokenizer_dir)) if tokenizer_dir else train_tokenizer(corpus.iter_texts("train"))
+        save_tokenizer(tok, ckpt_dir)
+    return (encode_documents(tok, list(corpus.iter_texts("train"))),
+            encode_documents(tok, list(corpus.iter_texts("heldout"))))
+
+
+def _model_and_state(recipe: TargetRecipe, resume_from: Path | None, say):
+    """(model, optimizer, {"step", "history"}), fresh or as the checkpoint ``resume_from`` left them."""
+    mx.random.seed(recipe.seed)
+    model = build_model(model_config(recipe.model))
+    optimizer = optim.AdamW(learning_rate=lr_schedule(recipe.lr, recipe.steps, recipe.warmup),
+                            weight_decay=recipe.weight_decay)
+    optimizer.init(model.trainable_parameters())
+    state = {"step": 0, "history": {"train_time_s": 0.0, "tokens": 0, "log": []}}
+    if resume_from is not None:
+        state["step"], meta = load_checkpoint(resume_from, model, optimizer)
+        state["history"] = meta["history"]
+        say(f"resume: at step {state['step']} of {recipe.steps}")
+    say(f"model: gemma4_text, {count_parameters(model):,} parameters; {recipe.steps} steps in phases "
+        + ", ".join(f"{p.steps} x {p.batch_size}x{p.seq_len}" for p in recipe.phases))
+    return model, optimizer, state
+
+
+def _update_step(model, optimizer, grad_clip: float, compile_step: bool | None):
+    """(x, y) -> (loss, gradient norm), the optimizer's update applied."""
+    def loss_and_update(x, y):
+        loss, grads = nn.value_and_grad(model, loss_fn)(model, x, y)
+        grads, gnorm = optim.clip_grad_norm(grads, grad_clip)
+        optimizer.update(model, grads)
+        return loss, gnorm
+
+    if compile_step is None:
+        # On a 2-core x86 CPU the compiled step took 10-14 s of CPU time per step against 7-8 s
+        # uncompiled (and its first call can take a minute); compile on a GPU only.
+        compile_step = mx.default_device().type == mx.gpu
+    if not compile_step:
+        return loss_and_update
+    return partial(mx.compile, inputs=[model.state, optimizer.state],
+                   outputs=[model.state, optimizer.state])(loss_and_update)
 
 def _resumed_recipe(ckpt_path: Path, asked: TargetRecipe) -> TargetRecipe:
     """The recipe a checkpoint was trained with, which must be the one asked for (the data order
