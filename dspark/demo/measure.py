@@ -35,7 +35,8 @@ def passing_openings(target, say) -> tuple[list[str], int]:
     texts = heldout_prompts(CANDIDATES)
     ids = [target.encode(t) for t in texts]
     say(f"prompt set: the target writes 256 tokens after each of {len(texts)} held-out openings")
-    seqs = greedy_continuations(target, ids, max(map(len, ids)) + 256, new_tokens=256, progress=True)
+    seqs = greedy_continuations(target, ids, max(map(len, ids)) + 256, new_tokens=256, progress=True,
+                                label="prompt filter")
     keep = []
     for text, p, row, n in zip(texts, ids, seqs.tokens, seqs.lengths):
         out = [int(t) for t in row[len(p): n]][:256]

@@ -92,7 +92,7 @@ def _job_key(target: Target, prompts: list[list[int]], lengths: str, batch: int)
 
 
 def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int, batch: int = 64,
-                         new_tokens: int | None = None,
+                         new_tokens: int | None = None, label: str = "self-distill",
                          progress: bool = False, world: World | None = None, keep_in: Path | None = None,
                          say: Callable[[str], None] = lambda m: None) -> Sequences:
     """Each prompt followed by the target's own greedy continuation up to ``seq_len`` tokens
@@ -114,7 +114,7 @@ def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int,
                            target.dims.vocab_size, say)
     rows.load(len(batches))
     tokens_of = lambda b: len(batches[b][1]) * new_of(batches[b][0])  # noqa: E731
-    bar = progress_bar(sum(tokens_of(b) for b in mine), progress, "self-distill", "tok")
+    bar = progress_bar(sum(tokens_of(b) for b in mine), progress, label, "tok")
     if bar:
         bar.update(sum(tokens_of(b) for b in rows.done))
     eos = set(target.eos_token_ids)
