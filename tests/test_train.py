@@ -11,6 +11,7 @@ from mlx.utils import tree_flatten
 
 from dspark import DflashConfig, DflashDrafter, load_target
 from dspark.cli import main as dspark
+from dspark.training.data import Sequences, TargetFeatures
 from dspark.training.distill import greedy_continuations
 from dspark.training.losses import dspark_loss, position_weights
 from dspark.training.train import train_drafter
@@ -83,6 +84,31 @@ def test_batch_follows_the_slot_convention(target, seqs):
         assert np.allclose(t_hidden[a, :n], hidden[p : p + n])  # p_t for label k: the target at p+k
         assert p >= seqs.first_anchor[i] == 7  # self-distilled: every label is target output
     assert valid[:, 0].all() and not valid.all()  # partial blocks at sequence ends are used too
+
+
+def test_target_features_are_kept_by_the_memory_their_own_rows_take(target, seqs):
+    """The cache holds each sequence's own rows (not the padded width), so memory for exactly all
+    of them keeps all of them: a second pass forwards nothing, and what it returns is what the
+    target computes for that sequence alone. One byte less evicts the oldest."""
+    lengths = np.array([12 + 9 * (i % 4) for i in range(len(seqs))], np.int32)  # 12..39 of 48 rows
+    seqs = Sequences(seqs.tokens, lengths, seqs.first_anchor)
+    rows_bytes = 4 * (2 + 1) * 64  # float32 taps of 2 layers and the final hidden, width 64
+    need = int(lengths.sum()) * rows_bytes
+    feats = TargetFeatures(target, (1, 3), seqs, need / 2**20)
+    order = list(range(len(seqs)))
+    for b in range(0, len(seqs), 4):
+        feats.get_many(order[b : b + 4])
+    assert feats.forwards == len(seqs) and feats.stored_bytes == need
+    again = [feats.get(i) for i in order]
+    assert feats.forwards == len(seqs)
+    alone = TargetFeatures(target, (1, 3), seqs, need / 2**20)
+    for i in (0, len(seqs) - 1):
+        n = int(seqs.lengths[i])
+        assert np.allclose(np.array(again[i][0][:n]), np.array(alone.get(i)[0][:n]), rtol=1e-4, atol=1e-4)
+    tight = TargetFeatures(target, (1, 3), seqs, (need - 1) / 2**20)
+    for i in order:
+        tight.get(i)
+    assert 0 not in tight.store and len(tight.store) == len(seqs) - 1
 
 
 @pytest.mark.parametrize("heads", [True, False], ids=["dspark", "dflash-style"])

@@ -61,8 +61,7 @@ def build_target(out: Path, minutes: float | None, resume: bool) -> None:
 
 def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple(DRAFTERS)) -> None:
     from ..loading import load_target
-    from ..training.train import DATA_FILE, train_drafter
-    from ..training.trainer import STATE_FILE
+    from ..training.train import DATA_FILE, saved_step, train_drafter
     from .corpus import heldout_prompts, iter_texts, prompt_sites
 
     target = load_target(out / "target")
@@ -71,8 +70,11 @@ def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple
     texts = list(iter_texts("train")) + prompt_sites("train")
     held = heldout_prompts(settings.eval_prompts)
     for kind in kinds:
-        if resume and (out / kind / "config.json").is_file() and not (out / kind / STATE_FILE).is_file():
-            print(f"the {kind} drafter in {out / kind} is built (no checkpoint to continue): kept; --fresh rebuilds it",
+        step = saved_step(out / kind) if resume else None
+        if resume and (out / kind / "config.json").is_file() and (step is None or step >= settings.steps):
+            # Finished: training it again would rewrite its report and calibration with nothing learnt.
+            print(f"the {kind} drafter in {out / kind} is built" + (f" ({step} steps)" if step else "")
+                  + ": kept; --fresh rebuilds it" + (", a larger --drafter-steps trains it further" if step else ""),
                   file=sys.stderr)
             continue
         # The second drafter trains on the first one's self-distilled sequences: same data.

@@ -131,12 +131,15 @@ def data_sequences(docs: list[list[int]], seq_len: int, eos: int | None, pad: in
 
 
 class TargetFeatures:
-    """The frozen target's tap rows [S, m*H] and final normed hidden states [S, H] per
-    sequence, computed on first use and kept (up to ``capacity`` sequences, then evicting
-    the oldest) because the target forward is the expensive part of a training step."""
+    """The frozen target's tap rows [n, m*H] and final normed hidden states [n, H] of each
+    sequence (its own n rows), computed on first use and kept in up to ``capacity_mb`` of memory
+    (then evicting the oldest), because the target forward is the expensive part of a training
+    step. Each is a copy of its own: a slice of the batched forward's output would keep the whole
+    batch's buffer alive."""
 
-    def __init__(self, target: Target, tap_layers: Sequence[int], seqs: Sequences, capacity: int):
-        self.target, self.seqs, self.capacity = target, seqs, max(1, capacity)
+    def __init__(self, target: Target, tap_layers: Sequence[int], seqs: Sequences, capacity_mb: float):
+        self.target, self.seqs, self.capacity = target, seqs, capacity_mb * 2**20
+        self.stored_bytes = 0
         self.taps = tuple(tap_layers)
         self.last = target.dims.num_layers - 1
         self.store: dict[int, tuple[mx.array, mx.array]] = {}
@@ -165,10 +168,14 @@ class TargetFeatures:
             taps, final = rows[..., : len(self.taps) * H], self.target.final_norm(rows[..., len(self.taps) * H :])
             mx.eval(taps, final)
             for j, i in enumerate(missing):
-                while len(self.store) >= self.capacity:
-                    self.store.pop(next(iter(self.store)))
                 n = int(self.seqs.lengths[i])  # a sequence keeps its own rows only
-                self.store[i] = found[i] = (taps[j, :n], final[j, :n])
+                kept = found[i] = (mx.contiguous(taps[j, :n]), mx.contiguous(final[j, :n]))
+                size = kept[0].nbytes + kept[1].nbytes
+                while self.store and self.stored_bytes + size > self.capacity:
+                    self.stored_bytes -= sum(a.nbytes for a in self.store.pop(next(iter(self.store))))
+                self.store[i] = kept
+                self.stored_bytes += size
+            mx.eval([a for i in missing for a in found[i]])  # the copies, so the batch's buffer is freed
             self.forwards += len(missing)
             self.seconds += time.perf_counter() - t0
         return [tuple(_rows(a, width) for a in found[int(i)]) for i in indices]

@@ -223,6 +223,18 @@ RESUMABLE = frozenset({"steps", "time_budget_minutes", "checkpoint_minutes", "ev
 def saved_run(out: Path) -> tuple[dict, dict] | None:
     """(drafter config, settings) a checkpoint in ``out`` was trained with, from its header
     alone; None when there is no checkpoint."""
+    meta = _saved_meta(out)
+    return None if meta is None else (dict(meta["drafter"]), dict(meta["settings"]))
+
+
+def saved_step(out: Path) -> int | None:
+    """The step the checkpoint in ``out`` was taken at (a finished run keeps its last one, so it
+    can be trained further); None when there is no checkpoint."""
+    meta = _saved_meta(out)
+    return None if meta is None else meta["step"]
+
+
+def _saved_meta(out: Path) -> dict | None:
     from ..modeldir import read_header
     from ..reading import parse_json
 
@@ -231,9 +243,10 @@ def saved_run(out: Path) -> tuple[dict, dict] | None:
         return None
     try:
         meta = parse_json(read_header(path)["__metadata__"]["meta"], f"{path} (its metadata)")
-        if not isinstance(meta["drafter"], dict) or not isinstance(meta["settings"], dict):
+        if not isinstance(meta["drafter"], dict) or not isinstance(meta["settings"], dict) \
+                or not isinstance(meta["step"], int):
             raise TypeError
-        return dict(meta["drafter"]), dict(meta["settings"])
+        return meta
     except (KeyError, TypeError, ValueError):
         raise DsparkError(f"{path} is not a readable training checkpoint: start over without --resume, "
                           f"or remove it") from None

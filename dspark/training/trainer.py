@@ -111,9 +111,7 @@ class DrafterTrainer:
             raise DsparkError("a drafter with a reduced draft vocabulary (d2t) cannot be trained here")
         self.trained_as = trained_as if trained_as is not None else asdict(drafter.cfg)  # the drafter's settings
         self.G = drafter.block_size
-        S, H, m = seqs.tokens.shape[1], target.dims.hidden_size, len(drafter.tap_layers)
-        per_seq_mb = S * (m + 1) * H * 4 / 2**20
-        self.features = TargetFeatures(target, drafter.tap_layers, seqs, int(settings.feature_cache_mb / per_seq_mb))
+        self.features = TargetFeatures(target, drafter.tap_layers, seqs, settings.feature_cache_mb)
         self.weights = position_weights(self.G, settings.loss_decay or default_decay(self.G))
         self.rng = np.random.default_rng(settings.seed)
         long = seqs.lengths > settings.seq_len
