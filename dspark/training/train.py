@@ -229,9 +229,13 @@ def saved_run(out: Path) -> tuple[dict, dict] | None:
 
 def saved_step(out: Path) -> int | None:
     """The step the checkpoint in ``out`` was taken at (a finished run keeps its last one, so it
-    can be trained further); None when there is no checkpoint."""
+    can be trained further); None when there is no checkpoint, 0 when the step is unreadable
+    (resuming it then says what is wrong)."""
     meta = _saved_meta(out)
-    return None if meta is None else meta["step"]
+    if meta is None:
+        return None
+    step = meta.get("step")
+    return step if type(step) is int and step >= 0 else 0
 
 
 def _saved_meta(out: Path) -> dict | None:
@@ -243,8 +247,7 @@ def _saved_meta(out: Path) -> dict | None:
         return None
     try:
         meta = parse_json(read_header(path)["__metadata__"]["meta"], f"{path} (its metadata)")
-        if not isinstance(meta["drafter"], dict) or not isinstance(meta["settings"], dict) \
-                or not isinstance(meta["step"], int):
+        if not isinstance(meta["drafter"], dict) or not isinstance(meta["settings"], dict):
             raise TypeError
         return meta
     except (KeyError, TypeError, ValueError):
