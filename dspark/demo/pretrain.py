@@ -150,7 +150,6 @@ def train_target(out_dir: str | Path, recipe: TargetRecipe = TargetRecipe(), *, 
                    held_ids, say)
 
 
-
 def _token_ids(ckpt_dir: Path, resume: bool, tokenizer_dir) -> tuple[list, list]:
     """(train documents, held-out documents) as token ids, with the tokenizer the checkpoint
     keeps (trained now, or read from ``tokenizer_dir``, on a fresh start)."""
@@ -196,6 +195,7 @@ def _update_step(model, optimizer, grad_clip: float, compile_step: bool | None):
         return loss_and_update
     return partial(mx.compile, inputs=[model.state, optimizer.state],
                    outputs=[model.state, optimizer.state])(loss_and_update)
+
 
 def _resumed_recipe(ckpt_path: Path, asked: TargetRecipe) -> TargetRecipe:
     """The recipe a checkpoint was trained with, which must be the one asked for (the data order

@@ -96,9 +96,9 @@ def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int,
                          progress: bool = False, world: World | None = None, keep_in: Path | None = None,
                          say: Callable[[str], None] = lambda m: None) -> Sequences:
     """Each prompt followed by the target's own greedy continuation up to ``seq_len`` tokens
-    (cut after the first EOS), or up to ``new_tokens`` after the prompt where that is fewer. Prompts of equal length decode together in one batch (on 2 CPU
-    cores, 16 rows decode ~300 tok/s, 64 rows ~500, 128 rows ~900 for a 6-layer, 256-wide
-    target). The processes of a distributed ``world`` each decode their share of those batches
+    (cut after the first EOS), or up to ``new_tokens`` after the prompt where that is fewer.
+    Prompts of equal length decode together in one batch (on 2 CPU cores, 16 rows decode ~300
+    tok/s, 64 rows ~500, 128 rows ~900 for a 6-layer, 256-wide target). The processes of a distributed ``world`` each decode their share of those batches
     (the very batches one process decodes, so the same tokens) and then swap them. A single
     process given ``keep_in`` keeps its finished batches there and continues after them."""
     world = world or World()
