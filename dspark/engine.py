@@ -21,7 +21,7 @@ from .errors import DsparkError
 from .events import CommittedToken, RoundEvent, Source, Summary
 from .policy import Scheduler
 from .policy import parse as parse_policy
-from .rounds import Proposer, RoundOutcome, prefill, speculative_round
+from .rounds import Proposer, RoundOutcome, plain_steps, prefill, speculative_round
 from .target import Target
 
 
@@ -91,25 +91,56 @@ def generate(
     sched = Scheduler(pol, block_size, costs)
     threads = costs.threads if costs is not None else {}
     run = _Generation("speculative", target, ids, config, cancel)
-    key = mx.random.key(config.seed)
+    keys = _round_keys(config.seed)
     cache = target.make_cache()
     new_rows = prefill(target, cache, ids[:-1], session.tap_layers, config.prefill_step_size)
     run.prefilled()
     anchor, position = ids[-1], len(ids) - 1
+
+    drafts_next = False  # the scheduler has decided already that the next round drafts
+
+    def plain_next(p: int) -> bool:
+        """Whether the step at position ``p`` is plain too, asked while the step before it is
+        still to be committed (hence one token fewer than ``run.remaining``). The scheduler is
+        asked once per position: a probe it schedules is spent by asking."""
+        nonlocal drafts_next
+        left = run.remaining - 1
+        if left < 1:
+            return False
+        drafts_next = sched.drafts(p, left - 1)
+        return not drafts_next
+
     try:
         while run.wants_more():
-            key, k_round = mx.random.split(key)
             budget = run.remaining - 1
-            drafts = block_size if sched.drafts(position, budget) else 0
-            v = speculative_round(target, session, cache, anchor, position, new_rows, drafts, budget, sched,
-                                  config.sampling, k_round, threads, display, inspect)
-            yield run.commit(anchor, v, position)
-            # a plain step's tap row waits, with any before it, for the drafter's next round
-            rows = v.new_rows if drafts or new_rows is None else mx.concatenate([new_rows, v.new_rows], axis=1)
-            anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, rows
+            if drafts_next or sched.drafts(position, budget):
+                drafts_next = False
+                v = speculative_round(target, session, cache, anchor, position, new_rows, block_size, budget, sched,
+                                      config.sampling, next(keys), threads, display, inspect)
+                yield run.commit(anchor, v, position)
+                anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
+                continue
+            # plain steps: their tap rows wait, with any before them, for the drafter's next round
+            rows = [] if new_rows is None else [new_rows]
+            for v in plain_steps(target, cache, session.tap_layers, anchor, position, config.sampling, keys,
+                                 plain_next, threads, display, inspect):
+                yield run.commit(anchor, v, position)
+                rows.append(v.new_rows)
+                anchor, position = v.tokens[0], position + 1
+                if not run.wants_more():
+                    break
+            new_rows = mx.concatenate(rows, axis=1)
     finally:
         blas.restore_threads()
     yield run.summary()
+
+
+def _round_keys(seed: int) -> Iterator[mx.array]:
+    """One key for each round and each plain step, in the order they run."""
+    key = mx.random.key(seed)
+    while True:
+        key, k_round = mx.random.split(key)
+        yield k_round
 
 
 def generate_baseline(

@@ -159,12 +159,14 @@ class Scheduler:
 
     def drafts(self, position: int, budget: int) -> bool:
         """Whether the round at cache length ``position`` drafts at all. ``auto`` decodes plainly
-        (a round of the target alone, ``verify_ms[0]``) when, at this context, no round of the
-        running acceptance can beat that: ``max_k (1 + a_1 + .. + a_k) / (t_draft + t_verify(k))
-        < 1 / t_verify(0)``. A plain run never observes the drafter, so every ``probe_every``
-        plain steps one round drafts anyway (a probe, verifying at least one draft); a probe that
-        leads back to plain steps doubles the interval (up to ``PROBE_MAX``), a round that pays
-        resets it. The decision reads only earlier rounds: lossless as every width decision."""
+        (:func:`dspark.rounds.plain_steps`: pipelined as mlx-lm decodes, a plain step costs
+        ``step_ms``) when, at this context, no round of the running acceptance can beat that:
+        ``max_k (1 + a_1 + .. + a_k) / (t_draft + t_verify(k)) < 1 / t_step``. The engine asks
+        once per position, a plain step's before the step before it is read. A plain run never
+        observes the drafter, so every ``probe_every`` plain steps one round drafts anyway (a
+        probe, verifying at least one draft); a probe that leads back to plain steps doubles the
+        interval (up to ``PROBE_MAX``), a round that pays resets it. The decision reads only
+        earlier rounds and positions: lossless as every width decision."""
         if self.policy.kind != "auto":
             return True
         if budget < 1:  # only the target's own token is left: a draft could not be verified
@@ -173,7 +175,7 @@ class Scheduler:
         a = self.running.survival()
         k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a))
         spec = (1 + sum(a[:k])) / (c.draft_ms + c.verify_ms[k])
-        if spec >= 1.0 / c.verify_ms[0]:
+        if spec >= 1.0 / c.step_ms:
             self.plain_run, self.probe_every, self.probing = 0, PROBE_FIRST, False
             return True
         if self.plain_run >= self.probe_every:

@@ -10,6 +10,8 @@ their phases on this machine:
 5. the tap rows of ``[anchor, d_1..d_a]`` become the drafter's new context rows.
 
 A round has two host syncs: reading the draft (which also times it) and reading the outcome.
+Where the ``auto`` policy decodes plainly, :func:`plain_steps` runs the target alone, pipelined
+as mlx-lm's own decoding is, so those stretches run at plain decoding's speed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import mlx.core as mx
 
@@ -25,7 +27,8 @@ from . import blas
 from .cache import rollback
 from .config import SamplingParams
 from .policy import Scheduler
-from .sampling import accept_sampled, distribution, greedy_choice, greedy_with_margin, soft_cap, tie_margin, token_probs
+from .sampling import (accept_sampled, distribution, greedy_choice, greedy_with_margin, sample, soft_cap, tie_margin,
+                       token_probs)
 from .target import Target
 
 
@@ -143,6 +146,54 @@ def speculative_round(target: Target, session: DraftSession, cache: list, anchor
     seen = inspection(logits[0, :width], target.projection.softcap, drafted[:width], sp, rows) if inspect else None
     return RoundOutcome(drafted, dprobs, conf, z, width, a, tokens, probs, t1 - t0, t2 - t1, taps[:, : a + 1],
                         plain_step=block_size == 0, inspected=seen)
+
+
+def plain_steps(target: Target, cache: list, tap_layers: Sequence[int], anchor: int, position: int,
+                sp: SamplingParams, keys: Iterator[mx.array], more: Callable[[int], bool], threads: dict,
+                display: bool = True, inspect: bool = False) -> Iterator[RoundOutcome]:
+    """The target alone, one token a step, from ``anchor`` at cache length ``position``, for as long
+    as ``more(p)`` says the step at position ``p`` is plain too. Pipelined as mlx-lm's
+    ``generate_step`` is: the next token's forward is queued before this one is read, so reading
+    a token overlaps the next forward. A round of width 0 cannot overlap (its outcome is read
+    before anything else is queued) and cost ~1.7 plain steps on a 2-core CPU, so a floor built
+    of such rounds sat well below plain decoding.
+
+    Each step commits what a round of width 0 would (the same ops and, sampling, the same key
+    from ``keys``): greedy, the argmax by mlx-lm's own rule; sampling, a draw from the target's
+    distribution. ``more`` is asked before the token before it is read: it may read only what is
+    known then (the scheduler's state of earlier rounds, positions), which keeps the run lossless.
+    The last token yielded is not fed to the target: it is the next round's anchor. Each step's
+    tap row is its ``new_rows``, for the drafter's next round."""
+    softcap = target.projection.softcap
+    use_phase_threads(threads, "step")
+
+    def queue(token: mx.array):
+        k_accept = mx.random.split(next(keys))[1]  # the key a round of width 0 samples with
+        k_res = mx.random.split(k_accept)[1]
+        raw, taps = target.forward(token.reshape(1, 1).astype(mx.int32), cache, tap_layers, capped=False)
+        logits = soft_cap(raw[0], softcap)
+        if sp.greedy:
+            choice = greedy_choice(logits)
+            prob = token_probs(logits, choice) if display else None
+        else:
+            p = distribution(logits, sp)
+            choice = sample(p, k_res)
+            prob = p[0, choice[0]]  # the sampling distribution, as a round shows it
+        mx.async_eval(choice, prob, taps)
+        return choice, prob, taps
+
+    pending = queue(mx.array([anchor]))
+    t0 = perf_counter()
+    while pending is not None:
+        choice, prob, taps = pending
+        position += 1
+        pending = queue(choice) if more(position) else None
+        token = choice.item()
+        shown = prob.item() if prob is not None else math.nan
+        t1 = perf_counter()
+        yield RoundOutcome([], [], None, None, 0, 0, [token], [shown], 0.0, t1 - t0, taps, plain_step=True,
+                           inspected=Inspection((), (), ()) if inspect else None)
+        t0 = t1
 
 
 def inspection(raw: mx.array, softcap: float | None, drafted: list[int], sp: SamplingParams,
@@ -272,4 +323,4 @@ def prefill(target: Target, cache: list, ids: list[int], taps: Sequence[int], st
 
 
 __all__ = ["TOP", "DraftSession", "Inspection", "Proposer", "RoundOutcome", "VerifyRows", "accept", "inspection",
-           "prefill", "read_draft", "speculative_round", "use_phase_threads", "verify_forward"]
+           "plain_steps", "prefill", "read_draft", "speculative_round", "use_phase_threads", "verify_forward"]

@@ -259,3 +259,60 @@ def test_costs_are_priced_at_the_context_a_round_runs_at():
     s = Scheduler(Policy("auto"), 2, c)
     s.running.hits, s.running.tries = [2.0, 1.0], [4.0, 2.0]  # about half of the drafts accepted
     assert s.drafts(256, 10) and not s.drafts(3072, 10)
+
+
+def test_auto_weighs_a_round_against_a_plain_step_as_mlx_lm_runs_it():
+    """The floor compares a round with what plain decoding costs (``step_ms``, pipelined), not
+    with a round of width 0 (``verify_ms[0]``, read before anything else is queued): here a
+    round beats the second and not the first, so auto decodes plainly."""
+    from dspark.policy import Policy, Scheduler
+
+    costs = Costs(verify_ms=(4.0,) * 7, draft_ms=0.5, step_ms=1.0)
+    sched = Scheduler(Policy("auto"), 6, costs)
+    for _ in range(3):
+        sched.observe(width=6, accepted=0)  # position 1 near 0.37: about 1.6 tokens a 4.5 ms round
+    assert not sched.drafts(100, budget=50)
+    a = sched.running.survival()
+    assert 1.0 / costs.verify_ms[0] < (1 + sum(a)) / (costs.draft_ms + costs.verify_ms[6]) < 1.0 / costs.step_ms
+    cheap = Scheduler(Policy("auto"), 6, Costs(verify_ms=(4.0,) * 7, draft_ms=0.5, step_ms=4.0))
+    cheap.running = sched.running
+    assert cheap.drafts(100, budget=50)  # against a plain step as dear as the verify, the same round pays
+
+
+def test_plain_steps_queue_the_next_forward_before_a_token_is_read_and_decode_as_mlx_lm(case):
+    """Pipelined as mlx-lm's generate_step: when step i is handed over, the forward of step i + 1
+    has been issued already (the host's read of a token overlaps the next forward); the last
+    token is not fed (it is the next round's anchor); tokens are plain greedy's and each step's
+    tap row is the target's own for that token."""
+    from dspark.config import SamplingParams
+    from dspark.engine import _round_keys
+    from dspark.rounds import plain_steps
+
+    target, n, ref = case
+    taps = [0, 1]
+    calls = []
+    real = target.forward
+
+    def counting(*a, **k):
+        calls.append(a[0].shape)
+        return real(*a, **k)
+
+    cache = target.make_cache()
+    target.forward(mx.array([PROMPT[:-1]]), cache, taps, logits=False)
+    steps = 12
+    target.forward = counting
+    try:
+        seen, rows = [], []
+        for i, v in enumerate(plain_steps(target, cache, taps, PROMPT[-1], len(PROMPT) - 1, SamplingParams(),
+                                          _round_keys(0), lambda p: p < len(PROMPT) - 1 + steps, {})):
+            assert len(calls) == min(i + 2, steps), (i, len(calls))
+            assert v.plain_step and v.width == 0 and len(v.tokens) == 1
+            seen += v.tokens
+            rows.append(v.new_rows)
+    finally:
+        del target.forward
+    assert seen == ref[:steps] and all(shape == (1, 1) for shape in calls)
+    fresh = target.make_cache()
+    _, want = target.forward(mx.array([PROMPT + ref[: steps - 1]]), fresh, taps, logits=False)
+    got = mx.concatenate(rows, axis=1)
+    assert mx.allclose(got, want[:, len(PROMPT) - 1:], atol=1e-5).item()

@@ -121,3 +121,25 @@ def test_the_bound_catches_a_sampler_that_skips_the_ratio_test(target, monkeypat
             counts[i, tok] += 1
     tv = 0.5 * np.abs(counts[0] / n - exact[0]).sum()
     assert tv > 2 * tv_bound(exact[0], n)
+
+
+def test_plain_stretches_sample_the_target_distribution(target, monkeypatch):
+    """auto's plain steps run pipelined (``dspark.rounds.plain_steps``: each token's forward is
+    queued before the one before it is read): a run of them alone, three tokens a run, has the
+    target's distribution, top-p and top-k included."""
+    from dspark.policy import Scheduler
+
+    monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: False)
+    cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, temperature=0.8, top_p=0.9, top_k=6)
+    exact = exact_marginals(target, cfg.sampling)
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=3, num_layers=1, markov_rank=8), seed=1)
+    counts = np.zeros((3, VOCAB))
+    for seed in range(N):
+        s = run_to_summary(generate(target, drafter, PROMPT, GenerationConfig(**{**cfg.__dict__, "seed": seed}),
+                                    costs=STEEP))
+        assert s.plain_steps == 3 and s.rounds == 0
+        for i, tok in enumerate(s.tokens):
+            counts[i, tok] += 1
+    for i in range(3):
+        tv = 0.5 * np.abs(counts[i] / N - exact[i]).sum()
+        assert tv <= tv_bound(exact[i], N), f"token {i}: TV {tv:.4f} > bound {tv_bound(exact[i], N):.4f}"
