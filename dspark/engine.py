@@ -122,13 +122,17 @@ def generate(
                 continue
             # plain steps: their tap rows wait, with any before them, for the drafter's next round
             rows = [] if new_rows is None else [new_rows]
-            for v in plain_steps(target, cache, session.tap_layers, anchor, position, config.sampling, keys,
-                                 plain_next, threads, display, inspect):
-                yield run.commit(anchor, v, position)
-                rows.append(v.new_rows)
-                anchor, position = v.tokens[0], position + 1
-                if not run.wants_more():
-                    break
+            steps = plain_steps(target, cache, session.tap_layers, anchor, position, config.sampling, keys,
+                                plain_next, threads, display, inspect)
+            try:
+                for v in steps:
+                    yield run.commit(anchor, v, position)
+                    rows.append(v.new_rows)
+                    anchor, position = v.tokens[0], position + 1
+                    if not run.wants_more():
+                        break
+            finally:
+                steps.close()
             new_rows = mx.concatenate(rows, axis=1)
     finally:
         blas.restore_threads()

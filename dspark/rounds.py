@@ -182,18 +182,22 @@ def plain_steps(target: Target, cache: list, tap_layers: Sequence[int], anchor: 
         mx.async_eval(choice, prob, taps)
         return choice, prob, taps
 
-    pending = queue(mx.array([anchor]))
     t0 = perf_counter()
-    while pending is not None:
-        choice, prob, taps = pending
-        position += 1
-        pending = queue(choice) if more(position) else None
-        token = choice.item()
-        shown = prob.item() if prob is not None else math.nan
-        t1 = perf_counter()
-        yield RoundOutcome([], [], None, None, 0, 0, [token], [shown], 0.0, t1 - t0, taps, plain_step=True,
-                           inspected=Inspection((), (), ()) if inspect else None)
-        t0 = t1
+    pending = queue(mx.array([anchor]))
+    try:
+        while pending is not None:
+            choice, prob, taps = pending
+            position += 1
+            pending = queue(choice) if more(position) else None
+            token = choice.item()
+            shown = prob.item() if prob is not None else math.nan
+            outcome = RoundOutcome([], [], None, None, 0, 0, [token], [shown], 0.0, perf_counter() - t0, taps,
+                                   plain_step=True, inspected=Inspection((), (), ()) if inspect else None)
+            yield outcome
+            t0 = perf_counter()  # the caller's time between steps is not the step's
+    finally:  # a run that stops mid-stretch (EOS, cancel) lets its queued forward finish here
+        if pending is not None:
+            mx.eval([x for x in pending if x is not None])
 
 
 def inspection(raw: mx.array, softcap: float | None, drafted: list[int], sp: SamplingParams,
