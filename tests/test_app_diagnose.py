@@ -119,7 +119,8 @@ def test_a_healthy_pair_is_said_healthy_and_the_diagnosis_runs_on_the_model_owne
 def test_planted_sampling_and_a_block_past_the_trained_one_are_named_most_severe_first(qtbot, window, demo,
                                                                                        tmp_path):
     w = window
-    setup(w, demo, ["dspark"], temperature=1.0, block_size=12)
+    # 96 tokens: enough greedy and sampled rounds for the sampling finding to judge (48 were too few)
+    setup(w, demo, ["dspark"], max_tokens=96, temperature=1.0, block_size=12)
     assert run_job(qtbot, w, w.start_run)["ok"]
     shown = [r.serial for r in w.session.runs]
     assert diagnose(qtbot, w)["ok"]
@@ -138,7 +139,7 @@ def test_planted_sampling_and_a_block_past_the_trained_one_are_named_most_severe
 
 def test_each_ticked_drafter_is_diagnosed_in_turn_with_its_own_findings(qtbot, window, demo):
     w = window
-    setup(w, demo, ["dspark", "untrained"], max_tokens=64)
+    setup(w, demo, ["dspark", "untrained"], max_tokens=128)  # enough rounds to put the untrained one near chance
     assert diagnose(qtbot, w)["ok"]
     good, bad = w.session.diagnoses
     assert (good.label, bad.label) == ("dspark", "untrained")

@@ -372,19 +372,21 @@ def test_inspect_says_which_formats_a_drafter_exports_to_exactly(models, capsys)
 DEMO = ROOT / "resources" / "demo"
 
 
-@pytest.mark.parametrize("name", ["dspark", "dflash"])
+#: What the bundled demo drafters ship as (dspark.demo.build.DRAFTERS): servable, so exported exactly.
+SHIPPED = {"dspark": "speculators", "dflash": "zlab"}
+
+
+@pytest.mark.parametrize("name", list(SHIPPED))
 def test_the_bundled_demo_drafters_export_exactly_and_run_in_their_peer(name, tmp_path):
-    """Runs once the demo drafters are trained in a servable format (dspark make-demo trains them
-    with --format); a native one cannot be exported exactly, which is said and skipped."""
+    """The demo drafters ship in servable formats (make-demo trains them with --format): each
+    exports exactly and its peer package accepts the same drafts every round on the demo target."""
     src = DEMO / name
     if not (src / "config.json").is_file() or not (DEMO / "target" / "config.json").is_file():
         pytest.skip(f"no bundled demo {name} drafter or target in {DEMO}")
     from dspark.loading import read_drafter_config
 
-    fmt = {v: k for k, v in LOADED_AS.items()}.get(read_drafter_config(src)[2])
-    if fmt is None:
-        pytest.skip(f"resources/demo/{name} is in dspark's native format (Gemma-style draft layers, which no "
-                    f"published format carries): it exports once make-demo trains it with --format")
+    fmt = SHIPPED[name]
+    assert read_drafter_config(src)[2] == LOADED_AS[fmt], f"resources/demo/{name} is not in {fmt}'s format"
     target = load_target(DEMO / "target")
     out = tmp_path / name
     assert dspark(["export", str(src), "--format", fmt, "--out", str(out)]) == 0
