@@ -102,18 +102,20 @@ def generate(
     def plain_next(p: int) -> bool:
         """Whether the step at position ``p`` is plain too, asked while the step before it is
         still to be committed (hence one token fewer than ``run.remaining``). The scheduler is
-        asked once per position: a probe it schedules is spent by asking."""
+        asked once per position: a probe it schedules is spent by asking. Block size 0: always."""
         nonlocal drafts_next
         left = run.remaining - 1
         if left < 1:
             return False
+        if not block_size:
+            return True
         drafts_next = sched.drafts(p, left - 1)
         return not drafts_next
 
     try:
         while run.wants_more():
             budget = run.remaining - 1
-            if drafts_next or sched.drafts(position, budget):
+            if block_size and (drafts_next or sched.drafts(position, budget)):
                 drafts_next = False
                 v = speculative_round(target, session, cache, anchor, position, new_rows, block_size, budget, sched,
                                       config.sampling, next(keys), threads, display, inspect)

@@ -316,3 +316,16 @@ def test_plain_steps_queue_the_next_forward_before_a_token_is_read_and_decode_as
     _, want = target.forward(mx.array([PROMPT + ref[: steps - 1]]), fresh, taps, logits=False)
     got = mx.concatenate(rows, axis=1)
     assert mx.allclose(got, want[:, len(PROMPT) - 1:], atol=1e-5).item()
+
+
+def test_block_size_0_decodes_by_the_pipelined_plain_steps(case, monkeypatch):
+    """Nothing to draft is plain decoding: ``block_size=0`` runs the same pipelined steps as auto's
+    plain stretches (never a round of width 0), and its output is plain greedy's."""
+    import dspark.engine
+
+    target, n, ref = case
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
+    monkeypatch.setattr(dspark.engine, "speculative_round", None)  # a round would fail here
+    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, block_size=0)
+    s = run_to_summary(generate(target, drafter, PROMPT, cfg))
+    assert s.tokens == tuple(ref) and s.plain_steps == n and s.rounds == 0
