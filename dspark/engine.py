@@ -1,6 +1,7 @@
 """The speculative generation loop, and plain mlx-lm decoding in the same event schema: a run
 prefills the prompt, then runs rounds (:mod:`dspark.rounds`: draft, verify, accept, roll back)
-until its stop rules say so. Everything else about a run (clock, text, stop rules, events,
+until its stop rules say so; where the ``auto`` policy says no round pays, plain steps, in whose
+shadow the drafter drafts now and then unverified (judged by the tokens committed after). Everything else about a run (clock, text, stop rules, events,
 summary) is :class:`_Generation`'s, shared with :func:`generate_baseline`.
 """
 
@@ -88,10 +89,11 @@ def generate(
     block_size = session.block_size if config.block_size is None else config.block_size
     if costs is None:
         costs = for_policy(config.policy, target, drafter, block_size)
-    sched = Scheduler(pol, block_size, costs)
+    sched = Scheduler(pol, block_size, costs, prior=measured_acceptance(drafter, target))
     threads = costs.threads if costs is not None else {}
     run = _Generation("speculative", target, ids, config, cancel)
     keys = _round_keys(config.seed)
+    shadow_keys = _round_keys(config.seed + 2**31)  # seeds are below 2**31: a stream of its own
     cache = target.make_cache()
     new_rows = prefill(target, cache, ids[:-1], session.tap_layers, config.prefill_step_size)
     run.prefilled()
@@ -102,7 +104,7 @@ def generate(
     def plain_next(p: int) -> bool:
         """Whether the step at position ``p`` is plain too, asked while the step before it is
         still to be committed (hence one token fewer than ``run.remaining``). The scheduler is
-        asked once per position: a probe it schedules is spent by asking. Block size 0: always."""
+        asked once per position. Block size 0: always."""
         nonlocal drafts_next
         left = run.remaining - 1
         if left < 1:
@@ -122,23 +124,72 @@ def generate(
                 yield run.commit(anchor, v, position)
                 anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
                 continue
-            # plain steps: their tap rows wait, with any before them, for the drafter's next round
+            # plain steps: their tap rows wait, with any before them, for the drafter's next draft
             rows = [] if new_rows is None else [new_rows]
             steps = plain_steps(target, cache, session.tap_layers, anchor, position, config.sampling, keys,
                                 plain_next, threads, display, inspect)
+            shadow = None
             try:
                 for v in steps:
                     yield run.commit(anchor, v, position)
                     rows.append(v.new_rows)
                     anchor, position = v.tokens[0], position + 1
+                    if shadow is not None:
+                        shadow = judge_shadow(sched, shadow, run.ids + run.out)
                     if not run.wants_more():
                         break
+                    if shadow is None and sched.shadow_due():
+                        shadow = position, session.propose(anchor, position, _rows(rows), block_size, config.sampling,
+                                                           next(shadow_keys)).tokens
+                        mx.async_eval(shadow[1], session.state())  # read B steps later: no wait
+                        rows = []
             finally:
                 steps.close()
-            new_rows = mx.concatenate(rows, axis=1)
+            if shadow is not None:
+                judge_shadow(sched, shadow, run.ids + run.out, final=True)
+            new_rows = _rows(rows)
     finally:
         blas.restore_threads()
     yield run.summary()
+
+
+def _rows(rows: list) -> mx.array | None:
+    return mx.concatenate(rows, axis=1) if rows else None
+
+
+def judge_shadow(sched: Scheduler, shadow, sequence: list[int], final: bool = False):
+    """A shadow draft ``(position, tokens [1, B])`` judged by the tokens committed after its anchor
+    (``sequence``: prompt and output): at its first draft that differs from them, once all B are
+    known, or with what is known when the plain stretch ends (``final``). Returns the draft still
+    waiting, or None. Its tokens are read a step after it was queued: computed by then."""
+    if shadow is None:
+        return None
+    position, tokens = shadow
+    known = len(sequence) - 1 - position
+    drafted = tokens[0].tolist()[:known]
+    truth = sequence[position + 1: position + 1 + len(drafted)]
+    matched = next((k for k, (d, t) in enumerate(zip(drafted, truth)) if d != t), None)
+    if matched is not None:
+        sched.observe_shadow(position, matched + 1, matched)
+    elif known >= tokens.shape[1] or final:
+        sched.observe_shadow(position, len(drafted), len(drafted))
+    else:
+        return shadow
+    return None
+
+
+def measured_acceptance(drafter, target: Target) -> list[float] | None:
+    """The drafter's per-position acceptance from its profile (``load_drafter`` reads it), when
+    that was measured on this target's weights: the ``auto`` policy's prior."""
+    profile = getattr(drafter, "profile", None)
+    if profile is None:
+        return None
+    recorded = profile.target_fingerprint
+    if recorded is not None and recorded != target.weights_fingerprint:
+        return None
+    if recorded is None and profile.target_id != target.target_id:
+        return None
+    return list(profile.per_position_acceptance)
 
 
 def _round_keys(seed: int) -> Iterator[mx.array]:

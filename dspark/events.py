@@ -52,7 +52,7 @@ class RoundEvent:
     tokens_generated: int  # cumulative committed tokens
     tokens_per_sec: float  # cumulative decode throughput (see Summary.tokens_per_sec)
     confidence_logits: tuple[float, ...] | None = None  # raw z_k before calibration (what STS fits)
-    plain_step: bool = False  # a speculative run decoded this token plainly: the drafter was not asked
+    plain_step: bool = False  # a speculative run decoded this token plainly: no draft was verified
     position: int = 0  # the anchor's position: tokens before it in the sequence (prompt and output)
     # the rejection inspector (generate's inspect): per verified position, the target's best tokens
     # as (id, probability), best first, and the drafted token's rank in its distribution (0: its choice)
@@ -86,7 +86,7 @@ class Summary:
     accepted_histogram: tuple[int, ...] = ()  # rounds by accepted drafts, 0..max verify width
     token_logprobs: tuple[float, ...] = ()  # the target's log-probability of each output token, as this run computed it
     extra: dict = field(default_factory=dict)
-    plain_steps: int = 0  # tokens a speculative run decoded plainly, the drafter not asked (the auto policy)
+    plain_steps: int = 0  # tokens a speculative run decoded plainly, no draft verified (the auto policy)
 
     def to_dict(self) -> dict:
         return asdict(self)

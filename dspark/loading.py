@@ -16,6 +16,7 @@ from mlx_lm.utils import _get_classes, load_model, load_tokenizer
 
 from . import finite, gemma4, hub
 from .device import use_env_device
+from .diagnose import profile as profiles
 from .drafter import DflashDrafter
 from .errors import DsparkError, NotGemma4Error
 from .formats import conventions, deepspec, native, speculators, zlab
@@ -99,7 +100,20 @@ def load_drafter(path: str | Path, target: Target | None = None, say=None):
         if target is not None:
             drafter.check_target(target)
     finite.check_params(drafter.net, p)
+    drafter.profile = read_profile(p, drafter, say)
     return drafter
+
+
+def read_profile(directory: Path, drafter, say=None):
+    """The drafter's profile (``dspark.diagnose.profile.find``: the acceptance it reached on
+    held-out text), which the ``auto`` policy starts from; None when it has none. A damaged profile
+    file does not stop the drafter from loading: ``say`` names it, and ``auto`` starts without."""
+    try:
+        return profiles.find(directory, drafter)
+    except DsparkError as e:
+        if say is not None:
+            say(f"{e}; the auto policy starts without it")
+        return None
 
 
 def read_spec(p: Path, config: dict, fmt: str):

@@ -1,9 +1,9 @@
 """Speculative-decoding metrics as pure functions of per-round counts.
 
 Inputs are per round: ``accepted[i]`` drafted tokens the target accepted, ``widths[i]`` drafted
-tokens it verified, ``committed[i]`` tokens the round added to the output. A round in which the
-drafter was not asked (``drafted[i]`` False: the ``auto`` policy decoded plainly because a round
-could not pay at that context) is a *plain step*: it is counted as one, and left out of tau,
+tokens it verified, ``committed[i]`` tokens the round added to the output. A round in which no
+draft was verified (``drafted[i]`` False: the ``auto`` policy decoded plainly because a round
+could not pay at that context; a shadow draft it made there is not verified) is a *plain step*: it is counted as one, and left out of tau,
 the acceptance figures and the histogram, which describe the drafter. (Plain decoding's own
 rounds are no plain steps: each is a round of one token, tau 1.) :func:`summarize`
 computes every figure at once from a run's rounds; the engine, the CLI, the app, calibration,
@@ -223,7 +223,7 @@ class Figures:
     acceptance_rate: float
     per_position_acceptance: tuple[float, ...]
     accepted_histogram: tuple[int, ...]  # rounds by accepted drafts, 0..max verify width
-    plain_steps: int = 0  # rounds in which the drafter was not asked (in none of the figures above but tokens)
+    plain_steps: int = 0  # rounds in which no draft was verified (in none of the figures above but tokens)
 
 
 def figures(accepted: Sequence[int], widths: Sequence[int], committed: Sequence[int],

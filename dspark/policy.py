@@ -9,11 +9,14 @@
   ``t_verify`` is this machine's measured cost of a verify forward of 1 + k rows
   (:mod:`dspark.costs`). ``a_j``, the chance that drafts 1..j are all accepted, comes from
   the confidence head when the drafter has one, else from the acceptance seen so far in the
-  run (a running mean per position, starting optimistic).
+  run (a running mean per position, starting from the drafter's profile when it has one for this
+  target, else optimistic).
 
 When ``auto`` finds that no round can pay at the current context (the costs grow with the cache,
-and the acceptance it observes may fall), it decodes plainly, and drafts again now and then to
-see whether drafting pays again (:meth:`Scheduler.drafts`).
+and the acceptance it observes may fall), it decodes plainly. Now and then a plain stretch asks
+the drafter for a block without verifying it (a shadow draft, :meth:`Scheduler.shadow_due`): the
+tokens the target commits next say how many of it a round would have accepted, so the drafter is
+judged at the price of its draft alone, and drafting resumes when the acceptance says it pays.
 
 Every policy is lossless: the width decides only how many drafts are checked, never which
 token is committed, and the decision about draft k depends on nothing the target has not yet
@@ -105,23 +108,26 @@ def auto_width(a: list[float], draft_ms: float, verify_ms: list[float], width: i
 
 class RunningAcceptance:
     """Per-position conditional acceptance P(draft k accepted | drafts 1..k-1 accepted), from the
-    rounds that verified position k; what ``auto`` uses when the drafter has no confidence head,
-    and to decide whether drafting pays at all. Each position's estimate is its accepted / tried
-    rounds, each older round weighing ``DECAY`` times less (a long run follows its latest ~20
-    rounds), over a prior worth ``PRIOR_ROUNDS`` rounds: ``PRIOR`` for position 1, and for a later
-    position the estimate of the one before it (a position a run rarely reaches is judged by its
-    neighbour, not by an optimistic constant). The first rounds therefore move it fast: three
-    rejected first drafts take position 1 from 0.9 to 0.37."""
+    rounds that verified position k (and the shadow drafts that were judged there); what ``auto``
+    uses when the drafter has no confidence head, and to decide whether drafting pays at all.
+    Each position's estimate is its accepted / tried rounds, each older round weighing ``DECAY``
+    times less (a long run follows its latest ~20 rounds), over a prior worth ``PRIOR_ROUNDS``
+    rounds. The prior of position k is ``prior[k-1]`` when given (the drafter's measured
+    acceptance: :func:`conditional`), else ``PRIOR`` for position 1 and for a later position the
+    estimate of the one before it (a position a run rarely reaches is judged by its neighbour, not
+    by an optimistic constant). The first rounds therefore move it fast: three rejected first
+    drafts take position 1 from 0.9 to 0.37."""
 
-    def __init__(self, positions: int):
+    def __init__(self, positions: int, prior: list[float] | None = None):
         self.hits = [0.0] * positions
         self.tries = [0.0] * positions
+        self.prior = list(prior or [])
 
     @property
     def p(self) -> list[float]:
         out, prior = [], PRIOR
-        for h, t in zip(self.hits, self.tries):
-            prior = (h + PRIOR_ROUNDS * prior) / (t + PRIOR_ROUNDS)
+        for k, (h, t) in enumerate(zip(self.hits, self.tries)):
+            prior = (h + PRIOR_ROUNDS * (self.prior[k] if k < len(self.prior) else prior)) / (t + PRIOR_ROUNDS)
             out.append(prior)
         return out
 
@@ -134,22 +140,35 @@ class RunningAcceptance:
             self.hits[k] = DECAY * self.hits[k] + (1.0 if k < accepted else 0.0)
             self.tries[k] = DECAY * self.tries[k] + 1.0
 
+
+
     def reset(self) -> None:
         self.hits, self.tries = [0.0] * len(self.hits), [0.0] * len(self.tries)
 
 
+def conditional(survivals: list[float]) -> list[float]:
+    """Per-position conditional acceptance from survivals a_1, a_2, .. (a drafter profile's
+    per-position acceptance: the share of rounds whose drafts 1..k were all accepted): c_k =
+    a_k / a_{k-1}, kept within [0.01, 1] so that no position is ruled in or out for certain."""
+    out, before = [], 1.0
+    for a in survivals:
+        out.append(min(1.0, max(0.01, a / before if before > 0 else 0.0)))
+        before = a
+    return out
+
+
 class Scheduler:
     """One run's width decisions under ``policy`` (``costs``: a :class:`dspark.costs.Costs`,
-    required by ``auto``)."""
+    required by ``auto``; ``prior``: the drafter's measured per-position acceptance, survivals as
+    a profile holds them, or None)."""
 
-    def __init__(self, policy: Policy, block_size: int, costs=None):
+    def __init__(self, policy: Policy, block_size: int, costs=None, prior: list[float] | None = None):
         if policy.kind == "auto" and costs is None:
             raise ValueError("the auto policy needs measured costs")
         self.policy, self.costs = policy, costs
-        self.running = RunningAcceptance(block_size)
-        self.plain_run = 0  # plain steps since the last round that drafted
+        self.running = RunningAcceptance(block_size, conditional(prior) if prior else None)
+        self.plain_run = 0  # plain steps since the last shadow draft (or since drafting stopped)
         self.probe_every = PROBE_FIRST
-        self.probing = False
 
     @property
     def reads_confidences(self) -> bool:
@@ -162,28 +181,59 @@ class Scheduler:
         (:func:`dspark.rounds.plain_steps`: pipelined as mlx-lm decodes, a plain step costs
         ``step_ms``) when, at this context, no round of the running acceptance can beat that:
         ``max_k (1 + a_1 + .. + a_k) / (t_draft + t_verify(k)) < 1 / t_step``. The engine asks
-        once per position, a plain step's before the step before it is read. A plain run never
-        observes the drafter, so every ``probe_every`` plain steps one round drafts anyway (a
-        probe, verifying at least one draft); a probe that leads back to plain steps doubles the
-        interval (up to ``PROBE_MAX``), a round that pays resets it. The decision reads only
-        earlier rounds and positions: lossless as every width decision."""
+        once per position, a plain step's before the step before it is read. The decision reads
+        only earlier rounds, shadow drafts already judged and positions: lossless as every width
+        decision."""
         if self.policy.kind != "auto":
             return True
         if budget < 1:  # only the target's own token is left: a draft could not be verified
             return False
-        c = self.costs.at(position)
-        a = self.running.survival()
-        k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a))
-        spec = (1 + sum(a[:k])) / (c.draft_ms + c.verify_ms[k])
-        if spec >= 1.0 / c.step_ms:
-            self.plain_run, self.probe_every, self.probing = 0, PROBE_FIRST, False
+        if self.pays(position, self.running.survival()):
+            self.plain_run, self.probe_every = 0, PROBE_FIRST
             return True
-        if self.plain_run >= self.probe_every:
-            self.plain_run, self.probing = 0, True
-            self.probe_every = min(2 * self.probe_every, PROBE_MAX)
-            return True
-        self.plain_run += 1
         return False
+
+    def pays(self, position: int, a: list[float]) -> bool:
+        """Whether the best round at ``position`` with survivals ``a`` commits tokens faster than
+        plain steps, on this machine's costs there."""
+        c = self.costs.at(position)
+        k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a))
+        return (1 + sum(a[:k])) / (c.draft_ms + c.verify_ms[k]) >= 1.0 / c.step_ms
+
+    def shadow_due(self) -> bool:
+        """Asked once per plain step of ``auto`` while no shadow draft waits to be judged: whether the drafter drafts a block here without
+        a verify (a shadow draft), to be judged by :meth:`observe_shadow` against the tokens the
+        target commits after it. A plain stretch never verifies a draft, so without this it could
+        not see the drafter become right again. Every ``probe_every`` plain steps, the interval
+        doubling (up to ``PROBE_MAX``) while the shadow drafts would not have paid: a shadow draft
+        costs a draft, where a verified probe cost a draft and a verify (about two plain steps
+        on a 2-core CPU at long context)."""
+        if self.policy.kind != "auto":
+            return False
+        self.plain_run += 1
+        if self.plain_run < self.probe_every:
+            return False
+        self.plain_run = 0
+        self.probe_every = min(2 * self.probe_every, PROBE_MAX)
+        return True
+
+    def observe_shadow(self, position: int, width: int, matched: int) -> None:
+        """A shadow draft from ``position``: of its first ``width`` drafts (as far as the target
+        has committed tokens since, or to the first that differs), the first ``matched`` are the
+        target's tokens. Greedy, that is exactly what a round verifying them would have accepted;
+        sampling, the chance that a draft equals the token sampled is below the ratio test's
+        acceptance, so the estimate errs towards plain decoding. A shadow draft whose round would
+        have paid sets the running acceptance back to its prior (the text has changed since the
+        rounds that sent the run plain: judge the drafter afresh, from what it was measured to
+        reach), so a drafter that is right again drafts again at once; one that would not have
+        paid is one more round of evidence."""
+        if width < 1:
+            return
+        c = self.costs.at(position)
+        if (1 + matched) / (c.draft_ms + c.verify_ms[min(matched + 1, width, len(c.verify_ms) - 1)]) >= 1.0 / c.step_ms:
+            self.running.reset()
+            self.plain_run, self.probe_every = 0, PROBE_FIRST
+        self.running.observe(width, matched)
 
     def width(self, drafted: int, budget: int, confidences: list[float] | None, position: int = 0) -> int:
         w = max(0, min(drafted, budget))
@@ -197,18 +247,15 @@ class Scheduler:
             return threshold_width(confidences, p.c, w)
         c = self.costs.at(position)
         a = survival(confidences) if confidences is not None else self.running.survival()
-        k = auto_width(a, c.draft_ms, list(c.verify_ms), w)
-        return max(k, min(1, w)) if self.probing else k  # a probe verifies something, or learns nothing
+        return auto_width(a, c.draft_ms, list(c.verify_ms), w)
 
     def observe(self, width: int, accepted: int) -> None:
-        if self.probing and accepted:  # after a plain stretch the drafter is right again: judge it afresh
-            self.running.reset()
-        self.probing = False
         self.running.observe(width, accepted)
 
 
-#: Plain steps before the first probe of a plain stretch, and the most between two probes.
-PROBE_FIRST, PROBE_MAX = 8, 64
+#: Plain steps before the first shadow draft of a plain stretch, and the most between two.
+PROBE_FIRST, PROBE_MAX = 4, 32
 
 
-__all__ = ["KINDS", "Policy", "RunningAcceptance", "Scheduler", "auto_width", "parse", "survival", "threshold_width"]
+__all__ = ["KINDS", "Policy", "RunningAcceptance", "Scheduler", "auto_width", "conditional", "parse", "survival",
+           "threshold_width"]

@@ -68,7 +68,7 @@ class RoundOutcome:
     draft_seconds: float
     verify_seconds: float
     new_rows: mx.array  # tap rows of [anchor, d_1..d_a], the drafter's next context
-    plain_step: bool = False  # the drafter was not asked (block size 0)
+    plain_step: bool = False  # no draft was verified (a plain step)
     inspected: "Inspection | None" = None  # what the target thought at each verified position (inspect=True)
 
 

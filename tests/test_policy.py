@@ -21,6 +21,9 @@ from tiny import tiny_target
 PROMPT = [5, 9, 11, 3, 7, 21, 2]
 #: A machine where verifying more rows costs more and more: auto must trade width for time.
 STEEP = Costs(verify_ms=(2.0, 2.4, 3.0, 4.0, 5.5, 7.5, 10.0), draft_ms=2.0, step_ms=1.5)
+#: A machine where a round pays when its first drafts are mostly right, and each further row
+#: costs more: the width the running acceptance supports is short when later drafts are wrong.
+GENTLE = Costs(verify_ms=(2.0, 2.1, 2.3, 2.6, 3.0, 3.5, 4.1), draft_ms=0.3, step_ms=2.0)
 
 
 def test_parse_round_trips():
@@ -122,16 +125,22 @@ POLICIES = ["fixed:2", "threshold:0.05", "auto"]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-def test_every_policy_matches_plain_greedy(case, policy):
+def test_every_policy_matches_plain_greedy(case, policy, monkeypatch):
+    from dspark.drafting import BlockDraftSession
+
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=6, num_layers=1, markov_rank=16), seed=2)
+    asked = []
+    propose = BlockDraftSession.propose
+    monkeypatch.setattr(BlockDraftSession, "propose", lambda self, *a: asked.append(a[1]) or propose(self, *a))
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, policy=policy)
     s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=STEEP))
     assert_same_greedy(target, PROMPT, s.tokens, ref)
     if policy == "fixed:2":
         assert set(s.verify_widths) <= {0, 1, 2} and 2 in s.verify_widths
-    elif policy == "auto":  # a random drafter never pays on this machine: plain steps, and a probe now and then
-        assert s.plain_steps > n // 2 and 1 <= s.rounds <= n // 8 and all(w >= 1 for w in s.verify_widths)
+    elif policy == "auto":  # a random drafter never pays on this machine: plain steps, shadow drafts now and then
+        assert s.plain_steps > n // 2 and s.rounds <= n // 8 and all(w >= 1 for w in s.verify_widths)
+        assert s.rounds < len(asked) <= s.rounds + 2 + n // 4  # the shadow drafts: every 4 plain steps at most
     else:
         assert len(set(s.verify_widths)) > 1  # the policy did choose
 
@@ -154,8 +163,9 @@ class SwitchingOracle(OracleDrafter):
 
 def test_auto_decodes_plainly_where_no_round_pays_and_drafts_again_when_it_does(case):
     """The floor under the speed: while the drafter is always wrong, a round cannot beat the
-    target alone, so auto stops asking the drafter (a probe now and then, no more); once the
-    drafts are right, a probe sees it and drafting resumes. Lossless throughout."""
+    target alone, so auto stops asking the drafter (a shadow draft now and then, no verified round); once the
+    drafts are right, a shadow draft (drafted, not verified) sees it and drafting resumes. Lossless
+    throughout."""
     target, n, ref = case
     costs = Costs(verify_ms=(2.0, 2.1, 2.2, 2.3, 2.4, 2.5, 2.6), draft_ms=1.0, step_ms=2.0)
     switch = len(PROMPT) + n // 4
@@ -165,25 +175,106 @@ def test_auto_decodes_plainly_where_no_round_pays_and_drafts_again_when_it_does(
     s = events[-1]
     assert_same_greedy(target, PROMPT, s.tokens, ref)
     early = [p for p in oracle.drafts_at if p < switch]
-    assert s.plain_steps > 0 and len(early) <= 2 + (switch - len(PROMPT)) // 8  # the first rounds, then probes
-    late = [e for e in events[:-1] if e.tokens_generated > n // 4 + 40]  # a probe's interval is at most 64
+    early_rounds = [e for e in events[:-1] if not e.plain_step and e.position < switch]
+    assert s.plain_steps > 0 and len(early_rounds) <= 3  # the optimistic prior's first rounds, then none verified
+    assert len(early) <= len(early_rounds) + (switch - len(PROMPT)) // 4  # shadow drafts, at most every 4 steps
+    late = [e for e in events[:-1] if e.tokens_generated > n // 4 + 40]  # shadow drafts are at most 32 steps apart
     assert late and sum(e.plain_step for e in late) <= len(late) // 4  # drafting again, and paying
     assert max(e.accepted for e in late) == 6
 
 
-def test_plain_steps_keep_the_drafters_context_in_step(case, monkeypatch):
-    """Tap rows of plain steps wait for the drafter's next round: its context stays exactly the
-    target's (the session checks the offset every round) and the output plain greedy's."""
+@pytest.mark.parametrize("shadow_every", [0, 1, 3])
+def test_plain_steps_keep_the_drafters_context_in_step(case, monkeypatch, shadow_every):
+    """Tap rows of plain steps wait for the drafter's next draft, a round's or a shadow draft's:
+    its context stays exactly the target's (the session checks the offset every draft) and the
+    output plain greedy's, whether the plain stretches draft in the shadow never, at every step or
+    now and then."""
     from dspark.policy import Scheduler
 
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
     monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: position % 5 < 2)
+    due = []
+
+    def shadow_due(self):
+        due.append(bool(shadow_every) and (len(due) + 1) % shadow_every == 0)
+        return due[-1]
+
+    monkeypatch.setattr(Scheduler, "shadow_due", shadow_due)
+    judged = []
+    monkeypatch.setattr(Scheduler, "observe_shadow", lambda self, position, width, matched: judged.append(width))
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
     s = run_to_summary(generate(target, drafter, PROMPT, cfg))
     assert_same_greedy(target, PROMPT, s.tokens, ref)
     assert s.plain_steps > n // 4 and s.rounds > n // 8
     assert len(s.accepted_lengths) == s.rounds and s.tau == (n - s.plain_steps) / s.rounds
+    assert len(judged) == sum(due) and (sum(due) > n // 8 if shadow_every else not judged)  # each judged once
+
+
+def test_a_shadow_draft_is_judged_by_the_tokens_committed_after_it():
+    """Greedy, a shadow draft's leading drafts that equal the tokens the target committed after
+    its anchor are what a round verifying them would have accepted: judged at its first draft that
+    differs, when all of its block is known, or, when the plain stretch ends, on what is known."""
+    from dspark.engine import judge_shadow
+    from dspark.policy import Policy, Scheduler
+
+    seen = []
+
+    class Spy(Scheduler):
+        def observe_shadow(self, position, width, matched):
+            seen.append((position, width, matched))
+
+    s = Spy(Policy("auto"), 4, STEEP)
+    shadow = (3, mx.array([[7, 8, 5, 9]]))  # drafts for positions 4..7 from the anchor at position 3
+    assert judge_shadow(s, shadow, [1, 2, 3, 4, 7, 8]) is shadow and not seen  # two of four known, both right
+    assert judge_shadow(s, shadow, [1, 2, 3, 4, 7, 8, 5, 9]) is None and seen[-1] == (3, 4, 4)
+    assert judge_shadow(s, shadow, [1, 2, 3, 4, 7, 6]) is None and seen[-1] == (3, 2, 1)  # the second differs
+    assert judge_shadow(s, shadow, [1, 2, 3, 4, 7, 8, 5], final=True) is None and seen[-1] == (3, 3, 3)
+
+
+def test_a_shadow_draft_that_would_have_paid_brings_drafting_back():
+    from dspark.policy import Policy, Scheduler
+
+    costs = Costs(verify_ms=(2.0, 2.1, 2.2, 2.3, 2.4), draft_ms=1.0, step_ms=2.0)
+    s = Scheduler(Policy("auto"), 4, costs)
+    for _ in range(6):
+        s.observe(4, 0)
+    assert not s.drafts(100, 50)
+    s.observe_shadow(100, 1, 0)  # wrong at once: still plain
+    assert not s.drafts(101, 50)
+    s.observe_shadow(101, 4, 4)  # all four right: a round would have paid
+    assert s.drafts(102, 50)
+
+
+def test_auto_starts_from_the_drafters_measured_acceptance():
+    """With a profile measured on this target, auto's running acceptance starts from it: a drafter
+    that accepted little there starts plain where an unprofiled one (optimistic) drafts, and
+    one that accepted much drafts; what the run observes then moves the estimate as before."""
+    from dspark.policy import Policy, Scheduler, conditional
+
+    costs = Costs(verify_ms=(2.0, 2.1, 2.2, 2.3), draft_ms=1.0, step_ms=2.0)
+    assert Scheduler(Policy("auto"), 3, costs).drafts(100, 50)
+    assert not Scheduler(Policy("auto"), 3, costs, prior=[0.2, 0.05, 0.01]).drafts(100, 50)
+    assert Scheduler(Policy("auto"), 3, costs, prior=[0.9, 0.8, 0.7]).drafts(100, 50)
+    assert conditional([0.5, 0.25, 0.0]) == pytest.approx([0.5, 0.5, 0.01])
+    s = Scheduler(Policy("auto"), 3, costs, prior=[0.2, 0.05, 0.01])
+    for _ in range(8):  # shadow drafts that were right in full
+        s.observe_shadow(100, 3, 3)
+    assert s.drafts(100, 50)
+
+
+def test_the_profile_prior_is_used_only_on_the_target_it_was_measured_on(tmp_path):
+    from types import SimpleNamespace
+
+    from dspark.engine import measured_acceptance
+
+    target = SimpleNamespace(weights_fingerprint="aaa", target_id="gemma4-x")
+    profile = lambda fp, tid: SimpleNamespace(target_fingerprint=fp, target_id=tid, per_position_acceptance=(0.5, 0.3))  # noqa: E731
+    assert measured_acceptance(SimpleNamespace(profile=profile("aaa", "other")), target) == [0.5, 0.3]
+    assert measured_acceptance(SimpleNamespace(profile=profile("bbb", "gemma4-x")), target) is None
+    assert measured_acceptance(SimpleNamespace(profile=profile(None, "gemma4-x")), target) == [0.5, 0.3]
+    assert measured_acceptance(SimpleNamespace(profile=profile(None, "gemma4-y")), target) is None
+    assert measured_acceptance(SimpleNamespace(), target) is None
 
 
 def test_auto_without_a_confidence_head_learns_widths_and_stays_exact(case):
@@ -192,7 +283,7 @@ def test_auto_without_a_confidence_head_learns_widths_and_stays_exact(case):
     target, n, ref = case
     oracle = OracleDrafter(PROMPT + ref, target.dims.vocab_size, block_size=6, corrupt=0.5, seed=3)
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, policy="auto")
-    s = run_to_summary(generate(target, oracle, PROMPT, cfg, costs=STEEP))
+    s = run_to_summary(generate(target, oracle, PROMPT, cfg, costs=GENTLE))
     assert_same_greedy(target, PROMPT, s.tokens, ref)
     late = s.verify_widths[len(s.verify_widths) // 2:]
     assert max(late) < 6 and len(set(s.verify_widths)) > 1
@@ -329,3 +420,26 @@ def test_block_size_0_decodes_by_the_pipelined_plain_steps(case, monkeypatch):
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, block_size=0)
     s = run_to_summary(generate(target, drafter, PROMPT, cfg))
     assert s.tokens == tuple(ref) and s.plain_steps == n and s.rounds == 0
+
+
+def test_load_drafter_reads_the_profile_and_a_damaged_one_only_warns(tmp_path, monkeypatch):
+    from dspark.cli import main
+    from dspark.loading import load_drafter, load_target
+    from tiny import write_tiny_target_dir
+
+    monkeypatch.setenv("DSPARK_PROFILES_DIR", str(tmp_path / "profiles"))  # never the person's records
+    target_dir = write_tiny_target_dir(tmp_path / "target")
+    assert main(["init", "--target", str(target_dir), "--out", str(tmp_path / "d"), "--block-size", "3",
+                 "--layers", "1"]) == 0
+    target = load_target(target_dir)
+    (tmp_path / "d" / "dspark-profile.json").write_text(json.dumps({
+        "version": 1, "per_position_acceptance": [0.6, 0.4, 0.2], "block_size": 3, "target_id": target.target_id,
+        "target_fingerprint": target.weights_fingerprint, "templated": None, "thinking": None,
+        "context_length": 256, "source": "calibrate", "prompts": 4, "rounds": 40}))
+    from dspark.engine import measured_acceptance
+
+    assert measured_acceptance(load_drafter(tmp_path / "d", target), target) == [0.6, 0.4, 0.2]
+    (tmp_path / "d" / "dspark-profile.json").write_text("{")
+    said = []
+    drafter = load_drafter(tmp_path / "d", target, say=said.append)
+    assert drafter.profile is None and len(said) == 1 and "auto policy starts without it" in said[0]

@@ -125,11 +125,15 @@ def test_the_bound_catches_a_sampler_that_skips_the_ratio_test(target, monkeypat
 
 def test_plain_stretches_sample_the_target_distribution(target, monkeypatch):
     """auto's plain steps run pipelined (``dspark.rounds.plain_steps``: each token's forward is
-    queued before the one before it is read): a run of them alone, three tokens a run, has the
-    target's distribution, top-p and top-k included."""
+    queued before the one before it is read), and the drafter drafts in their shadow (sampling
+    with keys of its own, never verified): a run of them alone, three tokens a run, a shadow
+    draft whenever none is waiting, has the target's distribution, top-p and top-k included."""
     from dspark.policy import Scheduler
 
     monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: False)
+    monkeypatch.setattr(Scheduler, "shadow_due", lambda self: True)
+    judged = []
+    monkeypatch.setattr(Scheduler, "observe_shadow", lambda self, position, width, matched: judged.append(width))
     cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, temperature=0.8, top_p=0.9, top_k=6)
     exact = exact_marginals(target, cfg.sampling)
     drafter = DflashDrafter.init(target, DflashConfig(block_size=3, num_layers=1, markov_rank=8), seed=1)
@@ -143,3 +147,4 @@ def test_plain_stretches_sample_the_target_distribution(target, monkeypatch):
     for i in range(3):
         tv = 0.5 * np.abs(counts[i] / N - exact[i]).sum()
         assert tv <= tv_bound(exact[i], N), f"token {i}: TV {tv:.4f} > bound {tv_bound(exact[i], N):.4f}"
+    assert len(judged) == N  # one shadow draft a run, judged when the run ended
