@@ -35,7 +35,8 @@ def _trial(run: Run, arm: str, policy: str | None) -> dict:
              "ttft_seconds": s.ttft_seconds, "peak_memory_bytes": s.peak_memory_bytes}
     if run.method == "speculative":
         trial.update(rounds=s.rounds, accepted=list(s.accepted_lengths), widths=list(s.verify_widths),
-                     draft_seconds=s.draft_seconds, verify_seconds=s.verify_seconds)
+                     draft_seconds=s.draft_seconds, verify_seconds=s.verify_seconds, plain_steps=s.plain_steps,
+                     plain_seconds=s.plain_seconds)
     return trial
 
 

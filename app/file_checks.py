@@ -181,7 +181,7 @@ SUMMARY = from_dataclass(Summary, {
     "tau": number(0.0, MAX_BLOCK), "acceptance_rate": number(0.0, 1.0),
     "per_position_acceptance": items(number(0.0, 1.0), MAX_BLOCK), "tokens_per_sec": number(0.0, MAX_RATE),
     "ttft_seconds": SECONDS, "prefill_seconds": SECONDS, "draft_seconds": SECONDS, "verify_seconds": SECONDS,
-    "total_seconds": SECONDS, "finish_reason": one_of("length", "stop", "cancelled"),
+    "plain_seconds": SECONDS, "total_seconds": SECONDS, "finish_reason": one_of("length", "stop", "cancelled"),
     "peak_memory_bytes": integer(0, 2**50), "accepted_histogram": items(COUNT, MAX_BLOCK + 1),
     "token_logprobs": items(number(-1e6, 0.0, nan=True), MAX_TOKENS), "extra": flat_object(100)}, "summary")
 DIFFERENCE = from_dataclass(Difference, {

@@ -264,7 +264,7 @@ class _Generation:
         mx.reset_peak_memory()
         self.start = self.decode_start = perf_counter()
         self.first_token: float | None = None
-        self.draft_seconds = self.verify_seconds = 0.0
+        self.draft_seconds = self.verify_seconds = self.plain_seconds = 0.0
 
     @property
     def remaining(self) -> int:
@@ -307,8 +307,11 @@ class _Generation:
                 break
         if self.first_token is None:
             self.first_token = perf_counter()
-        self.draft_seconds += v.draft_seconds
-        self.verify_seconds += v.verify_seconds
+        if v.plain_step:  # a plain step's time is no round's: kept apart, so per-round figures stay a round's
+            self.plain_seconds += v.verify_seconds
+        else:
+            self.draft_seconds += v.draft_seconds
+            self.verify_seconds += v.verify_seconds
         ev = RoundEvent(
             index=index, anchor=anchor, drafted=tuple(v.drafted), draft_probs=tuple(v.draft_probs),
             confidences=tuple(v.confidences) if v.confidences is not None else None,
@@ -347,6 +350,7 @@ class _Generation:
             prefill_seconds=self.decode_start - self.start,
             draft_seconds=self.draft_seconds,
             verify_seconds=self.verify_seconds,
+            plain_seconds=self.plain_seconds,
             total_seconds=end - self.start,
             finish_reason=self.finish,
             peak_memory_bytes=int(mx.get_peak_memory()),

@@ -87,6 +87,7 @@ class Summary:
     token_logprobs: tuple[float, ...] = ()  # the target's log-probability of each output token, as this run computed it
     extra: dict = field(default_factory=dict)
     plain_steps: int = 0  # tokens a speculative run decoded plainly, no draft verified (the auto policy)
+    plain_seconds: float = 0.0  # those plain steps' own time (draft_seconds and verify_seconds are the rounds')
 
     def to_dict(self) -> dict:
         return asdict(self)

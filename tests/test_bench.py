@@ -128,6 +128,14 @@ def test_figures_are_derived_as_documented():
     assert t["per_position_acceptance"] == [1.0, 1.0, 1.0, 0.0]
     s = report.summarize_arm([t, {**t, "speedup": 1.0}, {**t, "speedup": 3.0}])
     assert s["speedup"] == 2.0 and s["speedup_spread"]["min"] == 1.0 and s["rounds"] == 75
+    # auto with plain steps: a round's figures are the rounds' own, and the limit prices a plain
+    # step at plain decoding's step (rounds: 10 of tau 4, 60 plain steps taking 0.3 s)
+    auto = {"arm": "d auto", "tokens": 100, "decode_seconds": 0.6, "rounds": 10, "accepted": [3] * 10,
+            "widths": [4] * 10, "draft_seconds": 0.08, "verify_seconds": 0.1, "plain_steps": 60, "plain_seconds": 0.3}
+    a = report.derive(auto, plain, costs)
+    assert a["tau"] == 4.0 and (a["draft_ms"], a["verify_ms"]) == pytest.approx((8.0, 10.0))
+    assert a["overhead_ms"] == pytest.approx(12.0) and a["in_loop"] == pytest.approx(18 / 30)
+    assert a["limit"] == pytest.approx(100 * 10 / (10 * 15 + 60 * 10))
 
 
 def test_an_interrupted_bench_keeps_the_trials_that_finished(dirs, tmp_path, monkeypatch, capsys):

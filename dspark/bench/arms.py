@@ -105,7 +105,7 @@ class Speculative:
         return {"tokens": len(s.tokens), "token_ids": list(s.tokens), "decode_seconds": len(s.tokens) / s.tokens_per_sec,
                 "ttft_seconds": s.ttft_seconds, "peak_memory_bytes": s.peak_memory_bytes, "rounds": s.rounds,
                 "accepted": list(s.accepted_lengths), "widths": list(s.verify_widths), "plain_steps": s.plain_steps,
-                "draft_seconds": s.draft_seconds, "verify_seconds": s.verify_seconds,
+                "draft_seconds": s.draft_seconds, "verify_seconds": s.verify_seconds, "plain_seconds": s.plain_seconds,
                 "token_logprobs": list(s.token_logprobs), "prompt_tokens": list(s.prompt_tokens)}
 
 

@@ -13,11 +13,13 @@ does the same amount of work):
   (``blas_threads`` in the trial; ``environment.plain_blas_threads`` is the count that won
   most trials), so the baseline is the strongest mlx-lm here at that moment;
 - ``tau``: committed tokens per round, the target's own token included;
-- ``draft_ms`` / ``verify_ms`` / ``overhead_ms``: per round; overhead is everything else in
-  the decode time (events, text, the loop), ``decode / rounds - draft - verify``;
+- ``draft_ms`` / ``verify_ms`` / ``overhead_ms``: per round that drafted; overhead is everything
+  else in the rounds' share of the decode time (events, text, the loop),
+  ``(decode - plain steps) / rounds - draft - verify``;
 - ``step_ms``: plain decoding's milliseconds per token in the paired trial;
 - ``limit``: ``tau * step_ms / (t_draft + t_verify)``, the speedup this drafter and policy would
-  reach with nothing but the two forwards in a round, where ``t_draft`` and ``t_verify`` (the
+  reach with nothing but the two forwards in a round (with ``auto``'s plain steps, each at
+  ``step_ms``: ``tokens * step_ms / (rounds * (t_draft + t_verify) + plain_steps * step_ms)``), where ``t_draft`` and ``t_verify`` (the
   mean over the trial's rounds of the verify cost at each round's width) are this machine's
   isolated costs (:mod:`dspark.costs`), measured again at the start of every repeat so that
   they share the trials' load, on a cache as long as the trials' mean context (the prompt and
@@ -65,14 +67,16 @@ def derive(trial: dict, plain: dict | None, costs=None) -> dict:
     decode_ms = t["decode_seconds"] * 1000
     t["tokens_per_sec"] = t["tokens"] / t["decode_seconds"] if t["decode_seconds"] > 0 else 0.0
     if rounds:
-        f = metrics.figures(t["accepted"], t["widths"], committed_per_round(t["accepted"], t["tokens"]))
+        f = metrics.figures(t["accepted"], t["widths"],
+                            committed_per_round(t["accepted"], t["tokens"] - t.get("plain_steps", 0)))
         t.update(tau=f.tau, acceptance_rate=f.acceptance_rate, per_position_acceptance=list(f.per_position_acceptance),
                  accepted_histogram=list(f.accepted_histogram))
         if t.get("draft_seconds") or t.get("verify_seconds"):
+            rounds_ms = decode_ms - t.get("plain_seconds", 0.0) * 1000  # a trial before plain_seconds: all of it
             t["draft_ms"] = t["draft_seconds"] * 1000 / rounds
             t["verify_ms"] = t["verify_seconds"] * 1000 / rounds
-            t["overhead_ms"] = decode_ms / rounds - t["draft_ms"] - t["verify_ms"]
-            t["in_loop"] = (t["draft_ms"] + t["verify_ms"]) / (decode_ms / rounds)
+            t["overhead_ms"] = rounds_ms / rounds - t["draft_ms"] - t["verify_ms"]
+            t["in_loop"] = (t["draft_ms"] + t["verify_ms"]) / (rounds_ms / rounds)
     if plain is not None and plain["tokens"]:
         step = plain["decode_seconds"] * 1000 / plain["tokens"]
         t["step_ms"] = step
@@ -80,7 +84,8 @@ def derive(trial: dict, plain: dict | None, costs=None) -> dict:
         if rounds and t.get("tau") and costs is not None:
             v = costs.verify_ms
             ideal = costs.draft_ms + sum(v[min(w, len(v) - 1)] for w in t["widths"]) / rounds
-            t["limit"] = t["tau"] * step / ideal
+            plain = t.get("plain_steps", 0)
+            t["limit"] = (t["tokens"] * step / (rounds * ideal + plain * step) if plain else t["tau"] * step / ideal)
             t["efficiency"] = t["speedup"] / t["limit"]
     return t
 
