@@ -100,19 +100,18 @@ def load_drafter(path: str | Path, target: Target | None = None, say=None):
         if target is not None:
             drafter.check_target(target)
     finite.check_params(drafter.net, p)
-    drafter.profile = read_profile(p, drafter, say)
+    drafter.profile = read_profile(p, drafter)
     return drafter
 
 
-def read_profile(directory: Path, drafter, say=None):
+def read_profile(directory: Path, drafter):
     """The drafter's profile (``dspark.diagnose.profile.find``: the acceptance it reached on
-    held-out text), which the ``auto`` policy starts from; None when it has none. A damaged profile
-    file does not stop the drafter from loading: ``say`` names it, and ``auto`` starts without."""
+    held-out text), which the ``auto`` policy starts from; None when it has none. A damaged
+    profile file does not stop the drafter from loading (``auto`` starts without it): it is
+    ``dspark diagnose``'s to name, in its one line."""
     try:
         return profiles.find(directory, drafter)
-    except DsparkError as e:
-        if say is not None:
-            say(f"{e}; the auto policy starts without it")
+    except DsparkError:
         return None
 
 

@@ -49,7 +49,7 @@ def test_an_auto_comparison_draws_its_costs_saves_as_a_benchmark_and_opens_again
     for arm in doc["arms"][:2]:
         row = live[arm["drafter"]]
         assert arm["speedup"] == pytest.approx(row["speedup"])  # one prompt: the app's figure, unchanged
-        assert arm["tau"] == pytest.approx(row["tau"])
+        assert arm.get("tau", 0.0) == pytest.approx(row["tau"])  # auto may decode these tiny drafters' all plainly
         assert arm["identical"] == arm["compared"] == 1
         assert arm["limit"] > 0 and arm["efficiency"] == pytest.approx(arm["speedup"] / arm["limit"])
     assert set(doc["costs"]) == {"drafter", "drafter2"} and doc["environment"]["mlx"]
@@ -63,7 +63,7 @@ def test_an_auto_comparison_draws_its_costs_saves_as_a_benchmark_and_opens_again
     assert w.session.tab == COMPARE_TAB and w.session.bench is not None
     rows = _table(w)
     assert [r[0] for r in rows] == ["drafter auto", "drafter2 auto", BASELINE]
-    assert rows[0][2] == f"{doc['arms'][0]['tau']:.2f}" and rows[0][1] == "1×1"
+    assert rows[0][2] == f"{doc['arms'][0].get('tau', 0.0):.2f}" and rows[0][1] == "1×1"
     assert rows[0][5] == f"{doc['arms'][0]['speedup']:.2f}×" and rows[0][7] == "✓"
     assert "dspark bench" in w.results.header.headline.text() and "BENCHMARK" in w.results.header.mode.text()
     assert w.results.compare.boxes[1].isHidden()  # a benchmark keeps no tokens/sec curves

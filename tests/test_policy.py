@@ -426,7 +426,7 @@ def test_block_size_0_decodes_by_the_pipelined_plain_steps(case, monkeypatch):
     assert s.tokens == tuple(ref) and s.plain_steps == n and s.rounds == 0
 
 
-def test_load_drafter_reads_the_profile_and_a_damaged_one_only_warns(tmp_path, monkeypatch):
+def test_load_drafter_reads_the_profile_and_a_damaged_one_does_not_stop_it(tmp_path, monkeypatch):
     from dspark.cli import main
     from dspark.loading import load_drafter, load_target
     from tiny import write_tiny_target_dir
@@ -446,4 +446,4 @@ def test_load_drafter_reads_the_profile_and_a_damaged_one_only_warns(tmp_path, m
     (tmp_path / "d" / "dspark-profile.json").write_text("{")
     said = []
     drafter = load_drafter(tmp_path / "d", target, say=said.append)
-    assert drafter.profile is None and len(said) == 1 and "auto policy starts without it" in said[0]
+    assert drafter.profile is None and not said  # dspark diagnose names it; loading goes on

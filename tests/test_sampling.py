@@ -147,4 +147,4 @@ def test_plain_stretches_sample_the_target_distribution(target, monkeypatch):
     for i in range(3):
         tv = 0.5 * np.abs(counts[i] / N - exact[i]).sum()
         assert tv <= tv_bound(exact[i], N), f"token {i}: TV {tv:.4f} > bound {tv_bound(exact[i], N):.4f}"
-    assert len(judged) == N  # one shadow draft a run, judged when the run ended
+    assert len(judged) >= N  # a shadow draft at least once a run, each judged

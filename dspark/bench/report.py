@@ -81,11 +81,12 @@ def derive(trial: dict, plain: dict | None, costs=None) -> dict:
         step = plain["decode_seconds"] * 1000 / plain["tokens"]
         t["step_ms"] = step
         t["speedup"] = metrics.speedup(t["tokens_per_sec"], plain["tokens"] / plain["decode_seconds"])
-        if rounds and t.get("tau") and costs is not None:
+        plain_steps = t.get("plain_steps", 0)
+        if costs is not None and ((rounds and t.get("tau")) or plain_steps):  # auto may draft no round at all
             v = costs.verify_ms
-            ideal = costs.draft_ms + sum(v[min(w, len(v) - 1)] for w in t["widths"]) / rounds
-            plain = t.get("plain_steps", 0)
-            t["limit"] = (t["tokens"] * step / (rounds * ideal + plain * step) if plain else t["tau"] * step / ideal)
+            ideal = costs.draft_ms + sum(v[min(w, len(v) - 1)] for w in t["widths"]) / rounds if rounds else 0.0
+            t["limit"] = (t["tokens"] * step / (rounds * ideal + plain_steps * step) if plain_steps
+                          else t["tau"] * step / ideal)
             t["efficiency"] = t["speedup"] / t["limit"]
     return t
 
