@@ -1,8 +1,9 @@
 """The speculative generation loop, and plain mlx-lm decoding in the same event schema: a run
 prefills the prompt, then runs rounds (:mod:`dspark.rounds`: draft, verify, accept, roll back)
 until its stop rules say so; where the ``auto`` policy says no round pays, plain steps, in whose
-shadow the drafter drafts now and then unverified (judged by the tokens committed after). Everything else about a run (clock, text, stop rules, events,
-summary) is :class:`_Generation`'s, shared with :func:`generate_baseline`.
+shadow the drafter drafts now and then unverified (judged by the tokens committed after).
+Everything else about a run (clock, text, stop rules, events, summary) is :class:`_Generation`'s,
+shared with :func:`generate_baseline`.
 """
 
 from __future__ import annotations
@@ -162,8 +163,6 @@ def judge_shadow(sched: Scheduler, shadow, sequence: list[int], final: bool = Fa
     (``sequence``: prompt and output): at its first draft that differs from them, once all B are
     known, or with what is known when the plain stretch ends (``final``). Returns the draft still
     waiting, or None. Its tokens are read a step after it was queued: computed by then."""
-    if shadow is None:
-        return None
     position, tokens = shadow
     known = len(sequence) - 1 - position
     drafted = tokens[0].tolist()[:known]

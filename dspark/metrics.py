@@ -3,9 +3,10 @@
 Inputs are per round: ``accepted[i]`` drafted tokens the target accepted, ``widths[i]`` drafted
 tokens it verified, ``committed[i]`` tokens the round added to the output. A round in which no
 draft was verified (``drafted[i]`` False: the ``auto`` policy decoded plainly because a round
-could not pay at that context; a shadow draft it made there is not verified) is a *plain step*: it is counted as one, and left out of tau,
-the acceptance figures and the histogram, which describe the drafter. (Plain decoding's own
-rounds are no plain steps: each is a round of one token, tau 1.) :func:`summarize`
+could not pay at that context; a shadow draft it made there is not verified) is a *plain step*:
+it is counted as one, and left out of tau, the acceptance figures and the histogram, which
+describe the drafter. (Plain decoding's own rounds are no plain steps: each is a round of one
+token, tau 1.) :func:`summarize`
 computes every figure at once from a run's rounds; the engine, the CLI, the app, calibration,
 the demo and the benchmark all report through it.
 """

@@ -140,10 +140,16 @@ class RunningAcceptance:
             self.hits[k] = DECAY * self.hits[k] + (1.0 if k < accepted else 0.0)
             self.tries[k] = DECAY * self.tries[k] + 1.0
 
-
-
     def reset(self) -> None:
         self.hits, self.tries = [0.0] * len(self.hits), [0.0] * len(self.tries)
+
+
+def beats_plain(costs, tokens: float, width: int) -> bool:
+    """Whether a round verifying ``width`` drafts and committing ``tokens`` (expected or seen)
+    commits them at least as fast as plain steps, on ``costs`` (a :class:`dspark.costs.Costs` at
+    the round's context)."""
+    verify = costs.verify_ms[min(width, len(costs.verify_ms) - 1)]
+    return tokens / (costs.draft_ms + verify) >= 1.0 / costs.step_ms
 
 
 def conditional(survivals: list[float]) -> list[float]:
@@ -168,7 +174,7 @@ class Scheduler:
         self.policy, self.costs = policy, costs
         self.running = RunningAcceptance(block_size, conditional(prior) if prior else None)
         self.plain_run = 0  # plain steps since the last shadow draft (or since drafting stopped)
-        self.probe_every = PROBE_FIRST
+        self.shadow_every = SHADOW_FIRST
 
     @property
     def reads_confidences(self) -> bool:
@@ -189,7 +195,7 @@ class Scheduler:
         if budget < 1:  # only the target's own token is left: a draft could not be verified
             return False
         if self.pays(position, self.running.survival()):
-            self.plain_run, self.probe_every = 0, PROBE_FIRST
+            self.plain_run, self.shadow_every = 0, SHADOW_FIRST
             return True
         return False
 
@@ -198,23 +204,23 @@ class Scheduler:
         plain steps, on this machine's costs there."""
         c = self.costs.at(position)
         k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a))
-        return (1 + sum(a[:k])) / (c.draft_ms + c.verify_ms[k]) >= 1.0 / c.step_ms
+        return beats_plain(c, 1 + sum(a[:k]), k)
 
     def shadow_due(self) -> bool:
-        """Asked once per plain step of ``auto`` while no shadow draft waits to be judged: whether the drafter drafts a block here without
-        a verify (a shadow draft), to be judged by :meth:`observe_shadow` against the tokens the
-        target commits after it. A plain stretch never verifies a draft, so without this it could
-        not see the drafter become right again. Every ``probe_every`` plain steps, the interval
-        doubling (up to ``PROBE_MAX``) while the shadow drafts would not have paid: a shadow draft
-        costs a draft, where a verified probe cost a draft and a verify (about two plain steps
-        on a 2-core CPU at long context)."""
+        """Asked once per plain step of ``auto`` while no shadow draft waits to be judged: whether
+        the drafter drafts a block here without a verify (a shadow draft), to be judged by
+        :meth:`observe_shadow` against the tokens the target commits after it. A plain stretch
+        never verifies a draft, so without this it could not see the drafter become right again.
+        Every ``shadow_every`` plain steps, the interval doubling (up to ``SHADOW_MAX``) while the
+        shadow drafts would not have paid: a shadow draft costs a draft, where a verified probe
+        cost a draft and a verify (about two plain steps on a 2-core CPU at long context)."""
         if self.policy.kind != "auto":
             return False
         self.plain_run += 1
-        if self.plain_run < self.probe_every:
+        if self.plain_run < self.shadow_every:
             return False
         self.plain_run = 0
-        self.probe_every = min(2 * self.probe_every, PROBE_MAX)
+        self.shadow_every = min(2 * self.shadow_every, SHADOW_MAX)
         return True
 
     def observe_shadow(self, position: int, width: int, matched: int) -> None:
@@ -229,10 +235,9 @@ class Scheduler:
         paid is one more round of evidence."""
         if width < 1:
             return
-        c = self.costs.at(position)
-        if (1 + matched) / (c.draft_ms + c.verify_ms[min(matched + 1, width, len(c.verify_ms) - 1)]) >= 1.0 / c.step_ms:
+        if beats_plain(self.costs.at(position), 1 + matched, min(matched + 1, width)):  # the round verifying them
             self.running.reset()
-            self.plain_run, self.probe_every = 0, PROBE_FIRST
+            self.plain_run, self.shadow_every = 0, SHADOW_FIRST
         self.running.observe(width, matched)
 
     def width(self, drafted: int, budget: int, confidences: list[float] | None, position: int = 0) -> int:
@@ -254,8 +259,8 @@ class Scheduler:
 
 
 #: Plain steps before the first shadow draft of a plain stretch, and the most between two.
-PROBE_FIRST, PROBE_MAX = 4, 32
+SHADOW_FIRST, SHADOW_MAX = 4, 32
 
 
-__all__ = ["KINDS", "Policy", "RunningAcceptance", "Scheduler", "auto_width", "conditional", "parse", "survival",
-           "threshold_width"]
+__all__ = ["KINDS", "Policy", "RunningAcceptance", "Scheduler", "auto_width", "beats_plain", "conditional", "parse",
+           "survival", "threshold_width"]

@@ -273,7 +273,10 @@ def test_the_profile_prior_is_used_only_on_the_target_it_was_measured_on(tmp_pat
     from dspark.engine import measured_acceptance
 
     target = SimpleNamespace(weights_fingerprint="aaa", target_id="gemma4-x")
-    profile = lambda fp, tid: SimpleNamespace(target_fingerprint=fp, target_id=tid, per_position_acceptance=(0.5, 0.3))  # noqa: E731
+
+    def profile(fp, tid):
+        return SimpleNamespace(target_fingerprint=fp, target_id=tid, per_position_acceptance=(0.5, 0.3))
+
     assert measured_acceptance(SimpleNamespace(profile=profile("aaa", "other")), target) == [0.5, 0.3]
     assert measured_acceptance(SimpleNamespace(profile=profile("bbb", "gemma4-x")), target) is None
     assert measured_acceptance(SimpleNamespace(profile=profile(None, "gemma4-x")), target) == [0.5, 0.3]

@@ -19,12 +19,12 @@ does the same amount of work):
 - ``step_ms``: plain decoding's milliseconds per token in the paired trial;
 - ``limit``: ``tau * step_ms / (t_draft + t_verify)``, the speedup this drafter and policy would
   reach with nothing but the two forwards in a round (with ``auto``'s plain steps, each at
-  ``step_ms``: ``tokens * step_ms / (rounds * (t_draft + t_verify) + plain_steps * step_ms)``), where ``t_draft`` and ``t_verify`` (the
-  mean over the trial's rounds of the verify cost at each round's width) are this machine's
-  isolated costs (:mod:`dspark.costs`), measured again at the start of every repeat so that
-  they share the trials' load, on a cache as long as the trials' mean context (the prompt and
-  half the output: ``costs_context``); a model of the round, so a trial can beat it a little;
-  ``efficiency`` = speedup / limit: how much of that the loop delivers;
+  ``step_ms``: ``tokens * step_ms / (rounds * (t_draft + t_verify) + plain_steps * step_ms)``),
+  where ``t_draft`` and ``t_verify`` (the mean over the trial's rounds of the verify cost at each
+  round's width) are this machine's isolated costs (:mod:`dspark.costs`), measured again at the
+  start of every repeat so that they share the trials' load, on a cache as long as the trials' mean
+  context (the prompt and half the output: ``costs_context``); a model of the round, so a trial can
+  beat it a little; ``efficiency`` = speedup / limit: how much of that the loop delivers;
 - ``in_loop``: (draft_ms + verify_ms) / round time, the share of a round spent in the phases.
 """
 
