@@ -24,7 +24,7 @@ from dspark.diagnose import diagnose
 from dspark.diagnose import checks as C
 from dspark.diagnose.findings import Finding, ordered
 from dspark.diagnose.measure import Measurement, Stopped, conditional, pooled_conditional
-from dspark.diagnose.profile import PROFILE_FILE, find, read_file
+from dspark.diagnose.profile import PROFILE_FILE, Profile, find, read_file
 from dspark.resources import demo_model
 from dspark.training.train import train_drafter
 from dspark.training.trainer import TrainSettings
@@ -176,6 +176,27 @@ def test_convention_names_the_flag_and_the_flag_restores_acceptance(world, tmp_p
     (planted / "config.json").write_text(json.dumps(config))
     fixed = run(world, planted)
     assert "convention" not in codes(fixed) and fixed.tau > d.tau + 0.5
+
+
+def test_a_drafter_weak_as_its_training_measured_is_not_read_again_under_other_conventions(world):
+    """Low position-1 acceptance makes diagnose try a published checkpoint's other readings,
+    unless the drafter's own training measured it that low on these weights (then only far below
+    the profile is low): the demo's DFlash-style drafter was otherwise measured four times."""
+    from dspark.diagnose.run import LOW_FIRST, _looks_low
+
+    _, target = world
+    weak = Measurement(rounds=100, tau=1.9, per_position=(0.45, 0.3), by_context=(), max_position=200)
+    far = dataclasses.replace(weak, per_position=(0.2, 0.1))
+    assert weak.first < LOW_FIRST
+
+    def profile(source, fingerprint=target.weights_fingerprint):
+        return Profile((0.49, 0.33), 4, target.target_id, fingerprint, None, None, 64, source)
+
+    assert not _looks_low(weak, profile("training"), target)
+    assert _looks_low(far, profile("training"), target)  # far below what training measured
+    assert _looks_low(weak, None, target)
+    assert _looks_low(weak, profile("recorded"), target)  # recorded under whatever reading was in use
+    assert _looks_low(weak, profile("training", fingerprint="other weights"), target)
 
 
 # ----------------------------------------------------------------------------- profiles
