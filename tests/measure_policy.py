@@ -22,11 +22,18 @@ figures rank policies; ``dspark bench --context`` measures them. Not a test (pyt
 collect it).
 
     python tests/measure_policy.py [--drafter DIR] [--context 64,1024,3000] [--prompts N] [--bias B]
+                                   [--save FILE | --load FILE]
+
+Recording is the slow part (a draft at every position: ~15 minutes for both demo drafters at
+three lengths on 2 CPU cores); ``--save`` keeps the recordings, the costs and the priors in a
+JSON file and ``--load`` replays them in seconds, so a change to :mod:`dspark.policy` can be
+compared with the rule before it on the very same acceptance and costs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -113,8 +120,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts", type=int, default=8, help="prompts of the demo set (default 8)")
     p.add_argument("--max-tokens", type=int, default=128, help="greedy tokens per prompt (default 128)")
     p.add_argument("--bias", type=float, default=1.12, help="a round in the engine / its phases alone (default 1.12)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--save", help="also write the recordings, costs and priors to this JSON file")
+    g.add_argument("--load", help="replay the recordings of a --save file instead of recording")
     a = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    recorded = _load(a.load) if a.load else _record(a)
+    if a.save:
+        Path(a.save).write_text(json.dumps([{**r, "costs": r["costs"].to_dict()} for r in recorded]))
+    geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
+    for r in recorded:
+        costs, prior, b, traces = r["costs"], r["prior"], r["block"], r["traces"]
+        print(f"{r['drafter']:10s} {r['length']:6d} tokens: fixed {geo([fixed(t, costs, b, a.bias) for t in traces]):.3f}x"
+              f"  auto {geo([replay(t, costs, b, prior, a.bias) for t in traces]):.3f}x"
+              f"  hindsight {geo([fixed(t, costs, b, a.bias, hindsight=True) for t in traces]):.3f}x", flush=True)
+    return 0
+
+
+def _record(a) -> list[dict]:
+    """One entry per drafter and length: its traces, costs (:class:`dspark.costs.Costs`), prior
+    and block size."""
     from dspark.blas import use_fast_blas
 
     use_fast_blas()  # as the dspark command does, before MLX
@@ -128,18 +153,28 @@ def main(argv: list[str] | None = None) -> int:
     target = load_target(a.target)
     texts = list(prompts.get("demo").prompts[: a.prompts])
     base = [prompt_ids(target, t, GenerationConfig()) for t in texts]
-    geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
+    out = []
     for path in a.drafter or [str(ROOT / "resources" / "demo" / n) for n in ("dspark", "dflash")]:
         drafter = load_drafter(path, target)
         costs = costs_mod.load_or_measure(target, drafter, drafter.block_size)
         prior = measured_acceptance(drafter, target)
         for length in contexts.parse(a.context):
             traces = [record(target, drafter, ids, a.max_tokens) for ids in contexts.padded(target, base, length)]
-            b = drafter.block_size
-            print(f"{Path(path).name:10s} {length:6d} tokens: fixed {geo([fixed(t, costs, b, a.bias) for t in traces]):.3f}x"
-                  f"  auto {geo([replay(t, costs, b, prior, a.bias) for t in traces]):.3f}x"
-                  f"  hindsight {geo([fixed(t, costs, b, a.bias, hindsight=True) for t in traces]):.3f}x", flush=True)
-    return 0
+            out.append({"drafter": Path(path).name, "length": length, "costs": costs, "prior": prior,
+                        "block": drafter.block_size, "traces": traces})
+    return out
+
+
+def _load(path: str) -> list[dict]:
+    """``_record``'s entries from a ``--save`` file (JSON turns the traces' position keys into text)."""
+    from dspark.costs import Costs
+
+    out = []
+    for r in json.loads(Path(path).read_text()):
+        traces = [(start, {int(p): a for p, a in acc.items()}, {int(p): c for p, c in conf.items()})
+                  for start, acc, conf in r["traces"]]
+        out.append({**r, "costs": Costs.from_dict(r["costs"]), "traces": traces})
+    return out
 
 
 if __name__ == "__main__":
