@@ -25,10 +25,11 @@ from dspark.device import use_env_device  # noqa: E402
 
 use_env_device()
 
-#: Modules that run longest (test_sampling: seven checks of 1,500 generations each, a fifth of
-#: the suite's time), started first: make test's workers take a module at a time in collection
-#: order, and the longest one started last would run alone at the end.
-LONGEST_FIRST = ("test_sampling",)
+#: Modules that run longest (test_real_layouts: eleven checkpoint layouts, ~250 s of test time;
+#: test_sampling: eight checks of 1,500 generations each, ~210 s), started first: make test's
+#: workers take a module at a time in collection order, and the longest one started last would
+#: run alone at the end.
+LONGEST_FIRST = ("test_real_layouts", "test_sampling")
 
 
 def pytest_collection_modifyitems(items):
