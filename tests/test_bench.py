@@ -62,7 +62,9 @@ def bench(dirs, out, *extra):
 def test_bench_writes_every_trial_and_the_figures_of_every_arm(dirs, tmp_path, capsys, monkeypatch):
     from dspark import blas
 
-    monkeypatch.setattr(blas, "default_threads", lambda: 2)  # OpenBLAS on two cores, whatever runs the tests
+    openblas = blas.loaded_path() is not None  # Linux; a Mac has no BLAS thread count to choose
+    if openblas:  # two cores, however many run the tests (one thread set, or one core)
+        monkeypatch.setattr(blas, "default_threads", lambda: 2)
     out = tmp_path / "out"
     assert bench(dirs, out, "--policy", "fixed:2", "--policy", "auto", "--mlx-lm-draft", str(dirs["target"])) == 0
     table = capsys.readouterr().out
@@ -84,11 +86,14 @@ def test_bench_writes_every_trial_and_the_figures_of_every_arm(dirs, tmp_path, c
     peer = doc["arms"][5]
     assert peer["identical"] == 4 and peer["acceptance_rate"] == 1.0
     # with OpenBLAS on several cores, plain decoding ran at one BLAS thread and at all of them in
-    # every trial, and kept the faster
+    # every trial, and kept the faster; without OpenBLAS (a Mac) it ran once, as it is
     plain = [t for t in trials if t["arm"] == "plain"]
-    assert all(set(t["tokens_per_sec_by_threads"]) == {"1", "2"} for t in plain)
-    assert all(t["tokens_per_sec"] == pytest.approx(max(t["tokens_per_sec_by_threads"].values())) for t in plain)
-    assert doc["environment"]["plain_blas_threads"] in (1, 2)
+    if openblas:
+        assert all(set(t["tokens_per_sec_by_threads"]) == {"1", "2"} for t in plain)
+        assert all(t["tokens_per_sec"] == pytest.approx(max(t["tokens_per_sec_by_threads"].values())) for t in plain)
+        assert doc["environment"]["plain_blas_threads"] in (1, 2)
+    else:
+        assert not [t for t in plain if "tokens_per_sec_by_threads" in t]
 
 
 def test_plain_decoding_keeps_the_faster_thread_count_of_each_trial(monkeypatch):
