@@ -4,7 +4,10 @@ shape and MLX version and kept in the user cache folder (``dspark costs --remeas
 again). The ``auto`` verify policy reads it; ``dspark bench`` records it.
 
 The phases are the engine's own (:mod:`dspark.rounds`), run as a round runs them without a screen.
-The plain step is mlx-lm's own decoding timed per token. On Linux with OpenBLAS the BLAS thread
+The plain step is mlx-lm's own decoding timed per token, in turns taken with the draft and the
+verify (so a change of the machine's load touches all three alike: what ``auto`` compares is
+their ratio, and a step timed in a busier moment than the verify once priced plain decoding at a
+full round, so that ``auto`` drafted at a loss). On Linux with OpenBLAS the BLAS thread
 count is chosen by measurement too: for the plain step the faster of one thread and all of them;
 for the speculative loop the count whole rounds run faster at, timed as rounds. Phases timed
 alone mislead there: on a 2-core x86 CPU the verify forward timed alone was faster at one
@@ -38,7 +41,7 @@ from .policy import Scheduler
 from .policy import parse as parse_policy
 
 #: Bumped whenever what is measured changes, so costs cached by an older version are measured again.
-VERSION = 7
+VERSION = 8
 #: Cache lengths the costs are measured at (those a target holds); between them costs are interpolated.
 CONTEXTS = (256, 1024, 3072)
 PHASES = ("draft", "verify", "step")
@@ -243,22 +246,32 @@ def _at_context(target, drafter, block_size: int, context: int, repeats: int, th
         return run
 
     timed = widths or list(range(block_size + 1))
-    phases = {"draft": [draft], "verify": [verify(w) for w in timed]}
     prompt = ids[:context].tolist()
-    if threads is not None:
-        timings, best = _interleaved_ms(phases, repeats, threads), dict(threads)
-        n = threads.get("step", 0)
-        timings["step"] = [_plain_step_ms(target, prompt + [anchor], {n: []}, repeats, cache=cache)[n]]
-    else:
-        choices = _thread_choices()
-        by_threads = {n: _interleaved_ms(phases, repeats, {p: n for p in phases}) for n in choices}
-        step_by = _plain_step_ms(target, prompt + [anchor], {n: [] for n in choices}, repeats, cache=cache)
-        step_n = min(choices, key=step_by.get)
-        loop_n = _fastest_loop_threads(target, drafter, prompt, block_size, choices)
-        timings = {**by_threads[loop_n], "step": [step_by[step_n]]}
-        best = {p: n for p, n in (("draft", loop_n), ("verify", loop_n), ("step", step_n)) if n}
-    verify = [_between(timed, timings["verify"], w) for w in range(block_size + 1)]
-    return (tuple(monotone(verify)), timings["draft"][0], timings["step"][0]), best
+    choices = [threads.get("step", 0)] if threads is not None else _thread_choices()
+    step, steps = _step_turn(target, prompt + [anchor], len(choices) * (repeats + 1))
+    phases = {"draft": [draft], "verify": [verify(w) for w in timed], "step": [step]}
+    try:
+        if threads is not None:
+            timings, best = _interleaved_ms(phases, repeats, threads), dict(threads)
+        else:
+            by_threads = {n: _interleaved_ms(phases, repeats, {p: n for p in phases}) for n in choices}
+            step_n = min(choices, key=lambda n: by_threads[n]["step"][0])
+            loop_n = _fastest_loop_threads(target, drafter, prompt, block_size, choices)
+            timings = {**by_threads[loop_n], "step": by_threads[step_n]["step"]}
+            best = {p: n for p, n in (("draft", loop_n), ("verify", loop_n), ("step", step_n)) if n}
+    finally:
+        steps.close()
+    verify = monotone([_between(timed, timings["verify"], w) for w in range(block_size + 1)])
+    return (tuple(verify), timings["draft"][0], one_row_bound(timings["step"][0] / STEP_TOKENS, verify[0])), best
+
+
+def one_row_bound(step_ms: float, verify_one_ms: float) -> float:
+    """A plain step, at most what a verify of the anchor alone costs: both are the target's
+    forward over one row, the step pipelined as mlx-lm runs it (the next forward queued before the
+    last token is read) and without the taps and the acceptance check, so it never costs more. A
+    measurement that says it does was timed in a busier moment, and believed it would price plain
+    decoding above drafting (so ``auto`` would draft at a loss)."""
+    return min(step_ms, verify_one_ms)
 
 
 def _between(xs: list[int], ys: list[float], x: int) -> float:
@@ -277,33 +290,33 @@ def _thread_choices() -> list[int]:
     return [1, n]
 
 
-def _plain_step_ms(target, prompt: list[int], ms: dict[int, list[float]], repeats: int, tokens: int = 24,
-                   cache: list | None = None) -> dict:
-    """Milliseconds per token of plain decoding as mlx-lm runs it (``generate_step``, each step
-    queued while the last one computes) after ``prompt``, at each BLAS thread count in ``ms``
-    (0: as it is), taking turns of ``tokens`` steps in one generation; medians after a warm-up
-    turn. One generation, so the prompt is prefilled once: at 3,000 tokens a prefill per turn was
-    most of the measuring time. A step timed alone, with the cache rolled back after it, cost
-    about twice as much on the demo target. ``cache``, when given, already holds all of
-    ``prompt`` but its last token (it is used up): no prefill at all."""
+#: Plain steps in one timed turn of :func:`_step_turn`.
+STEP_TOKENS = 16
+
+
+def _step_turn(target, prompt: list[int], turns: int):
+    """(a turn, the generation it continues): each call of the turn decodes ``STEP_TOKENS``
+    tokens of plain decoding as mlx-lm runs it (``generate_step``: each step queued while the
+    last one computes) after ``prompt``, then waits for the step it queued, so a turn's time holds
+    exactly ``STEP_TOKENS`` forwards, all at the turn's BLAS thread count, and none runs into the
+    next phase's time. One generation (prefilled here, once, in chunks of 512 as a round's prefill)
+    for ``turns`` turns: at 3,000 tokens a prefill per turn was most of the measuring time. A step
+    timed alone, with the cache rolled back after it, cost about twice as much on the demo target:
+    the pipelining is part of what a plain step costs."""
     import itertools
 
     from mlx_lm.generate import generate_step
 
-    turns = [n for _ in range(min(repeats, 3) + 1) for n in ms]
-    n = tokens * len(turns) + 1
-    steps = (generate_step(mx.array(prompt[-1:]), target.model, max_tokens=n, prompt_cache=cache) if cache is not None
-             else generate_step(mx.array(prompt), target.model, max_tokens=n))
+    steps = generate_step(mx.array(prompt), target.model, max_tokens=STEP_TOKENS * turns + 2, prefill_step_size=512)
     next(steps)  # the prefill and the first token
-    for i, n in enumerate(turns):
-        if n:
-            blas.set_threads(n)
-        # the first step of a turn was queued at the last turn's count: timed from the second
-        times = [time.perf_counter() for _ in itertools.islice(steps, tokens)][1:]
-        if i >= len(ms):
-            ms[n].append((times[-1] - times[0]) / (len(times) - 1) * 1000)
-    steps.close()
-    return {n: median(v) for n, v in ms.items()}
+    mx.synchronize()
+
+    def turn():
+        for _ in itertools.islice(steps, STEP_TOKENS):
+            pass
+        mx.synchronize()
+
+    return turn, steps
 
 
 def _fastest_loop_threads(target, drafter, prompt: list[int], block_size: int, choices: list[int],

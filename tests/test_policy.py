@@ -110,6 +110,55 @@ def test_the_loop_runs_at_the_thread_count_whole_rounds_are_faster_at(slow, tmp_
     assert c.threads["draft"] == c.threads["verify"] == fast and c.threads["step"] in (1, 2)
 
 
+def _recording_generate_step(monkeypatch, log: list, sleep_s: float = 0.0):
+    """mlx-lm's generate_step, each token it yields logged as "step" (after ``sleep_s``)."""
+    import importlib
+    import time
+
+    module = importlib.import_module("mlx_lm.generate")  # the attribute mlx_lm.generate is the function
+    real = module.generate_step
+
+    def steps(*a, **k):
+        for out in real(*a, **k):
+            time.sleep(sleep_s)
+            log.append("step")
+            yield out
+
+    monkeypatch.setattr(module, "generate_step", steps)
+
+
+def test_the_plain_step_is_timed_in_turns_with_the_draft_and_the_verify(monkeypatch):
+    """What auto compares is a round's cost against a plain step's: timed in turns within each
+    repeat, as the draft and the verify are, a change of the machine's load touches both (timed
+    one after the other, a step measured in a busier moment once priced plain decoding at a
+    full round at 3,000 tokens, and auto drafted at 0.7x of plain)."""
+    from dspark import rounds
+
+    log: list[str] = []
+    _recording_generate_step(monkeypatch, log)
+    real_verify = rounds.verify_forward
+    monkeypatch.setattr(rounds, "verify_forward", lambda *a, **k: log.append("verify") or real_verify(*a, **k))
+    target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=1)
+    costs_mod.measure(target, drafter, 4, contexts=(32,), repeats=3, threads={})
+    turns = [kind for i, kind in enumerate(log) if i == 0 or log[i - 1] != kind]
+    assert turns.count("step") >= 4 and turns.count("verify") >= 4  # a warm-up turn and 3 repeats, taking turns
+
+
+def test_a_plain_step_never_costs_more_than_a_verify_of_the_anchor_alone(monkeypatch):
+    """Both are one row through the target; the step is pipelined and reads no taps. A step
+    timed slower (here 30 ms a token slower: a busy moment) is read as the one-row verify's cost,
+    at every context, so a noisy measurement cannot make plain decoding look dearer than it is."""
+    _recording_generate_step(monkeypatch, [], sleep_s=0.03)
+    target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=1)
+    c = costs_mod.measure(target, drafter, 4, contexts=(32, 64), repeats=2, threads={})
+    assert c.verify_ms[0] < 30 and c.step_ms == c.verify_ms[0]
+    (_, verify, _, step), = c.longer
+    assert step == verify[0]
+    assert costs_mod.one_row_bound(5.0, 7.0) == 5.0 and costs_mod.one_row_bound(9.0, 7.0) == 7.0
+
+
 TARGETS = {"sliding16": dict(window=16), "sliding24-kvshared-perlayer": dict(window=24, shared=2, per_layer=8)}
 
 
