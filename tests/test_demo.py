@@ -52,9 +52,8 @@ def plain_600(target):
 def test_demo_pair_is_lossless_for_600_tokens(target, plain_600, kind):
     drafter = load_drafter(DEMO / kind, target)
     spec = run_to_summary(generate(target, drafter, heldout_prompts(1)[0], LONG))
-    base = plain_600
-    assert len(base.tokens) == 600
-    assert_same_greedy(target, base.prompt_tokens, spec.tokens, base.tokens)
+    assert len(plain_600.tokens) == 600
+    assert_same_greedy(target, plain_600.prompt_tokens, spec.tokens, plain_600.tokens)
 
 
 def test_the_default_prompt_set_makes_the_demo_target_write_plausible_code(target):
