@@ -23,6 +23,11 @@ ARM_KEYS = ["tokens_per_sec", "speedup", "tau", "acceptance_rate", "per_position
 ENV_KEYS = ["os", "cpu", "mlx", "device", "blas", "blas_threads", "git", "python", "plain_blas_threads"]
 
 
+# the full costs measurement, taken once per target and drafter shape (conftest.py): these tests
+# need costs to run a benchmark, they do not test measuring (test_policy does)
+pytestmark = pytest.mark.usefixtures("costs_measured_once")
+
+
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
@@ -37,19 +42,12 @@ def dirs(tmp_path_factory):
     return d
 
 
-@pytest.fixture(autouse=True)
-def costs_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path / "costs"))
-
-
 @pytest.fixture(scope="module")
-def auto_bench(dirs, tmp_path_factory):
+def auto_bench(dirs, tmp_path_factory, costs_measured_once):
     """One bench of the auto policy (a repeat each), shared by the tests that only read it or
-    need a folder that holds results; measured with a costs cache of its own."""
+    need a folder that holds results."""
     out = tmp_path_factory.mktemp("auto_bench") / "out"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DSPARK_COSTS_DIR", str(out.parent / "costs"))
-        assert bench(dirs, out, "--policy", "auto", "--repeats", "1") == 0
+    assert bench(dirs, out, "--policy", "auto", "--repeats", "1") == 0
     return out
 
 

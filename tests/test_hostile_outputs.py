@@ -25,6 +25,11 @@ from hostile_fixtures import good_pair
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# the full costs measurement, taken once per target and drafter shape (conftest.py): these tests
+# need costs to run a benchmark, they do not test measuring (test_policy does)
+pytestmark = pytest.mark.usefixtures("costs_measured_once")
+
+
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     out = good_pair(tmp_path_factory.mktemp("outputs"), "--no-confidence")
@@ -34,11 +39,6 @@ def dirs(tmp_path_factory):
     return out
 
 
-@pytest.fixture(autouse=True)
-def costs_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path / "costs"))
-
-
 def bench(dirs, out, target=None, drafter=None, *extra) -> int:
     return main(["bench", "--target", str(target or dirs["target"]), "--drafter", str(drafter or dirs["drafter"]),
                  "--prompts", str(dirs["prompts"]), "--max-tokens", "8", "--repeats", "1", "--policy", "fixed",
@@ -46,10 +46,9 @@ def bench(dirs, out, target=None, drafter=None, *extra) -> int:
 
 
 @pytest.fixture(scope="module")
-def earlier(dirs, tmp_path_factory):
+def earlier(dirs, tmp_path_factory, costs_measured_once):
     """A benchmark folder holding results, copied fresh for each test that may lose them."""
     out = tmp_path_factory.mktemp("earlier") / "results"
-    os.environ["DSPARK_COSTS_DIR"] = str(out.parent / "costs")
     assert bench(dirs, out) == 0
     return {f: (out / f).read_bytes() for f in ("trials.jsonl", "trials.csv", "summary.json")}
 

@@ -70,12 +70,16 @@ def test_costs_are_measured_once_and_then_read_from_the_cache(tmp_path, monkeypa
     assert len(first.verify_ms) == 5 and first.draft_ms > 0 and first.step_ms > 0 and len(said) == 1
     again = costs_mod.load_or_measure(target, drafter, 4, say=said.append)
     assert again == first and len(said) == 1  # from the cache, not measured again
+    # what follows is whether a damaged cache is measured again, not the timing (taken above)
+    measured = []
+    monkeypatch.setattr(costs_mod, "measure", lambda *a, **k: measured.append(k.get("key")) or first)
     (file,) = tmp_path.glob("*.json")
     assert json.loads(file.read_text())["verify_ms"] == list(first.verify_ms)
     file.write_text("{damaged")
     assert costs_mod.load_or_measure(target, drafter, 4, say=said.append).key == first.key and len(said) == 2
     file.write_text("[" * 100_000 + "]" * 100_000)  # nested past any parser's stack: measured again
     assert costs_mod.load_or_measure(target, drafter, 4, say=said.append).key == first.key and len(said) == 3
+    assert measured == [first.key] * 2
     other = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=2, markov_rank=16), seed=1)
     assert costs_mod.key_for(target, other, 4) != first.key  # another drafter shape: other costs
 
@@ -368,12 +372,20 @@ def test_the_costs_command_measures_then_reads_the_cache(tmp_path, monkeypatch, 
     assert main(["init", "--target", str(target), "--out", str(tmp_path / "d"), "--block-size", "3",
                  "--layers", "1"]) == 0
     argv = ["costs", "--target", str(target), "--drafter", str(tmp_path / "d"), "--json"]
+    real, measured = costs_mod.measure, []
+
+    def measure_once(*a, **k):  # --remeasure must measure again; the timing itself is taken once
+        measured.append(measured[0] if measured else real(*a, **k))
+        return measured[-1]
+
+    monkeypatch.setattr(costs_mod, "measure", measure_once)
     capsys.readouterr()
     assert main(argv) == 0
     out = capsys.readouterr()
     assert "measuring this machine's" in out.err and len(json.loads(out.out)["verify_ms"]) == 4
     assert main(argv) == 0 and "measuring" not in capsys.readouterr().err
     assert main([*argv, "--remeasure"]) == 0 and "measuring" in capsys.readouterr().err
+    assert len(measured) == 2
 
 
 def test_costs_are_priced_at_the_context_a_round_runs_at():
