@@ -19,9 +19,7 @@ from dspark_studio.session import COMPARE_TAB  # noqa: E402
 from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
 
 
-# the full costs measurement, taken once per target and drafter shape (conftest.py): these tests
-# need costs to run a benchmark, they do not test measuring (test_policy does)
-pytestmark = pytest.mark.usefixtures("costs_measured_once")
+pytestmark = pytest.mark.usefixtures("costs_measured_once")  # benchmarks need costs; test_policy tests measuring
 
 
 def _table(w) -> list[list[str]]:

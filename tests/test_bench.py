@@ -23,9 +23,7 @@ ARM_KEYS = ["tokens_per_sec", "speedup", "tau", "acceptance_rate", "per_position
 ENV_KEYS = ["os", "cpu", "mlx", "device", "blas", "blas_threads", "git", "python", "plain_blas_threads"]
 
 
-# the full costs measurement, taken once per target and drafter shape (conftest.py): these tests
-# need costs to run a benchmark, they do not test measuring (test_policy does)
-pytestmark = pytest.mark.usefixtures("costs_measured_once")
+pytestmark = pytest.mark.usefixtures("costs_measured_once")  # benchmarks need costs; test_policy tests measuring
 
 
 @pytest.fixture(scope="module")

@@ -25,9 +25,7 @@ from hostile_fixtures import good_pair
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# the full costs measurement, taken once per target and drafter shape (conftest.py): these tests
-# need costs to run a benchmark, they do not test measuring (test_policy does)
-pytestmark = pytest.mark.usefixtures("costs_measured_once")
+pytestmark = pytest.mark.usefixtures("costs_measured_once")  # benchmarks need costs; test_policy tests measuring
 
 
 @pytest.fixture(scope="module")
