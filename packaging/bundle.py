@@ -12,13 +12,19 @@ packaging/README.md):
   under it), and PyInstaller loads libmlx through a symlink at the top of the bundle, not from
   ``mlx/lib/``: every ``libmlx.dylib`` in the bundle needs a metallib beside it;
 - on Linux the bundle carries OpenBLAS where ``dspark.blas`` looks first
-  (``openblas/libblas.so.3``), with the libraries it needs.
+  (``openblas/libblas.so.3``), with the libraries it needs;
+- on macOS no binary in the app may be built for a newer macOS than Info.plist's
+  ``LSMinimumSystemVersion`` promises: pip picks the wheels built for the build machine's macOS
+  (build_macos.sh pins mlx's to ``MACOS_MIN``, nothing pins the others). Read from the Mach-O
+  headers in pure Python, so it is tested on any platform.
 """
 
 from __future__ import annotations
 
+import os
 import plistlib
 import re
+import struct
 import sys
 from pathlib import Path
 
@@ -173,6 +179,7 @@ def check(dist: Path, platform: str = sys.platform) -> list[str]:
     if platform == "darwin":
         problems += metallib_problems(dist)
         problems += plist_problems(dist / "Contents" / "Info.plist")
+        problems += macho_problems(dist)
     elif platform.startswith("linux"):
         for name in OPENBLAS_LIBS:
             if not (root / OPENBLAS_DEST / name).exists():
@@ -205,6 +212,143 @@ def plist_problems(path: Path) -> list[str]:
     return problems
 
 
+# ------------------------------------------------------------------ Mach-O: the minimum macOS of each binary
+# From Apple's <mach-o/loader.h> and <mach-o/fat.h> (apple-oss-distributions/cctools, cctools-1035.1.102,
+# include/mach-o/): a thin 64-bit file starts with mach_header_64 (magic MH_MAGIC_64 0xfeedfacf, written
+# in the file's byte order: little-endian on arm64 and x86_64), then `ncmds` load commands in
+# `sizeofcmds` bytes, each starting (cmd, cmdsize). LC_BUILD_VERSION (0x32) holds (platform, minos,
+# sdk, ntools), LC_VERSION_MIN_MACOSX (0x24) holds (version, sdk): versions "X.Y.Z encoded in nibbles
+# xxxx.yy.zz". A fat (universal) file starts with fat_header (FAT_MAGIC 0xcafebabe, or FAT_MAGIC_64
+# 0xcafebabf with 64-bit offsets), always big-endian, and one fat_arch per slice.
+MH_MAGIC_64 = 0xFEEDFACF
+FAT_MAGIC, FAT_MAGIC_64 = 0xCAFEBABE, 0xCAFEBABF
+LC_VERSION_MIN_MACOSX, LC_BUILD_VERSION = 0x24, 0x32
+PLATFORM_MACOS = 1
+MACH_HEADER_64 = struct.Struct("<IiiIIIII")
+FAT_ARCH, FAT_ARCH_64 = struct.Struct(">iiIII"), struct.Struct(">iiQQII")
+#: <mach/machine.h>: CPU_TYPE_ARM64 and CPU_TYPE_X86_64 (CPU_ARCH_ABI64 | the 32-bit type), for messages.
+CPU_NAMES = {0x0100000C: "arm64", 0x01000007: "x86_64"}
+#: A Java class file starts with 0xcafebabe too, followed by its format version (45 and up) where
+#: a fat header has its slice count: fewer slices than that is a fat Mach-O.
+MAX_FAT_ARCHS = 44
+
+
+class MachOError(ValueError):
+    """A file with a Mach-O magic whose headers cannot be read (cut short, or inconsistent)."""
+
+
+def _read(f, offset: int, size: int) -> bytes:
+    f.seek(offset)
+    data = f.read(size)
+    if len(data) != size:
+        raise MachOError("its Mach-O header is cut short")
+    return data
+
+
+def _thin_minimum(f, offset: int, end: int) -> tuple[str, tuple[int, int, int] | None] | None:
+    """(its CPU's name, the minimum macOS) of the 64-bit Mach-O at ``offset``, which ends before
+    ``end``; None when it is not one (a 32-bit slice of a fat file, which Apple silicon never loads)."""
+    if int.from_bytes(_read(f, offset, 4), "little") != MH_MAGIC_64:
+        return None
+    if offset + MACH_HEADER_64.size > end:
+        raise MachOError("its Mach-O header is cut short")
+    _, cpu, _, _, ncmds, sizeofcmds, _, _ = MACH_HEADER_64.unpack(_read(f, offset, MACH_HEADER_64.size))
+    if offset + MACH_HEADER_64.size + sizeofcmds > end:
+        raise MachOError(f"its load commands ({sizeofcmds} bytes) run past its end")
+    cmds = _read(f, offset + MACH_HEADER_64.size, sizeofcmds)
+    build = version_min = None
+    pos = 0
+    for _ in range(ncmds):
+        if pos + 8 > len(cmds):
+            raise MachOError(f"it has fewer load commands than the {ncmds} its header counts")
+        cmd, cmdsize = struct.unpack_from("<II", cmds, pos)
+        if cmdsize < 8 or pos + cmdsize > len(cmds):
+            raise MachOError(f"load command {cmd:#x} has a size ({cmdsize}) that does not fit its header")
+        if cmd == LC_BUILD_VERSION and cmdsize >= 24:
+            platform, minos = struct.unpack_from("<II", cmds, pos + 8)
+            if platform == PLATFORM_MACOS:  # an iOS or Mac Catalyst command says nothing about macOS
+                build = minos
+        elif cmd == LC_VERSION_MIN_MACOSX and cmdsize >= 16:
+            (version_min,) = struct.unpack_from("<I", cmds, pos + 8)
+        pos += cmdsize
+    found = build if build is not None else version_min
+    version = None if found is None else (found >> 16, (found >> 8) & 0xFF, found & 0xFF)
+    return CPU_NAMES.get(cpu, f"cpu {cpu:#x}"), version
+
+
+def macho_minimums(path: Path) -> list[tuple[str | None, tuple[int, int, int] | None]] | None:
+    """The minimum macOS of each 64-bit slice of a Mach-O file, as (slice name, (major, minor,
+    patch) or None where no load command says): the slice name is None for a thin file. None for
+    a file that is not Mach-O (told by its magic, not its name). MachOError when the headers
+    cannot be read."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        size = os.fstat(f.fileno()).st_size
+        if len(head) >= 4 and int.from_bytes(head[:4], "little") == MH_MAGIC_64:
+            thin = _thin_minimum(f, 0, size)
+            return None if thin is None else [(None, thin[1])]
+        if len(head) < 4 or int.from_bytes(head[:4], "big") not in (FAT_MAGIC, FAT_MAGIC_64):
+            return None
+        if len(head) < 8:
+            raise MachOError("its fat header is cut short")
+        magic, count = struct.unpack(">II", head)
+        if not 0 < count <= MAX_FAT_ARCHS:
+            return None  # a Java class file, or not a fat file of anything
+        arch = FAT_ARCH_64 if magic == FAT_MAGIC_64 else FAT_ARCH
+        table = _read(f, 8, count * arch.size)
+        out = []
+        for i in range(count):
+            _, _, offset, length, *_ = arch.unpack_from(table, i * arch.size)
+            if offset + length > size:
+                raise MachOError(f"slice {i + 1} of {count} runs past the end of the file")
+            slice_ = _thin_minimum(f, offset, offset + length)
+            if slice_ is not None:
+                out.append(slice_)
+        return out
+
+
+def _version(text: str) -> tuple[int, int, int] | None:
+    m = re.fullmatch(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", text.strip())
+    return tuple(int(g or 0) for g in m.groups()) if m else None
+
+
+def _show(version: tuple[int, int, int]) -> str:
+    return ".".join(map(str, version[:3] if version[2] else version[:2]))
+
+
+def macho_problems(app: Path) -> list[str]:
+    """Each binary in the app built for a newer macOS than Info.plist's LSMinimumSystemVersion,
+    and each file with a Mach-O magic whose headers cannot be read. Symbolic links are not
+    followed: the file they point to is checked where it is."""
+    plist_path = app / "Contents" / "Info.plist"
+    try:
+        minimum_text = str(plistlib.loads(plist_path.read_bytes()).get("LSMinimumSystemVersion") or "")
+    except (OSError, plistlib.InvalidFileException, ValueError):
+        return []  # plist_problems says what is wrong with it
+    if not minimum_text:
+        return []
+    minimum = _version(minimum_text)
+    if minimum is None:
+        return [f"Info.plist: LSMinimumSystemVersion {minimum_text!r} is not a macOS version"]
+    files = sorted(Path(folder, name) for folder, _, names in os.walk(app / "Contents") for name in names)
+    problems = []
+    for path in files:
+        if path.is_symlink():
+            continue
+        rel = path.relative_to(app)
+        try:
+            slices = macho_minimums(path)
+        except (MachOError, OSError) as e:
+            problems.append(f"{rel}: {e}")
+            continue
+        for cpu, version in slices or []:
+            if version is not None and version > minimum:
+                where = f"{rel} ({cpu} slice)" if cpu else str(rel)
+                problems.append(f"{where} is built for macOS {_show(version)}, newer than Info.plist's "
+                                f"LSMinimumSystemVersion {minimum_text}")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "check":
         print("usage: bundle.py check DIST_FOLDER_OR_APP", file=sys.stderr)
@@ -214,7 +358,8 @@ def main(argv: list[str]) -> int:
         print(f"bundle check: {p}", file=sys.stderr)
     if not problems:
         print(f"bundle check: {argv[1]} has the demo models"
-              + {"darwin": ", a metallib beside every libmlx and a complete Info.plist",
+              + {"darwin": ", a metallib beside every libmlx, a complete Info.plist and no binary built for a "
+                           "newer macOS than it names",
                  "linux": " and OpenBLAS"}.get(sys.platform, ""), file=sys.stderr)
     return 1 if problems else 0
 

@@ -299,3 +299,116 @@ def test_the_spec_on_linux_bundles_openblas_and_no_app(monkeypatch):
     datas = {dest for dest, *_ in calls["COLLECT"].args[2]}
     assert "resources/demo/target/model.safetensors" in datas and "mlx.metallib" not in datas
     assert {"mlx.x", "mlx_lm.models.x", "dspark.x", "dspark_studio.x"} <= set(calls["Analysis"].kwargs["hiddenimports"])
+
+
+# ------------------------------------------------------------------ Mach-O minimum macOS (bundle.macho_problems)
+# Headers laid out as Apple's <mach-o/loader.h> and <mach-o/fat.h> define them (cited in bundle.py);
+# bundle.py's reader agreed with llvm-objdump on real wheels' binaries (a thin arm64 .so with
+# LC_BUILD_VERSION, a universal2 .so with LC_VERSION_MIN_MACOSX in its x86_64 slice).
+ARM64, X86_64 = 0x0100000C, 0x01000007
+
+
+def _nibbles(major: int, minor: int, patch: int = 0) -> int:
+    return major << 16 | minor << 8 | patch
+
+
+def _build_version(minos: int, platform: int = 1) -> bytes:  # LC_BUILD_VERSION, no tools
+    return struct.pack("<IIIIII", 0x32, 24, platform, minos, minos, 0)
+
+
+def _version_min(version: int) -> bytes:  # LC_VERSION_MIN_MACOSX
+    return struct.pack("<IIII", 0x24, 16, version, version)
+
+
+def _segment() -> bytes:  # an LC_SEGMENT_64 with no sections: a command the reader must step over
+    return struct.pack("<II16sQQQQiiII", 0x19, 72, b"__TEXT", 0, 0, 0, 0, 5, 5, 0, 0)
+
+
+def _macho(*cmds: bytes, cpu: int = ARM64) -> bytes:
+    body = b"".join(cmds)
+    return struct.pack("<IiiIIIII", 0xFEEDFACF, cpu, 0, 6, len(cmds), len(body), 0, 0) + body + b"\0" * 64
+
+
+def _fat(*slices: tuple[int, bytes], wide: bool = False) -> bytes:
+    """A universal file: the big-endian fat header, one fat_arch (or fat_arch_64) per slice, the
+    slices at 4 KiB boundaries."""
+    entry = struct.Struct(">iiQQII" if wide else ">iiIII")
+    out, offset, table = b"", 4096, []
+    for cpu, data in slices:
+        fields = (cpu, 0, offset, len(data), 12) + ((0,) if wide else ())
+        table.append(entry.pack(*fields))
+        out += data + b"\0" * (-len(data) % 4096)
+        offset += len(data) + (-len(data) % 4096)
+    head = struct.pack(">II", 0xCAFEBABF if wide else 0xCAFEBABE, len(slices)) + b"".join(table)
+    return head + b"\0" * (4096 - len(head)) + out
+
+
+def _app_with(tmp_path: Path, minimum: str, files: dict[str, bytes]) -> Path:
+    app = tmp_path / "DSpark Studio.app"
+    _touch(app / "Contents" / "Info.plist", plistlib.dumps({"LSMinimumSystemVersion": minimum}))
+    for rel, data in files.items():
+        _touch(app / "Contents" / rel, data)
+    return app
+
+
+def test_macho_reader_reads_thin_and_fat_files_by_their_magic(tmp_path):
+    thin = _touch(tmp_path / "a", _macho(_segment(), _build_version(_nibbles(14, 2, 1))))
+    old = _touch(tmp_path / "b.so", _macho(_version_min(_nibbles(10, 9)), _segment(), cpu=X86_64))
+    both = _touch(tmp_path / "c", _macho(_version_min(_nibbles(10, 9)), _build_version(_nibbles(11, 0))))
+    ios_only = _touch(tmp_path / "d", _macho(_build_version(_nibbles(17, 0), platform=2)))
+    assert bundle.macho_minimums(thin) == [(None, (14, 2, 1))]
+    assert bundle.macho_minimums(old) == [(None, (10, 9, 0))]
+    assert bundle.macho_minimums(both) == [(None, (11, 0, 0))]  # LC_BUILD_VERSION is the newer command
+    assert bundle.macho_minimums(ios_only) == [(None, None)]  # says nothing about macOS
+    slices = (X86_64, _macho(_version_min(_nibbles(10, 13)), cpu=X86_64)), (ARM64, _macho(_build_version(_nibbles(15, 0))))
+    for wide in (False, True):
+        fat = _touch(tmp_path / f"fat{wide}", _fat(*slices, wide=wide))
+        assert bundle.macho_minimums(fat) == [("x86_64", (10, 13, 0)), ("arm64", (15, 0, 0))]
+    java = _touch(tmp_path / "Main.class", struct.pack(">IHH", 0xCAFEBABE, 0, 65) + b"\0" * 64)  # same magic
+    text = _touch(tmp_path / "libfake.dylib", b"#!/bin/sh\necho not a binary\n")
+    assert bundle.macho_minimums(java) is None and bundle.macho_minimums(text) is None
+    assert bundle.macho_minimums(_touch(tmp_path / "empty", b"")) is None
+
+
+def test_macho_check_names_each_binary_newer_than_the_plist_and_both_versions(tmp_path):
+    app = _app_with(tmp_path, "14.0", {
+        "MacOS/dspark-studio": _macho(_build_version(_nibbles(11, 0))),
+        "Frameworks/same.dylib": _macho(_build_version(_nibbles(14, 0))),
+        "Frameworks/PySide6/Qt/lib/QtCore.framework/Versions/A/QtCore": _fat(
+            (X86_64, _macho(_version_min(_nibbles(12, 0)), cpu=X86_64)), (ARM64, _macho(_build_version(_nibbles(15, 1))))),
+        "Frameworks/newer.so": _macho(_version_min(_nibbles(14, 0, 1))),
+        "Resources/notes.txt": b"plain text",
+    })
+    (app / "Contents" / "Frameworks" / "link.so").symlink_to("newer.so")  # the file is checked once, where it is
+    assert bundle.macho_problems(app) == [
+        "Contents/Frameworks/PySide6/Qt/lib/QtCore.framework/Versions/A/QtCore (arm64 slice) is built for macOS "
+        "15.1, newer than Info.plist's LSMinimumSystemVersion 14.0",
+        "Contents/Frameworks/newer.so is built for macOS 14.0.1, newer than Info.plist's LSMinimumSystemVersion 14.0",
+    ]
+    assert bundle.macho_problems(_app_with(tmp_path / "ok", "15.1", {"a.dylib": _macho(_build_version(_nibbles(15, 1)))})) == []
+
+
+def test_macho_check_reports_a_cut_short_header_instead_of_crashing(tmp_path):
+    whole = _macho(_segment(), _build_version(_nibbles(14, 0)))
+    fat = _fat((ARM64, whole))
+    app = _app_with(tmp_path, "14.0", {
+        "Frameworks/a.dylib": whole[:20],  # the magic, then less than a header
+        "Frameworks/b.dylib": whole[:32 + 30],  # the header, then part of its load commands
+        "Frameworks/c.dylib": fat[:4096 + 10],  # a slice cut short
+        "Frameworks/d.dylib": fat[:6],  # a fat header cut short
+        "Frameworks/e.dylib": whole[:32] + struct.pack("<II", 0x19, 4000) + b"\0" * 200,  # a command longer than the header
+    })
+    problems = bundle.macho_problems(app)
+    assert [p.split(":")[0] for p in problems] == [f"Contents/Frameworks/{n}.dylib" for n in "abcde"], problems
+    assert all(len(p.split(": ", 1)[1]) > 10 for p in problems), problems
+
+
+def test_bundle_check_of_an_app_runs_the_macho_check(tmp_path):
+    app = _fake_app(tmp_path, top_metallib=True)
+    _fake_resources(app / "Contents" / "Frameworks")
+    keys = {**bundle.info_plist("0.1.0", "14.0"), "CFBundleIconFile": "x.icns"}
+    (app / "Contents" / "Info.plist").write_bytes(plistlib.dumps(keys))
+    assert bundle.check(app, "darwin") == []
+    (app / "Contents" / "Frameworks" / "mlx" / "lib" / "libmlx.dylib").write_bytes(_macho(_build_version(_nibbles(26, 0))))
+    assert bundle.check(app, "darwin") == ["Contents/Frameworks/mlx/lib/libmlx.dylib is built for macOS 26.0, newer "
+                                           "than Info.plist's LSMinimumSystemVersion 14.0"]
