@@ -8,8 +8,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import resource
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import drafter_checkpoints as ckpt
+import limits
 from dspark.bench import report
 from dspark.cli import main
 from hostile_fixtures import good_pair
@@ -117,14 +116,9 @@ def test_a_full_disk_during_bench_keeps_the_trials_and_says_where(dirs, tmp_path
 
 
 def _quantize(src: Path, out: Path, limit_bytes: int | None = None) -> subprocess.Popen:
-    def limit():
-        if limit_bytes is not None:
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
-
     return subprocess.Popen([sys.executable, "-m", "dspark.cli", "quantize", str(src), "--bits", "8",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=limit)
+                            preexec_fn=limits.preexec(file_size=limit_bytes))
 
 
 def _visible(folder: Path) -> list[str]:

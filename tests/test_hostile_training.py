@@ -16,6 +16,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+import limits
 from dspark.cli import main
 from hostile_fixtures import good_pair
 
@@ -251,21 +252,18 @@ def test_a_damaged_checkpoint_or_training_data_is_refused_before_use(trained, tm
 
 def test_shapes_past_the_target_or_the_machine_are_one_sentence(dirs, data_file, tmp_path, capsys):
     """The audit's crash: --seq-len 1000000 (a legal option value) ended in SIGSEGV in the feature
-    cache; with a huge batch too. Each is now refused, in a child process held to 8 GB of
-    address space as the audit ran it, before anything large is allocated."""
-    import resource
-
-    def limited():
-        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
-
+    cache; with a huge batch too. Each is now refused before anything large is allocated, in a
+    child process held to 8 GB of address space as the audit ran it (Linux; macOS refuses that
+    limit, see limits.py) and, on every platform, killed past 2 GB resident (it holds
+    ~0.1 GB on Linux's CPU)."""
     base = ["train", "--target", str(dirs["target"]), "--data", str(data_file), "--out", str(tmp_path / "o"),
             *TRAIN, "--steps", "2"]  # the options below come later: argparse keeps the last
     for extra, says in ((["--seq-len", "1000000"], "--seq-len 1,000,000 is longer than the 4,096 positions"),
                         (["--seq-len", "4096", "--batch", "65536", "--anchors-per-seq", "1"], "lower them"),
                         (["--seq-len", "4096", "--batch", "65536", "--anchors-per-seq", "65536"], "lower them")):
         start = time.time()
-        r = subprocess.run([sys.executable, "-m", "dspark.cli", *base, *extra], capture_output=True, text=True,
-                           timeout=300, preexec_fn=limited)
+        r = limits.run([sys.executable, "-m", "dspark.cli", *base, *extra], address_space=8 << 30, resident=2 << 30,
+                       timeout=300)
         assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, (extra, r.returncode, r.stderr[-2000:])
         assert time.time() - start < 60, extra
 
