@@ -5,7 +5,9 @@ before any of it is used; a run's shapes are checked before anything is allocate
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -160,22 +162,51 @@ def test_what_a_killed_write_leaves_is_not_read_as_part_of_the_checkpoint(dirs, 
     capsys.readouterr()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a small tmpfs is mounted (Linux, as root); "
-                    "the full disk is also simulated on every platform (test below)")
-def test_a_full_disk_is_one_sentence_and_leaves_no_partial_file(dirs, data_file, tmp_path):
-    mount = tmp_path / "small"
+#: What the full disk below has left: less than a --steps 2 run writes (its drafter alone is ~0.2 MB).
+FULL_DISK_FREE = 200 << 10
+
+
+@contextlib.contextmanager
+def small_volume(mount: Path, free: int):
+    """A file system of its own at ``mount`` with ``free`` bytes left, for a real full disk: a
+    1 MB tmpfs on Linux (mounting needs root), a 2 MB HFS+ disk image on macOS (hdiutil attaches
+    one for any user). Each is filled to ``free`` by one file, so that Linux runs the filling
+    the Mac's larger, formatted volume depends on. Skips where the volume cannot be made."""
     mount.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mount)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({r.stderr.strip() or 'not root'}): disk-full test skipped")
+    if sys.platform == "darwin":
+        image = mount.with_name(mount.name + ".dmg")
+        steps = [["hdiutil", "create", "-size", "2m", "-fs", "HFS+", "-volname", "dspark-full", str(image)],
+                 ["hdiutil", "attach", "-nobrowse", "-mountpoint", str(mount), str(image)]]
+        detach = ["hdiutil", "detach", "-force", str(mount)]
+    elif sys.platform.startswith("linux"):
+        steps = [["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)]]
+        detach = ["umount", str(mount)]
+    else:
+        pytest.skip(f"no way to make a small volume on {sys.platform} here; the full disk is simulated in "
+                    "test_hostile_outputs.py")
+    for step in steps:
+        r = subprocess.run(step, capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            pytest.skip(f"cannot make a small volume here ({step[0]}: {r.stderr.strip() or 'not root'}): "
+                        "the full disk is simulated in test_hostile_outputs.py")
     try:
+        room = shutil.disk_usage(mount).free - free
+        if room > 0:
+            (mount / "filler").write_bytes(bytes(room))
+        left = shutil.disk_usage(mount).free
+        assert free - (64 << 10) <= left <= free + (64 << 10), f"{mount} was filled to {left:,} bytes free, not {free:,}"
+        yield mount
+    finally:
+        subprocess.run(detach, capture_output=True, timeout=120)
+
+
+def test_a_full_disk_is_one_sentence_and_leaves_no_partial_file(dirs, data_file, tmp_path):
+    with small_volume(tmp_path / "small", FULL_DISK_FREE) as mount:
         r = subprocess.run(train_cmd(dirs, data_file, mount / "out", "--steps", "2"), capture_output=True, text=True,
                            timeout=300)
         errors = [line for line in r.stderr.splitlines() if "error" in line.lower() or "Traceback" in line]
         assert r.returncode == 2 and len(errors) == 1 and "the disk is full" in errors[0], r.stderr[-2000:]
         assert not [p for p in mount.rglob("*") if ".tmp" in p.name]  # no half-written file is left
-    finally:
-        subprocess.run(["umount", str(mount)])
 
 
 # ----------------------------------------------------------------------------- issue #26
