@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import tempfile
 from pathlib import Path
 
 import mlx.core as mx
@@ -139,10 +140,16 @@ def link_to_dev_zero(path: Path) -> Path:
 
 
 def unix_socket(path: Path) -> Path:
+    """A socket file at ``path``, bound through a short link to its folder: an AF_UNIX address
+    holds 104 bytes on macOS (108 on Linux), and pytest's folders under macOS's per-user
+    temporary folder (/private/var/folders/xx/<30 characters>/T/pytest-of-…) pass that. The
+    link is taken on every platform, so Linux runs what a Mac needs."""
     path.unlink(missing_ok=True)
-    s = socket.socket(socket.AF_UNIX)
-    s.bind(str(path))
-    s.close()
+    with tempfile.TemporaryDirectory(prefix="s") as short:
+        link = Path(short) / "d"
+        link.symlink_to(path.parent, target_is_directory=True)
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(link / path.name))
     return path
 
 
