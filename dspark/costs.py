@@ -20,10 +20,13 @@ MLX's), so the loop uses one count. On a Mac MLX computes on the GPU and no coun
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -135,17 +138,32 @@ def shape_fingerprint(module) -> str:
     return h.hexdigest()[:16]
 
 
+@functools.cache
+def cpu_name() -> str:
+    """The CPU's model name, as each system tells it: Linux in /proc/cpuinfo, macOS (no /proc) in
+    sysctl's machdep.cpu.brand_string ("Apple M2 Pro"). Elsewhere, or where neither says, what
+    ``platform`` knows, which on a Mac is only "arm" and would key every Apple chip's costs alike."""
+    if sys.platform.startswith("linux"):
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+    elif sys.platform == "darwin":
+        try:  # by its full path: an app started from the Finder may have no /usr/sbin on PATH
+            r = subprocess.run(["/usr/sbin/sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                               timeout=10)
+            if r.returncode == 0 and r.stdout.strip():
+                return r.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict:
     """This machine and software, as the costs (and the benchmark's records) depend on them."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"os": platform.platform(), "node": platform.node(), "cpu": cpu, "cpus": os.cpu_count(),
+    return {"os": platform.platform(), "node": platform.node(), "cpu": cpu_name(), "cpus": os.cpu_count(),
             "mlx": mx.__version__, "device": str(mx.default_device()), "blas": blas.describe()}
 
 
