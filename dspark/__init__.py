@@ -6,7 +6,7 @@ GUI thread needs — does not load MLX.
 
 from importlib import import_module
 
-__version__ = "0.1.0"
+from .version import __version__
 
 _WHERE = {
     "DflashConfig": "drafter",

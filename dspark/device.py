@@ -1,19 +1,84 @@
-"""Which device MLX computes on: its own default (Metal's GPU on a Mac; the CPU on Linux, or the
-GPU with ``mlx[cuda]``), unless ``DSPARK_DEVICE`` says ``cpu`` or ``gpu``. A model load applies
-it (:func:`dspark.loading.load_target`), and so does the test suite at its start.
+"""Which device MLX computes on, and whether this machine's GPU can be trusted with it.
 
-Why it exists: a Mac without a usable GPU (a virtual machine whose paravirtual GPU does not run
-MLX's kernels) can still run everything on its CPU, and a CPU run on a Mac is a useful
-comparison. The app's self-test still demands the GPU on a Mac (:mod:`dspark.selftest`).
+MLX computes on its own default device (Metal's GPU on a Mac; the CPU on Linux, or the GPU with
+``mlx[cuda]``) unless ``DSPARK_DEVICE`` says ``cpu`` or ``gpu``. A model load applies it
+(:func:`dspark.loading.load_target`), and so does the test suite at its start. It must be chosen
+before mlx-lm is imported: ``mlx_lm.generate`` makes its generation stream on the default device
+of that moment.
+
+**The GPU check** (:mod:`dspark.gpu_check`): a GPU that MLX *can* use proves nothing
+(``mx.metal.is_available()`` is true wherever Metal is compiled in), and a GPU that returns
+garbage still agrees with itself: a virtual Mac's paravirtual GPU has been seen returning zeros
+from compute kernels, and crashing on them. So the demo target decodes a few greedy tokens on the
+GPU and again on the CPU, and the two must agree: the same tokens, with log-probabilities within
+:data:`dspark.gpu_check.TOLERANCE`; a first difference where both devices' log-probabilities are
+still within it is a numerical tie (the two best candidates were closer than the devices'
+rounding) and is said as one. Anything else, or a GPU that fails, means the app computes on the CPU and says why in one
+sentence.
+
+The check runs in a child process (``python -m dspark.gpu_check --check``, or the app's
+``--check-device``), because a broken GPU may take the process down with it, and because the
+parent must still be free to choose the CPU before it imports mlx-lm. :func:`startup_check` asks
+the child once per machine and software (the answer is kept in a small JSON file keyed by the
+versions of dspark, MLX and the OS and the machine's name) and :func:`apply` makes the answer the
+process's device; :func:`current` is what the app's About box and every saved run's environment
+report.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import platform
+import signal
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
 
 from .errors import DsparkError
 
 ENV = "DSPARK_DEVICE"
+#: How long the child may take before the GPU counts as hung (a first Metal run compiles its
+#: kernels: seconds, not minutes).
+CHILD_TIMEOUT = 120.0
+#: What the check's outcome says about the GPU; "cpu" when there was no GPU to check, "asked"
+#: when ``DSPARK_DEVICE`` (or the app's ``--device``) chose the device and nothing was checked.
+OUTCOMES = ("agrees", "tie", "wrong", "failed", "cpu", "asked")
+
+
+@dataclass(frozen=True)
+class DeviceCheck:
+    """What the GPU check found, and the device the process computes on because of it."""
+
+    outcome: str  # one of OUTCOMES
+    device: str  # "gpu" or "cpu": what MLX computes on after the check
+    sentence: str  # one sentence for a person: the status bar, About, a saved run
+    gpu: str = ""  # the GPU's name, as MLX gives it ("" when there is none)
+    key: dict = field(default_factory=dict)  # the software and machine the answer holds for
+
+    @property
+    def fell_back(self) -> bool:
+        """True when a GPU was there but the check sent the work to the CPU."""
+        return self.outcome in ("wrong", "failed")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d) -> "DeviceCheck":
+        """A check read back from JSON (the child's line, the kept answer); DsparkError when the
+        record is not one."""
+        if (not isinstance(d, dict) or d.get("outcome") not in OUTCOMES or d.get("device") not in ("gpu", "cpu")
+                or not isinstance(d.get("sentence"), str) or not isinstance(d.get("gpu", ""), str)
+                or not isinstance(d.get("key", {}), dict)):
+            raise DsparkError("not a GPU check record")
+        return cls(outcome=d["outcome"], device=d["device"], sentence=d["sentence"][:2000], gpu=d.get("gpu", ""),
+                   key=dict(d.get("key", {})))
+
+
+_current: dict = {"check": None}
 
 
 def use_env_device() -> str | None:
@@ -25,5 +90,160 @@ def use_env_device() -> str | None:
         raise DsparkError(f"{ENV} is {name[:20]!r}: it must be cpu or gpu (or unset: MLX's own default)")
     import mlx.core as mx
 
+    if name == "gpu" and not mx.is_available(mx.gpu):
+        raise DsparkError(f"{ENV} is gpu, but this MLX has no GPU backend here: unset it, or set it to cpu")
     mx.set_default_device(mx.cpu if name == "cpu" else mx.gpu)
     return name
+
+
+def gpu_name() -> str:
+    """The name MLX gives the GPU ("" when it has none or cannot say)."""
+    import mlx.core as mx
+
+    if not mx.is_available(mx.gpu):
+        return ""
+    try:
+        info = mx.device_info(mx.Device(mx.gpu))
+    except (AttributeError, RuntimeError, ValueError):  # an mlx without device_info
+        return "GPU"
+    return str(info.get("device_name") or info.get("architecture") or "GPU").strip()
+
+
+def check_key() -> dict:
+    """What a kept answer holds for: a new dspark, MLX or OS, or another machine, asks again. The
+    GPU itself is not asked (that would start Metal in the app's own process, which is what the
+    child is for)."""
+    import mlx.core as mx
+
+    from .version import __version__
+
+    return {"dspark": __version__, "mlx": mx.__version__, "os": platform.platform(), "machine": platform.machine(),
+            "node": platform.node()}
+
+
+# --- asking the child, keeping the answer, applying it (in the parent) ----------------------------
+
+def child_command() -> list[str]:
+    """How to start the check in a child: the app's own executable in a frozen bundle (where
+    ``-m`` is no option), else this Python."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, "--check-device"]
+    return [sys.executable, "-m", "dspark.gpu_check", "--check"]
+
+
+def read_child(returncode: int | None, stdout: str, stderr: str, *, timeout: float = CHILD_TIMEOUT) -> DeviceCheck:
+    """The child's answer; a child that crashed, hung (``returncode`` None) or printed no answer
+    is a GPU that failed, said with what happened."""
+    if returncode is None:
+        return DeviceCheck(outcome="failed", device="cpu", sentence=(
+            f"the GPU check did not finish in {timeout:g} s (a hung GPU), so DSpark Studio computes on the CPU"))
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                return DeviceCheck.from_dict(json.loads(line))
+            except (ValueError, DsparkError):
+                break
+    if returncode < 0:
+        try:
+            how = f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"signal {-returncode}"
+    else:
+        how = f"exit {returncode}"
+    last = (stderr.strip().splitlines() or [""])[-1][:200]
+    return DeviceCheck(outcome="failed", device="cpu", sentence=(
+        f"the GPU check crashed ({how}{': ' + last if last else ''}), so DSpark Studio computes on the CPU"))
+
+
+def ask_child(command: Sequence[str] | None = None, *, timeout: float = CHILD_TIMEOUT) -> DeviceCheck:
+    """Run the check in a child process and read its answer (blocking; the app waits with a
+    window of its own, :mod:`dspark_studio.startup`)."""
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    try:
+        r = subprocess.run(list(command or child_command()), capture_output=True, text=True, timeout=timeout,
+                           env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return read_child(None, "", "", timeout=timeout)
+    except OSError as e:
+        return DeviceCheck(outcome="failed", device="cpu", sentence=(
+            f"the GPU check could not start ({e.strerror or e}), so DSpark Studio computes on the CPU"))
+    return read_child(r.returncode, r.stdout, r.stderr, timeout=timeout)
+
+
+def kept(path: Path, key: dict) -> DeviceCheck | None:
+    """The answer kept at ``path`` for ``key``, or None (none, another key, or unreadable)."""
+    try:
+        if not path.is_file() or path.stat().st_size > 100_000:
+            return None
+        check = DeviceCheck.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, DsparkError):
+        return None
+    return check if check.key == key else None
+
+
+def keep(path: Path, check: DeviceCheck) -> None:
+    """Keep ``check`` at ``path`` (whole or not at all); a folder that cannot be written only
+    means the check runs again next time."""
+    from .files import write_text
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps(check.to_dict(), indent=1))
+    except OSError:
+        pass
+
+
+def needs_check() -> bool:
+    """True when MLX would compute on a GPU that nobody chose explicitly."""
+    import mlx.core as mx
+
+    return not os.environ.get(ENV, "").strip() and mx.is_available(mx.gpu)
+
+
+def startup_check(cache: Path, *, ask: Callable[[], DeviceCheck] | None = None, gpu: bool | None = None,
+                  again: bool = False) -> DeviceCheck:
+    """The device this process should compute on, decided once per machine and software: the
+    kept answer for this key at ``cache``, else the child's (``ask``, by default
+    :func:`ask_child`), kept. ``gpu`` overrides whether there is a GPU to check (tests);
+    ``again`` asks even when an answer is kept."""
+    if os.environ.get(ENV, "").strip():
+        name = os.environ[ENV].strip().lower()
+        return DeviceCheck(outcome="asked", device=name if name in ("cpu", "gpu") else "cpu",
+                           sentence=f"the {name.upper() if name == 'cpu' else 'GPU'} was asked for ({ENV}={name}); "
+                                    f"the GPU was not checked")
+    if not (needs_check() if gpu is None else gpu):
+        return DeviceCheck(outcome="cpu", device="cpu", sentence="MLX computes on the CPU here (no GPU to check)")
+    key = check_key()
+    found = None if again else kept(cache, key)
+    if found is not None:
+        return found
+    answer = (ask or ask_child)()
+    answer = DeviceCheck(**{**answer.to_dict(), "key": key})
+    keep(cache, answer)
+    return answer
+
+
+def apply(check: DeviceCheck) -> None:
+    """Make ``check``'s device the process's (before mlx-lm is imported: ``ENV`` is set too, so
+    that :mod:`dspark` picks it where it is imported again) and remember it for :func:`current`."""
+    if check.device == "cpu" and check.outcome in ("wrong", "failed"):
+        os.environ[ENV] = "cpu"
+        import mlx.core as mx
+
+        mx.set_default_device(mx.cpu)
+    _current["check"] = check
+
+
+def current() -> DeviceCheck | None:
+    """The check this process applied (None: none ran, as in the library used on its own)."""
+    return _current["check"]
+
+
+def describe_current() -> dict:
+    """The applied check as a flat record for a saved run's or benchmark's environment."""
+    check = current()
+    if check is None:
+        return {}
+    return {"outcome": check.outcome, "device": check.device, "gpu": check.gpu, "sentence": check.sentence}
+
+

@@ -78,6 +78,18 @@ def prompt_sets(folder: Path | None = None) -> dict[str, PromptSet]:
     return {**first, **found}
 
 
+#: resources/prompts/demo.json: held-out openings on which the demo target writes plausible code
+#: (tests/test_demo.py checks it), not a repeated line that any drafter, even a broken one,
+#: predicts. The self-test and the first-launch GPU check run on its first prompt.
+HELD_OUT_SET = "demo"
+
+
+def held_out_prompt() -> str | None:
+    """The first prompt of :data:`HELD_OUT_SET` (None when the set is missing)."""
+    found = prompt_sets().get(HELD_OUT_SET)
+    return found.prompts[0] if found and found.prompts else None
+
+
 def get(key_or_file: str) -> PromptSet:
     """A bundled set by key or name, or a set file by path; DsparkError naming the choices."""
     p = Path(key_or_file).expanduser()

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -29,8 +31,8 @@ def test_self_test_runs_the_demo_pair_and_says_what_ran():
     kind, name = selftest.computed_on()
     assert kind == ("gpu" if mx.default_device().type == mx.gpu else "cpu")
     assert name and f"device {kind} ({name})" in line, line  # the device MLX computed on, named
-    if sys.platform == "darwin" and kind == "cpu":  # DSPARK_DEVICE=cpu on a Mac: the app is built for Metal
-        assert not ok and "computed on the CPU, not on Metal" in line, line
+    if sys.platform == "darwin" and kind == "cpu":  # DSPARK_DEVICE=cpu on a Mac: the CPU asked for, said
+        assert ok and "Metal not exercised: the CPU was asked for" in line, line
         return
     assert ok, line
     if sys.platform == "darwin":
@@ -39,23 +41,47 @@ def test_self_test_runs_the_demo_pair_and_says_what_ran():
         assert part in line, line
 
 
-def test_a_gpu_that_computes_garbage_fails_the_self_test_loudly(monkeypatch):
-    """A virtual GPU has been seen returning zeros from compute kernels; spec and plain decoding
-    would then agree with each other, so the device is checked against the CPU."""
+@pytest.mark.parametrize("asked", [False, True])
+def test_on_a_mac_the_cpu_passes_only_when_asked_for_and_then_says_metal_was_not_exercised(monkeypatch, asked):
+    """The macOS branch, run here: CI on a runner whose GPU does not compute asks for the CPU
+    (``--device cpu``), and the line must say that Metal was not exercised; a Mac that computed on
+    the CPU without being asked has no GPU for MLX, and fails."""
     import mlx.core as mx
 
-    from dspark import load_target, resources, selftest
+    from dspark import device, selftest
+
+    if mx.default_device().type == mx.gpu:
+        pytest.skip("the default device is a GPU here")
+    if asked:
+        monkeypatch.setenv(device.ENV, "cpu")
+    else:
+        monkeypatch.delenv(device.ENV, raising=False)
+    ok, line = selftest.check(tokens=8, platform="darwin")
+    if asked:
+        assert ok and "device cpu" in line and "Metal not exercised: the CPU was asked for (--device cpu)" in line, line
+    else:
+        assert not ok and "computed on the CPU, not on Metal" in line, line
+
+
+def test_a_gpu_that_computes_garbage_fails_the_self_test_loudly():
+    """A virtual GPU has been seen returning zeros from compute kernels; spec and plain decoding
+    would then agree with each other, so the device is checked against the CPU (a test double of
+    the GPU's decode here: this machine has none)."""
+    import mlx.core as mx
+
+    from dspark import gpu_check, load_target, resources, selftest
 
     target = load_target(resources.demo_model("target"))
     ids = target.encode(selftest.held_out_prompt())[:16]
-    assert selftest.device_check(target.model, ids, mx.Device(mx.cpu)) is None  # the CPU is not checked against itself
-    honest = selftest.logits_on
-    monkeypatch.setattr(selftest, "logits_on", lambda model, ids, device: honest(model, ids, mx.Device(mx.cpu)))
-    assert selftest.device_check(target.model, ids, mx.Device(mx.gpu)) is None  # the same logits: fine
-    monkeypatch.setattr(selftest, "logits_on", lambda model, ids, device: (
-        mx.zeros((target.dims.vocab_size,)) if device.type == mx.gpu else honest(model, ids, mx.Device(mx.cpu))))
-    why = selftest.device_check(target.model, ids, mx.Device(mx.gpu))
-    assert why and "the GPU computed other logits than the CPU" in why
+    if mx.default_device().type != mx.gpu:
+        assert selftest.device_check(target.model, ids) == (None, "the CPU (nothing to compare)")
+    n = gpu_check.CHECK_TOKENS
+    honest = lambda: gpu_check.greedy_on(target.model, ids, tokens=n, device=mx.Device(mx.cpu))  # noqa: E731
+    why, found = selftest.device_check(target.model, ids, run_gpu=honest)
+    assert why is None and "computes what the CPU computes" in found  # the same numbers: fine
+    zeros = lambda: gpu_check.Decoded(tokens=[0] * n, logprobs=[mx.zeros((target.dims.vocab_size,))] * n)  # noqa: E731
+    why, found = selftest.device_check(target.model, ids, run_gpu=zeros)
+    assert why == found and "computed other numbers than the CPU" in why, why
 
 
 def test_self_test_fails_with_the_reason_when_demo_models_are_missing(tmp_path, monkeypatch):

@@ -159,7 +159,7 @@ def environment(repo: Path | None = None) -> dict:
     """OS, CPU, MLX and its device, the BLAS and its threads, and the git revision."""
     import mlx.core as mx
 
-    from .. import __version__, blas
+    from .. import __version__, blas, device
     from ..costs import machine
 
     env = {**machine(), "python": platform.python_version(), "dspark": __version__, "blas_threads": blas.threads(),
@@ -171,6 +171,8 @@ def environment(repo: Path | None = None) -> dict:
     except (ImportError, AttributeError):
         pass
     env["metal"] = bool(getattr(mx, "metal", None) and mx.metal.is_available())
+    if device.current() is not None:  # the app's first-launch GPU check: what it found, what it chose
+        env["device_check"] = device.describe_current()
     root = repo or Path(__file__).resolve().parents[2]
     try:
         rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
