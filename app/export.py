@@ -40,9 +40,12 @@ def run_dict(run: Run) -> dict:
     }
 
 
-def document(runs: list[Run], target: str | None, comparison: bool, prompts: int | None = None) -> dict:
+def document(runs: list[Run], target: str | None, comparison: bool, prompts: int | None = None, *,
+             environment: dict | None = None) -> dict:
     """Everything needed to read the runs back (``app.replay``): the events, the drafted
-    tokens' text, the verdicts, and (a comparison) its table as it was shown."""
+    tokens' text, the verdicts, and (a comparison) its table as it was shown; ``environment``:
+    the machine, MLX, BLAS and the device the runs computed on (the worker's record, with the
+    first-launch GPU check's answer)."""
     doc = {
         "app": "dspark-studio",
         "version": __version__,
@@ -50,6 +53,7 @@ def document(runs: list[Run], target: str | None, comparison: bool, prompts: int
         "kind": "compare" if comparison else "run",
         "prompts": prompts or len({r.prompt_index for r in runs}),
         "target": target,
+        "environment": dict(environment or {}),
         "runs": [run_dict(r) for r in runs],
     }
     if comparison:
@@ -58,9 +62,10 @@ def document(runs: list[Run], target: str | None, comparison: bool, prompts: int
 
 
 def write_json(path: str | Path, runs: list[Run], target: str | None, comparison: bool = False,
-               prompts: int | None = None) -> Path:
+               prompts: int | None = None, *, environment: dict | None = None) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(document(runs, target, comparison, prompts), indent=1, default=str))
+    doc = document(runs, target, comparison, prompts, environment=environment)
+    path.write_text(json.dumps(doc, indent=1, default=str))
     return path
 
 
@@ -158,14 +163,15 @@ def keep_in_history(session, prefs) -> str | None:
     keep = prefs.get("history/keep", settings.HISTORY_KEEP, int) if prefs else None
     max_mb = prefs.get("history/max_mb", settings.HISTORY_MAX_MB, int) if prefs else None
     return save_history(runs, session.loaded_target, session.shown_kind == "compare", session.prompt_count, keep,
-                        max_mb * 2**20 if max_mb is not None else None)
+                        max_mb * 2**20 if max_mb is not None else None, environment=session.environment)
 
 
 HISTORY_NAME = re.compile(r"^\d{8}-\d{6}(-\d+)?-(run|compare)\.json$")
 
 
 def save_history(runs: list[Run], target: str | None, comparison: bool, prompts: int | None = None,
-                 keep: int | None = None, max_bytes: int | None = None) -> str | None:
+                 keep: int | None = None, max_bytes: int | None = None, *,
+                 environment: dict | None = None) -> str | None:
     """Keep a finished job as JSON in the run history folder, then drop the oldest kept jobs
     beyond ``keep`` files or ``max_bytes`` (``prune_history``). Never fails the app: returns a
     one-line problem to show instead (an unwritable or misplaced folder), or None."""
@@ -179,7 +185,7 @@ def save_history(runs: list[Run], target: str | None, comparison: bool, prompts:
         while path.exists():  # two jobs in one second keep both
             n += 1
             path = folder / f"{stamp}-{n}-{kind}.json"
-        write_json(path, runs, target, comparison, prompts)
+        write_json(path, runs, target, comparison, prompts, environment=environment)
         prune_history(folder, keep if keep is not None else settings.HISTORY_KEEP,
                       max_bytes if max_bytes is not None else settings.HISTORY_MAX_MB * 2**20)
     except OSError as e:

@@ -198,6 +198,7 @@ RUN = record({"label": text(500), "method": one_of("speculative", "baseline"), "
 DOCUMENT = record({"app": text(100), "version": text(100), "created": text(100), "kind": optional(one_of("run", "compare")),
                    "prompts": optional(integer(0, MAX_PROMPTS)), "target": optional(text(4096)),
                    "runs": lambda v: None if isinstance(v, list) and v else "must be a non-empty list of runs",
+                   "environment": lambda v: ENVIRONMENT(v),  # defined below, with the benchmark's records
                    "comparison": lambda v: None}, ("runs",), strict=False)
 
 

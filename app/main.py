@@ -1,20 +1,37 @@
 """``dspark-studio``: start the desktop app, or (``--screenshot FILE``) run once headless, save a
 grab of the whole window and exit (``dspark_studio.headless``); ``--replay FILE ...`` plays saved
 runs back without loading a model; ``--self-test [FILE]`` checks this install
-(``dspark_studio.selftest``). The options and the window they open: ``dspark_studio.startup``."""
+(``dspark_studio.selftest``); ``--check-device`` is the first-launch GPU check's child
+(``dspark.gpu_check``). The options and the window they open: ``dspark_studio.startup``."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from .startup import build_parser, missing_system_library, open_window, replay_speed
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.device:  # before dspark is imported: it applies DSPARK_DEVICE before anything imports mlx-lm
+        os.environ["DSPARK_DEVICE"] = args.device
     from dspark.blas import use_fast_blas
 
     use_fast_blas()  # before mlx is imported (by the worker module)
-    args = build_parser().parse_args(argv)
+    if args.device:
+        from dspark.device import use_env_device
+        from dspark.errors import DsparkError
+
+        try:
+            use_env_device()  # again: dspark may have been imported before this call set the variable
+        except DsparkError as e:
+            print(f"dspark-studio: --device {args.device}: {e}", file=sys.stderr)
+            return 2
+    if args.check_device:
+        from dspark.gpu_check import main as check_device
+
+        return check_device(["--check"])
     if args.self_test is not None:
         from .selftest import run
 

@@ -56,3 +56,6 @@ def build_menus(w) -> None:
         group.addAction(a)
     m = w.menuBar().addMenu("&View")
     act(m, "Presentation mode", w.presenter.toggle, "F11")
+    m = w.menuBar().addMenu("&Help")
+    about = act(m, "About DSpark Studio", w.show_about)
+    about.setMenuRole(QAction.AboutRole)  # on a Mac, in the application menu where About belongs

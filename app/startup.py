@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check the demo models run (and, with FILE, save the window); print one line, exit")
     p.add_argument("--bench-figures", metavar="DIR",
                    help="write a dspark bench result's figures (speedup, acceptance, costs) as PNG files into DIR, exit")
+    p.add_argument("--device", choices=["cpu", "gpu"],
+                   help="compute on MLX's CPU or GPU device (default: the GPU where it passes the first-launch "
+                   "check, else the CPU; the environment variable DSPARK_DEVICE does the same)")
+    p.add_argument("--check-device", action="store_true",
+                   help="check that MLX's GPU computes what its CPU computes on the demo target, print the answer "
+                   "as one JSON line and exit (what the app runs in a child process at its first launch)")
     p.add_argument("--on-screen", action="store_true",
                    help="with --screenshot or --self-test FILE: show the window on the screen while it runs "
                    "(default: drawn offscreen, whatever display there is)")
@@ -98,6 +104,60 @@ def missing_system_library() -> str | None:
     return None
 
 
+CHECKING = ("Checking that this Mac's GPU computes what its CPU computes (once, at the first launch of this "
+            "version) …")
+
+
+def checked_device(app, *, ask=None, gpu: bool | None = None):
+    """The device this process computes on, decided before anything imports mlx-lm (whose
+    generation stream keeps the device of its import): the GPU check's kept answer, or the
+    check run now in a child process while a small window says what is happening
+    (:func:`dspark.device.startup_check`). ``ask`` and ``gpu`` stand in for the child and the
+    GPU in tests. Returns the applied :class:`dspark.device.DeviceCheck`."""
+    import threading
+
+    from PySide6.QtCore import QEventLoop, QTimer, Qt
+    from PySide6.QtWidgets import QLabel
+
+    from dspark import device
+
+    from . import settings
+
+    def ask_with_window():
+        answer: list = []
+
+        def asking():
+            try:
+                answer.append((ask or device.ask_child)())
+            except Exception as e:  # the check must never keep the app from starting
+                answer.append(device.DeviceCheck(outcome="failed", device="cpu", sentence=(
+                    f"the GPU check could not run ({type(e).__name__}: {e}), so DSpark Studio computes on the CPU")))
+
+        worker = threading.Thread(target=asking, daemon=True)
+        note = QLabel(CHECKING)
+        note.setWindowTitle(settings.APP)
+        note.setWindowFlag(Qt.WindowStaysOnTopHint)
+        note.setMargin(24)
+        note.show()
+        worker.start()
+        loop = QEventLoop()
+        timer = QTimer()
+        timer.timeout.connect(lambda: None if worker.is_alive() else loop.quit())
+        timer.start(50)
+        loop.exec()
+        timer.stop()
+        note.close()
+        return answer[0]
+
+    try:
+        cache = settings.data_dir() / "device-check.json"
+    except OSError:  # no writable data folder: the check runs, and runs again next time
+        cache = Path(os.devnull)
+    check = device.startup_check(cache, ask=ask_with_window, gpu=gpu)
+    device.apply(check)
+    return check
+
+
 def choose_models(args, prefs) -> tuple[str | None, list[str]]:
     """Command line first; then (not for screenshots) the last used; then the demo models."""
     from . import settings
@@ -121,16 +181,19 @@ def open_window(args, prefs_wanted: bool):
     from dspark import resources
 
     from . import settings
-    from .window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName(settings.ORG)
     app.setApplicationName(settings.APP)
     app.setStyle("Fusion")  # the same look on macOS and Linux; themed by app.theme
     app.setWindowIcon(QIcon(str(resources.path("icons", "dspark-studio.png"))))
+    check = checked_device(app)
+    from .window import MainWindow  # only now: it imports mlx-lm, whose stream keeps the device of that moment
+
     prefs = settings.Settings() if prefs_wanted else None
     first_start = prefs is not None and not prefs.q.allKeys()
     win = MainWindow(prefs)
+    win.show_device_check(check)
     target, drafters = choose_models(args, prefs)
     if first_start and not args.target and not args.replay:  # nothing saved yet: say how to open one's own
         win.statusBar().addPermanentWidget(QLabel(FIRST_START))
@@ -169,5 +232,5 @@ def replay_speed(args) -> str | None:
     return {"1": "1×", "2": "2×", "instant": "instant"}.get(args.replay_speed or "", None)
 
 
-__all__ = ["FIRST_START", "SCREENSHOT_SIZE", "build_parser", "choose_models", "headless_platform",
+__all__ = ["CHECKING", "FIRST_START", "checked_device", "SCREENSHOT_SIZE", "build_parser", "choose_models", "headless_platform",
            "missing_system_library", "open_window", "recorded_drafters", "replay_speed"]

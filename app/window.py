@@ -36,7 +36,7 @@ from .presentation import Presenter
 from .results import ResultsPanel
 from .session import Session
 from .theme import NORMAL, PRESENTATION, Theme, palette, scaled, stylesheet
-from .wording import in_app
+from .wording import about_text, in_app
 from .worker import WorkerThread
 
 REFRESH_MS = 40
@@ -54,6 +54,8 @@ class MainWindow(QMainWindow):
         self.session.choices.set_config(form_values(GenerationConfig, {}))
         self._drawn = (-1, -1)  # the session's and the choices' versions on screen
         self.download = None  # the Download dialog, once opened
+        self.device_check = None  # the first-launch GPU check's answer (dspark.device), once shown
+        self.about_box = None
         self.playlist = Playlist()  # saved runs opened for replay
         self.player = replay.Player(self.on_message, self)  # replays deliver as the worker does
         self.normal_geometry = QByteArray()  # before presentation mode: what leaving restores and the settings keep
@@ -289,6 +291,25 @@ class MainWindow(QMainWindow):
 
     def export_drafter(self, request=None) -> bool:
         return file_menu.export_drafter(self, request)
+
+    def show_device_check(self, check) -> None:
+        """The first-launch GPU check's answer, for About; when it sent the work to the CPU, its
+        sentence now and a note that stays in the status bar (every figure shown is the CPU's)."""
+        self.device_check = check
+        if check is not None and check.fell_back:
+            note = QLabel("⚠ computing on the CPU: the GPU check failed (Help ▸ About)")
+            note.setObjectName("note")
+            note.setToolTip(check.sentence)
+            self.statusBar().addPermanentWidget(note)
+            self.statusBar().showMessage(check.sentence)
+
+    def show_about(self) -> None:
+        """Help ▸ About: the versions, the device and the GPU check, the BLAS (not modal)."""
+        from PySide6.QtWidgets import QMessageBox
+
+        self.about_box = QMessageBox(QMessageBox.Information, "About DSpark Studio",
+                                     about_text(self.device_check, blas.describe()), parent=self)
+        self.about_box.open()
 
     def open_download(self):
         """The Download dialog (made once; a download finishes even if it is closed)."""

@@ -62,7 +62,8 @@ def export_runs(session: Session, fmt: str, comparison: bool, path: str) -> Path
     runs, prompts = _exported(session, comparison)
     try:
         if fmt == "json":
-            return export.write_json(path, runs, session.loaded_target, comparison, prompts)
+            return export.write_json(path, runs, session.loaded_target, comparison, prompts,
+                                     environment=session.environment)
         return export.write_csv(path, runs, comparison, prompts)
     except OSError as e:
         session.fail(f"could not write {path}: {e.strerror or e}")

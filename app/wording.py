@@ -30,3 +30,29 @@ def in_app(text: str) -> str:
         text = text.replace(phrase, words)
     settings = _setting_names()
     return FLAG.sub(lambda m: settings.get(m.group(0), m.group(0)), text)
+
+
+def about_text(check, blas: str) -> str:
+    """What Help ▸ About says: the versions that decide what runs, the BLAS, and the device the
+    app computes on with the first-launch GPU check's sentence (``check``: a
+    :class:`dspark.device.DeviceCheck`, or None when none ran)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from dspark import __version__
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    device = "not checked" if check is None else f"{check.device.upper() if check.device == 'cpu' else 'GPU'}"
+    if check is not None and check.gpu and check.device == "gpu":
+        device += f" ({check.gpu})"
+    lines = [f"DSpark Studio {__version__}",
+             f"MLX {installed('mlx')}, mlx-lm {installed('mlx-lm')}, PySide6 {installed('PySide6')}",
+             f"Computes on: {device}"]
+    if check is not None:
+        lines.append(f"GPU check: {check.sentence}")
+    lines.append(f"BLAS: {blas}")
+    return "\n".join(lines)
