@@ -38,19 +38,21 @@ def about_text(check, blas: str) -> str:
     :class:`dspark.device.DeviceCheck`, or None when none ran)."""
     from importlib.metadata import PackageNotFoundError, version
 
+    import PySide6
+
     from dspark import __version__
 
-    def installed(name: str) -> str:
+    def installed(name: str) -> str:  # a frozen bundle may carry no metadata: then what the check recorded
         try:
             return version(name)
         except PackageNotFoundError:
-            return "not installed"
+            return str((check.key if check is not None else {}).get(name, "unknown"))
 
     device = "not checked" if check is None else f"{check.device.upper() if check.device == 'cpu' else 'GPU'}"
     if check is not None and check.gpu and check.device == "gpu":
         device += f" ({check.gpu})"
     lines = [f"DSpark Studio {__version__}",
-             f"MLX {installed('mlx')}, mlx-lm {installed('mlx-lm')}, PySide6 {installed('PySide6')}",
+             f"MLX {installed('mlx')}, mlx-lm {installed('mlx-lm')}, PySide6 {PySide6.__version__}",
              f"Computes on: {device}"]
     if check is not None:
         lines.append(f"GPU check: {check.sentence}")

@@ -55,6 +55,7 @@ def test_a_gpu_that_computes_wrong_numbers_sends_the_app_to_the_cpu_with_one_sen
     assert "computed other numbers than the CPU" in sentence and "computes on the CPU" in sentence
     assert seen["status"] == sentence and seen["notes"] == ["⚠ computing on the CPU: the GPU check failed (Help ▸ About)"]
     assert "Computes on: CPU" in seen["about"] and f"GPU check: {sentence}" in seen["about"]
+    assert "unknown" not in seen["about"] and "MLX 0." in seen["about"]
     kept = json.loads((tmp_path / "home" / "data" / "device-check.json").read_text())
     assert kept["outcome"] == "wrong"  # the next launch does not ask again (tests/test_device_check.py)
 
