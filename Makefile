@@ -79,12 +79,15 @@ demo: setup
 # The app, built in its own venv with PyInstaller, then a copy of it started as a person's machine
 # would. Linux: the one-folder bundle dist/dspark-studio/, started from / in a bare environment with
 # --self-test. macOS: dist/DSpark Studio.app, unzipped from its zip, checked with codesign and
-# plutil, self-tested in a bare environment and through LaunchServices (packaging/README.md).
+# plutil, self-tested in a bare environment and through LaunchServices (packaging/README.md), on
+# Metal; SELFTEST_DEVICE=cpu self-tests on MLX's CPU device instead, for a Mac whose GPU does not
+# run MLX (CI's probe decides: packaging/probe_metal.sh).
 UNAME ?= $(shell uname -s)
+SELFTEST_DEVICE ?= gpu
 bundle:
 ifeq ($(UNAME),Darwin)
 	PYTHON=$(PYTHON) packaging/build_macos.sh
-	packaging/test_app_macos.sh dist/DSpark-Studio-macOS.zip
+	SELFTEST_DEVICE=$(SELFTEST_DEVICE) packaging/test_app_macos.sh dist/DSpark-Studio-macOS.zip
 else
 	PYTHON=$(PYTHON) packaging/build_linux.sh
 	packaging/test_bundle.sh dist/dspark-studio/dspark-studio

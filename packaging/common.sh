@@ -62,3 +62,24 @@ finish_with_summary() {
   rm -rf "$tmp"
   if [ "$status" = 0 ]; then echo "$summary_label: 1 passed, 0 failed"; else echo "$summary_label: 0 passed, 1 failed"; fi
 }
+
+# Runs "$@" and returns its status, or 124 (as GNU timeout does) once it has run SECONDS: macOS
+# has no timeout(1), and a GPU probe or an `open -W` that hangs would otherwise hold a CI runner
+# until the job's own limit. The command is killed, not its children (open's app lives on), so
+# callers send its output to a file, which an orphan cannot hold open the way it holds a pipe.
+run_with_limit() {
+  local ticks=$(($1 * 5)) pid waited=0
+  shift
+  "$@" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$waited" -ge "$ticks" ]; then
+      kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      return 124
+    fi
+    sleep 0.2  # macOS's sleep takes fractions too
+    waited=$((waited + 1))
+  done
+  wait "$pid"
+}

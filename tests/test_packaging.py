@@ -218,19 +218,22 @@ def test_the_build_refuses_a_python_without_a_shared_library_in_one_sentence(tmp
         assert "built without a shared library, which PyInstaller needs" in r.stderr
 
 
-def test_png_check_tells_a_drawn_window_from_a_blank_one(tmp_path):
+def _png(w: int, h: int, pixel) -> bytes:
+    """An 8-bit RGB PNG whose grey level at (x, y) is pixel(x, y)."""
     import zlib
 
+    rows = b"".join(b"\0" + bytes(pixel(x, y) for x in range(w) for _ in range(3)) for y in range(h))
+    chunk = lambda kind, body: (struct.pack(">I", len(body)) + kind + body
+                                + struct.pack(">I", zlib.crc32(kind + body)))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_png_check_tells_a_drawn_window_from_a_blank_one(tmp_path):
     sys.path.insert(0, str(ROOT / "packaging"))
     import png_check
 
-    def png(w, h, pixel):
-        rows = b"".join(b"\0" + bytes(pixel(x, y) for x in range(w) for _ in range(3)) for y in range(h))
-        chunk = lambda kind, body: (struct.pack(">I", len(body)) + kind + body
-                                    + struct.pack(">I", zlib.crc32(kind + body)))
-        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
-
+    png = _png
     (tmp_path / "blank.png").write_bytes(png(200, 100, lambda x, y: 240))
     (tmp_path / "drawn.png").write_bytes(png(200, 100, lambda x, y: (x * 7 + y * 3) % 256))
     assert png_check.main([str(tmp_path / "blank.png"), "200x100"]) == 1
@@ -412,3 +415,128 @@ def test_bundle_check_of_an_app_runs_the_macho_check(tmp_path):
     (app / "Contents" / "Frameworks" / "mlx" / "lib" / "libmlx.dylib").write_bytes(_macho(_build_version(_nibbles(26, 0))))
     assert bundle.check(app, "darwin") == ["Contents/Frameworks/mlx/lib/libmlx.dylib is built for macOS 26.0, newer "
                                            "than Info.plist's LSMinimumSystemVersion 14.0"]
+
+
+# ------------------------------------------------------------------ test_app_macos.sh and probe_metal.sh on a stand-in Mac
+# The scripts run on macOS runners only; here the Mac's commands are small stand-ins on PATH
+# (uname says Darwin; ditto unzips; codesign agrees; plutil reads the plist; open starts the app's
+# executable with --args, as LaunchServices would, and refuses output paths that do not exist) and
+# the app is a script that prints the self-test line the real app prints for the --device it gets.
+GPU_LINE = ("dspark-studio self-test: ok: device gpu (Apple Paravirtual device), checked against the CPU, BLAS "
+            "Accelerate; 32 tokens, tau 5.1; identical to plain mlx-lm greedy decoding, token for token")
+CPU_LINE = ("dspark-studio self-test: ok: device cpu, BLAS Accelerate; Metal not exercised: the CPU was asked for "
+            "(--device cpu); 32 tokens, tau 5.1; identical to plain mlx-lm greedy decoding, token for token")
+STAND_INS = {
+    "uname": 'echo Darwin\n',
+    "codesign": 'exit 0\n',
+    "ditto": 'python3 -m zipfile -e "$3" "$4" && chmod +x "$4"/*/Contents/MacOS/*\n',
+    "plutil": ('[ "$1" = -lint ] && exec python3 -c "import plistlib,sys; plistlib.load(open(sys.argv[1],\'rb\'))" "$2"\n'
+               'exec python3 -c "import plistlib,sys; print(plistlib.load(open(sys.argv[2],\'rb\'))[sys.argv[1]])" "$2" "$6"\n'),
+    "open": ('[ "$1 $2 $3" = "-W -n --stdout" ] && [ "$5" = --stderr ] && [ "$8" = --args ] || exit 2\n'
+             'out=$4 err=$6 app=$7; shift 8\n'
+             '[ -f "$out" ] && [ -f "$err" ] || { echo "open: $out or $err does not exist" >&2; exit 1; }\n'
+             '"$app/Contents/MacOS/dspark-studio" "$@" >>"$out" 2>>"$err"; exit 0\n'),
+}
+
+
+def _stand_in_mac(tmp_path: Path, app_says: str = "as asked", hang: bool = False) -> tuple[Path, dict]:
+    """A copy of the scripts in a repository of their own (they write its build/artifact/), the
+    stand-in commands, and dist/DSpark-Studio-macOS.zip holding an app whose executable logs its
+    arguments and prints the self-test line for its --device ("as asked"), or always CPU_LINE."""
+    import zipfile
+
+    repo = tmp_path / "repo"
+    for name in ("test_app_macos.sh", "probe_metal.sh", "common.sh", "png_check.py"):
+        _touch(repo / "packaging" / name, (ROOT / "packaging" / name).read_bytes()).chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    for name, body in STAND_INS.items():
+        _touch(bin_dir / name, f"#!/bin/sh\n{body}".encode()).chmod(0o755)
+    log = tmp_path / "launches.log"
+    line = {"as asked": f'[ "$device" = cpu ] && echo "{CPU_LINE}" || echo "{GPU_LINE}"',
+            "cpu": f'echo "{CPU_LINE}"'}[app_says]
+    # the offscreen window at its size; the on-screen one (any size) small, as png_check reads slowly
+    small = _touch(tmp_path / "small.png", _png(200, 100, lambda x, y: (x * 7 + y * 3) % 256))
+    exe = (f'#!/bin/sh\necho "$*" >>"{log}"\n' + ("exec sleep 60\n" if hang else "")
+           + 'device=gpu png="" shot="' + str(ROOT / "docs" / "screenshot.png") + '"\n'
+           + 'while [ $# -gt 0 ]; do case "$1" in --device) device=$2 ;; --self-test) png=$2 ;; '
+           + f'--on-screen) shot="{small}" ;; esac; shift; done\n'
+           + f'cp "$shot" "$png"\n{line}\n')
+    plist = {"CFBundleIdentifier": "org.dspark.studio", "CFBundleExecutable": "dspark-studio",
+             "CFBundleShortVersionString": "0.1.0", "LSMinimumSystemVersion": "14.0"}
+    zip_path = repo / "dist" / "DSpark-Studio-macOS.zip"
+    zip_path.parent.mkdir(parents=True)
+    with zipfile.ZipFile(zip_path, "w") as z:
+        z.writestr("DSpark Studio.app/Contents/Info.plist", plistlib.dumps(plist))
+        z.writestr("DSpark Studio.app/Contents/MacOS/dspark-studio", exe)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "LAUNCH_SECONDS": "3"}
+    return repo, env
+
+
+def _test_app(repo: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(repo / "packaging" / "test_app_macos.sh"), str(repo / "dist" / "DSpark-Studio-macOS.zip")],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_app_test_asks_both_launches_for_the_device_and_says_whether_metal_ran(tmp_path, device):
+    repo, env = _stand_in_mac(tmp_path)
+    probe = f"{device}: dspark.selftest: device gpu (Apple Paravirtual device): the GPU computed other logits"
+    r = _test_app(repo, {**env, "SELFTEST_DEVICE": device, "METAL_PROBE": probe})
+    assert r.returncode == 0 and r.stdout.strip().endswith("app: 1 passed, 0 failed"), r.stdout + r.stderr
+    launches = (tmp_path / "launches.log").read_text().splitlines()
+    assert len(launches) == 2 and all(f"--device {device}" in args for args in launches), launches
+    assert "--on-screen" in launches[1]  # the LaunchServices start
+    artifact = repo / "build" / "artifact"
+    assert sorted(p.name for p in artifact.iterdir()) == ["DSpark-Studio-macOS.zip", "metal.txt", "selftest-launched.png",
+                                                          "selftest.png"]
+    metal = (artifact / "metal.txt").read_text().splitlines()
+    line = GPU_LINE if device == "gpu" else CPU_LINE
+    assert metal == [f"metal exercised: {'yes' if device == 'gpu' else 'no'}", f"device: {device}", f"probe: {probe}",
+                     f"self-test: {line}", f"launched: {line}"]
+
+
+def test_app_test_fails_a_cpu_run_when_metal_was_demanded(tmp_path):
+    repo, env = _stand_in_mac(tmp_path, app_says="cpu")
+    r = _test_app(repo, env)  # SELFTEST_DEVICE unset: gpu
+    assert r.returncode == 1 and "the self-test did not pass on the GPU" in r.stderr, r.stdout + r.stderr
+    assert not (repo / "build" / "artifact").exists()
+    r = _test_app(repo, {**env, "SELFTEST_DEVICE": "metal"})
+    assert r.returncode == 1 and "SELFTEST_DEVICE is 'metal': say gpu or cpu" in r.stderr
+
+
+def test_app_test_stops_an_app_that_never_quits(tmp_path):
+    repo, env = _stand_in_mac(tmp_path, hang=True)
+    started = __import__("time").monotonic()
+    r = _test_app(repo, env)
+    assert r.returncode == 1 and "the self-test did not finish in 3 s" in r.stderr, r.stdout + r.stderr
+    assert __import__("time").monotonic() - started < 30
+
+
+def test_app_test_creates_opens_output_files_before_open_runs(tmp_path):
+    """The stand-in open refuses output paths that do not exist; the script passes only because
+    it made them first (drop its `: >` lines and this fails)."""
+    repo, env = _stand_in_mac(tmp_path)
+    script = (repo / "packaging" / "test_app_macos.sh").read_text()
+    assert script.count(': >"$tmp/ls.') == 2
+    (repo / "packaging" / "test_app_macos.sh").write_text(script.replace(': >"$tmp/ls.out"', "true"))
+    r = _test_app(repo, env)
+    assert r.returncode == 1 and "open could not launch the app" in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("python, verdict", [
+    ('echo "dspark.selftest: device gpu (Apple M4): computes what the CPU computes"',
+     "gpu: dspark.selftest: device gpu (Apple M4): computes what the CPU computes"),
+    ('echo "loading"; echo "dspark.selftest: device gpu (Apple Paravirtual device): the GPU computed other logits"; exit 1',
+     "cpu: the GPU probe exited 1: dspark.selftest: device gpu (Apple Paravirtual device): the GPU computed other logits"),
+    ('echo "dspark.selftest: device cpu (Apple M4): the CPU (nothing to compare)"',
+     "cpu: MLX's default device is not a GPU here (dspark.selftest: device cpu (Apple M4): the CPU (nothing to compare))"),
+    ('echo "Traceback"; echo "  line 1"; kill -SEGV $$', "cpu: the GPU probe was killed by signal 11 (  line 1)"),
+    ("sleep 60", "cpu: the GPU probe did not finish in 2 s and was stopped"),
+])
+def test_metal_probe_says_gpu_only_for_a_gpu_that_computes_what_the_cpu_computes(tmp_path, python, verdict):
+    repo, env = _stand_in_mac(tmp_path)
+    fake = _touch(tmp_path / "python", f"#!/bin/sh\n{python}\n".encode())
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", str(repo / "packaging" / "probe_metal.sh"), str(fake)], env={**env, "PROBE_SECONDS": "2"},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.splitlines() == [verdict], r.stdout + r.stderr

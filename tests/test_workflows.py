@@ -77,7 +77,7 @@ def test_the_workflow_tests_builds_self_tests_and_uploads_only_then():
     make = subprocess.run(["make", "-s", "-n", "-C", str(ROOT), "bundle", "UNAME=Darwin", "PYTHON=python3"],
                           capture_output=True, text=True, timeout=60)
     assert make.stdout.splitlines() == ["PYTHON=python3 packaging/build_macos.sh",
-                                             "packaging/test_app_macos.sh dist/DSpark-Studio-macOS.zip"]
+                                        "SELFTEST_DEVICE=gpu packaging/test_app_macos.sh dist/DSpark-Studio-macOS.zip"]
     script = (ROOT / "packaging" / "test_app_macos.sh").read_text()
     for step in ("ditto -x -k", "codesign --verify --deep --strict", "plutil -lint", "env -i HOME=",
                  "--self-test", "open -W -n", "--on-screen", "device gpu (", "identical to plain",
