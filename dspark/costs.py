@@ -354,8 +354,9 @@ def _fastest_loop_threads(target, drafter, prompt: list[int], block_size: int, c
             anchor, position, key = prompt[-1], len(prompt) - 1, mx.random.key(0)
             t0 = time.perf_counter()
             for _ in range(n_rounds):
-                v = rounds.speculative_round(target, session, cache, anchor, position, new_rows, block_size,
-                                             block_size, sched, SamplingParams(), key, threads, display=False)
+                v = rounds.speculative_round(target, session, cache, anchor=anchor, position=position,
+                                             new_rows=new_rows, block_size=block_size, budget=block_size, sched=sched,
+                                             sampling=SamplingParams(), key=key, threads=threads, display=False)
                 anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
             if rep:
                 ms[n].append((time.perf_counter() - t0) / n_rounds * 1000)

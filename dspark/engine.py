@@ -23,7 +23,7 @@ from .errors import DsparkError
 from .events import CommittedToken, RoundEvent, Source, Summary
 from .policy import Scheduler
 from .policy import parse as parse_policy
-from .rounds import Proposer, RoundOutcome, plain_steps, prefill, speculative_round
+from .rounds import Proposer, RoundOutcome, plain_outcome, plain_steps, prefill, speculative_round
 from .target import Target
 
 
@@ -120,15 +120,17 @@ def generate(
             budget = run.remaining - 1
             if block_size and (drafts_next or sched.drafts(position, budget)):
                 drafts_next = False
-                v = speculative_round(target, session, cache, anchor, position, new_rows, block_size, budget, sched,
-                                      config.sampling, next(keys), threads, display, inspect)
+                v = speculative_round(target, session, cache, anchor=anchor, position=position, new_rows=new_rows,
+                                      block_size=block_size, budget=budget, sched=sched, sampling=config.sampling,
+                                      key=next(keys), threads=threads, display=display, inspect=inspect)
                 yield run.commit(anchor, v, position)
                 anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
                 continue
             # plain steps: their tap rows wait, with any before them, for the drafter's next draft
             rows = [] if new_rows is None else [new_rows]
-            steps = plain_steps(target, cache, session.tap_layers, anchor, position, config.sampling, keys,
-                                plain_next, threads, display, inspect)
+            steps = plain_steps(target, cache, tap_layers=session.tap_layers, anchor=anchor, position=position,
+                                sampling=config.sampling, keys=keys, more=plain_next, threads=threads,
+                                display=display, inspect=inspect)
             shadow = None
             try:
                 for v in steps:
@@ -232,7 +234,7 @@ def generate_baseline(
         if not run.wants_more():
             break
         prob = math.exp(_host_value(logprobs, tok))
-        yield run.commit(anchor, RoundOutcome([], [], None, None, 0, 0, [tok], [prob], 0.0, 0.0, None))
+        yield run.commit(anchor, plain_outcome(tok, prob, seconds=0.0, new_rows=None))
         anchor = tok
     yield run.summary()
 

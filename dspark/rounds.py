@@ -53,9 +53,13 @@ class DraftSession(Protocol):
     def state(self) -> list: ...
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RoundOutcome:
-    """What one round decided, as host values."""
+    """What one round decided, as host values: the drafts and what the drafter thought of them,
+    how many the round verified (``width``) and accepted, the tokens it committed (the accepted
+    drafts, then the target's own: a correction or a bonus) with the target's probabilities of
+    them, the time of each phase, and the tap rows the drafter reads next. A plain step is a
+    round with no draft: ``width`` 0 and one token."""
 
     drafted: list[int]
     draft_probs: list[float]
@@ -112,9 +116,21 @@ class VerifyRows:
                    None if sp.greedy else distribution(logits, sp))
 
 
-def speculative_round(target: Target, session: DraftSession, cache: list, anchor: int, position: int, new_rows,
-                      block_size: int, budget: int, sched: Scheduler, sp: SamplingParams, key: mx.array,
-                      threads: dict, display: bool = True, inspect: bool = False) -> RoundOutcome:
+def speculative_round(target: Target, session: DraftSession, cache: list, *, anchor: int, position: int,
+                      new_rows: mx.array | None, block_size: int, budget: int, sched: Scheduler,
+                      sampling: SamplingParams, key: mx.array, threads: dict, display: bool = True,
+                      inspect: bool = False) -> RoundOutcome:
+    """One round from ``anchor`` (the last committed token, not yet in ``cache``) at cache length
+    ``position``. ``session`` drafts ``block_size`` tokens (0: none, and the round is a plain step
+    of the target), reading ``new_rows`` first (the tap rows it has not seen; None: none);
+    ``sched`` verifies at most ``budget`` of them (the tokens the run may still commit, less the
+    one the target always adds: the round never commits more than the run asked for). The target
+    scores the anchor and the verified drafts, ``cache`` is rolled back to the accepted ones, and
+    ``sched`` learns the outcome. ``sampling`` and ``key`` decide acceptance (greedy, or the ratio
+    test with this key); ``threads`` holds the BLAS thread count of each phase; ``display`` reads
+    the probabilities a screen shows, ``inspect`` what the target thought at each verified
+    position. Two host syncs (the draft, the outcome). Returns what the round decided."""
+    sp = sampling
     k_draft, k_accept = mx.random.split(key)
     t0 = perf_counter()
     use_phase_threads(threads, "draft")
@@ -144,12 +160,22 @@ def speculative_round(target: Target, session: DraftSession, cache: list, anchor
     sched.observe(width, a)
     t2 = perf_counter()
     seen = inspection(logits[0, :width], target.projection.softcap, drafted[:width], sp, rows) if inspect else None
-    return RoundOutcome(drafted, dprobs, conf, z, width, a, tokens, probs, t1 - t0, t2 - t1, taps[:, : a + 1],
-                        plain_step=block_size == 0, inspected=seen)
+    return RoundOutcome(drafted=drafted, draft_probs=dprobs, confidences=conf, conf_logits=z, width=width, accepted=a,
+                        tokens=tokens, target_probs=probs, draft_seconds=t1 - t0, verify_seconds=t2 - t1,
+                        new_rows=taps[:, : a + 1], plain_step=block_size == 0, inspected=seen)
 
 
-def plain_steps(target: Target, cache: list, tap_layers: Sequence[int], anchor: int, position: int,
-                sp: SamplingParams, keys: Iterator[mx.array], more: Callable[[int], bool], threads: dict,
+def plain_outcome(token: int, prob: float, *, seconds: float, new_rows: mx.array | None,
+                  inspected: "Inspection | None" = None) -> RoundOutcome:
+    """A plain step as a round: no draft, ``token`` committed by the target with probability
+    ``prob``, ``seconds`` counted as the verify's."""
+    return RoundOutcome(drafted=[], draft_probs=[], confidences=None, conf_logits=None, width=0, accepted=0,
+                        tokens=[token], target_probs=[prob], draft_seconds=0.0, verify_seconds=seconds,
+                        new_rows=new_rows, plain_step=True, inspected=inspected)
+
+
+def plain_steps(target: Target, cache: list, *, tap_layers: Sequence[int], anchor: int, position: int,
+                sampling: SamplingParams, keys: Iterator[mx.array], more: Callable[[int], bool], threads: dict,
                 display: bool = True, inspect: bool = False) -> Iterator[RoundOutcome]:
     """The target alone, one token a step, from ``anchor`` at cache length ``position``, for as long
     as ``more(p)`` says the step at position ``p`` is plain too. Pipelined as mlx-lm's
@@ -164,6 +190,7 @@ def plain_steps(target: Target, cache: list, tap_layers: Sequence[int], anchor: 
     known then (the scheduler's state of earlier rounds, positions), which keeps the run lossless.
     The last token yielded is not fed to the target: it is the next round's anchor. Each step's
     tap row is its ``new_rows``, for the drafter's next round."""
+    sp = sampling
     softcap = target.projection.softcap
     use_phase_threads(threads, "step")
 
@@ -191,8 +218,8 @@ def plain_steps(target: Target, cache: list, tap_layers: Sequence[int], anchor: 
             pending = queue(choice) if more(position) else None
             token = choice.item()
             shown = prob.item() if prob is not None else math.nan
-            outcome = RoundOutcome([], [], None, None, 0, 0, [token], [shown], 0.0, perf_counter() - t0, taps,
-                                   plain_step=True, inspected=Inspection((), (), ()) if inspect else None)
+            outcome = plain_outcome(token, shown, seconds=perf_counter() - t0, new_rows=taps,
+                                    inspected=Inspection((), (), ()) if inspect else None)
             yield outcome
             t0 = perf_counter()  # the caller's time between steps is not the step's
     finally:  # a run that stops mid-stretch (EOS, cancel) lets its queued forward finish here
@@ -327,4 +354,4 @@ def prefill(target: Target, cache: list, ids: list[int], taps: Sequence[int], st
 
 
 __all__ = ["TOP", "DraftSession", "Inspection", "Proposer", "RoundOutcome", "VerifyRows", "accept", "inspection",
-           "plain_steps", "prefill", "read_draft", "speculative_round", "use_phase_threads", "verify_forward"]
+           "plain_outcome", "plain_steps", "prefill", "read_draft", "speculative_round", "use_phase_threads", "verify_forward"]

@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         cache = target.make_cache()
         prefill(target, cache, ids[:-1], taps, 512)
         end = len(ids) - 1 + n
-        return [v.tokens[0] for v in plain_steps(target, cache, taps, ids[-1], len(ids) - 1, greedy, _round_keys(0),
-                                                 lambda pos: pos < end, {}, display=False)]
+        steps = plain_steps(target, cache, tap_layers=taps, anchor=ids[-1], position=len(ids) - 1, sampling=greedy,
+                            keys=_round_keys(0), more=lambda pos: pos < end, threads={}, display=False)
+        return [v.tokens[0] for v in steps]
 
     def width0(ids):
         cache = target.make_cache()

@@ -462,8 +462,9 @@ def test_plain_steps_queue_the_next_forward_before_a_token_is_read_and_decode_as
     target.forward = counting
     try:
         seen, rows = [], []
-        for i, v in enumerate(plain_steps(target, cache, taps, PROMPT[-1], len(PROMPT) - 1, SamplingParams(),
-                                          _round_keys(0), lambda p: p < len(PROMPT) - 1 + steps, {})):
+        for i, v in enumerate(plain_steps(target, cache, tap_layers=taps, anchor=PROMPT[-1], position=len(PROMPT) - 1,
+                                          sampling=SamplingParams(), keys=_round_keys(0),
+                                          more=lambda p: p < len(PROMPT) - 1 + steps, threads={})):
             assert len(calls) == min(i + 2, steps), (i, len(calls))
             assert v.plain_step and v.width == 0 and len(v.tokens) == 1
             seen += v.tokens
