@@ -40,7 +40,7 @@ class OverLimit(AssertionError):
 class Ran(subprocess.CompletedProcess):
     """``subprocess.CompletedProcess`` and the largest resident size :func:`run` saw (bytes)."""
 
-    def __init__(self, args, returncode, stdout, stderr, peak_resident: int):
+    def __init__(self, args, returncode, stdout, stderr, *, peak_resident: int):
         super().__init__(args, returncode, stdout, stderr)
         self.peak_resident = peak_resident
 
@@ -105,10 +105,11 @@ def run(cmd: Sequence[str], *, resident: int, timeout: float, address_space: int
                     p.kill()
                     out, err = p.communicate()
                     if size > resident:
-                        raise OverLimit(f"{' '.join(map(str, cmd))[-300:]} was killed holding {size / 2**20:,.0f} MB, "
-                                        f"past its limit of {resident / 2**20:,.0f} MB; it said: {err[-2000:]}") from None
+                        command = " ".join(map(str, cmd))[-300:]
+                        raise OverLimit(f"{command} was killed holding {size / 2**20:,.0f} MB, past its limit of "
+                                        f"{resident / 2**20:,.0f} MB; it said: {err[-2000:]}") from None
                     raise subprocess.TimeoutExpired(cmd, timeout, out, err) from None
-    return Ran(cmd, p.returncode, out, err, peak)
+    return Ran(cmd, p.returncode, out, err, peak_resident=peak)
 
 
 __all__ = ["POLL_S", "OverLimit", "Ran", "preexec", "resident_bytes", "rlimits", "run"]

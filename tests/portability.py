@@ -72,7 +72,8 @@ _X11 = "an X11 program: a Mac has no X server"
 #: A command's name -> why it fails on macOS.
 LINUX_COMMANDS = {
     "timeout": "GNU coreutils, not on macOS (give subprocess a timeout=)", "stdbuf": "GNU coreutils, not on macOS",
-    "setsid": "util-linux, not on macOS (give subprocess start_new_session=True)", "nproc": "GNU coreutils, not on macOS",
+    "setsid": "util-linux, not on macOS (give subprocess start_new_session=True)",
+    "nproc": "GNU coreutils, not on macOS",
     "sha256sum": "GNU coreutils, not on macOS (shasum -a 256 there)", "md5sum": "GNU coreutils, not on macOS",
     "tac": "GNU coreutils, not on macOS", "mount": "mount -t tmpfs is Linux's (hdiutil on macOS)",
     "umount": "pairs with Linux's mount -t tmpfs", "ldd": "not on macOS (otool -L there)",
@@ -120,7 +121,8 @@ def sources(root: Path = ROOT) -> list[Path]:
 
 
 def check_tree(root: Path = ROOT) -> list[Finding]:
-    return [f for p in sources(root) for f in check_source(p.read_text(encoding="utf-8"), p.relative_to(root).as_posix())]
+    return [f for p in sources(root)
+            for f in check_source(p.read_text(encoding="utf-8"), p.relative_to(root).as_posix())]
 
 
 def check_source(text: str, path: str = "<planted>") -> list[Finding]:
@@ -169,14 +171,14 @@ class _Module:
             hit = (s.startswith("/") and re.search(re.escape(key) + "(/|$)", s)) if key.startswith("-") else (
                 s == key.rstrip("/") or s.startswith(key.rstrip("/") + "/"))
             if hit and not self.guarded(node):
-                return [Finding(self.path, node.lineno, repr(s[:80]), why)]
+                return [Finding(self.path, node.lineno, what=repr(s[:80]), why=why)]
         return []
 
     def _name(self, node: ast.AST, module: str, name: str) -> list[Finding]:
         why = LINUX_NAMES.get(module, {}).get(name)
         if why is None or self.guarded(node):
             return []
-        return [Finding(self.path, node.lineno, f"{module}.{name}", why)]
+        return [Finding(self.path, node.lineno, what=f"{module}.{name}", why=why)]
 
     def _setrlimit(self, call: ast.Call) -> list[Finding]:
         if _called(call) not in ("setrlimit", "prlimit") or not call.args or self.guarded(call):
@@ -184,8 +186,8 @@ class _Module:
         limit = _limit_name(call.args[1] if _called(call) == "prlimit" and len(call.args) > 1 else call.args[0])
         if limit not in REFUSED_LIMITS:
             return []
-        return [Finding(self.path, call.lineno, f"setrlimit({limit})",
-                        "macOS refuses it below the address space already mapped (see tests/limits.py)")]
+        return [Finding(self.path, call.lineno, what=f"setrlimit({limit})",
+                        why="macOS refuses it below the address space already mapped (see tests/limits.py)")]
 
     def _command(self, call: ast.Call) -> list[Finding]:
         if _called(call) not in RUNNERS or not call.args:
@@ -207,7 +209,7 @@ class _Module:
             (GNU_FLAGS[(name, w.split("=")[0])] for w in words[1:] if (name, w.split("=")[0]) in GNU_FLAGS), None)
         if why is None or self.guarded(call):
             return []
-        return [Finding(self.path, call.lineno, " ".join(words)[:80], why)]
+        return [Finding(self.path, call.lineno, what=" ".join(words)[:80], why=why)]
 
     def _start_method(self, call: ast.Call) -> list[Finding]:
         name = _called(call)
@@ -219,7 +221,7 @@ class _Module:
                    "inherits different state; take a context (get_context('spawn'))")
         else:
             return []
-        return [] if self.guarded(call) else [Finding(self.path, call.lineno, f"{name}(...)", why)]
+        return [] if self.guarded(call) else [Finding(self.path, call.lineno, what=f"{name}(...)", why=why)]
 
     def _preexec(self, call: ast.Call) -> list[Finding]:
         """A ``preexec_fn`` that sets a limit macOS refuses, or one this cannot read: strict, guarded
@@ -233,16 +235,17 @@ class _Module:
                 continue  # tests/limits.py chooses per platform
             bodies = self._bodies(kw.value)
             if bodies is None:
-                out.append(Finding(self.path, kw.value.lineno, ast.unparse(kw.value)[:80],
-                                   "a preexec_fn this check cannot follow: set limits with limits.preexec"))
+                out.append(Finding(self.path, kw.value.lineno, what=ast.unparse(kw.value)[:80],
+                                   why="a preexec_fn this check cannot follow: set limits with limits.preexec"))
                 continue
             for body in bodies:
                 for node in ast.walk(body):
                     if isinstance(node, ast.Call) and _called(node) in ("setrlimit", "prlimit"):
                         limit = _limit_name(node.args[0]) if node.args else None
                         if limit not in HONOURED_LIMITS:
-                            out.append(Finding(self.path, node.lineno, f"preexec_fn sets {limit or 'a limit named at run time'}",
-                                               _PREEXEC))
+                            out.append(Finding(self.path, node.lineno,
+                                               what=f"preexec_fn sets {limit or 'a limit named at run time'}",
+                                               why=_PREEXEC))
         return out
 
     def _bodies(self, value: ast.AST) -> list[ast.AST] | None:
@@ -266,8 +269,9 @@ class _Module:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and _FILE_NAME.match(node.value) \
                     and not self._prose(node):
                 seen.setdefault(node.value.lower(), {}).setdefault(node.value, node.lineno)
-        return [Finding(self.path, line, repr(name), f"differs from {sorted(set(names) - {name})} only in case: one "
-                                                        "file on a case-insensitive disk (APFS, macOS's default)")
+        return [Finding(self.path, line, what=repr(name),
+                        why=f"differs from {sorted(set(names) - {name})} only in case: one file on a case-insensitive "
+                            "disk (APFS, macOS's default)")
                 for names in seen.values() if len(names) > 1 for name, line in names.items()]
 
     # ------------------------------------------------------------------------------ guards

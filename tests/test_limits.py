@@ -19,7 +19,8 @@ GB = 1 << 30
 MB = 1 << 20
 
 #: A child printing the limits it runs under, as the resource module numbers them.
-SHOW_LIMITS = "import resource; print((resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_FSIZE)))"
+SHOW_LIMITS = ("import resource; "
+               "print((resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_FSIZE)))")
 
 
 def _child_limits(**asked) -> tuple:
