@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import plistlib
+import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -540,3 +542,225 @@ def test_metal_probe_says_gpu_only_for_a_gpu_that_computes_what_the_cpu_computes
     r = subprocess.run(["bash", str(repo / "packaging" / "probe_metal.sh"), str(fake)], env={**env, "PROBE_SECONDS": "2"},
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.splitlines() == [verdict], r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ the version, the mlx pin, the release's assets
+def test_the_version_lives_in_dspark_version_and_pyproject_reads_it_from_there(tmp_path):
+    """One version for the wheel, the app's Info.plist (the spec reads the installed package's) and
+    the release tag (release.py check-tag)."""
+    import tomllib
+
+    import release
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "dspark.version.__version__"}
+    from dspark.version import __version__
+
+    assert release.project_version() == __version__
+    with pytest.raises(release.ReleaseError, match="sets no __version__"):
+        release.project_version(_touch(tmp_path / "version.py", b'"""x"""\nOTHER = "9"\n'))
+
+
+def test_mlx_on_macos_is_at_least_the_release_the_runners_gpu_computes_with():
+    """0.31 brought mx.device_info; GitHub's paravirtual GPU computed correctly only from 0.32.2."""
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (mac,) = [d for d in deps if d.startswith("mlx") and "sys_platform == 'darwin'" in d]
+    assert re.fullmatch(r"mlx>=(\d+\.\d+\.\d+); sys_platform == 'darwin'", mac), mac
+    assert tuple(map(int, re.search(r">=([\d.]+)", mac).group(1).split("."))) >= (0, 32, 2)
+
+
+SHA = "0123456789abcdef" * 4
+
+
+def test_fill_cask_fills_every_placeholder():
+    import fill_cask
+
+    template = fill_cask.TEMPLATE.read_text()
+    assert set(fill_cask.PLACEHOLDER.findall(template)) == {"VERSION", "SHA256", "REPOSITORY"}
+    cask = fill_cask.fill(template, "1.2.3", SHA, "someone/dspark-studio")
+    assert not fill_cask.PLACEHOLDER.search(cask) and "@" not in cask.replace("#{", "")
+    assert 'version "1.2.3"' in cask and f'sha256 "{SHA}"' in cask
+    assert 'homepage "https://github.com/someone/dspark-studio"' in cask
+    assert ('url "https://github.com/someone/dspark-studio/releases/download/v#{version}/DSpark-Studio-#{version}-macOS.zip"'
+            in cask)
+
+
+@pytest.mark.parametrize("version, sha256, repository, says", [
+    ("1.2", SHA, "a/b", "the version '1.2' is not X.Y.Z"),
+    ("v1.2.3", SHA, "a/b", "the version 'v1.2.3' is not X.Y.Z"),
+    ("1.2.3-rc1", SHA, "a/b", "is not X.Y.Z"),
+    ("1.2.3", SHA.upper(), "a/b", "is not a SHA-256"),
+    ("1.2.3", SHA[:-1], "a/b", "is not a SHA-256"),
+    ("1.2.3", "g" * 64, "a/b", "is not a SHA-256"),
+    ("1.2.3", SHA, "dspark-studio", "is not OWNER/NAME"),
+    ("1.2.3", SHA, "a/b/c", "is not OWNER/NAME"),
+    ("1.2.3", SHA, "-a/b", "is not OWNER/NAME"),
+    ("1.2.3", SHA, 'a/b"; system "x', "is not OWNER/NAME"),
+])
+def test_fill_cask_refuses_a_malformed_value_in_one_sentence(capsys, version, sha256, repository, says):
+    import fill_cask
+
+    with pytest.raises(fill_cask.CaskError, match=re.escape(says)):
+        fill_cask.fill(fill_cask.TEMPLATE.read_text(), version, sha256, repository)
+    assert fill_cask.main([version, sha256, repository]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fill_cask.py: ") and err.count("\n") == 1 and says in err
+
+
+def test_fill_cask_refuses_a_template_placeholder_it_does_not_know():
+    import fill_cask
+
+    with pytest.raises(fill_cask.CaskError, match="@MINIMUM@"):
+        fill_cask.fill(fill_cask.TEMPLATE.read_text() + '# needs "@MINIMUM@"\n', "1.2.3", SHA, "a/b")
+
+
+@pytest.mark.skipif(shutil.which("ruby") is None, reason="ruby is not installed (apt-get install ruby; macOS has it)")
+def test_the_filled_cask_is_ruby_that_downloads_the_asset_the_release_names(tmp_path):
+    """Evaluated by Ruby with the cask DSL stood in for: the URL Homebrew would fetch, with
+    #{version} interpolated, is the asset release.py names, and the stanzas hold what they should."""
+    import json
+
+    import fill_cask
+
+    cask = _touch(tmp_path / "dspark-studio.rb", fill_cask.fill(fill_cask.TEMPLATE.read_text(), "1.2.3", SHA,
+                                                                 "someone/dspark-studio").encode())
+    dsl = _touch(tmp_path / "dsl.rb", b'''require "json"
+class Stanzas
+  attr_reader :s
+  def initialize; @s = {}; end
+  def version(v = nil) = v.nil? ? @s[:version] : (@s[:version] = v)
+  %i[sha256 url name desc homepage app].each { |m| define_method(m) { |v| @s[m] = v } }
+  def livecheck(&) = (@s[:livecheck] = true)
+  def depends_on(**kw) = (@s[:depends_on] ||= {}).merge!(kw)
+  def zap(**kw) = (@s[:zap] = kw)
+end
+def cask(token, &block)
+  st = Stanzas.new
+  st.instance_eval(&block)
+  puts JSON.generate({token: token}.merge(st.s))
+end
+load ARGV[0]
+''')
+    r = subprocess.run(["ruby", str(dsl), str(cask)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["url"] == "https://github.com/someone/dspark-studio/releases/download/v1.2.3/DSpark-Studio-1.2.3-macOS.zip"
+    assert got["token"] == "dspark-studio" and got["version"] == "1.2.3" and got["sha256"] == SHA
+    assert got["app"] == "DSpark Studio.app" and got["livecheck"] is True
+    assert got["depends_on"] == {"macos": "sonoma", "arch": "arm64"}
+    assert "~/Library/Preferences/com.dspark.DSpark Studio.plist" in got["zap"]["trash"]
+    assert got["zap"]["rmdir"] == "~/Library/Application Support/dspark-studio"
+
+
+def test_zap_trashes_the_folders_the_app_writes_to_and_not_a_persons_exports():
+    """The paths platformdirs and QSettings give on macOS for the names the code uses (Qt's
+    qsettings_mac.cpp makes the domain com.<organisation, lowercased> without an organisation domain)."""
+    import platformdirs.macos
+
+    cask = (ROOT / "packaging" / "homebrew" / "dspark-studio.rb").read_text()
+    home = str(Path.home())
+    tilde = lambda p: str(p).replace(home, "~", 1)
+    studio, library = platformdirs.macos.MacOS("dspark-studio", "DSpark"), platformdirs.macos.MacOS("dspark", "DSpark")
+    settings = (ROOT / "app" / "settings.py").read_text()
+    assert 'ORG, APP = "DSpark", "DSpark Studio"' in settings and 'user_data_dir("dspark-studio", ORG)' in settings
+    assert 'user_log_dir("dspark-studio", "DSpark")' in (ROOT / "dspark" / "errors.py").read_text()
+    assert 'user_cache_dir("dspark", "DSpark")' in (ROOT / "dspark" / "costs.py").read_text()
+    for path in (f"{tilde(studio.user_data_dir)}/runs", tilde(studio.user_log_dir), tilde(library.user_cache_dir),
+                 "~/Library/Preferences/com.dspark.DSpark Studio.plist",
+                 f"~/Library/Preferences/{bundle.BUNDLE_ID}.plist",
+                 f"~/Library/Saved Application State/{bundle.BUNDLE_ID}.savedState"):
+        assert f'"{path}"' in cask, path
+    trash = re.findall(r'"([^"]+)"', cask.split("trash: [", 1)[1].split("]", 1)[0])
+    assert not [p for p in trash if "exports" in p or p == tilde(studio.user_data_dir)], trash  # a person's files
+    assert f'rmdir: "{tilde(studio.user_data_dir)}"' in cask  # removed only when nothing is left in it
+
+
+def _release_inputs(tmp_path: Path, version: str, minimum: str = "14.0", images=("macos-15", "macos-26")) -> dict:
+    import zipfile
+
+    zip_dir = tmp_path / "download"
+    zip_dir.mkdir()
+    with zipfile.ZipFile(zip_dir / "DSpark-Studio-macOS-built-on-macos-15.zip", "w") as z:
+        z.writestr("DSpark Studio.app/Contents/Info.plist",
+                   plistlib.dumps({"CFBundleShortVersionString": version, "LSMinimumSystemVersion": minimum},
+                                  fmt=plistlib.FMT_BINARY))
+        z.writestr("DSpark Studio.app/Contents/MacOS/dspark-studio", b"\xcf\xfa\xed\xfe")
+    records = {
+        "macos-15": ["metal exercised: yes", "device: gpu", "probe: gpu: dspark.selftest: device gpu (Apple "
+                     "Paravirtual device): computes what the CPU computes", f"self-test: {GPU_LINE}", f"launched: {GPU_LINE}"],
+        "macos-26": ["metal exercised: no", "device: cpu", "probe: cpu: the GPU probe was killed by signal 11 (no output)",
+                     f"self-test: {CPU_LINE}", f"launched: {CPU_LINE}"],
+    }
+    for image in images:
+        _touch(tmp_path / "selftests" / f"DSpark-Studio-selftest-{image}" / "metal.txt",
+               ("\n".join(records[image]) + "\n").encode())
+    import release
+
+    return dict(tag=f"v{release.project_version()}", commit="c0ffee" * 6 + "abcd", repository="someone/dspark-studio", zip_dir=zip_dir,
+                selftests=tmp_path / "selftests", image="macos-15", out=tmp_path / "assets", notes_path=tmp_path / "notes.md")
+
+
+def test_release_assembles_the_zip_its_checksum_the_cask_and_notes_that_say_what_ci_proved(tmp_path):
+    import hashlib
+
+    import release
+
+    version = release.project_version()
+    inputs = _release_inputs(tmp_path, version)
+    assets = release.assemble(**inputs)
+    zip_name = f"DSpark-Studio-{version}-macOS.zip"
+    assert [p.name for p in assets] == [zip_name, f"{zip_name}.sha256", "dspark-studio.rb"]
+    assert sorted(p.name for p in inputs["out"].iterdir()) == sorted(p.name for p in assets)  # `gh release create TAG out/*`
+    data = (inputs["out"] / zip_name).read_bytes()
+    assert data == (inputs["zip_dir"] / "DSpark-Studio-macOS-built-on-macos-15.zip").read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    assert (inputs["out"] / f"{zip_name}.sha256").read_text() == f"{sha}  {zip_name}\n"
+    cask = (inputs["out"] / "dspark-studio.rb").read_text()
+    assert f'sha256 "{sha}"' in cask and f'version "{version}"' in cask and "@" not in cask.replace("#{", "")
+    text = inputs["notes_path"].read_text()
+    for said in (f"DSpark Studio {version}", "macOS 14.0 or later", inputs["commit"], f"`{sha}`",
+                 "**macos-15: Metal exercised.** The app's self-test computed on the GPU (Apple Paravirtual device)",
+                 "**macos-26: Metal not exercised.** The app's self-test ran the same checks on MLX's CPU device, since the "
+                 "runner's GPU probe found: the GPU probe was killed by signal 11", "macos-15 and macos-26 runner images",
+                 "Control-click the app ▸ Open", "Privacy & Security", "Open Anyway", "support.apple.com",
+                 "brew install --cask someone/dspark/dspark-studio", f"shasum -a 256 -c {zip_name}.sha256"):
+        assert said in text, said
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"tag": "v9.9.9"}, "does not name the project's version"),
+    ({"app_version": "0.0.1"}, "is version 0.0.1, not"),
+    ({"minimum": "15.0"}, "the app needs macOS 15.0 but the cask says :sonoma"),
+    ({"images": ("macos-26",)}, "no self-test record (metal.txt) from macos-15"),
+    ({"second_file": True}, "should hold the app's zip alone, and holds 2 files"),
+])
+def test_release_refuses_what_it_cannot_stand_behind(tmp_path, change, says):
+    import release
+
+    version = release.project_version()
+    inputs = _release_inputs(tmp_path, change.get("app_version", version), change.get("minimum", "14.0"),
+                             change.get("images", ("macos-15", "macos-26")))
+    if "tag" in change:
+        inputs["tag"] = change["tag"]
+    if change.get("second_file"):
+        _touch(inputs["zip_dir"] / "other.zip")
+    with pytest.raises(release.ReleaseError, match=re.escape(says)):
+        release.assemble(**inputs)
+    assert not inputs["notes_path"].exists()
+
+
+def test_release_script_runs_on_a_bare_python3_and_checks_the_tag():
+    """The release job runs it with the runner's python3, no venv: standard library only."""
+    import release
+
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    run = lambda *a: subprocess.run([python, "-I", str(ROOT / "packaging" / "release.py"), *a], capture_output=True,
+                                    text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    ok = run("check-tag", f"v{release.project_version()}")
+    assert ok.returncode == 0, ok.stderr
+    bad = run("check-tag", "v0.0.0-not-it")
+    assert bad.returncode == 1 and bad.stderr.startswith("release.py: the tag v0.0.0-not-it does not name")
+    assert bad.stderr.count("\n") == 1
