@@ -300,6 +300,24 @@ def test_the_publish_job_glues_the_downloads_to_release_py_and_gh(tmp_path):
     assert "Metal exercised" in (tmp_path / "build" / "release" / "notes.md").read_text()
 
 
+def test_the_readmes_send_people_to_what_the_workflows_publish():
+    """The README's first screen and packaging/README.md name the artifact, the release's assets and
+    the cask command as the workflows and release.py make them, so renaming one without the other fails."""
+    artifact = Path(steps_of(WORKFLOW, "app")[-2]["with"]["path"].replace("${{ matrix.os }}", "macos-15")).name
+    top = (ROOT / "README.md").read_text().split("```sh", 1)[0]
+    for said in (artifact, "[Releases page](../../releases)", "brew install --cask OWNER/dspark/dspark-studio",
+                 "macOS 14 Control-click ▸ Open", "Privacy &\nSecurity ▸ Open Anyway", "packaging/README.md"):
+        assert said in top, said
+    assert len(top.splitlines()) <= 14  # the first screen stays short
+    guide = (ROOT / "packaging" / "README.md").read_text()
+    for said in (artifact, "git tag vX.Y.Z && git push --tags", "DSpark-Studio-X.Y.Z-macOS.zip",
+                 "DSpark-Studio-X.Y.Z-macOS.zip.sha256", "`dspark-studio.rb`", "OWNER/homebrew-dspark",
+                 "https://support.apple.com/en-us/102445", "| claim | the step that proves it |"):
+        assert said in guide, said
+    release_py = (ROOT / "packaging" / "release.py").read_text()
+    assert 'f"DSpark-Studio-{version}-macOS.zip"' in release_py and "/dspark/dspark-studio" in release_py
+
+
 def test_the_packaging_scripts_pass_shellcheck():
     scripts = sorted((ROOT / "packaging").glob("*.sh")) + [ROOT / ".ci" / "run"]
     assert {"probe_metal.sh", "test_app_macos.sh", "common.sh"} <= {s.name for s in scripts}
