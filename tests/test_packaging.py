@@ -451,7 +451,8 @@ def _stand_in_mac(tmp_path: Path, app_says: str = "as asked", hang: bool = False
     for name in ("test_app_macos.sh", "probe_metal.sh", "common.sh", "png_check.py"):
         _touch(repo / "packaging" / name, (ROOT / "packaging" / name).read_bytes()).chmod(0o755)
     bin_dir = tmp_path / "bin"
-    for name, body in STAND_INS.items():
+    # python3 for the stand-ins and png_check.py: this test's own, whatever /usr/bin holds
+    for name, body in {**STAND_INS, "python3": f'exec "{sys.executable}" "$@"\n'}.items():
         _touch(bin_dir / name, f"#!/bin/sh\n{body}".encode()).chmod(0o755)
     log = tmp_path / "launches.log"
     line = {"as asked": f'[ "$device" = cpu ] && echo "{CPU_LINE}" || echo "{GPU_LINE}"',

@@ -284,6 +284,8 @@ def test_the_publish_job_glues_the_downloads_to_release_py_and_gh(tmp_path):
     (bin_dir / "gh").write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > "{gh_log}"\n'
                                 '[ -n "$GH_TOKEN" ] || exit 4\n')
     (bin_dir / "gh").chmod(0o755)
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # the runner's python3
+    (bin_dir / "python3").chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "GITHUB_REF_NAME": f"v{version}", "GITHUB_SHA": "f" * 40,
            "GITHUB_REPOSITORY": "someone/dspark-studio", "RELEASE_IMAGE": image}
     for step in (s for s in steps if "run" in s):
