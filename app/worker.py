@@ -136,8 +136,9 @@ class Worker(QObject):
                     self.message.emit(Failed(msg))
                 target = self._target
             say = lambda text: self.message.emit(Status(text))  # noqa: E731
-            r = export_drafter(req.drafter, req.format, req.out, req.verifier or None, req.drop_heads, req.force,
-                               target, list(req.prompts), req.tokens, say=say)
+            r = export_drafter(req.drafter, req.format, req.out, verifier=req.verifier or None,
+                               drop_heads=req.drop_heads, force=req.force, target=target, prompts=list(req.prompts),
+                               tokens=req.tokens, say=say)
             self.message.emit(Exported(r["out"], summary(r, req.drop_heads)))
         except DsparkError as e:
             self.message.emit(Failed(str(e)))

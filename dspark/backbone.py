@@ -14,7 +14,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 
-def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask=None) -> mx.array:
+def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None) -> mx.array:
     """Attention of a block's queries ``q`` [A, Hq, G, D] over ``k``/``v`` [A, Hkv, K, D] (grouped
     heads), ``mask`` True where a query may look (None: everywhere). On the GPU MLX's fused kernel.
     On the CPU the fused kernel runs each query head on its own copy of the shared keys; folding
@@ -36,7 +36,11 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask=None) ->
 class DraftLayer(nn.Module):
     """A Gemma-style block: sandwich norms, QK-norm attention with GQA, GeGLU MLP."""
 
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, ffn: int, eps: float, rope_theta: float):
+    def __init__(self, hidden: int, *, heads: int, kv_heads: int, head_dim: int, ffn: int, eps: float,
+                 rope_theta: float):
+        """A layer of width ``hidden``: ``heads`` query heads over ``kv_heads`` key/value heads of
+        ``head_dim`` each, an MLP of width ``ffn``, norms of epsilon ``eps`` and RoPE of base
+        ``rope_theta``."""
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.scale = head_dim**-0.5
@@ -62,7 +66,7 @@ class DraftLayer(nn.Module):
         v = self.v_proj(x).reshape(A, S, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
         return self.rope(k, offset=offset), v
 
-    def __call__(self, x: mx.array, ctx_k: mx.array | None, ctx_v: mx.array | None, offset: int, mask=None):
+    def __call__(self, x: mx.array, ctx_k: mx.array | None, ctx_v: mx.array | None, offset: int, *, mask=None):
         A, G, _ = x.shape
         h = self.input_layernorm(x)
         q = self.q_norm(self.q_proj(h).reshape(A, G, self.heads, self.head_dim)).transpose(0, 2, 1, 3)
@@ -71,7 +75,7 @@ class DraftLayer(nn.Module):
         if ctx_k is not None:
             k = mx.concatenate([ctx_k, k], axis=2)
             v = mx.concatenate([ctx_v, v], axis=2)
-        o = self.o_proj(attention(q, k, v, self.scale, mask).transpose(0, 2, 1, 3).reshape(A, G, -1))
+        o = self.o_proj(attention(q, k, v, scale=self.scale, mask=mask).transpose(0, 2, 1, 3).reshape(A, G, -1))
         x = x + self.post_attention_layernorm(o)
         h = self.pre_feedforward_layernorm(x)
         h = self.down_proj(nn.gelu_approx(self.gate_proj(h)) * self.up_proj(h))
@@ -155,7 +159,8 @@ class DraftNet(nn.Module):
         self.fc = nn.Linear(m * H, H, bias=False)
         self.hidden_norm = nn.RMSNorm(H, eps=dims.rms_norm_eps)
         self.layers = [
-            DraftLayer(H, dims.num_heads, dims.num_kv_heads, dims.head_dim, ffn, dims.rms_norm_eps, cfg.rope_theta)
+            DraftLayer(H, heads=dims.num_heads, kv_heads=dims.num_kv_heads, head_dim=dims.head_dim, ffn=ffn,
+                       eps=dims.rms_norm_eps, rope_theta=cfg.rope_theta)
             for _ in range(cfg.num_layers)
         ]
         self.norm = nn.RMSNorm(H, eps=dims.rms_norm_eps)

@@ -21,7 +21,7 @@ class SamplingParams:
         return self.temperature <= 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenerationConfig:
     max_tokens: int = option(256, "tokens to generate", lo=1, hi=1_000_000)
     temperature: float = option(0.0, "sampling temperature; 0 is greedy (output equals plain greedy decoding)",
@@ -82,7 +82,7 @@ def default_taps(num_layers: int, n: int = 3) -> tuple[int, ...]:
     return tuple(sorted({round(1 + i * (hi - 1) / (n - 1)) for i in range(n)}))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DflashConfig:
     """The drafter's shape (``dspark init`` and ``dspark train`` build their options from it)."""
 

@@ -50,7 +50,7 @@ CONTEXTS = (256, 1024, 3072)
 PHASES = ("draft", "verify", "step")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Costs:
     verify_ms: tuple[float, ...]  # [w]: a verify forward of the anchor and w drafts, with taps
     draft_ms: float  # one drafted block
@@ -206,7 +206,7 @@ def for_policy(policy: str, target, drafter, block_size: int, say: Callable[[str
     return load_or_measure(target, drafter, block_size, say=say)
 
 
-def measure(target, drafter, block_size: int, contexts: tuple[int, ...] = CONTEXTS, repeats: int = 7, key: str = "",
+def measure(target, drafter, block_size: int, *, contexts: tuple[int, ...] = CONTEXTS, repeats: int = 7, key: str = "",
             threads: dict[str, int] | None = None) -> Costs:
     """Time each phase on caches holding each of ``contexts`` tokens (those that fit the
     target's positions); medians of ``repeats`` runs after a warm-up. ``threads`` (phase ->
@@ -216,11 +216,12 @@ def measure(target, drafter, block_size: int, contexts: tuple[int, ...] = CONTEX
     generation's state."""
     limit = _max_positions(target) - block_size - 2
     contexts = sorted({c for c in contexts if c <= limit}) or [max(1, min(contexts[0], limit))]
-    first, best = _at_context(target, drafter, block_size, contexts[0], repeats, threads)
+    first, best = _at_context(target, drafter, block_size, context=contexts[0], repeats=repeats, threads=threads)
     # longer caches: fewer repeats and three widths (verify time is close to linear in the rows
     # between them), so that measuring stays a matter of seconds on the project's demo pair
-    longer = tuple((c, *_at_context(target, drafter, block_size, c, max(3, repeats // 2), best,
-                                    widths=sorted({0, block_size // 2, block_size}))[0]) for c in contexts[1:])
+    longer = tuple((c, *_at_context(target, drafter, block_size, context=c, repeats=max(3, repeats // 2),
+                                    threads=best, widths=sorted({0, block_size // 2, block_size}))[0])
+                   for c in contexts[1:])
     blas.restore_threads()
     verify, draft, step = first
     return Costs(verify_ms=verify, draft_ms=draft, step_ms=step, threads=best, context=contexts[0],
@@ -233,10 +234,11 @@ def _max_positions(target) -> int:
     return int(limit) if isinstance(limit, int) and limit > 0 else 4096
 
 
-def _at_context(target, drafter, block_size: int, context: int, repeats: int, threads: dict[str, int] | None,
+def _at_context(target, drafter, block_size: int, *, context: int, repeats: int, threads: dict[str, int] | None,
                 widths: list[int] | None = None):
     """((verify_ms by width, draft_ms, step_ms), the thread counts used) on a cache of ``context``
-    random tokens; only ``widths`` are timed when given, the others read off the line between."""
+    random tokens, medians of ``repeats``, at the ``threads`` given (None: the fastest found);
+    only ``widths`` are timed when given, the others read off the line between."""
     rng = mx.random.key(1234)
     vocab = target.dims.vocab_size
     ids = mx.random.randint(5, vocab, (context + block_size + 1,), key=rng).astype(mx.int32)
@@ -244,22 +246,25 @@ def _at_context(target, drafter, block_size: int, context: int, repeats: int, th
     taps = session.tap_layers
     cache = target.make_cache()
     # chunks of 512: the cache is only set up here, and wide chunks cost more in the attention masks
-    rows = rounds.prefill(target, cache, ids[:context].tolist(), taps, 512)
+    rows = rounds.prefill(target, cache, ids[:context].tolist(), taps, step=512)
     anchor = int(ids[context].item())
-    first = session.propose(anchor, context, rows, block_size, SamplingParams(), mx.random.key(0))
+    first = session.propose(anchor, context, new_rows=rows, block_size=block_size, sampling=SamplingParams(),
+                            key=mx.random.key(0))
     mx.eval(first.tokens, session.state())
 
     def draft():
-        d = session.propose(anchor, context, None, block_size, SamplingParams(), mx.random.key(0))
+        d = session.propose(anchor, context, new_rows=None, block_size=block_size, sampling=SamplingParams(),
+                            key=mx.random.key(0))
         rounds.read_draft(d, session, display=False, heads=False)  # as a round reads it without a screen
 
     drafted = ids[None, context + 1:]  # random drafts: a greedy verify costs the same whatever it accepts
 
     def verify(w):
         def run():
-            logits, taps_ = rounds.verify_forward(target, cache, taps, anchor, drafted, w)
-            rounds.accept(logits[0], target.projection.softcap, drafted[0, :w].tolist(), None, SamplingParams(),
-                          None, taps_, display=False)
+            logits, taps_ = rounds.verify_forward(target, cache, tap_layers=taps, anchor=anchor, draft_tokens=drafted,
+                                                  width=w)
+            rounds.accept(logits[0], target.projection.softcap, drafted[0, :w].tolist(), None,
+                          sampling=SamplingParams(), key=None, taps=taps_, display=False)
             rollback(cache, 1 + w)
         return run
 
@@ -274,7 +279,7 @@ def _at_context(target, drafter, block_size: int, context: int, repeats: int, th
         else:
             by_threads = {n: _interleaved_ms(phases, repeats, {p: n for p in phases}) for n in choices}
             step_n = min(choices, key=lambda n: by_threads[n]["step"][0])
-            loop_n = _fastest_loop_threads(target, drafter, prompt, block_size, choices)
+            loop_n = _fastest_loop_threads(target, drafter, prompt, block_size, choices=choices)
             timings = {**by_threads[loop_n], "step": by_threads[step_n]["step"]}
             best = {p: n for p, n in (("draft", loop_n), ("verify", loop_n), ("step", step_n)) if n}
     finally:
@@ -337,7 +342,7 @@ def _step_turn(target, prompt: list[int], turns: int):
     return turn, steps
 
 
-def _fastest_loop_threads(target, drafter, prompt: list[int], block_size: int, choices: list[int],
+def _fastest_loop_threads(target, drafter, prompt: list[int], block_size: int, *, choices: list[int],
                           repeats: int = 3, n_rounds: int = 8) -> int:
     """The BLAS thread count (of ``choices``) at which whole speculative rounds run fastest:
     ``n_rounds`` rounds as the engine runs them without a screen (every draft verified, greedy)
@@ -349,7 +354,7 @@ def _fastest_loop_threads(target, drafter, prompt: list[int], block_size: int, c
     for rep in range(repeats + 1):
         for n in choices:
             session, cache = drafter.start(target), target.make_cache()
-            new_rows = rounds.prefill(target, cache, prompt[:-1], session.tap_layers, 2048)
+            new_rows = rounds.prefill(target, cache, prompt[:-1], session.tap_layers, step=2048)
             sched, threads = Scheduler(parse_policy("fixed"), block_size), {"draft": n, "verify": n}
             anchor, position, key = prompt[-1], len(prompt) - 1, mx.random.key(0)
             t0 = time.perf_counter()

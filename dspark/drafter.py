@@ -42,7 +42,7 @@ class DflashDrafter(BlockDrafter):
     - ``target_weights``: fingerprint of the target weights it was trained against.
     """
 
-    def __init__(self, net: DraftNet, dims: TargetDims, cfg: DflashConfig, target_id: str, calibration=None):
+    def __init__(self, net: DraftNet, dims: TargetDims, cfg: DflashConfig, target_id: str, *, calibration=None):
         self.net, self.dims, self.cfg, self.target_id = net, dims, cfg, target_id
         if cfg.context_window:  # every layer sees [anchor - W, anchor) of the context, as it was trained
             self.layout = BlockLayout(windows=(cfg.context_window,) * cfg.num_layers, window_from_anchor=True)
@@ -158,7 +158,8 @@ class DflashDrafter(BlockDrafter):
             raise DsparkError(f"drafter directory not found: {p}")
         meta = read_config(p, "a drafter")
         dims, cfg = native.read_config(p, meta)
-        drafter = cls(native.empty_net(p, meta, dims, cfg), dims, cfg, meta["target_id"], meta.get("calibration"))
+        drafter = cls(native.empty_net(p, meta, dims, cfg), dims, cfg, meta["target_id"],
+                      calibration=meta.get("calibration"))
         drafter.target_weights = meta.get("target_weights")
         drafter.quantization = meta.get("quantization")
         if target is not None:

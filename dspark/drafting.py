@@ -42,7 +42,7 @@ class BlockLayout:
     window_from_anchor: bool = False
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DraftRows:
     """What one ``forward_rows`` call drafted, per anchor row."""
 
@@ -115,7 +115,7 @@ class BlockDrafter:
     def _backbone(self, x: mx.array, ctx: list, offset, masks) -> mx.array:
         masks = masks if isinstance(masks, list) else [masks] * len(self.net.layers)
         for layer, (k, v), mask in zip(self.net.layers, ctx, masks):
-            x = layer(x, k, v, offset, mask)
+            x = layer(x, k, v, offset, mask=mask)
         return self.net.norm(x)
 
     def _block(self, proj: DraftProjection, anchors: mx.array, length: int) -> mx.array:
@@ -152,7 +152,7 @@ class BlockDrafter:
         return ctx, masks
 
     # --- training (teacher-forced, every block position at once) ----------------------------
-    def forward_train_packed(self, proj: DraftProjection, h_seq: mx.array, owner: mx.array, positions: mx.array,
+    def forward_train_packed(self, proj: DraftProjection, h_seq: mx.array, *, owner: mx.array, positions: mx.array,
                              prev_toks: mx.array, ctx_len: int = 0) -> TrainOut:
         """The training forward of anchors that share sequences: each sequence's tap rows
         ``h_seq`` [N, S, m*H] are projected once, not once per anchor. Anchor ``a`` sits at
@@ -211,7 +211,7 @@ class BlockDrafter:
         return masks
 
     def forward_rows(self, proj: DraftProjection, h_ctx: mx.array | None, anchors: mx.array | Sequence[int],
-                     gamma: int, opts: DraftOpts | None = None, context: ContextKV | None = None) -> DraftRows:
+                     gamma: int, *, opts: DraftOpts | None = None, context: ContextKV | None = None) -> DraftRows:
         """Draft ``gamma`` tokens after each anchor. New committed tap rows ``h_ctx``
         [A, n, m*H] (or None) are projected and appended to ``context`` first."""
         opts = opts or DraftOpts()
@@ -233,7 +233,7 @@ class BlockDrafter:
         e = None
         table = markov.bias_table(self) if self.has_markov else None
         if self.has_markov and table is None and markov.scores_candidates(self.net.markov_head):
-            choice, q, draft_probs, e = markov.draft_on_candidates(self, proj, raw, prev, sp, keys)
+            choice, q, draft_probs, e = markov.draft_on_candidates(self, proj, raw, prev, sampling=sp, keys=keys)
             logits = None
         elif self.has_markov:
             # Sequential: each position's bias depends on the token just drafted. Only the
@@ -329,9 +329,10 @@ class BlockDraftSession:
         self.tap_layers = drafter.tap_layers
         self.block_size = drafter.block_size
 
-    def propose(self, anchor: int, position: int, new_rows: mx.array | None, block_size: int,
+    def propose(self, anchor: int, position: int, *, new_rows: mx.array | None, block_size: int,
                 sampling: SamplingParams, key: mx.array) -> DraftRows:
-        rows = self.drafter.forward_rows(self.proj, new_rows, [anchor], block_size, DraftOpts(sampling, key), self.context)
+        rows = self.drafter.forward_rows(self.proj, new_rows, [anchor], block_size, opts=DraftOpts(sampling, key),
+                                         context=self.context)
         assert self.context.offset == position, "drafter context out of step with the target"
         return rows
 

@@ -69,6 +69,7 @@ def generate(
     drafter: Proposer,
     prompt: str | Sequence[int],
     config: GenerationConfig = GenerationConfig(),
+    *,
     cancel: Callable[[], bool] | None = None,
     costs: Costs | None = None,
     display: bool = True,
@@ -92,11 +93,11 @@ def generate(
         costs = for_policy(config.policy, target, drafter, block_size)
     sched = Scheduler(pol, block_size, costs, prior=measured_acceptance(drafter, target))
     threads = costs.threads if costs is not None else {}
-    run = _Generation("speculative", target, ids, config, cancel)
+    run = _Generation("speculative", target, ids, config, cancel=cancel)
     keys = _round_keys(config.seed)
     shadow_keys = _round_keys(config.seed + 2**31)  # seeds are below 2**31: a stream of its own
     cache = target.make_cache()
-    new_rows = prefill(target, cache, ids[:-1], session.tap_layers, config.prefill_step_size)
+    new_rows = prefill(target, cache, ids[:-1], session.tap_layers, step=config.prefill_step_size)
     run.prefilled()
     anchor, position = ids[-1], len(ids) - 1
 
@@ -142,8 +143,9 @@ def generate(
                     if not run.wants_more():
                         break
                     if shadow is None and sched.shadow_due():
-                        shadow = position, session.propose(anchor, position, _rows(rows), block_size, config.sampling,
-                                                           next(shadow_keys)).tokens
+                        shadow = position, session.propose(anchor, position, new_rows=_rows(rows),
+                                                           block_size=block_size, sampling=config.sampling,
+                                                           key=next(shadow_keys)).tokens
                         mx.async_eval(shadow[1], session.state())  # read B steps later: no wait
                         rows = []
             finally:
@@ -216,7 +218,7 @@ def generate_baseline(
     sp = config.sampling
     sampler = make_sampler(sp.temperature, top_p=sp.top_p if sp.top_p < 1 else 0.0, top_k=sp.top_k)
     mx.random.seed(config.seed)
-    run = _Generation("baseline", target, ids, config, cancel)
+    run = _Generation("baseline", target, ids, config, cancel=cancel)
     marks: list[tuple[int, int, float]] = []
     steps = generate_step(
         mx.array(ids),
@@ -253,7 +255,7 @@ class _Generation:
     """One generation's bookkeeping: clock, committed tokens and their text, stop rules
     (max tokens, EOS, cancel), the events and the summary."""
 
-    def __init__(self, method: str, target: Target, ids: list[int], config: GenerationConfig, cancel):
+    def __init__(self, method: str, target: Target, ids: list[int], config: GenerationConfig, *, cancel):
         self.method, self.target, self.ids, self.config, self.cancel = method, target, ids, config, cancel
         self.stop_ids = target.eos_token_ids if config.stop_at_eos else set()
         self.detok = target.tokenizer.detokenizer if target.tokenizer is not None else None
@@ -300,8 +302,9 @@ class _Generation:
         for k, tok in enumerate(v.tokens):
             src = Source.ACCEPTED if k < a else (Source.TARGET if v.width == 0 else
                                                  Source.BONUS if a == v.width else Source.CORRECTION)
-            committed.append(CommittedToken(tok, self._piece(tok), src, index, k, v.target_probs[k],
-                                            v.draft_probs[k] if k < a else None))
+            committed.append(CommittedToken(id=tok, text=self._piece(tok), source=src, round=index, position=k,
+                                            target_prob=v.target_probs[k],
+                                            draft_prob=v.draft_probs[k] if k < a else None))
             self.out.append(tok)
             if tok in self.stop_ids:
                 self.finish = "stop"

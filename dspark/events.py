@@ -23,7 +23,7 @@ class Source(str, Enum):
     TARGET = "target"  # plain decoding, or a round that verified no draft
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CommittedToken:
     id: int
     text: str  # the token's own piece of text (may be empty for partial characters)
@@ -34,7 +34,7 @@ class CommittedToken:
     draft_prob: float | None = None  # q(token) for accepted drafts, else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RoundEvent:
     """One speculative round (or one plain decoding step)."""
 
@@ -61,7 +61,7 @@ class RoundEvent:
     draft_tie: tuple[bool, ...] | None = None  # per verified position: lost only a numerical tie (rank >= 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Summary:
     """The whole generation. Metric definitions live in ``dspark.metrics``."""
 

@@ -77,7 +77,7 @@ def same_drafts(original, exported, proj, rows: int = 24) -> str | None:
     kh, ka = mx.random.split(mx.random.key(11))
     context = mx.random.normal((1, rows, m * H), key=kh)
     anchor = int(mx.random.randint(0, proj.vocab_size, (1,), key=ka)[0])
-    a, b = (d.forward_rows(proj, context, [anchor], original.block_size, DraftOpts(SamplingParams()))
+    a, b = (d.forward_rows(proj, context, [anchor], original.block_size, opts=DraftOpts(SamplingParams()))
             for d in (original, exported))
     pairs = {"backbone output": (a.hidden, b.hidden),
              "logits": (original.head(proj, a.hidden), exported.head(proj, b.hidden)),
@@ -152,12 +152,15 @@ def write(folder: Path, drafter, p: Plan) -> None:
     write_text(folder / "config.json", json.dumps(p.config, indent=2) + "\n")
 
 
-def export_drafter(path, fmt: str, out, verifier: str | None = None, drop_heads: bool = False, force: bool = False,
+def export_drafter(path, fmt: str, out, *, verifier: str | None = None, drop_heads: bool = False, force: bool = False,
                    target=None, prompts: list[str] | None = None, tokens: int = 128, say=None) -> dict:
     """Write the drafter at ``path`` as ``fmt`` into ``out``, exactly, or raise DsparkError (one
-    sentence) with nothing written. ``target``: a loaded Target or a target directory (loaded
-    once the plan stands), to check the drafter against and, with ``drop_heads``, to measure the
-    acceptance with and without the heads over ``prompts``. Returns what was written."""
+    sentence) with nothing written. ``verifier``: the target's name that serving loads (written
+    into the config and the README); ``drop_heads`` leaves out the Markov and confidence heads;
+    ``force`` replaces what ``out`` holds. ``target``: a loaded Target or a target directory
+    (loaded once the plan stands), to check the drafter against and, with ``drop_heads``, to
+    measure the acceptance with and without the heads over ``prompts`` (``tokens`` each).
+    ``say`` hears each step. Returns what was written."""
     say = say or (lambda text: None)
     out = Path(out).expanduser()
     p, config, _fmt = read_drafter_config(path)
@@ -188,8 +191,8 @@ def export_drafter(path, fmt: str, out, verifier: str | None = None, drop_heads:
         report["acceptance"] = acceptance_words(report, len(prompts or []), tokens)
         info = {"source": str(p), "source_format": src.format, "drafts": drafter.block_size,
                 "taps": list(drafter.tap_layers), "dropped": planned.dropped, "acceptance": report["acceptance"]}
-        write_text(tmp / "README.md", serving.readme(fmt, planned.config, info, str(out), verifier))
-    report["serve"] = serving.commands(fmt, planned.config, drafter.block_size, str(out), verifier)
+        write_text(tmp / "README.md", serving.readme(fmt, planned.config, info, str(out), verifier=verifier))
+    report["serve"] = serving.commands(fmt, planned.config, drafter.block_size, str(out), verifier=verifier)
     return report
 
 
@@ -238,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         from . import prompts as sets
 
         prompts = list(sets.get(a.prompt_set).prompts)
-    r = export_drafter(a.drafter, a.format, a.out, a.verifier, a.drop_heads, a.force, a.target, prompts, a.max_tokens,
+    r = export_drafter(a.drafter, a.format, a.out, verifier=a.verifier, drop_heads=a.drop_heads, force=a.force,
+                       target=a.target, prompts=prompts, tokens=a.max_tokens,
                        say=lambda text: print(f"dspark: {text}", file=sys.stderr))
     if a.json:
         print(json.dumps(r))

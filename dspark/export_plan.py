@@ -38,7 +38,7 @@ LAYER_WORDS = {"DraftLayer": "native Gemma-style draft layers (dspark's own: val
                "Qwen3Layer": "Qwen3-style draft layers", "Gemma4Layer": "Gemma-4 global-attention draft layers"}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Source:
     """A drafter as export sees it: its Spec (a native drafter's described as one), its network
     (weights loaded, or lazy and never evaluated when only the plan is asked for) and config."""
@@ -54,8 +54,10 @@ def native_spec(dims, cfg) -> Spec:
     """A native drafter in a Spec's words: the target's embedding and head, the anchor slot predicting."""
     layout = BlockLayout(windows=(cfg.context_window,) * cfg.num_layers, window_from_anchor=True) \
         if cfg.context_window else BlockLayout()
-    return Spec(native.FORMAT, "native", dims.hidden_size, dims.vocab_size, dims.vocab_size, tuple(cfg.tap_layers),
-                cfg.block_size, cfg.mask_token_id, layout, lambda: [], dims.rms_norm_eps, own_embedding=False,
+    return Spec(format=native.FORMAT, variant="native", hidden=dims.hidden_size, vocab=dims.vocab_size,
+                draft_vocab=dims.vocab_size, taps=tuple(cfg.tap_layers), drafts=cfg.block_size,
+                mask_token_id=cfg.mask_token_id, layout=layout, make_layers=lambda: [], eps=dims.rms_norm_eps,
+                own_embedding=False,
                 embed_scale=None, own_head=False, softcap=dims.final_logit_softcapping,
                 markov_rank=cfg.markov_rank if cfg.markov else 0, confidence=cfg.confidence,
                 confidence_with_markov=cfg.markov, num_target_layers=dims.num_layers)
@@ -66,15 +68,16 @@ def read_source(path) -> Source:
     p, config, fmt = read_drafter_config(path)
     if fmt == native.FORMAT:
         dims, cfg = native.read_config(p, config)
-        return Source(p, fmt, native_spec(dims, cfg), DraftNet(dims, cfg), config)
+        return Source(path=p, format=fmt, spec=native_spec(dims, cfg), net=DraftNet(dims, cfg), config=config)
     spec = PUBLISHED[fmt].read_spec(p, config)
-    return Source(p, fmt, spec, spec.net(), config)
+    return Source(path=p, format=fmt, spec=spec, net=spec.net(), config=config)
 
 
 def loaded_source(drafter, path: Path, config: dict) -> Source:
     if isinstance(drafter, DflashDrafter):
-        return Source(path, native.FORMAT, native_spec(drafter.dims, drafter.cfg), drafter.net, config)
-    return Source(path, drafter.format, drafter.spec, drafter.net, config)
+        return Source(path=path, format=native.FORMAT, spec=native_spec(drafter.dims, drafter.cfg), net=drafter.net,
+                      config=config)
+    return Source(path=path, format=drafter.format, spec=drafter.spec, net=drafter.net, config=config)
 
 
 # --------------------------------------------------------------------------- the plan
@@ -161,12 +164,12 @@ def plan(src: Source, fmt: str, verifier: str | None = None, drop_heads: bool = 
     mine = written[fmt]
     wrong = [p for p in PARTS if mine is None or mine[1][p] != have[p]]
     if wrong:
-        raise DsparkError(refusal(src, fmt, wrong, have, written))
+        raise DsparkError(refusal(src, fmt, wrong=wrong, have=have, written=written))
     full = parts(src.spec, src.net)
     return Plan(fmt, mine[0], [("Markov" if p == "markov" else "confidence") for p in HEADS if full[p] != have[p]])
 
 
-def refusal(src: Source, fmt: str, wrong: list[str], have: dict, written: dict) -> str:
+def refusal(src: Source, fmt: str, *, wrong: list[str], have: dict, written: dict) -> str:
     """One sentence: the first part ``fmt`` cannot carry (the heads only when nothing else is
     missing, as --drop-heads can leave them out), which formats carry it, and what to do."""
     part = next((p for p in wrong if p not in HEADS), None)

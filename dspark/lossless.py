@@ -46,7 +46,7 @@ _MANTISSA = {"bfloat16": 7, "float16": 10, "float32": 23}
 TIE_ULPS = 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Difference:
     index: int  # the first output position that differs
     kind: str  # "tie" (the target's candidates are equal within rounding) or "mismatch"
@@ -108,13 +108,17 @@ def ulp(x: float, dtype: str) -> float:
     return 2.0 ** (math.floor(math.log2(m)) - bits)
 
 
-def classify(index: int, speculative: int | None, plain: int | None, plain_logprobs: Sequence[float] | None,
+def classify(index: int, *, speculative: int | None, plain: int | None, plain_logprobs: Sequence[float] | None,
              one_pass_logprobs: Sequence[float] | None, dtype: str, drift: float | None = None,
              top: int = 8) -> Difference:
-    """A difference at ``index`` given the target's log-probabilities there by plain decoding and
-    by one many-row forward (see the module docstring); ``drift`` is recorded, not used."""
+    """The difference at output position ``index``, where the speculative run has token
+    ``speculative`` and plain decoding ``plain`` (None: that run ended first), given the target's
+    log-probabilities there (of ``dtype``) by plain decoding and by one many-row forward (see the
+    module docstring; None: not computed, a mismatch). A tie when the two candidates are within
+    rounding of each other, the noise judged on the ``top`` best candidates; ``drift`` is
+    recorded, not used."""
     if speculative is None or plain is None or plain_logprobs is None:
-        return Difference(index, "mismatch", speculative, plain, None)
+        return Difference(index=index, kind="mismatch", speculative=speculative, plain=plain, logprobs=None)
     P = [float(x) for x in plain_logprobs]
     F = [float(x) for x in one_pass_logprobs] if one_pass_logprobs is not None else P
     a, b = P[speculative], P[plain]
@@ -123,7 +127,8 @@ def classify(index: int, speculative: int | None, plain: int | None, plain_logpr
     noise = max(abs(P[v] - F[v]) for v in candidates)  # the clean evaluations only (see above)
     one_pass_choice = max(F) - F[speculative] <= TIE_ULPS * ulp(max(F), dtype)
     kind = "tie" if one_pass_choice or b - a <= noise + rounding else "mismatch"
-    return Difference(index, kind, speculative, plain, (a, b), (F[speculative], F[plain]), noise + rounding, drift)
+    return Difference(index=index, kind=kind, speculative=speculative, plain=plain, logprobs=(a, b),
+                      one_pass_logprobs=(F[speculative], F[plain]), tolerance=noise + rounding, drift=drift)
 
 
 def compare(target, speculative, plain, prefill_step_size: int = 2048) -> Verdict:
@@ -137,13 +142,15 @@ def compare(target, speculative, plain, prefill_step_size: int = 2048) -> Verdic
     spec_tok = speculative.tokens[i] if i < len(speculative.tokens) else None
     plain_tok = plain.tokens[i] if i < len(plain.tokens) else None
     if spec_tok is None or plain_tok is None:
-        return Verdict(False, classify(i, spec_tok, plain_tok, None, None, "float32"))
+        return Verdict(False, classify(i, speculative=spec_tok, plain=plain_tok, plain_logprobs=None,
+                                       one_pass_logprobs=None, dtype="float32"))
     ids = list(plain.prompt_tokens)
     logprobs, dtype = _plain_logprobs(target, ids, i, prefill_step_size)
     one_pass = _one_pass_logprobs(target, ids + list(plain.tokens[:i]), prefill_step_size)
     shared = list(zip(speculative.token_logprobs[:i], plain.token_logprobs[:i]))
     drift = max((abs(x - y) for x, y in shared), default=0.0) if shared else None  # None: a run kept none
-    return Verdict(False, classify(i, spec_tok, plain_tok, logprobs, one_pass, dtype, drift))
+    return Verdict(False, classify(i, speculative=spec_tok, plain=plain_tok, plain_logprobs=logprobs,
+                                   one_pass_logprobs=one_pass, dtype=dtype, drift=drift))
 
 
 def _plain_logprobs(target, prompt_ids: Sequence[int], index: int, prefill_step_size: int):

@@ -45,7 +45,7 @@ def weight_rows(linear, ids: mx.array) -> mx.array:
     return linear.weight[ids]
 
 
-def draft_on_candidates(drafter, proj, raw: mx.array, prev: mx.array, sp: SamplingParams, keys):
+def draft_on_candidates(drafter, proj, raw: mx.array, prev: mx.array, *, sampling: SamplingParams, keys):
     """The Markov loop on each position's ``MARKOV_SCORED`` best backbone candidates.
 
     The bias W2 W1[x_prev] of a whole vocabulary is a pass over all of W2 per position (at
@@ -59,7 +59,8 @@ def draft_on_candidates(drafter, proj, raw: mx.array, prev: mx.array, sp: Sampli
     ``q`` is exactly the distribution drawn from. Returns (draft ids, q over the draft
     vocabulary or None, q(token), W1 rows of the previous tokens). ``raw``: the head's
     output before the soft-cap (monotone: the candidates are the same), capped here on the
-    candidates only."""
+    candidates only. ``sampling`` decides greedy or a draw, with one of ``keys`` per position."""
+    sp = sampling
     head = drafter.net.markov_head
     A, G, V = raw.shape
     cand = mx.argpartition(-raw, MARKOV_SCORED - 1, axis=-1)[..., :MARKOV_SCORED]  # [A, G, M] draft ids

@@ -214,7 +214,7 @@ def repetition_share(tokens: Sequence[int], max_period: int = 12, repeats: int =
     return sum(covered) / n if n else 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Figures:
     """The acceptance figures of a set of rounds (one run, or several pooled)."""
 

@@ -38,7 +38,7 @@ def option(default: Any, help: str, *, flag: str | None = None, choices: Sequenc
     return field(default=default, metadata={"option": meta})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OptionSpec:
     """One field of a settings dataclass, as a form or a parser sees it."""
 
@@ -84,9 +84,9 @@ def describe(cls) -> tuple[OptionSpec, ...]:
         if kind is bool and f.default is True and not meta["flag"]:
             flag = "--no-" + f.name.replace("_", "-")
         label = meta["label"] or f.name.replace("_", " ").capitalize()
-        out.append(OptionSpec(f.name, kind, optional, f.default, meta["help"], flag, meta["choices"],
-                              meta["lo"], meta["hi"], label, meta["form"], meta["none"], meta["step"],
-                              meta.get("suggest")))
+        out.append(OptionSpec(name=f.name, kind=kind, optional=optional, default=f.default, help=meta["help"], flag=flag,
+                              choices=meta["choices"], lo=meta["lo"], hi=meta["hi"], label=label, form=meta["form"],
+                              none=meta["none"], step=meta["step"], suggest=meta.get("suggest")))
     return tuple(out)
 
 

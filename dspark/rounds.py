@@ -44,7 +44,7 @@ class DraftSession(Protocol):
     tap_layers: Sequence[int]
     block_size: int
 
-    def propose(self, anchor: int, position: int, new_rows: mx.array | None, block_size: int,
+    def propose(self, anchor: int, position: int, *, new_rows: mx.array | None, block_size: int,
                 sampling: SamplingParams, key: mx.array):
         """Return an object with ``tokens`` [1, G], ``draft_probs`` [1, G], ``q`` [1, G, V]
         (the exact distributions sampled from; None if greedy), ``confidences`` and
@@ -134,7 +134,8 @@ def speculative_round(target: Target, session: DraftSession, cache: list, *, anc
     k_draft, k_accept = mx.random.split(key)
     t0 = perf_counter()
     use_phase_threads(threads, "draft")
-    draft = session.propose(anchor, position, new_rows, block_size, sp, k_draft) if block_size > 0 else None
+    draft = session.propose(anchor, position, new_rows=new_rows, block_size=block_size, sampling=sp,
+                            key=k_draft) if block_size > 0 else None
     conf = None
     if draft is not None and draft.confidences is not None and sched.reads_confidences:
         conf = draft.confidences[0].tolist()  # a host sync (it evaluates the draft), only for these policies
@@ -145,7 +146,8 @@ def speculative_round(target: Target, session: DraftSession, cache: list, *, anc
         mx.async_eval(draft.tokens, session.state())
     width = sched.width(draft.tokens.shape[1], budget, conf, position) if draft is not None else 0
     # The verify graph is built on the lazy draft, so it is ready when the draft is read.
-    logits, taps = verify_forward(target, cache, session.tap_layers, anchor, draft.tokens if width else None, width)
+    logits, taps = verify_forward(target, cache, tap_layers=session.tap_layers, anchor=anchor,
+                                  draft_tokens=draft.tokens if width else None, width=width)
     drafted, dprobs, z = [], [], None
     if draft is not None:
         drafted, dprobs, c, z = read_draft(draft, session, display, heads=display or conf is not None)  # sync 1
@@ -154,12 +156,12 @@ def speculative_round(target: Target, session: DraftSession, cache: list, *, anc
     use_phase_threads(threads, "verify")
     q = draft.q[0, :width] if width and draft.q is not None else None
     rows = VerifyRows.of(logits[0], target.projection.softcap, sp)
-    a, tokens, probs = accept(logits[0], target.projection.softcap, drafted[:width], q, sp, k_accept, taps,
-                              display, rows)  # sync 2
+    a, tokens, probs = accept(logits[0], target.projection.softcap, drafted[:width], q, sampling=sp, key=k_accept,
+                              taps=taps, display=display, rows=rows)  # sync 2
     rollback(cache, width - a)
     sched.observe(width, a)
     t2 = perf_counter()
-    seen = inspection(logits[0, :width], target.projection.softcap, drafted[:width], sp, rows) if inspect else None
+    seen = inspection(logits[0, :width], target.projection.softcap, drafted[:width], sp, rows=rows) if inspect else None
     return RoundOutcome(drafted=drafted, draft_probs=dprobs, confidences=conf, conf_logits=z, width=width, accepted=a,
                         tokens=tokens, target_probs=probs, draft_seconds=t1 - t0, verify_seconds=t2 - t1,
                         new_rows=taps[:, : a + 1], plain_step=block_size == 0, inspected=seen)
@@ -227,7 +229,7 @@ def plain_steps(target: Target, cache: list, *, tap_layers: Sequence[int], ancho
             mx.eval([x for x in pending if x is not None])
 
 
-def inspection(raw: mx.array, softcap: float | None, drafted: list[int], sp: SamplingParams,
+def inspection(raw: mx.array, softcap: float | None, drafted: list[int], sp: SamplingParams, *,
                rows: VerifyRows | None = None) -> Inspection:
     """The target's view of each verified draft (:class:`Inspection`), from the verify rows' head
     outputs ``raw`` [w, V] before the soft-cap, reusing what ``rows`` (the round's
@@ -280,7 +282,7 @@ def candidates(score: mx.array, n: int, chunk: int = 64) -> mx.array:
     return mx.take_along_axis(ids, mx.argpartition(-values, n - 1, axis=-1)[:, :n], axis=-1)
 
 
-def verify_forward(target: Target, cache: list, tap_layers: Sequence[int], anchor: int, draft_tokens, width: int):
+def verify_forward(target: Target, cache: list, *, tap_layers: Sequence[int], anchor: int, draft_tokens, width: int):
     """The target's forward over ``[anchor, d_1..d_width]`` (lazy), its head outputs before the
     soft-cap (greedy verification caps only the values it compares: :func:`accept`) and its taps."""
     verify_ids = mx.array([anchor], mx.int32)
@@ -310,13 +312,16 @@ def use_phase_threads(threads: dict, phase: str) -> None:
         blas.set_threads(n)
 
 
-def accept(raw: mx.array, softcap: float | None, drafted: list[int], q: mx.array | None, sp: SamplingParams,
-            key, taps, display: bool = True, rows: VerifyRows | None = None):
+def accept(raw: mx.array, softcap: float | None, drafted: list[int], q: mx.array | None, *, sampling: SamplingParams,
+           key, taps, display: bool = True, rows: VerifyRows | None = None):
     """(accepted drafts a, the committed tokens d_1..d_a + the target's own, and the target's
     probability of each, NaN without ``display``), from the verify rows' head outputs ``raw``
     before the soft-cap (``rows``: their :class:`VerifyRows`, shared with the inspector).
+    ``drafted`` are the verified drafts, ``q`` the distributions they were sampled from (None:
+    greedy drafts); ``sampling`` and ``key`` decide acceptance (greedy, or the ratio test).
     Evaluates the verify forward, ``taps`` included: one host sync (two when a row's best
     logits are within rounding of a tie)."""
+    sp = sampling
     w = len(drafted)
     rows = rows or VerifyRows.of(raw, softcap, sp)
     logits = rows.logits  # lazy: computed only where read
@@ -344,7 +349,7 @@ def accept(raw: mx.array, softcap: float | None, drafted: list[int], q: mx.array
     return a, drafted[:a] + [fallback.tolist()[a]], p_drafted.tolist()[:a] + [p_fallback.tolist()[a]]
 
 
-def prefill(target: Target, cache: list, ids: list[int], taps: Sequence[int], step: int) -> mx.array | None:
+def prefill(target: Target, cache: list, ids: list[int], taps: Sequence[int], *, step: int) -> mx.array | None:
     rows = []
     for i in range(0, len(ids), step):
         _, t = target.forward(mx.array([ids[i : i + step]]), cache, taps, logits=False)

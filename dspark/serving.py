@@ -27,7 +27,7 @@ def _vllm(target: str, out: str, method: str, tokens: int) -> str:
     return f"vllm serve {target} \\\n  --speculative-config '{config}'"
 
 
-def commands(fmt: str, config: dict, drafts: int, out: str, verifier: str | None) -> dict[str, str]:
+def commands(fmt: str, config: dict, drafts: int, out: str, *, verifier: str | None) -> dict[str, str]:
     """{"vllm": ..., "sglang": ...} for a drafter of ``drafts`` tokens a round written in ``fmt``
     with ``config`` at ``out``; a value that is not a command says why there is none."""
     target = verifier or "TARGET"
@@ -47,10 +47,10 @@ def commands(fmt: str, config: dict, drafts: int, out: str, verifier: str | None
                       "drafter with vLLM."}
 
 
-def readme(fmt: str, config: dict, info: dict, out: str, verifier: str | None) -> str:
+def readme(fmt: str, config: dict, info: dict, out: str, *, verifier: str | None) -> str:
     """The exported directory's README.md: what it is, where it came from, how to serve it.
     ``info``: the drafter's source, drafts per round, taps, and the heads left out."""
-    cmds = commands(fmt, config, info["drafts"], out, verifier)
+    cmds = commands(fmt, config, info["drafts"], out, verifier=verifier)
     lines = [f"# A {TITLES[fmt]} drafter, exported by dspark", "",
              f"Exported from `{info['source']}` ({info['source_format']}) by `dspark export --format {fmt}`. "
              "Loaded back by dspark, it drafts the same logits and the same tokens as the drafter it came from "

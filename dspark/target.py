@@ -25,7 +25,7 @@ from .gemma4 import cpu_safe_experts
 from .sampling import soft_cap
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TargetDims:
     """The target shapes a drafter depends on."""
 

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def pipelined(ids):
         cache = target.make_cache()
-        prefill(target, cache, ids[:-1], taps, 512)
+        prefill(target, cache, ids[:-1], taps, step=512)
         end = len(ids) - 1 + n
         steps = plain_steps(target, cache, tap_layers=taps, anchor=ids[-1], position=len(ids) - 1, sampling=greedy,
                             keys=_round_keys(0), more=lambda pos: pos < end, threads={}, display=False)
@@ -62,11 +62,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def width0(ids):
         cache = target.make_cache()
-        prefill(target, cache, ids[:-1], taps, 512)
+        prefill(target, cache, ids[:-1], taps, step=512)
         anchor, out = ids[-1], []
         for _ in range(n):
-            logits, t = verify_forward(target, cache, taps, anchor, None, 0)
-            _, tokens, _ = accept(logits[0], target.projection.softcap, [], None, greedy, None, t, display=False)
+            logits, t = verify_forward(target, cache, tap_layers=taps, anchor=anchor, draft_tokens=None, width=0)
+            _, tokens, _ = accept(logits[0], target.projection.softcap, [], None, sampling=greedy, key=None, taps=t,
+                                  display=False)
             anchor = tokens[-1]
             out.append(anchor)
         return out

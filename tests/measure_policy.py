@@ -55,8 +55,8 @@ def record(target, drafter, ids: list[int], tokens: int):
     _, taps = target.forward(mx.array([seq[:-1]]), target.make_cache(), session.tap_layers, logits=False)
     accepted, confidences, fed = {}, {}, 0
     for p in range(len(ids) - 1, len(seq) - 1):
-        draft = session.propose(seq[p], p, taps[:, fed:p] if p > fed else None, drafter.block_size,
-                                SamplingParams(), mx.random.key(0))
+        draft = session.propose(seq[p], p, new_rows=taps[:, fed:p] if p > fed else None,
+                                block_size=drafter.block_size, sampling=SamplingParams(), key=mx.random.key(0))
         fed = p
         drafted = draft.tokens[0].tolist()
         a = 0

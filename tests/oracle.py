@@ -31,7 +31,7 @@ class OracleDrafter:
         self.rng = random.Random(self.seed)
         return self
 
-    def propose(self, anchor, position, new_rows, block_size, sampling, key):
+    def propose(self, anchor, position, *, new_rows, block_size, sampling, key):
         g = self.rng.choice([0, 1] + [block_size] * 4)
         toks = []
         for k in range(g):

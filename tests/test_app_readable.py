@@ -23,9 +23,11 @@ from test_app_truth import menu_action, two_prompt_set  # noqa: E402
 
 
 def rounds_with_text(n: int, texts: tuple[str, ...]) -> tuple[list, list]:
-    tok = CommittedToken(9, "\n", Source.CORRECTION, 0, 1, 0.5)
-    ev = [RoundEvent(i, 0, tuple(range(len(texts))), (0.5,) * len(texts), None, len(texts), 1, (tok,),
-                     0.01, 0.01, 0.1, i + 1, 10.0) for i in range(n)]
+    tok = CommittedToken(id=9, text="\n", source=Source.CORRECTION, round=0, position=1, target_prob=0.5)
+    ev = [RoundEvent(index=i, anchor=0, drafted=tuple(range(len(texts))), draft_probs=(0.5,) * len(texts),
+                     confidences=None, verify_width=len(texts), accepted=1, committed=(tok,), draft_seconds=0.01,
+                     verify_seconds=0.01, elapsed_seconds=0.1, tokens_generated=i + 1, tokens_per_sec=10.0)
+          for i in range(n)]
     return ev, [texts] * n
 
 

@@ -28,10 +28,15 @@ HEADER = ("spec", "base", "speedup", "tau", "rate", "ttft", "mem", "same")
 
 
 def test_events_round_trip_through_json():
-    tok = CommittedToken(7, "·x", Source.BONUS, 3, 2, 0.25, None)
-    ev = RoundEvent(3, 5, (7, 8), (0.5, 0.25), (0.9, 0.1), 2, 2, (tok,), 0.01, 0.02, 0.5, 9, 18.0, (1.5, -0.5))
-    s = Summary("speculative", (7, 8), "ab", (1, 2), 1, (2,), (2,), 3.0, 1.0, (1.0, 1.0), 18.0, 0.1, 0.05, 0.01,
-                0.02, 0.6, "stop", 123, (0, 0, 1), (-0.1, -0.2), {"note": 1})
+    tok = CommittedToken(id=7, text="·x", source=Source.BONUS, round=3, position=2, target_prob=0.25, draft_prob=None)
+    ev = RoundEvent(index=3, anchor=5, drafted=(7, 8), draft_probs=(0.5, 0.25), confidences=(0.9, 0.1), verify_width=2,
+                    accepted=2, committed=(tok,), draft_seconds=0.01, verify_seconds=0.02, elapsed_seconds=0.5,
+                    tokens_generated=9, tokens_per_sec=18.0, confidence_logits=(1.5, -0.5))
+    s = Summary(method="speculative", tokens=(7, 8), text="ab", prompt_tokens=(1, 2), rounds=1, accepted_lengths=(2,),
+                verify_widths=(2,), tau=3.0, acceptance_rate=1.0, per_position_acceptance=(1.0, 1.0),
+                tokens_per_sec=18.0, ttft_seconds=0.1, prefill_seconds=0.05, draft_seconds=0.01, verify_seconds=0.02,
+                total_seconds=0.6, finish_reason="stop", peak_memory_bytes=123, accepted_histogram=(0, 0, 1),
+                token_logprobs=(-0.1, -0.2), extra={"note": 1})
     for e in (ev, s):
         back = event_from_dict(json.loads(json.dumps(event_to_dict(e))))
         assert back == e and type(back) is type(e)

@@ -43,8 +43,8 @@ def test_save_load_identical(tmp_path, target, drafter):
     back.calibration = None
     hidden = mx.random.normal((1, 9, 2 * target.dims.hidden_size))
     for sp in (SamplingParams(), SamplingParams(temperature=1.0)):
-        r1 = drafter.forward_rows(target.projection, hidden, [5], 5, DraftOpts(sp, mx.random.key(3)))
-        r2 = back.forward_rows(target.projection, hidden, [5], 5, DraftOpts(sp, mx.random.key(3)))
+        r1 = drafter.forward_rows(target.projection, hidden, [5], 5, opts=DraftOpts(sp, mx.random.key(3)))
+        r2 = back.forward_rows(target.projection, hidden, [5], 5, opts=DraftOpts(sp, mx.random.key(3)))
         assert r1.tokens.tolist() == r2.tokens.tolist()
         assert np.allclose(np.array(r1.confidences), np.array(r2.confidences))
 
@@ -96,7 +96,8 @@ def test_packed_training_forward_matches_generation_and_windows(target, drafter,
     h_seq = mx.random.normal((N, S, 2 * H))
     owner, positions = [0, 1, 1, 0], [3, 9, 1, 6]
     prev = mx.random.randint(0, 96, (len(owner), G))
-    packed = drafter.forward_train_packed(target.projection, h_seq, mx.array(owner), mx.array(positions), prev, ctx_len)
+    packed = drafter.forward_train_packed(target.projection, h_seq, owner=mx.array(owner),
+                                          positions=mx.array(positions), prev_toks=prev, ctx_len=ctx_len)
     L = ctx_len or S
     window = mx.zeros((len(owner), L, 2 * H))
     mask = np.zeros((len(owner), L), bool)
@@ -197,11 +198,11 @@ def test_the_candidate_markov_loop_drafts_what_the_full_loop_does_when_the_best_
     target = tiny_target(seed=0, vocab=96)
     d = DflashDrafter.init(target, DflashConfig(block_size=5, num_layers=1, markov_rank=16), seed=4)
     h = mx.random.normal((1, 9, d.m * target.dims.hidden_size), key=mx.random.key(0))
-    full = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
+    full = d.forward_rows(target.projection, h, [7], 5, opts=DraftOpts())
     monkeypatch.setattr(dspark.markov, "MARKOV_SCORED", 8)
     monkeypatch.setattr(dspark.markov, "MARKOV_FULL_WEIGHTS", 0)
     monkeypatch.setattr(dspark.markov, "MARKOV_TABLE_BYTES", 0)
-    pruned = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
+    pruned = d.forward_rows(target.projection, h, [7], 5, opts=DraftOpts())
     assert pruned.tokens.tolist() == full.tokens.tolist() and pruned.logits is None
     assert np.allclose(np.array(pruned.confidences), np.array(full.confidences), atol=1e-5)
 
@@ -224,10 +225,10 @@ def test_the_markov_table_drafts_what_the_head_computes_row_by_row(monkeypatch, 
     d = _markov_drafter(target)
     h = mx.random.normal((1, 9, d.m * target.dims.hidden_size), key=mx.random.key(0))
     opts = DraftOpts(SamplingParams(temperature=temperature), key=mx.random.key(2))
-    tabled = d.forward_rows(target.projection, h, [7], 5, opts)
+    tabled = d.forward_rows(target.projection, h, [7], 5, opts=opts)
     assert d._table[1].shape == (96, 96)
     monkeypatch.setattr(dspark.markov, "MARKOV_TABLE_BYTES", 0)
-    full = d.forward_rows(target.projection, h, [7], 5, opts)
+    full = d.forward_rows(target.projection, h, [7], 5, opts=opts)
     assert tabled.tokens.tolist() == full.tokens.tolist()
     assert np.allclose(np.array(tabled.logits), np.array(full.logits), atol=1e-4)
     assert np.allclose(np.array(tabled.confidences), np.array(full.confidences), atol=1e-5)
@@ -243,14 +244,14 @@ def test_the_markov_table_follows_new_weights_and_its_size_limit(monkeypatch):
     target = tiny_target(seed=0, vocab=96)
     d = _markov_drafter(target)
     h = mx.random.normal((1, 9, d.m * target.dims.hidden_size), key=mx.random.key(0))
-    d.forward_rows(target.projection, h, [7], 5, DraftOpts())
+    d.forward_rows(target.projection, h, [7], 5, opts=DraftOpts())
     old = d._table[1]
     w2 = d.net.markov_head.markov_w2
     w2.weight = -w2.weight
-    after = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
+    after = d.forward_rows(target.projection, h, [7], 5, opts=DraftOpts())
     assert d._table[1] is not old and np.allclose(np.array(d._table[1]), -np.array(old), atol=1e-5)
     monkeypatch.setattr(dspark.markov, "MARKOV_TABLE_BYTES", 0)
-    fresh = d.forward_rows(target.projection, h, [7], 5, DraftOpts())
+    fresh = d.forward_rows(target.projection, h, [7], 5, opts=DraftOpts())
     assert after.tokens.tolist() == fresh.tokens.tolist()
     assert np.allclose(np.array(after.logits), np.array(fresh.logits), atol=1e-4)
     monkeypatch.setattr(dspark.markov, "MARKOV_TABLE_BYTES", 96 * 96 * 4 - 1)

@@ -223,9 +223,9 @@ def test_the_speculators_readme_says_what_an_ignored_soft_cap_changes():
     from dspark import serving
 
     info = {"source": "d", "source_format": "native", "drafts": 6, "taps": [1, 3]}
-    capped = serving.readme("speculators", {"final_logit_softcapping": 30.0}, info, "out", None)
+    capped = serving.readme("speculators", {"final_logit_softcapping": 30.0}, info, "out", verifier=None)
     assert "`final_logit_softcapping` 30.0" in capped and "Markov head" in capped
-    assert "final_logit_softcapping" not in serving.readme("speculators", {}, info, "out", None)
+    assert "final_logit_softcapping" not in serving.readme("speculators", {}, info, "out", verifier=None)
 
 
 def test_speculators_tap_ids_are_read_in_vllm_s_numbering(models, target, tmp_path):

@@ -73,8 +73,8 @@ class Capture:
         session = self.drafter.start(target)
         propose = session.propose
 
-        def recorded(*args):
-            rows = propose(*args)
+        def recorded(*args, **kwargs):
+            rows = propose(*args, **kwargs)
             self.rows.append(rows)
             return rows
 

@@ -107,7 +107,7 @@ def test_inspecting_reuses_what_accept_computed_and_gives_the_same_view():
     for sp in (SamplingParams(), SamplingParams(temperature=0.7, top_k=20)):
         rows = VerifyRows.of(raw, 30.0, sp)
         mx.eval(rows.logits, rows.lse, *([rows.dist] if rows.dist is not None else []))
-        assert inspection(raw[:5], 30.0, drafted, sp, rows) == inspection(raw[:5], 30.0, drafted, sp)
+        assert inspection(raw[:5], 30.0, drafted, sp, rows=rows) == inspection(raw[:5], 30.0, drafted, sp)
 
 
 @pytest.mark.parametrize("name", ["dspark", "dflash"])

@@ -185,7 +185,7 @@ def test_every_policy_matches_plain_greedy(case, policy, monkeypatch):
     drafter = DflashDrafter.init(target, DflashConfig(block_size=6, num_layers=1, markov_rank=16), seed=2)
     asked = []
     propose = BlockDraftSession.propose
-    monkeypatch.setattr(BlockDraftSession, "propose", lambda self, *a: asked.append(a[1]) or propose(self, *a))
+    monkeypatch.setattr(BlockDraftSession, "propose", lambda s, *a, **k: asked.append(a[1]) or propose(s, *a, **k))
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, policy=policy)
     s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=STEEP))
     assert_same_greedy(target, PROMPT, s.tokens, ref)
@@ -205,10 +205,10 @@ class SwitchingOracle(OracleDrafter):
         super().__init__(sequence, vocab, block_size=block_size, corrupt=0.0)
         self.switch, self.drafts_at = switch, []
 
-    def propose(self, anchor, position, new_rows, block_size, sampling, key):
+    def propose(self, anchor, position, *, new_rows, block_size, sampling, key):
         self.drafts_at.append(position)
         self.corrupt = 1.0 if position < self.switch else 0.0
-        out = super().propose(anchor, position, new_rows, block_size, sampling, key)
+        out = super().propose(anchor, position, new_rows=new_rows, block_size=block_size, sampling=sampling, key=key)
         if position < self.switch:  # a wrong token for sure: the true one shifted
             out.tokens = (out.tokens + 1) % self.vocab
         return out

@@ -12,16 +12,21 @@ RUNS = [Arm("d1", "/d1"), Arm(BASELINE, None)]
 def event(index: int, accepted: int, width: int, tokens: list[int], source=Source.CORRECTION,
           generated: int = 0, seconds: float = 0.1) -> RoundEvent:
     """One round; ``generated`` tokens so far (this round's included) after ``seconds`` of decoding."""
-    committed = tuple(CommittedToken(t, f"t{t}", Source.ACCEPTED if k < accepted else source, index, k, 0.5)
+    committed = tuple(CommittedToken(id=t, text=f"t{t}", source=Source.ACCEPTED if k < accepted else source,
+                                     round=index, position=k, target_prob=0.5)
                       for k, t in enumerate(tokens))
     generated = generated or len(tokens)
-    return RoundEvent(index, 0, tuple(range(width)), (0.5,) * width, None, width, accepted, committed,
-                      0.01, 0.01, seconds + 0.05, generated, generated / seconds)
+    return RoundEvent(index=index, anchor=0, drafted=tuple(range(width)), draft_probs=(0.5,) * width, confidences=None,
+                      verify_width=width, accepted=accepted, committed=committed, draft_seconds=0.01,
+                      verify_seconds=0.01, elapsed_seconds=seconds + 0.05, tokens_generated=generated,
+                      tokens_per_sec=generated / seconds)
 
 
 def summary(method: str, tokens: list[int], rounds: int, tps: float) -> Summary:
-    return Summary(method, tuple(tokens), "", (2, 3, 4), rounds, (), (), 1.0, 0.0, (), tps,
-                   0.01, 0.01, 0, 0, 1.0, "length")
+    return Summary(method=method, tokens=tuple(tokens), text="", prompt_tokens=(2, 3, 4), rounds=rounds,
+                   accepted_lengths=(), verify_widths=(), tau=1.0, acceptance_rate=0.0, per_position_acceptance=(),
+                   tokens_per_sec=tps, ttft_seconds=0.01, prefill_seconds=0.01, draft_seconds=0, verify_seconds=0,
+                   total_seconds=1.0, finish_reason="length")
 
 
 def play(s: Session, job, prompt_index=0, key0=1, tokens=tuple(range(10, 22)), spec_tps=150.0, base_tps=100.0):
@@ -81,8 +86,8 @@ def test_compare_rows_pool_prompts_and_check_identity():
 def test_same_as_plain_marks_ties_and_mismatches():
     from dspark_studio.runs import same_as_plain
 
-    tie = Verdict(False, Difference(7, "tie", 3, 4, (-2.0, -2.0)))
-    bad = Verdict(False, Difference(2, "mismatch", 3, 4, (-9.0, -0.5)))
+    tie = Verdict(False, Difference(index=7, kind="tie", speculative=3, plain=4, logprobs=(-2.0, -2.0)))
+    bad = Verdict(False, Difference(index=2, kind="mismatch", speculative=3, plain=4, logprobs=(-9.0, -0.5)))
     assert same_as_plain([Verdict(True)]) == "✓" and same_as_plain([tie]) == "≈ tie at token 7"
     assert same_as_plain([Verdict(True), tie, tie]) == "≈ 2 ties" and same_as_plain([tie, bad]) == "✗"
     assert same_as_plain([Verdict(True), None]) is None and same_as_plain([]) is None

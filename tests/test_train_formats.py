@@ -62,10 +62,11 @@ def test_a_new_drafter_saves_and_loads_back_in_its_format_and_trains_as_it_draft
     ids = mx.random.randint(5, 96, (1, 40), key=mx.random.key(2)).astype(mx.int32)
     _, taps = target.forward(ids, target.make_cache(), back.tap_layers, logits=False)
     p = 30
-    rows = back.forward_rows(target.projection, taps[:, :p], [int(ids[0, p])], 4, DraftOpts(SamplingParams()))
+    rows = back.forward_rows(target.projection, taps[:, :p], [int(ids[0, p])], 4, opts=DraftOpts(SamplingParams()))
     drafted = rows.tokens[0]
     prev = mx.concatenate([ids[0, p:p + 1], drafted[:-1]])[None]  # teacher-forced with the drafted tokens
-    train = back.forward_train_packed(target.projection, taps, mx.array([0]), mx.array([p]), prev)
+    train = back.forward_train_packed(target.projection, taps, owner=mx.array([0]), positions=mx.array([p]),
+                                      prev_toks=prev)
     assert np.allclose(np.array(train.logits[0]), np.array(rows.logits[0]), atol=1e-4)
     if back.has_confidence:
         assert np.allclose(np.array(train.conf_logits[0]), np.array(rows.conf_logits[0]), atol=1e-4)
@@ -73,7 +74,8 @@ def test_a_new_drafter_saves_and_loads_back_in_its_format_and_trains_as_it_draft
     if cfg.context_window:
         far = taps.at[:, :5].add(3.0)
         near = taps.at[:, p - 2:p].add(3.0)
-        out = [back.forward_train_packed(target.projection, t, mx.array([0]), mx.array([p]), prev).logits
+        out = [back.forward_train_packed(target.projection, t, owner=mx.array([0]), positions=mx.array([p]),
+                                         prev_toks=prev).logits
                for t in (far, near)]
         assert np.allclose(np.array(out[0]), np.array(train.logits)) and not np.allclose(np.array(out[1]), np.array(train.logits))
 

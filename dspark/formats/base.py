@@ -23,7 +23,7 @@ from .layers import DraftBody
 from .quant import apply_quantization
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DraftShape:
     """A drafter's architecture in no format's words: what ``dspark train --format`` builds and
     each format's ``new_config`` writes as its own config.json (the reader of that format reads
@@ -51,7 +51,7 @@ class DraftShape:
     draft_vocab: int = 0  # the head's output vocabulary when reduced (a d2t table maps it; 0: the whole vocabulary)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Spec:
     """A drafter checkpoint as its config describes it."""
 

@@ -45,10 +45,12 @@ def read_spec(directory: Path, config: dict) -> Spec:
     max_pos = f.int("max_position_embeddings", default=262144)
 
     def layers():
-        return [Gemma4Layer(H, heads, kv, hd, ffn, eps, rope, k_eq_v, max_pos) for _ in range(L)]
+        return [Gemma4Layer(H, heads=heads, kv_heads=kv, head_dim=hd, ffn=ffn, eps=eps, rope=rope, k_eq_v=k_eq_v,
+                            max_positions=max_pos) for _ in range(L)]
 
-    return Spec("deepspec", "DSpark" if rank or confidence else "DFlash baseline", H, vocab, vocab,
-                f.ints("target_layer_ids", "tap_layer"), block, f.int("mask_token_id"), BlockLayout(), layers, eps,
+    return Spec(format="deepspec", variant="DSpark" if rank or confidence else "DFlash baseline", hidden=H, vocab=vocab,
+                draft_vocab=vocab, taps=f.ints("target_layer_ids", "tap_layer"), drafts=block,
+                mask_token_id=f.int("mask_token_id"), layout=BlockLayout(), make_layers=layers, eps=eps,
                 own_embedding=True, embed_scale=H**0.5, own_head=True, softcap=softcap or None, markov_rank=rank,
                 confidence=confidence, confidence_with_markov=f.bool("confidence_head_with_markov", default=True) and rank > 0,
                 num_target_layers=f.int("num_target_layers", "num_hidden_layers") if f.has("num_target_layers") else None,

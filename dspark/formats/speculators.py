@@ -75,17 +75,18 @@ def read_spec(directory: Path, config: dict, names: set[str] | None = None) -> S
     max_pos = t.int("max_position_embeddings", default=131072)
 
     def layers():
-        return [Qwen3Layer(H, heads, kv, hd, ffn, eps, theta, rope or None, max_pos) for _ in range(L)]
+        return [Qwen3Layer(H, heads=heads, kv_heads=kv, head_dim=hd, ffn=ffn, eps=eps, rope_theta=theta,
+                           rope_scaling=rope or None, max_positions=max_pos) for _ in range(L)]
 
     taps = taps_of(config, f)
     notes = [] if "embed_tokens.weight" in header else ["no embed_tokens: the target's table, unscaled, as in training"]
     if any(windows):
         notes.append("sliding layers see the window before the anchor, full layers everything, as in training "
                      "(mlx-dspark windows every layer by each slot's position)")
-    return Spec("speculators", "DSpark" if algo == "dspark" else "DFlash", H, vocab, draft_vocab, taps, drafts,
-                f.int("mask_token_id"), BlockLayout(anchor_predicts=block == drafts, windows=windows, causal=causal,
-                                                    window_from_anchor=True), layers, eps,
-                own_embedding="embed_tokens.weight" in header, embed_scale=1.0,
+    layout = BlockLayout(anchor_predicts=block == drafts, windows=windows, causal=causal, window_from_anchor=True)
+    return Spec(format="speculators", variant="DSpark" if algo == "dspark" else "DFlash", hidden=H, vocab=vocab,
+                draft_vocab=draft_vocab, taps=taps, drafts=drafts, mask_token_id=f.int("mask_token_id"), layout=layout,
+                make_layers=layers, eps=eps, own_embedding="embed_tokens.weight" in header, embed_scale=1.0,
                 own_head="lm_head.weight" in header or draft_vocab < vocab,
                 softcap=f.float("final_logit_softcapping", "softcap", default=0.0) or None, markov_rank=rank,
                 confidence=f.bool("enable_confidence_head", default=False),

@@ -69,12 +69,13 @@ def read_spec(directory: Path, config: dict) -> Spec:
     num_target = f.int("num_target_layers", "num_hidden_layers") if f.has("num_target_layers") else None
 
     def layers():
-        return [Qwen3Layer(H, heads, kv, hd, ffn, eps, theta, rope or None, f.int("max_position_embeddings", default=131072))
+        return [Qwen3Layer(H, heads=heads, kv_heads=kv, head_dim=hd, ffn=ffn, eps=eps, rope_theta=theta,
+                           rope_scaling=rope or None, max_positions=f.int("max_position_embeddings", default=131072))
                 for _ in range(L)]
 
     layout = BlockLayout(anchor_predicts=False, windows=tuple(window if s else None for s in sliding), causal=causal)
-    return Spec("zlab-dflash", "DFlash", H, vocab, vocab, taps, block - 1, mask, layout, layers, eps,
-                own_embedding=False, embed_scale=scale, own_head=False, softcap=softcap or None,
+    return Spec(format="zlab-dflash", variant="DFlash", hidden=H, vocab=vocab, draft_vocab=vocab, taps=taps,
+                drafts=block - 1, mask_token_id=mask, layout=layout, make_layers=layers, eps=eps, own_embedding=False, embed_scale=scale, own_head=False, softcap=softcap or None,
                 output_multiplier=out_mult, num_target_layers=num_target, quantization=config.get("quantization"),
                 notes=notes)
 

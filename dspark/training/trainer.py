@@ -180,7 +180,8 @@ class DrafterTrainer:
 
     # --- loss and update ----------------------------------------------------------------
     def _loss(self, taps, owner, positions, prev, labels, valid, t_hidden, weight=None):
-        out = self.drafter.forward_train_packed(self.proj, taps, owner, positions, prev, self.s.ctx_len)
+        out = self.drafter.forward_train_packed(self.proj, taps, owner=owner, positions=positions, prev_toks=prev,
+                                                ctx_len=self.s.ctx_len)
         parts = dspark_loss(out.logits, out.conf_logits, self.proj.logits(t_hidden), labels, valid, self.weights,
                             weight=weight)
         return parts.total, parts.ce, parts.tv, parts.conf
