@@ -246,7 +246,8 @@ def test_the_release_checks_the_tag_then_builds_exactly_as_every_push_then_publi
     image = publish["env"]["RELEASE_IMAGE"]
     assert image in load(WORKFLOW)["jobs"]["app"]["strategy"]["matrix"]["os"]
     uploaded = Path(load(WORKFLOW)["jobs"]["app"]["steps"][-2]["with"]["path"].replace("${{ matrix.os }}", image)).name
-    assert zip_download["name"] == uploaded and zip_download["skip-decompress"] is True  # left zipped, as self-tested
+    assert zip_download["name"].replace("${{ env.RELEASE_IMAGE }}", image) == uploaded
+    assert zip_download["skip-decompress"] is True  # left zipped, as self-tested
     assert selftests_download["pattern"] == load(WORKFLOW)["jobs"]["app"]["steps"][-1]["with"]["name"].replace(
         "${{ matrix.os }}", "*")
     (publish_step,) = [s for s in steps if "gh release create" in s.get("run", "")]
@@ -269,7 +270,7 @@ def test_the_publish_job_glues_the_downloads_to_release_py_and_gh(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
     zip_download, selftests_download = (s["with"] for s in steps if s.get("uses", "").startswith("actions/download-artifact@"))
-    zip_path = tmp_path / zip_download["path"] / zip_download["name"]
+    zip_path = tmp_path / zip_download["path"] / zip_download["name"].replace("${{ env.RELEASE_IMAGE }}", image)
     zip_path.parent.mkdir(parents=True)
     with zipfile.ZipFile(zip_path, "w") as z:
         z.writestr("DSpark Studio.app/Contents/Info.plist",
