@@ -80,7 +80,7 @@ def _peer_python(a) -> str:
     return str(python)
 
 
-def build_arms(a, target, target_dir: str, cfg, say) -> tuple[list, dict]:
+def build_arms(a, target, target_dir: str, cfg, *, say) -> tuple[list, dict]:
     """The arms, plain decoding first, and this machine's costs for each drafter."""
     from .. import resources
     from ..costs import load_or_measure
@@ -102,25 +102,29 @@ def build_arms(a, target, target_dir: str, cfg, say) -> tuple[list, dict]:
         name = Path(d).name
         # measured afresh: the limit and auto read them, and the machine may have changed since
         costs[name] = load_or_measure(target, drafter, drafter.block_size, remeasure=True, say=say)
-        spec += [arms.Speculative(target, drafter, name, p, cfg, costs[name]) for p in policies]
+        spec += [arms.Speculative(target, drafter, drafter_name=name, policy=p, cfg=cfg, costs=costs[name])
+                 for p in policies]
         for kind in a.peer:
             fmt = getattr(drafter, "format", "")
             if (kind, fmt) in (("dflash", "zlab-dflash"), ("dflash-mlx", "zlab-dflash"), ("mlx-dspark", "deepspec"),
                                ("mlx-dspark", "speculators")):
-                spec.append(arms.Peer(kind, _peer_python(a), target_dir, d, name, drafter.block_size))
+                spec.append(arms.Peer(kind, python=_peer_python(a), target_dir=target_dir, drafter_dir=d,
+                                      drafter_name=name, drafts=drafter.block_size))
             else:
                 say(f"the {kind} peer does not read {name} ({fmt} format): no {kind} arm for it")
     if a.mlx_lm_draft:
         from ..loading import load_target
 
         draft = load_target(a.mlx_lm_draft, say=say)
-        spec.append(arms.MlxLmDraft(target, draft.model, Path(a.mlx_lm_draft).name, a.mlx_lm_num_draft, cfg))
+        spec.append(arms.MlxLmDraft(target, draft.model, draft_name=Path(a.mlx_lm_draft).name,
+                                    num_draft=a.mlx_lm_num_draft, cfg=cfg))
     return [arms.Plain(target, cfg, arms.plain_thread_choices()), *spec], costs
 
 
-def _verdict(target, trial: dict, plain: dict, baselines: dict, key, cfg, prompt: list[int]) -> dict:
-    """identical / lossless / first_difference of a greedy trial (of ``prompt``'s ids) against
-    the paired plain one."""
+def _verdict(target, *, trial: dict, plain: dict, baselines: dict, key, cfg, prompt: list[int]) -> dict:
+    """identical / lossless / first_difference of a greedy ``trial`` (of ``prompt``'s ids) against
+    the paired ``plain`` one, judged by plain decoding's own log-probabilities under ``cfg``,
+    computed once per ``key`` and kept in ``baselines``."""
     if trial["token_ids"] == plain["token_ids"]:
         return {"identical": True, "lossless": True}
     from .. import lossless
@@ -164,7 +168,7 @@ def run(a, say) -> dict:
     ids_at = {L: contexts.padded(target, ids, L) if L else ids for L in lengths}
     for L in lengths[-1:] if a.context else []:
         prompt_ids(target, ids_at[L][0], cfg)  # one that the target cannot hold is refused now, before any trial
-    arm_list, costs = build_arms(a, target, target_dir, cfg, say)
+    arm_list, costs = build_arms(a, target, target_dir, cfg, say=say)
     # Only now, with every input loaded and checked, are the results --force replaces removed: a
     # mistyped --target or drafter loses nothing.
     for f in ("trials.jsonl", "trials.csv", "summary.json"):
@@ -180,7 +184,8 @@ def run(a, say) -> dict:
         for arm in arm_list:  # warm-up: kernels compiled, caches filled, nothing recorded
             arm.trial(ids[0], min(16, a.max_tokens), 0)
         bar = _bar(a, a.repeats * len(ids) * len(arm_list) * len(lengths))
-        _measure(a, target, cfg, arm_list, costs, ids_at, doc, bar, log, trials)
+        _measure(a, target, cfg, arm_list=arm_list, costs=costs, ids_at=ids_at, doc=doc, bar=bar, log=log,
+                 trials=trials)
         if bar:
             bar.close()
     except KeyboardInterrupt:
@@ -202,11 +207,12 @@ def run(a, say) -> dict:
     return doc
 
 
-def _measure(a, target, cfg, arm_list: list, costs: dict, ids_at: dict, doc: dict, bar, log, trials: list) -> None:
+def _measure(a, target, cfg, *, arm_list: list, costs: dict, ids_at: dict, doc: dict, bar, log, trials: list) -> None:
     """Every arm on every prompt (of ``ids_at``: prompt ids by context length), ``a.repeats``
     times, the arms' order rotating so none always runs first; each group of trials is judged
     against its plain one and appended to ``trials`` and ``log`` as it finishes, so an interrupt
-    keeps what was measured."""
+    keeps what was measured. The isolated costs are measured again in every repeat at the
+    thread counts of ``costs`` and kept in ``doc``; ``bar`` (or None) counts the trials."""
     from ..costs import measure
 
     baselines: dict = {}
@@ -236,20 +242,24 @@ def _measure(a, target, cfg, arm_list: list, costs: dict, ids_at: dict, doc: dic
                                        "prompt_index": p, **({"context": L} if L else {}), **rec}
                     if bar:
                         bar.update(1)
-                _judge(a, target, cfg, arm_list, group, now, baselines, (L, p), r, prompt, log, trials)
+                _judge(a, target, cfg, arm_list=arm_list, group=group, now=now, baselines=baselines, key=(L, p),
+                       repeat=r, prompt=prompt, log=log, trials=trials)
 
 
-def _judge(a, target, cfg, arm_list: list, group: dict, now: dict, baselines: dict, key, r: int,
+def _judge(a, target, cfg, *, arm_list: list, group: dict, now: dict, baselines: dict, key, repeat: int,
            prompt: list[int], log, trials: list) -> None:
-    """Derive each trial of one group against the group's plain trial (speed-up, and for greedy
-    runs whether it was identical or lossless) and record it."""
+    """Derive each trial of one ``group`` (by arm name) against the group's plain trial
+    (speed-up, with the isolated costs ``now``; for greedy runs whether it was identical or
+    lossless, plain decoding of ``prompt`` kept in ``baselines`` by ``key``, seeded by
+    ``repeat``) and record it in ``trials`` and ``log``."""
     from dataclasses import replace
 
     plain = group[report.PLAIN]
     for arm in arm_list:
         t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None, now.get(arm.drafter))
         if arm.name != report.PLAIN and a.temperature == 0:
-            t.update(_verdict(target, t, plain, baselines, key, replace(cfg, seed=r), prompt))
+            t.update(_verdict(target, trial=t, plain=plain, baselines=baselines, key=key,
+                              cfg=replace(cfg, seed=repeat), prompt=prompt))
         for k in ("token_logprobs", "prompt_tokens"):
             t.pop(k, None)
         trials.append(t)

@@ -92,7 +92,9 @@ def plain_thread_choices() -> list[int] | None:
 
 
 class Speculative:
-    def __init__(self, target, drafter, drafter_name: str, policy: str, cfg: GenerationConfig, costs=None):
+    def __init__(self, target, drafter, *, drafter_name: str, policy: str, cfg: GenerationConfig, costs=None):
+        """``drafter`` (named ``drafter_name``) under the verify ``policy``, generating as ``cfg``
+        says (EOS ignored), the ``auto`` policy on this machine's ``costs``."""
         self.target, self.model, self.drafter, self.costs = target, drafter, drafter_name, costs
         self.policy = policy
         self.cfg = replace(cfg, policy=policy, stop_at_eos=False)
@@ -112,7 +114,7 @@ class Speculative:
 class MlxLmDraft:
     """mlx-lm's ``speculative_generate_step`` with ``draft_model``, ``num_draft`` tokens a round."""
 
-    def __init__(self, target, draft_model, draft_name: str, num_draft: int, cfg: GenerationConfig):
+    def __init__(self, target, draft_model, *, draft_name: str, num_draft: int, cfg: GenerationConfig):
         self.target, self.draft_model, self.num_draft, self.cfg = target, draft_model, num_draft, cfg
         self.drafter, self.policy = draft_name, f"mlx-lm:{num_draft}"
         self.name = f"mlx-lm draft {draft_name}"
@@ -165,7 +167,9 @@ class Peer:
     """A peer's loop in ``python`` (a Python with the peer installed), one process per arm,
     kept alive across trials so loading is not timed."""
 
-    def __init__(self, kind: str, python: str, target_dir: str, drafter_dir: str, drafter_name: str, drafts: int):
+    def __init__(self, kind: str, *, python: str, target_dir: str, drafter_dir: str, drafter_name: str, drafts: int):
+        """The ``kind`` peer's server started in ``python`` on the target and drafter directories;
+        ``drafter_name`` names the arm, ``drafts`` are the tokens it drafts a round."""
         self.kind, self.drafter, self.policy, self.drafts = kind, drafter_name, "peer", drafts
         self.name = f"{kind} {drafter_name}"
         self.proc = subprocess.Popen([python, str(PEER_SERVER), kind, target_dir, drafter_dir, blas.loaded_path() or ""],
