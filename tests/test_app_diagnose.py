@@ -181,8 +181,9 @@ def test_stop_ends_a_diagnosis_and_a_run_meanwhile_is_refused_in_one_sentence(qt
 
 
 def _entry(*findings: Finding) -> Entry:
-    return Entry("d", "/models/d", "/models/t", "1 prompt", Diagnosis(tuple(findings), (0.5, 0.2), (0.8, 0.6), 1.7,
-                                                                        20, 1, "training"))
+    return Entry("d", "/models/d", "/models/t", "1 prompt",
+                 Diagnosis(findings=tuple(findings), per_position_acceptance=(0.5, 0.2), expected_per_position=(0.8, 0.6),
+                           tau=1.7, rounds=20, prompts=1, profile_source="training"))
 
 
 def test_the_list_orders_by_severity_and_names_the_app_s_controls():

@@ -190,7 +190,8 @@ def test_a_drafter_weak_as_its_training_measured_is_not_read_again_under_other_c
     assert weak.first < LOW_FIRST
 
     def profile(source, fingerprint=target.weights_fingerprint):
-        return Profile((0.49, 0.33), 4, target.target_id, fingerprint, None, None, 64, source)
+        return Profile(per_position_acceptance=(0.49, 0.33), block_size=4, target_id=target.target_id,
+                       target_fingerprint=fingerprint, templated=None, thinking=None, context_length=64, source=source)
 
     assert not _looks_low(weak, profile("training"), target)
     assert _looks_low(far, profile("training"), target)  # far below what training measured

@@ -43,7 +43,7 @@ CONTEXT_FALL = 0.6
 NEAR_CHANCE = 0.1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Facts:
     main: Measurement  # the prompts with the settings as given
     greedy: Measurement  # the same greedy (main itself at temperature 0)

@@ -31,7 +31,7 @@ class Finding:
         return {"code": self.code, "severity": self.severity, "sentence": self.sentence, "evidence": dict(self.evidence)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Diagnosis:
     findings: tuple[Finding, ...]  # most severe first
     per_position_acceptance: tuple[float, ...]  # measured (dspark.metrics.per_position_acceptance)

@@ -18,7 +18,7 @@ class Stopped(DsparkError):
     """The caller's ``cancel`` asked the diagnosis to stop."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Measurement:
     """One pass of the generation loop over the prompts with one setting."""
 
@@ -37,12 +37,14 @@ class Measurement:
 def of_rounds(events: Sequence[RoundEvent]) -> Measurement:
     drafted = [e for e in events if not e.plain_step]
     f = metrics.summarize(drafted)
-    return Measurement(f.rounds, f.tau, tuple(f.per_position_acceptance), tuple(metrics.by_context(drafted)),
-                       max((e.position for e in drafted), default=0))
+    return Measurement(rounds=f.rounds, tau=f.tau, per_position=tuple(f.per_position_acceptance),
+                       by_context=tuple(metrics.by_context(drafted)),
+                       max_position=max((e.position for e in drafted), default=0))
 
 
-def measure(target, drafter, prompts: Sequence, config: GenerationConfig, step: Callable[[str], None] | None = None,
-            cancel: Callable[[], bool] | None = None, what: str = "") -> Measurement:
+def measure(target, drafter, prompts: Sequence, config: GenerationConfig, *,
+            step: Callable[[str], None] | None = None, cancel: Callable[[], bool] | None = None,
+            what: str = "") -> Measurement:
     """Generate every prompt with ``config`` (policy ``fixed``: every drafted token verified, so
     each position's acceptance is defined) and measure the rounds. ``step(what)`` is called after
     each prompt; ``cancel()`` stops between rounds and raises :class:`Stopped`."""

@@ -36,7 +36,7 @@ VERSION = 1
 MAX_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Profile:
     per_position_acceptance: tuple[float, ...]  # greedy, every draft verified (dspark.metrics)
     block_size: int  # drafted tokens per round it was measured with
@@ -74,9 +74,10 @@ class Profile:
                 raise bad(f"{key} is {json.dumps(value)[:40]}")
         if not 1 <= d["block_size"] <= 64:
             raise bad(f"block_size is {d['block_size']}")
-        return cls(tuple(float(x) for x in acc), d["block_size"], d.get("target_id"), d.get("target_fingerprint"),
-                   d.get("templated"), d.get("thinking"), d.get("context_length"), d["source"],
-                   d.get("prompts", 0), d.get("rounds", 0))
+        return cls(per_position_acceptance=tuple(float(x) for x in acc), block_size=d["block_size"],
+                   target_id=d.get("target_id"), target_fingerprint=d.get("target_fingerprint"),
+                   templated=d.get("templated"), thinking=d.get("thinking"), context_length=d.get("context_length"),
+                   source=d["source"], prompts=d.get("prompts", 0), rounds=d.get("rounds", 0))
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -106,11 +107,15 @@ def drafter_fingerprint(drafter) -> str:
     return h.hexdigest()[:20]
 
 
-def measured(per_position, target, block_size: int, templated: bool | None, thinking: bool | None,
+def measured(per_position, target, *, block_size: int, templated: bool | None, thinking: bool | None,
              context_length: int | None, source: str, prompts: int = 0, rounds: int = 0) -> Profile:
-    """A profile of acceptance measured on ``target`` (its id and fingerprint recorded)."""
-    return Profile(tuple(float(x) for x in per_position), int(block_size), target.target_id, target_fingerprint(target),
-                   templated, thinking, context_length, source, prompts, rounds)
+    """A profile of acceptance ``per_position`` measured on ``target`` (its id and fingerprint
+    recorded) with ``block_size`` drafts a round, on ``prompts`` prompts over ``rounds`` rounds in
+    the prompt style ``templated`` / ``thinking`` (None: unknown), by ``source`` (the
+    :class:`Profile` field); ``context_length``: the longest context trained on (None: unknown)."""
+    return Profile(per_position_acceptance=tuple(float(x) for x in per_position), block_size=int(block_size),
+                   target_id=target.target_id, target_fingerprint=target_fingerprint(target), templated=templated,
+                   thinking=thinking, context_length=context_length, source=source, prompts=prompts, rounds=rounds)
 
 
 # ----------------------------------------------------------------------------- where profiles live

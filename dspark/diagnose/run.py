@@ -62,11 +62,13 @@ def diagnose(target, drafter, prompts: Sequence, settings: GenerationConfig = Ge
     templated, thinking = style.run_style(target, settings, prompts)
     needs_template = target.has_chat_template and not templated and any(isinstance(p, str) for p in prompts)
     steps = _Steps(progress, len(prompts), 1 + (settings.temperature > 0) + needs_template)
-    main = measure(target, drafter, prompts, settings, steps, cancel, "as asked")
-    greedy = main if settings.temperature <= 0 else measure(target, drafter, prompts, greedy_cfg, steps, cancel, "greedy")
-    with_template = measure(target, drafter, prompts, dataclasses.replace(greedy_cfg, chat_template=True), steps,
-                            cancel, "with the chat template") if needs_template else None
-    tried, now = _conventions(target, drafter, prompts, greedy_cfg, greedy, profile, steps, cancel)
+    main = measure(target, drafter, prompts, settings, step=steps, cancel=cancel, what="as asked")
+    greedy = main if settings.temperature <= 0 else \
+        measure(target, drafter, prompts, greedy_cfg, step=steps, cancel=cancel, what="greedy")
+    with_template = measure(target, drafter, prompts, dataclasses.replace(greedy_cfg, chat_template=True), step=steps,
+                            cancel=cancel, what="with the chat template") if needs_template else None
+    tried, now = _conventions(target, drafter, prompts, greedy_cfg, greedy=greedy, profile=profile, steps=steps,
+                              cancel=cancel)
     facts = Facts(main=main, greedy=greedy, temperature=settings.temperature,
                   block_size=settings.block_size or drafter.block_size, trained_block=drafter.block_size,
                   target_fingerprint=target_fingerprint(target),
@@ -74,9 +76,10 @@ def diagnose(target, drafter, prompts: Sequence, settings: GenerationConfig = Ge
                   or getattr(drafter, "target_weights", None),
                   profile=profile, has_template=target.has_chat_template, templated=templated, thinking=thinking,
                   with_template=with_template, conventions=tuple(tried), current_conventions=now)
-    return Diagnosis(ordered(run_checks(facts)), main.per_position,
-                     profile.per_position_acceptance if profile is not None else None, main.tau, main.rounds,
-                     len(prompts), profile.source if profile is not None else None)
+    return Diagnosis(findings=ordered(run_checks(facts)), per_position_acceptance=main.per_position,
+                     expected_per_position=profile.per_position_acceptance if profile is not None else None,
+                     tau=main.tau, rounds=main.rounds, prompts=len(prompts),
+                     profile_source=profile.source if profile is not None else None)
 
 
 def _looks_low(greedy: Measurement, profile: Profile | None, target) -> bool:
@@ -95,10 +98,12 @@ def _looks_low(greedy: Measurement, profile: Profile | None, target) -> bool:
     return accepted_within(greedy.per_position, m) < FAR_BELOW * accepted_within(profile.per_position_acceptance, m)
 
 
-def _conventions(target, drafter, prompts, greedy_cfg, greedy: Measurement, profile, steps: _Steps, cancel):
+def _conventions(target, drafter, prompts, greedy_cfg, *, greedy: Measurement, profile, steps: _Steps, cancel):
     """([(name, value, Measurement)] for each other reading tried, the current reading): only for a
-    published checkpoint whose acceptance looks low. A window rule is not tried when no context
-    reached the windows (both rules then read the same rows)."""
+    published checkpoint whose acceptance looks low (the ``greedy`` pass against ``profile``),
+    each reading measured greedy (``greedy_cfg``) on ``prompts``, counted by ``steps`` and stopped
+    by ``cancel``. A window rule is not tried when no context reached the windows (both rules
+    then read the same rows)."""
     from ..formats import conventions
     from ..formats.base import CheckpointDrafter
 
@@ -116,7 +121,8 @@ def _conventions(target, drafter, prompts, greedy_cfg, greedy: Measurement, prof
         except DsparkError:
             continue
         cfg = greedy_cfg if greedy_cfg.block_size is None else dataclasses.replace(greedy_cfg, block_size=None)
-        tried.append((name, value, measure(target, other, prompts, cfg, steps, cancel, f"read with {name} = {value}")))
+        tried.append((name, value, measure(target, other, prompts, cfg, step=steps, cancel=cancel,
+                                           what=f"read with {name} = {value}")))
     return tried, conventions.current(drafter.spec)
 
 
@@ -126,12 +132,12 @@ def record(target, drafter, prompts: Sequence, settings: GenerationConfig = Gene
     it (``dspark diagnose --record``; the caller stores it with ``profile.write_recorded``)."""
     prompts = _checked(target, prompts, settings)
     cfg = dataclasses.replace(settings, temperature=0.0)
-    m = measure(target, drafter, prompts, cfg, _Steps(progress, len(prompts), 1), cancel, "recording")
+    m = measure(target, drafter, prompts, cfg, step=_Steps(progress, len(prompts), 1), cancel=cancel, what="recording")
     if not m.per_position:
         raise DsparkError("no round drafted on these prompts: nothing to record (give more --max-tokens)")
     templated, thinking = style.run_style(target, settings, prompts)
-    return measured(m.per_position, target, cfg.block_size or drafter.block_size, templated, thinking, None, "recorded",
-                    len(prompts), m.rounds)
+    return measured(m.per_position, target, block_size=cfg.block_size or drafter.block_size, templated=templated,
+                    thinking=thinking, context_length=None, source="recorded", prompts=len(prompts), rounds=m.rounds)
 
 
 __all__ = ["diagnose", "record"]

@@ -68,5 +68,6 @@ def _profile(target, drafter, prompts, acceptance: list[float], src: Path, out: 
 
     before = read_file(src / PROFILE_FILE) if (src / PROFILE_FILE).is_file() else None
     templated, thinking = run_style(target, GenerationConfig(), prompts)  # calibrate generates with the defaults
-    write_own(out, measured(acceptance, target, drafter.block_size, templated, thinking,
-                            before.context_length if before else None, "calibrate", len(prompts)))
+    write_own(out, measured(acceptance, target, block_size=drafter.block_size, templated=templated, thinking=thinking,
+                            context_length=before.context_length if before else None, source="calibrate",
+                            prompts=len(prompts)))

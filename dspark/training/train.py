@@ -170,8 +170,10 @@ def _profile(target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSet
 
     rows = [row[:n] for row, n in zip(seqs.tokens[:512], seqs.lengths[:512])]  # a sample is evidence enough
     context = longest_context(s.seq_len, s.prompt_len, s.long_prompts if s.self_distill else 0, s.long_prompt_len)
-    write_own(out, measured(acc, target, drafter.block_size, *data_style(target, rows), context, "training",
-                            report["heldout"]["prompts"], report["heldout"]["rounds"]))
+    templated, thinking = data_style(target, rows)
+    write_own(out, measured(acc, target, block_size=drafter.block_size, templated=templated, thinking=thinking,
+                            context_length=context, source="training", prompts=report["heldout"]["prompts"],
+                            rounds=report["heldout"]["rounds"]))
 
 
 def _report(target: Target, drafter: BlockDrafter, trained_as: dict, s: TrainSettings, sequences: int,
