@@ -48,8 +48,8 @@ def world(tmp_path_factory):
     rng = np.random.default_rng(0)
     texts = [bos_prompt(rng, 24) for _ in range(200)]
     quiet = dict(progress=False, log=lambda m: None)
-    train_drafter(target, texts, root / "native", NATIVE, TRAIN, **quiet)
-    train_drafter(target, texts, root / "published", PUBLISHED, TRAIN, **quiet)
+    train_drafter(target, texts, root / "native", NATIVE, settings=TRAIN, **quiet)
+    train_drafter(target, texts, root / "published", PUBLISHED, settings=TRAIN, **quiet)
     return root, target
 
 

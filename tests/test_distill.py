@@ -103,17 +103,17 @@ def test_a_damaged_record_is_set_aside_and_the_job_starts_over(target, tmp_path,
 
 def test_train_drafter_stopped_while_the_target_writes_resumes_to_the_same_data(target, tmp_path, monkeypatch):
     quiet = dict(progress=False, log=lambda m: None)
-    train_drafter(target, _texts(), tmp_path / "straight", CFG, SETTINGS, **quiet)
+    train_drafter(target, _texts(), tmp_path / "straight", CFG, settings=SETTINGS, **quiet)
     straight, _ = Sequences.load(tmp_path / "straight" / DATA_FILE, 96)
 
     out = tmp_path / "stopped"
     _decoding(monkeypatch, stop_after=1)
     with pytest.raises(KeyboardInterrupt):
-        train_drafter(target, _texts(), out, CFG, SETTINGS, **quiet)
+        train_drafter(target, _texts(), out, CFG, settings=SETTINGS, **quiet)
     monkeypatch.undo()
     assert list((out / ".train").glob(PARTIAL_GLOB)) and not (out / DATA_FILE).exists()
     said = []
-    train_drafter(target, _texts(), out, CFG, SETTINGS, resume=True, progress=False, log=said.append)
+    train_drafter(target, _texts(), out, CFG, settings=SETTINGS, resume=True, progress=False, log=said.append)
     resumed, _ = Sequences.load(out / DATA_FILE, 96)
     _same(resumed, straight)
     assert not list((out / ".train").glob(PARTIAL_GLOB))  # gone once the data is whole
@@ -124,10 +124,10 @@ def test_train_drafter_stopped_while_the_target_writes_resumes_to_the_same_data(
 def test_a_run_without_resume_starts_its_self_distillation_over(target, tmp_path, monkeypatch):
     _decoding(monkeypatch, stop_after=1)
     with pytest.raises(KeyboardInterrupt):
-        train_drafter(target, _texts(), tmp_path, CFG, SETTINGS, progress=False, log=lambda m: None)
+        train_drafter(target, _texts(), tmp_path, CFG, settings=SETTINGS, progress=False, log=lambda m: None)
     monkeypatch.undo()
     rows, said = _decoding(monkeypatch), []
-    train_drafter(target, _texts(), tmp_path, CFG, SETTINGS, progress=False, log=said.append)
+    train_drafter(target, _texts(), tmp_path, CFG, settings=SETTINGS, progress=False, log=said.append)
     assert not any("continuing" in m for m in said)
     assert sum(rows) == len(Sequences.load(tmp_path / DATA_FILE, 96)[0])  # every row decoded anew
 

@@ -84,7 +84,8 @@ def test_saving_the_model_shows_no_half_written_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(mx, "save_safetensors", record)
     out = tmp_path / "model"
-    target_model.save_model(model, {"model_type": "gemma4_text"}, resources.demo_model("target"), out, {})
+    target_model.save_model(model, {"model_type": "gemma4_text"}, tok_dir=resources.demo_model("target"), out_dir=out,
+                            extra_files={})
     assert written and all(name.startswith(".") for name in written), written
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
 
@@ -95,6 +96,7 @@ def test_saving_the_model_shows_no_half_written_file(tmp_path, monkeypatch):
     monkeypatch.setattr(mx, "save_safetensors", full)
     again = tmp_path / "again"
     with pytest.raises(DsparkError, match="disk is full"):
-        target_model.save_model(model, {"model_type": "gemma4_text"}, resources.demo_model("target"), again, {})
+        target_model.save_model(model, {"model_type": "gemma4_text"}, tok_dir=resources.demo_model("target"),
+                                out_dir=again, extra_files={})
     assert "model.safetensors" not in {p.name for p in again.iterdir()} and not any(
         p.name.startswith(".") for p in again.iterdir()), list(again.iterdir())

@@ -49,7 +49,8 @@ def test_loss_terms_match_their_definitions():
     w = position_weights(G, 4.0)
     assert np.allclose(np.array(w), np.exp(-np.arange(G) / 4.0))
     # A drafter equal to the target: TV 0, confidence target 1, CE = the target's own CE.
-    same = dspark_loss(t_logits, mx.zeros((A, G)), t_logits, labels, valid, w)
+    same = dspark_loss(t_logits, conf_logits=mx.zeros((A, G)), target_logits=t_logits, labels=labels, valid=valid,
+                       weights=w)
     assert float(same.tv) < 1e-6
     logp = np.array(t_logits - mx.logsumexp(t_logits, axis=-1, keepdims=True))
     ce = -np.take_along_axis(logp, np.array(labels)[..., None], -1)[..., 0]
@@ -59,9 +60,9 @@ def test_loss_terms_match_their_definitions():
     # Disjoint one-hot distributions: TV is 2 (no 1/2 factor), the survival target 0.
     a = mx.where(mx.arange(V) == 0, 50.0, -50.0)[None, None].astype(mx.float32) * mx.ones((A, G, 1))
     b = mx.where(mx.arange(V) == 1, 50.0, -50.0)[None, None].astype(mx.float32) * mx.ones((A, G, 1))
-    far = dspark_loss(a, mx.full((A, G), -30.0), b, labels, valid, w)
+    far = dspark_loss(a, conf_logits=mx.full((A, G), -30.0), target_logits=b, labels=labels, valid=valid, weights=w)
     assert np.isclose(float(far.tv), 2.0, atol=1e-4) and float(far.conf) < 1e-6
-    heads_off = dspark_loss(a, None, b, labels, valid, w)
+    heads_off = dspark_loss(a, conf_logits=None, target_logits=b, labels=labels, valid=valid, weights=w)
     assert np.isclose(float(heads_off.total), 0.1 * float(heads_off.ce) + 0.9 * float(heads_off.tv), rtol=1e-6)
 
 
@@ -172,9 +173,9 @@ def test_train_drafter_resumes_from_its_checkpoint(target, tmp_path):
     texts = [[int(x) for x in rng.integers(5, 96, size=40)] for _ in range(12)]
     s = TrainSettings(batch_anchors=8, seq_len=32, prompt_len=6, self_distill=True, eval_prompts=2, eval_tokens=10)
     quiet = dict(progress=False, log=lambda s: None)
-    train_drafter(target, texts, tmp_path, CFG, dataclasses.replace(s, steps=6), **quiet)
+    train_drafter(target, texts, tmp_path, CFG, settings=dataclasses.replace(s, steps=6), **quiet)
     data_mtime = (tmp_path / ".train" / "train_data.safetensors").stat().st_mtime_ns
-    train_drafter(target, texts, tmp_path, CFG, dataclasses.replace(s, steps=9), resume=True, **quiet)
+    train_drafter(target, texts, tmp_path, CFG, settings=dataclasses.replace(s, steps=9), resume=True, **quiet)
     report = json.loads((tmp_path / "train_report.json").read_text())
     assert report["steps_done"] == 9
     assert (tmp_path / ".train" / "train_data.safetensors").stat().st_mtime_ns == data_mtime  # not regenerated
@@ -235,7 +236,7 @@ def test_long_prompts_give_long_sequences_trained_in_their_own_steps(target, tmp
     texts = [[int(x) for x in rng.integers(5, 96, size=400)] for _ in range(6)]
     s = TrainSettings(steps=4, batch_anchors=8, seq_len=24, prompt_len=6, self_distill=True, long_prompts=0.3,
                       long_prompt_len=64, eval_prompts=2, eval_tokens=8, compile=False)
-    train_drafter(target, texts, tmp_path, CFG, s, progress=False, log=lambda m: None)
+    train_drafter(target, texts, tmp_path, CFG, settings=s, progress=False, log=lambda m: None)
     seqs, _ = Sequences.load(tmp_path / ".train" / "train_data.safetensors", 96)
     long = seqs.lengths > 24
     assert 0.2 < long.mean() < 0.4 and seqs.tokens.shape[1] == 64 + 18

@@ -93,7 +93,7 @@ def test_training_in_a_format_resumes_exactly_and_writes_that_format(target, kin
                       eval_tokens=10, compile=False)
     quiet = dict(progress=False, log=lambda m: None)
     cfg = KINDS[kind]
-    straight = train_drafter(target, texts, tmp_path / "a", cfg, s, **quiet)
+    straight = train_drafter(target, texts, tmp_path / "a", cfg, settings=s, **quiet)
     real_step = DrafterTrainer.train_step
 
     def stopped_after_three(self, batch):
@@ -104,9 +104,9 @@ def test_training_in_a_format_resumes_exactly_and_writes_that_format(target, kin
 
     monkeypatch.setattr(DrafterTrainer, "train_step", stopped_after_three)
     with pytest.raises(KeyboardInterrupt):
-        train_drafter(target, texts, tmp_path / "b", cfg, s, **quiet)
+        train_drafter(target, texts, tmp_path / "b", cfg, settings=s, **quiet)
     monkeypatch.setattr(DrafterTrainer, "train_step", real_step)
-    resumed = train_drafter(target, texts, tmp_path / "b", cfg, s, resume=True, **quiet)
+    resumed = train_drafter(target, texts, tmp_path / "b", cfg, settings=s, resume=True, **quiet)
     a, b = dict(tree_flatten(straight.net.parameters())), dict(tree_flatten(resumed.net.parameters()))
     assert a.keys() == b.keys() and all(np.allclose(np.array(a[k]), np.array(b[k]), atol=1e-5) for k in a)
     config = json.loads((tmp_path / "b" / "config.json").read_text())

@@ -82,7 +82,7 @@ def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple
             continue
         # The second drafter trains on the first one's self-distilled sequences: same data.
         shared = out / kinds[0] / DATA_FILE if kind != kinds[0] else None
-        train_drafter(target, texts, out / kind, DRAFTERS[kind], settings, heldout_texts=held, resume=resume,
+        train_drafter(target, texts, out / kind, DRAFTERS[kind], settings=settings, heldout_texts=held, resume=resume,
                       data_file=shared)
 
 

@@ -52,7 +52,7 @@ class Phase:
     batch_size: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TargetRecipe:
     """How the demo target is made. 4,096 tokens a step in both phases: 640 steps of 16 x 256,
     then 160 of 2 x 2,048 (3.3M tokens, 1.3 epochs of the train split). Sized to finish in about
@@ -135,19 +135,21 @@ def train_target(out_dir: str | Path, recipe: TargetRecipe = TargetRecipe(), *, 
 
     def checkpoint() -> None:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-        save_checkpoint(ckpt_path, model, optimizer, state["step"], {"recipe": recipe.to_dict(), "history": history})
+        save_checkpoint(ckpt_path, model, optimizer, step=state["step"],
+                        meta={"recipe": recipe.to_dict(), "history": history})
 
     budget = time_budget_minutes * 60 if time_budget_minutes else None
     try:
-        stopped = train_loop(lambda: state["step"], recipe.steps, one_step, checkpoint,
-                             lambda: state["step"] % recipe.checkpoint_every == 0,
-                             Progress(recipe.steps, "pretrain", bar=progress, say=say), budget)
+        stopped = train_loop(lambda: state["step"], recipe.steps, one_step, checkpoint=checkpoint,
+                             checkpoint_due=lambda: state["step"] % recipe.checkpoint_every == 0,
+                             progress=Progress(total=recipe.steps, desc="pretrain", bar=progress, say=say),
+                             budget_s=budget)
     except KeyboardInterrupt:
         say(f"interrupted at step {state['step']}; checkpoint saved. Continue with --resume.")
         raise
     checkpoint()
-    return _finish(out_dir, model, model_config(recipe.model), recipe, history, state["step"], stopped, train_ids,
-                   held_ids, say)
+    return _finish(out_dir, model, config=model_config(recipe.model), recipe=recipe, history=history,
+                   step=state["step"], stopped=stopped, train_ids=train_ids, held_ids=held_ids, say=say)
 
 
 def _token_ids(ckpt_dir: Path, resume: bool, tokenizer_dir) -> tuple[list, list]:
@@ -217,9 +219,12 @@ def _resumed_recipe(ckpt_path: Path, asked: TargetRecipe) -> TargetRecipe:
     return saved
 
 
-def _finish(out_dir: Path, model, config: dict, recipe: TargetRecipe, history: dict, step: int, stopped: str,
+def _finish(out_dir: Path, model, *, config: dict, recipe: TargetRecipe, history: dict, step: int, stopped: str,
             train_ids: np.ndarray, held_ids: np.ndarray, say) -> dict:
-    """Evaluate, write the model directory and ``training.json``, check it reloads."""
+    """Evaluate ``model`` on the ``train_ids`` and ``held_ids`` token streams, write the model
+    directory (``config``) and ``training.json`` (the ``recipe``, the ``history`` of ``step``
+    steps and what ``stopped`` them) into ``out_dir``, check it reloads; ``say`` hears the result.
+    Returns what training.json holds."""
     say("evaluating ...")
     held_loss = evaluate(model, eval_windows(held_ids, recipe.eval_seq_len, recipe.eval_seqs))
     train_loss = evaluate(model, eval_windows(train_ids, recipe.eval_seq_len, recipe.eval_seqs))
@@ -244,7 +249,8 @@ def _finish(out_dir: Path, model, config: dict, recipe: TargetRecipe, history: d
         "device": str(mx.default_device()),
         "loss_log": history["log"],
     }
-    save_model(model, config, out_dir / CKPT_DIR, out_dir, {"training.json": json.dumps(stats, indent=2) + "\n"})
+    save_model(model, config, tok_dir=out_dir / CKPT_DIR, out_dir=out_dir,
+               extra_files={"training.json": json.dumps(stats, indent=2) + "\n"})
     stats.update(verify_saved(out_dir, model, next(corpus.iter_texts("heldout"))[:2000]))
     say(f"done: {step} steps, {history['tokens']:,} tokens in {history['train_time_s'] / 60:.1f} min; train loss "
         f"{train_loss:.4f}, held-out loss {held_loss:.4f} (perplexity {math.exp(held_loss):.2f}); saved to {out_dir}")

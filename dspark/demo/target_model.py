@@ -153,7 +153,7 @@ def lr_schedule(lr: float, steps: int, warmup: int):
         [warmup])
 
 
-def save_checkpoint(path: Path, model, optimizer, step: int, meta: dict) -> None:
+def save_checkpoint(path: Path, model, optimizer, *, step: int, meta: dict) -> None:
     arrays = {f"model.{k}": v for k, v in tree_flatten(model.parameters())}
     arrays.update({f"opt.{k}": v for k, v in tree_flatten(optimizer.state)})
     # RNG state: MLX's generator is only used to initialise the weights (no dropout), and
@@ -184,7 +184,7 @@ def load_checkpoint(path: Path, model, optimizer) -> tuple[int, dict]:
     return int(step), meta
 
 
-def save_model(model, config: dict, tok_dir: Path, out_dir: Path, extra_files: dict) -> None:
+def save_model(model, config: dict, *, tok_dir: Path, out_dir: Path, extra_files: dict) -> None:
     """Write the final model directory. Every file goes to a hidden temporary name first and is
     then renamed into place (``config.json`` last), so an interrupted run never leaves a truncated
     file behind, nor a visible half-written one."""

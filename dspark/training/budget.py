@@ -40,7 +40,7 @@ def sequence_width(settings) -> int:
     return s.seq_len
 
 
-def step_arrays(target, block_size: int, layers: int, taps: int, settings) -> dict[str, int]:
+def step_arrays(target, *, block_size: int, layers: int, taps: int, settings) -> dict[str, int]:
     """Elements of the largest arrays of one training step, by what they hold."""
     d, s = target.dims, settings
     A, S, G = s.batch_anchors, sequence_width(s), block_size
@@ -57,10 +57,11 @@ def step_arrays(target, block_size: int, layers: int, taps: int, settings) -> di
     }
 
 
-def check_training_shapes(target, block_size: int, layers: int, tap_layers, settings, say=None) -> None:
+def check_training_shapes(target, *, block_size: int, layers: int, tap_layers, settings, say=None) -> None:
     """Refuse (DsparkError) a run whose sequences the target cannot hold or whose step would not
-    fit in memory, naming the options that size it; ``DSPARK_IGNORE_MEMORY=1`` skips the memory
-    part (not the others)."""
+    fit in memory, naming the options that size it: a drafter of ``layers`` layers drafting
+    ``block_size`` tokens from ``tap_layers`` (empty: the default taps), trained with
+    ``settings``. ``DSPARK_IGNORE_MEMORY=1`` skips the memory part (not the others)."""
     s = settings
     positions = target_positions(target)
     if positions is not None and s.seq_len > positions:
@@ -70,7 +71,7 @@ def check_training_shapes(target, block_size: int, layers: int, tap_layers, sett
         raise DsparkError(f"--long-prompt-len {s.long_prompt_len:,} and its continuation make sequences of "
                           f"{sequence_width(s):,} tokens, more than the {positions:,} positions this target holds")
     taps = len(tap_layers) or len(default_taps(target.dims.num_layers))
-    arrays = step_arrays(target, block_size, layers, taps, s)
+    arrays = step_arrays(target, block_size=block_size, layers=layers, taps=taps, settings=s)
     what, largest = max(arrays.items(), key=lambda kv: kv[1])
     options = f"--seq-len {s.seq_len:,}, --batch {s.batch_anchors:,}, --anchors-per-seq {s.anchors_per_seq:,}"
     if largest > MAX_ELEMENTS:

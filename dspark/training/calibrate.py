@@ -41,7 +41,7 @@ class Round:
     accepted: int
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Calibration:
     temperatures: list[float]
     ece_before: float  # pooled over positions, raw logits (all T = 1)
@@ -144,7 +144,8 @@ def calibrate_rounds(fit: Sequence[Round], check: Sequence[Round], block_size: i
     temps = fit_temperatures(fit, block_size)
     before, per_before = ece_by_position(check, [1.0] * block_size, block_size)
     after, per_after = ece_by_position(check, temps, block_size)
-    return Calibration(temps, before, after, per_before, per_after, len(fit), len(check))
+    return Calibration(temperatures=temps, ece_before=before, ece_after=after, per_position_before=per_before,
+                       per_position_after=per_after, fit_rounds=len(fit), check_rounds=len(check))
 
 
 def calibrate_drafter(target: Target, drafter: BlockDrafter, prompts: Sequence, *, rounds: int = 200,
@@ -171,7 +172,7 @@ def _fit_on_even_check_on_odd(per_prompt: list[tuple[list[RoundEvent], list[Roun
         [r.accepted for r in every], [r.width for r in every]))
 
 
-def evaluate_drafter(target: Target, drafter: BlockDrafter, prompts, max_tokens: int = 128,
+def evaluate_drafter(target: Target, drafter: BlockDrafter, prompts, max_tokens: int = 128, *,
                      say=lambda s: None) -> tuple[dict, Calibration | None]:
     """(figures of the real greedy loop on held-out prompts, an STS calibration fitted on
     every other prompt's rounds and checked on the others, or None without a confidence head)."""

@@ -49,14 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     result = calibrate_drafter(target, drafter, prompts, rounds=a.rounds, max_tokens=a.max_tokens)
     drafter.calibration = result.kept()
     drafter.save(a.out or a.drafter)
-    _profile(target, drafter, prompts, result.per_position_acceptance, Path(a.drafter), Path(a.out or a.drafter))
+    _profile(target, drafter, prompts, acceptance=result.per_position_acceptance, src=Path(a.drafter),
+             out=Path(a.out or a.drafter))
     print(format_calibration(result))
     print(f"saved calibration to {Path(a.out or a.drafter)}"
           + ("" if drafter.calibration else " (raw confidences kept: the fit did not lower the held-out ECE)"))
     return 0
 
 
-def _profile(target, drafter, prompts, acceptance: list[float], src: Path, out: Path) -> None:
+def _profile(target, drafter, prompts, *, acceptance: list[float], src: Path, out: Path) -> None:
     """The drafter's profile (``dspark diagnose`` compares with it) from the calibration's rounds:
     their acceptance on this target and prompt style; the longest context trained on is kept from
     the profile training wrote, when there is one."""

@@ -34,7 +34,9 @@ class FinishedBatches:
     batching): a file written for another job is never read, and a damaged one is set aside
     with a message, never trusted."""
 
-    def __init__(self, folder: Path | None, key: str, n: int, seq_len: int, vocab_size: int, say: Callable):
+    def __init__(self, folder: Path | None, key: str, *, n: int, seq_len: int, vocab_size: int, say: Callable):
+        """Room for ``n`` rows of ``seq_len`` tokens below ``vocab_size`` (what a file must hold to
+        be read); ``say`` hears when a file is continued or set aside."""
         self.path = folder / f"distill-{key[:24]}.safetensors" if folder is not None else None
         self.key, self.vocab_size, self.say = key, vocab_size, say
         self.tokens = np.zeros((n, seq_len), np.int32)
@@ -91,7 +93,7 @@ def _job_key(target: Target, prompts: list[list[int]], lengths: str, batch: int)
     return h.hexdigest()
 
 
-def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int, batch: int = 64,
+def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int, *, batch: int = 64,
                          new_tokens: int | None = None, label: str = "self-distill",
                          progress: bool = False, world: World | None = None, keep_in: Path | None = None,
                          say: Callable[[str], None] = lambda m: None) -> Sequences:
@@ -100,7 +102,8 @@ def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int,
     Prompts of equal length decode together in one batch (on 2 CPU cores, 16 rows decode ~300
     tok/s, 64 rows ~500, 128 rows ~900 for a 6-layer, 256-wide target). The processes of a distributed ``world`` each decode their share of those batches
     (the very batches one process decodes, so the same tokens) and then swap them. A single
-    process given ``keep_in`` keeps its finished batches there and continues after them."""
+    process given ``keep_in`` keeps its finished batches there and continues after them. ``batch``
+    rows decode together; ``progress`` shows a bar named ``label``; ``say`` hears what was kept."""
     world = world or World()
     by_len: dict[int, list[int]] = {}
     for i, p in enumerate(prompts):
@@ -110,8 +113,8 @@ def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int,
     mine = [b for b in range(len(batches)) if b % world.size == world.rank]
     key = _job_key(target, prompts, f"{seq_len}|{new_tokens}", batch)
     new_of = lambda n: seq_len - n if new_tokens is None else min(new_tokens, seq_len - n)  # noqa: E731
-    rows = FinishedBatches(keep_in if world.size == 1 else None, key, len(prompts), seq_len,
-                           target.dims.vocab_size, say)
+    rows = FinishedBatches(keep_in if world.size == 1 else None, key, n=len(prompts), seq_len=seq_len,
+                           vocab_size=target.dims.vocab_size, say=say)
     rows.load(len(batches))
     tokens_of = lambda b: len(batches[b][1]) * new_of(batches[b][0])  # noqa: E731
     bar = progress_bar(sum(tokens_of(b) for b in mine), progress, label, "tok")
@@ -175,7 +178,8 @@ def build_training_data(target: Target, docs, *, seq_len: int, prompt_len: int, 
     if self_distill:
         prompts = cut_prompts(docs, seq_len, prompt_len)
         prompts, held = split_heldout(prompts, heldout)
-        longs = _long_prompts(docs, held, seq_len, prompt_len, long_share, long_len, len(prompts), rng)
+        longs = _long_prompts(docs, held, seq_len=seq_len, prompt_len=prompt_len, share=long_share, long_len=long_len,
+                              short=len(prompts), rng=rng)
         if max_sequences and len(prompts) + len(longs) > max_sequences:
             keep_long = round(max_sequences * len(longs) / (len(prompts) + len(longs)))
             longs = [longs[i] for i in sorted(rng.choice(len(longs), keep_long, replace=False))]
@@ -200,9 +204,12 @@ def build_training_data(target: Target, docs, *, seq_len: int, prompt_len: int, 
     return _subset(seqs, keep), held
 
 
-def _long_prompts(docs, held, seq_len: int, prompt_len: int, share: float, long_len: int, short: int,
+def _long_prompts(docs, held, *, seq_len: int, prompt_len: int, share: float, long_len: int, short: int,
                   rng: np.random.Generator) -> list[list[int]]:
-    """The long prompts ``build_training_data`` adds: ``share`` of all sequences."""
+    """The long prompts ``build_training_data`` adds: ``share`` of all sequences, ``short`` of
+    them short ones; up to ``long_len`` tokens each, cut (drawn with ``rng``) from ``docs`` no
+    ``held`` prompt was cut from, continued to as many tokens as a short prompt of ``prompt_len``
+    is in a sequence of ``seq_len``."""
     if not 0 < share < 1 or long_len <= prompt_len:
         return []
     held_ids = {tuple(h) for h in held}

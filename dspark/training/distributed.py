@@ -210,7 +210,7 @@ class World:
             raise Refused(str(failed) if self.main else f"rank {self.rank}: {failed}") from failed
         raise OtherRankStopped(f"rank {first} refused to start")
 
-    def check_same(self, what: str, *parts) -> None:
+    def check_same(self, what: str, parts: Sequence) -> None:
         """Refuse (in ``together``) when this rank's ``parts`` differ from rank 0's."""
         if self.size == 1:
             return

@@ -44,7 +44,7 @@ def hms(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Progress:
     """A tqdm bar on a terminal (when ``bar``), else a plain line every ``every`` steps (a log
     file); nothing when not ``enabled``. Shows the step, the figures the step reported, the rate
@@ -88,7 +88,7 @@ class Progress:
             self.tqdm.close()
 
 
-def train_loop(step: Callable[[], int], steps: int, one_step: Callable[[], dict[str, str]],
+def train_loop(step: Callable[[], int], steps: int, one_step: Callable[[], dict[str, str]], *,
                checkpoint: Callable[[], None], checkpoint_due: Callable[[], bool], progress: Progress,
                budget_s: float | None = None, started: float | None = None,
                agree: Callable[..., tuple[bool, ...]] | None = None) -> str:
@@ -98,7 +98,7 @@ def train_loop(step: Callable[[], int], steps: int, one_step: Callable[[], dict[
     ``KeyboardInterrupt`` is raised; the caller checkpoints at the end. ``agree`` turns this
     process's (stop asked, budget spent, checkpoint due) into what every process of a
     distributed run does (:meth:`dspark.training.distributed.World.agree`): all of them stop,
-    checkpoint or end at the same step."""
+    checkpoint or end at the same step. ``progress`` shows each step's figures."""
     started = time.perf_counter() if started is None else started
     first = step()
     progress.start(first, budget_s)

@@ -50,6 +50,7 @@ class LossParts:
 
 def dspark_loss(
     logits: mx.array,
+    *,
     conf_logits: mx.array | None,
     target_logits: mx.array,
     labels: mx.array,

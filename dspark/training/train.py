@@ -51,8 +51,8 @@ def train_drafter(
     texts: Sequence[str | Sequence[int]],
     out_dir: str | Path,
     cfg: DflashConfig,
-    settings: TrainSettings = TrainSettings(),
     *,
+    settings: TrainSettings = TrainSettings(),
     heldout_texts: Sequence[str | Sequence[int]] | None = None,
     data_file: str | Path | None = None,
     resume: bool = False,
@@ -61,28 +61,31 @@ def train_drafter(
     world: World | None = None,
     read_from: Path | None = None,
 ) -> BlockDrafter:
-    """Train a drafter for ``target`` on ``texts`` (strings, or token-id lists) into
-    ``out_dir``; see the module docstring. ``heldout_texts`` are the evaluation prompts (by
-    default some of the data is held out); ``data_file`` reuses the sequences another run
-    saved (its ``.train/train_data.safetensors``). ``world``: the processes of a distributed
+    """Train a drafter of ``cfg``'s shape for ``target`` on ``texts`` (strings, or token-id
+    lists) into ``out_dir``, as ``settings`` say; see the module docstring. ``heldout_texts``
+    are the evaluation prompts (by default some of the data is held out); ``data_file`` reuses
+    the sequences another run saved (its ``.train/train_data.safetensors``); ``resume``
+    continues the run saved in ``out_dir``; ``progress`` shows bars, ``log`` hears each step
+    (None: standard error). ``world``: the processes of a distributed
     run (``mlx.launch``; :mod:`dspark.training.distributed`), of which this is one; only rank 0
     writes ``out_dir``, and a resumed run reads rank 0's files from ``read_from`` (a copy of
     them on the other ranks). Returns the trained drafter."""
     s, world = settings, world or World()
     t_start = time.perf_counter()
-    check_training_shapes(target, cfg.block_size, cfg.num_layers, cfg.tap_layers, s)  # before anything is allocated
+    check_training_shapes(target, block_size=cfg.block_size, layers=cfg.num_layers, tap_layers=cfg.tap_layers,
+                          settings=s)  # before anything is allocated
     out = _output(out_dir, world)
     src = Path(read_from) if read_from is not None else out
     say = log or (lambda m: print(m, file=sys.stderr))
-    drafter, resuming = _drafter(target, cfg, s, out, src, resume, say)
+    drafter, resuming = _drafter(target, cfg, s, out=out, src=src, resume=resume, say=say)
     trained_as = trained_settings(drafter)
-    seqs, held, distill_seconds, new = _training_data(target, texts, heldout_texts, s, data_file, resuming,
-                                                      progress and world.main, say, src, world,
-                                                      [target.target_id, trained_as, asdict(s)])
+    seqs, held, distill_seconds, new = _training_data(
+        target, texts, heldout_texts, s, data_file=data_file, resuming=resuming, progress=progress and world.main,
+        say=say, src=src, world=world, run=[target.target_id, trained_as, asdict(s)])
     if new and world.main:  # kept for a later --resume
         seqs.save(out / DATA_FILE, held)
         forget_unfinished(out / TRAIN_DIR)
-    trainer = DrafterTrainer(target, drafter, seqs, s, trained_as, world)
+    trainer = DrafterTrainer(target, drafter, seqs, s, trained_as=trained_as, world=world)
     if resuming:
         _resume(trainer, src, out, say)
     say(f"drafter: {trained_as['format']} format, {drafter.num_params():,} parameters, taps {list(drafter.tap_layers)}, "
@@ -91,27 +94,29 @@ def train_drafter(
         + (f"; {world.size} processes, {s.batch_anchors // world.size} anchors each a step" if world.size > 1 else ""))
 
     first_step, loop_start = trainer.step, time.perf_counter()
-    stopped, recent = _train_loop(trainer, out, t_start, progress, say)
+    stopped, recent = _train_loop(trainer, out, t_start, progress, say=say)
     train_seconds = time.perf_counter() - loop_start
     if not world.main:
         return drafter  # rank 0 writes the drafter, evaluates it and reports
     drafter.save(out)
     trainer.save_state(out)
     done = trainer.step - first_step
-    report = _report(target, drafter, trained_as, s, len(seqs), trainer, stopped, recent, done,
-                     train_seconds, distill_seconds)
+    report = _report(target, drafter, trained_as=trained_as, s=s, sequences=len(seqs), trainer=trainer, stopped=stopped,
+                     recent=recent, done=done, train_seconds=train_seconds, distill_seconds=distill_seconds)
     say(f"trained {done} steps in {train_seconds:.0f}s ({report['steps_per_sec']:.2f} steps/s, "
         f"{report['anchors_per_sec']:.1f} anchors/s, {report['block_tokens_per_sec']:.0f} block tokens/s; "
         f"target forwards {trainer.features.seconds:.0f}s of it)")
-    _evaluate(target, drafter, held, s, report, out, say)
+    _evaluate(target, drafter, held, s, report=report, out=out, say=say)
     write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
-    _profile(target, drafter, seqs, s, report, out)
+    _profile(target, drafter, seqs, s, report=report, out=out)
     return drafter
 
 
-def _drafter(target: Target, cfg: DflashConfig, s: TrainSettings, out: Path, src: Path, resume: bool,
+def _drafter(target: Target, cfg: DflashConfig, s: TrainSettings, *, out: Path, src: Path, resume: bool,
              say) -> tuple[BlockDrafter, bool]:
-    """(the drafter to train, whether it continues the run saved in ``src``)."""
+    """(the drafter to train, whether it continues the run saved in ``src``): with ``resume``, the
+    one saved there (checked against ``cfg`` and ``s``), else a new one of ``cfg``'s shape, what an
+    unfinished run left in ``out`` forgotten; ``say`` hears when there is nothing to resume."""
     resuming = resume and (src / STATE_FILE).is_file()
     if not resume:
         forget_unfinished(out / TRAIN_DIR)
@@ -147,21 +152,26 @@ def _output(out_dir: str | Path, world: World) -> Path:
     return out
 
 
-def _evaluate(target: Target, drafter: BlockDrafter, held, s: TrainSettings, report: dict, out: Path, say) -> None:
-    """The held-out evaluation and calibration, into ``report`` (and the drafter's calibration)."""
+def _evaluate(target: Target, drafter: BlockDrafter, held, s: TrainSettings, *, report: dict, out: Path,
+              say) -> None:
+    """The held-out evaluation on the ``held`` prompts and calibration, into ``report`` (and the
+    drafter's calibration, saved again in ``out``); ``say`` hears each step."""
     if s.eval_prompts > 0 and held:
         from .calibrate import evaluate_drafter
 
-        report["heldout"], calibration = evaluate_drafter(target, drafter, held[: s.eval_prompts], s.eval_tokens, say)
+        report["heldout"], calibration = evaluate_drafter(target, drafter, held[: s.eval_prompts], s.eval_tokens,
+                                                          say=say)
         if calibration is not None:
             drafter.calibration = calibration.kept()
             drafter.save(out)
 
 
-def _profile(target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSettings, report: dict, out: Path) -> None:
-    """The drafter's profile, what ``dspark diagnose`` compares with: its held-out acceptance on
-    this target, the prompt style of its training data (in the chat template or not, thinking or
-    not: read from the data itself) and the longest context it was trained on."""
+def _profile(target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSettings, *, report: dict,
+             out: Path) -> None:
+    """The drafter's profile in ``out``, what ``dspark diagnose`` compares with: its held-out
+    acceptance on this target (from ``report``), the prompt style of its training data ``seqs``
+    (in the chat template or not, thinking or not: read from the data itself) and the longest
+    context it was trained on."""
     acc = (report.get("heldout") or {}).get("per_position_acceptance")
     if not acc:
         return
@@ -176,11 +186,14 @@ def _profile(target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSet
                             rounds=report["heldout"]["rounds"]))
 
 
-def _report(target: Target, drafter: BlockDrafter, trained_as: dict, s: TrainSettings, sequences: int,
+def _report(target: Target, drafter: BlockDrafter, *, trained_as: dict, s: TrainSettings, sequences: int,
             trainer: DrafterTrainer, stopped: str | None, recent: list, done: int, train_seconds: float,
             distill_seconds: float) -> dict:
-    """What train_report.json records of the training itself (the evaluation is added after);
-    ``done`` is the steps this run took (the last ones of ``trainer.step`` when it resumed)."""
+    """What train_report.json records of the training itself (the evaluation is added after):
+    the drafter's settings ``trained_as`` and the run's ``s``, the ``sequences`` trained on, what
+    ``stopped`` the loop and the ``recent`` losses, and the rates. ``done`` is the steps this run
+    took (the last ones of ``trainer.step`` when it resumed) in ``train_seconds``;
+    ``distill_seconds`` the self-distillation's time."""
     return {
         "target_id": target.target_id,
         "drafter": trained_as,
@@ -274,7 +287,7 @@ def check_resume(out: Path, cfg: DflashConfig, settings: TrainSettings, target_l
                               f"(leave the option out to continue it, or train into a new --out)")
 
 
-def _training_data(target, texts, heldout_texts, s: TrainSettings, data_file, resuming: bool, progress, say,
+def _training_data(target, texts, heldout_texts, s: TrainSettings, *, data_file, resuming: bool, progress, say,
                    src: Path, world: World, run: list):
     """(sequences, held-out prompts, self-distillation seconds, whether they are new to this
     run's folder): the first run's data on ``--resume`` (read from ``src``), another run's with
@@ -286,13 +299,13 @@ def _training_data(target, texts, heldout_texts, s: TrainSettings, data_file, re
     source = Path(data_file) if data_file else (src / DATA_FILE if resuming else None)
     if source is not None and source.is_file():
         seqs, saved_held = Sequences.load(source, target.dims.vocab_size)
-        world.check_same(SAME, seqs.tokens, seqs.lengths, seqs.first_anchor, run)
+        world.check_same(SAME, [seqs.tokens, seqs.lengths, seqs.first_anchor, run])
         held = held if held is not None else saved_held
         return seqs, held, 0.0, bool(data_file)
     t0 = time.perf_counter()
     docs = encode_all(target, texts)
-    world.check_same(SAME, np.array([len(d) for d in docs]), np.concatenate([np.asarray(d, np.int64) for d in docs]),
-                     [held, run])
+    world.check_same(SAME, [np.array([len(d) for d in docs]), np.concatenate([np.asarray(d, np.int64) for d in docs]),
+                            [held, run]])
     seqs, auto_held = build_training_data(target, docs, seq_len=s.seq_len, prompt_len=s.prompt_len,
                                           self_distill=s.self_distill, max_sequences=s.sequences_cap(),
                                           heldout=s.eval_prompts if held is None else 0,
@@ -307,7 +320,7 @@ def _training_data(target, texts, heldout_texts, s: TrainSettings, data_file, re
 SAME = "training data, target or settings"
 
 
-def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bool, say) -> tuple[str, list]:
+def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bool, *, say) -> tuple[str, list]:
     """Train to ``settings.steps`` (or the time budget, counted from ``t_start``), checkpointing
     as it goes (``dspark.training.loop``); returns (what stopped it, the last losses). An
     interrupt saves a checkpoint and re-raises."""
@@ -341,10 +354,10 @@ def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bo
     world = trainer.world
     budget = s.time_budget_minutes * 60 if s.time_budget_minutes else None
     try:
-        stopped = train_loop(lambda: trainer.step, s.steps, one_step, save,
-                             lambda: time.perf_counter() - last_save[0] > s.checkpoint_minutes * 60,
-                             Progress(s.steps, "train", progress, bar=world.main, say=say), budget, t_start,
-                             agree=world.agree if world.size > 1 else None)
+        stopped = train_loop(lambda: trainer.step, s.steps, one_step, checkpoint=save,
+                             checkpoint_due=lambda: time.perf_counter() - last_save[0] > s.checkpoint_minutes * 60,
+                             progress=Progress(total=s.steps, desc="train", enabled=progress, bar=world.main, say=say),
+                             budget_s=budget, started=t_start, agree=world.agree if world.size > 1 else None)
     except KeyboardInterrupt:
         say(f"\ninterrupted: checkpoint saved at step {trainer.step}; continue with --resume")
         raise

@@ -97,8 +97,8 @@ def _train(parser, a, argv, world) -> int:
         heldout = read_texts(a.heldout) if a.heldout else (None if a.data else heldout_prompts(settings.eval_prompts))
     world.timeout = settings.rank_timeout
     world.open_log(out / TRAIN_DIR / f"rank-{world.rank}.log")
-    train_drafter(target, texts, out, cfg, settings, heldout_texts=heldout, resume=a.resume, progress=not a.no_progress,
-                  log=world.say if world.size > 1 else None, world=world, read_from=src)
+    train_drafter(target, texts, out, cfg, settings=settings, heldout_texts=heldout, resume=a.resume,
+                  progress=not a.no_progress, log=world.say if world.size > 1 else None, world=world, read_from=src)
     if world.main:
         print(f"wrote {out} (report: {out / REPORT_FILE})")
     return 0

@@ -58,7 +58,7 @@ def lr_schedule(lr: float, steps: int, warmup: float) -> Callable:
     return optim.join_schedules([optim.linear_schedule(lr / warm, lr, warm), optim.cosine_decay(lr, steps - warm)], [warm])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainSettings:
     """Every knob of a training run (``dspark train`` builds its options from these fields)."""
 
@@ -102,8 +102,11 @@ class TrainSettings:
 class DrafterTrainer:
     """One drafter, its AdamW state and the anchor sampler; ``train_step`` does one update."""
 
-    def __init__(self, target: Target, drafter: BlockDrafter, seqs: Sequences, settings: TrainSettings,
+    def __init__(self, target: Target, drafter: BlockDrafter, seqs: Sequences, settings: TrainSettings, *,
                  trained_as: dict | None = None, world: World | None = None):
+        """Training ``drafter`` against ``target`` on ``seqs`` as ``settings`` say; ``trained_as``:
+        the drafter settings its checkpoints record (None: its own config); ``world``: the
+        processes sharing each step's batch (None: this one alone)."""
         self.target, self.drafter, self.seqs, self.s = target, drafter, seqs, settings
         self.world = world or World()  # the processes sharing each step's batch (one, without mlx.launch)
         self.proj = target.projection
@@ -139,11 +142,11 @@ class DrafterTrainer:
         S = int(self.seqs.lengths[chosen].max())
         valid = p[:, None] + np.arange(self.G)[None, :] + 1 <= (self.seqs.lengths[chosen][owner] - 1)[:, None]
         if self.world.size == 1:
-            return self._batch_arrays(chosen, owner, p, valid, S)
+            return self._batch_arrays(chosen, owner, p, valid=valid, S=S)
         weight = (np.array(self.weights, np.float64)[None, :] * valid).sum()
         lo, hi = self.world.part(len(p))
         mine = np.unique(owner[lo:hi])  # the sequences this process's anchors sit in
-        part = self._batch_arrays(chosen[mine], np.searchsorted(mine, owner[lo:hi]), p[lo:hi], valid[lo:hi], S)
+        part = self._batch_arrays(chosen[mine], np.searchsorted(mine, owner[lo:hi]), p[lo:hi], valid=valid[lo:hi], S=S)
         return (*part, mx.array(max(weight, 1e-8), mx.float32))
 
     def _draw_anchors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -160,7 +163,7 @@ class DrafterTrainer:
         p = lo + (self.rng.random(A) * (hi - lo + 1)).astype(np.int64)
         return chosen, owner, p
 
-    def _batch_arrays(self, chosen, owner, p, valid, S: int) -> tuple[mx.array, ...]:
+    def _batch_arrays(self, chosen, owner, p, *, valid, S: int) -> tuple[mx.array, ...]:
         """The arrays of anchors at ``p`` of sequences ``chosen[owner]`` (slot k: position p+k)."""
         block_pos = p[:, None] + np.arange(self.G)[None, :]
         toks = self.seqs.tokens[chosen, :S].reshape(-1)
@@ -182,8 +185,8 @@ class DrafterTrainer:
     def _loss(self, taps, owner, positions, prev, labels, valid, t_hidden, weight=None):
         out = self.drafter.forward_train_packed(self.proj, taps, owner=owner, positions=positions, prev_toks=prev,
                                                 ctx_len=self.s.ctx_len)
-        parts = dspark_loss(out.logits, out.conf_logits, self.proj.logits(t_hidden), labels, valid, self.weights,
-                            weight=weight)
+        parts = dspark_loss(out.logits, conf_logits=out.conf_logits, target_logits=self.proj.logits(t_hidden),
+                            labels=labels, valid=valid, weights=self.weights, weight=weight)
         return parts.total, parts.ce, parts.tv, parts.conf
 
     def loss(self, batch) -> dict[str, float]:
