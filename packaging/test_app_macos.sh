@@ -39,9 +39,16 @@ exe="$app/Contents/MacOS/$(plutil -extract CFBundleExecutable raw -o - "$plist")
 mkdir "$tmp/home"
 selftest_line() { grep "self-test:" <<<"$1" | tail -n 1 || true; }  # one line for metal.txt
 
+# On the GPU no device is named: the app decides as at a user's first launch, by its GPU check in a
+# child process started from the bundle's own executable (--check-device), and says what it found.
+device_args=()
+[ "$device" = gpu ] || device_args=(--device "$device")
+
 expect_run() {  # the self-test line: ok, on the device asked for, identical to plain decoding
   if [ "$device" = gpu ]; then
     grep -q "self-test: ok: device gpu (" <<<"$1" || fail "the self-test did not pass on the GPU: $1"
+    grep -q "first-launch GPU check: this GPU .* computes what the CPU computes" <<<"$1" \
+      || fail "the first-launch GPU check did not keep the app on the GPU: $1"
   else
     grep -q "self-test: ok: device cpu" <<<"$1" || fail "the self-test did not pass on the CPU: $1"
     grep -q "Metal not exercised" <<<"$1" || fail "the self-test ran on the CPU without saying Metal was not exercised: $1"
@@ -53,7 +60,7 @@ cd /
 start=$SECONDS
 rc=0
 run_with_limit "$limit" env -i HOME="$tmp/home" PATH=/usr/bin:/bin "$exe" \
-  --self-test "$tmp/selftest.png" --device "$device" >"$tmp/bare.out" || rc=$?
+  --self-test "$tmp/selftest.png" ${device_args[@]+"${device_args[@]}"} >"$tmp/bare.out" || rc=$?
 line=$(cat "$tmp/bare.out")
 echo "$line"
 [ "$rc" != 124 ] || fail "the self-test did not finish in $limit s"
@@ -71,7 +78,7 @@ bare_line=$(selftest_line "$line")
 : >"$tmp/ls.err"
 rc=0
 run_with_limit "$limit" open -W -n --stdout "$tmp/ls.out" --stderr "$tmp/ls.err" "$app" \
-  --args --self-test "$tmp/launched.png" --on-screen --device "$device" || rc=$?
+  --args --self-test "$tmp/launched.png" --on-screen ${device_args[@]+"${device_args[@]}"} || rc=$?
 [ "$rc" != 124 ] || fail "the app started by open did not quit in $limit s"
 [ "$rc" = 0 ] || fail "open could not launch the app (exit $rc): $(cat "$tmp/ls.err")"
 line=$(cat "$tmp/ls.out")

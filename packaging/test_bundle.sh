@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Start a built Linux bundle as a person's machine would: the folder copied elsewhere, started
 # from / with a bare environment (no venv, the repository on no path, a fresh HOME), offscreen,
-# with --self-test and a screenshot. Fails unless the self-test passes, the screenshot is a
-# 1600x1000 PNG, and OpenBLAS and the libraries it links were loaded from the bundle.
+# with --self-test and a screenshot, then with --check-device (the first-launch GPU check's
+# child). Fails unless the self-test passes and made the GPU check, the check answers, the
+# screenshot is a 1600x1000 PNG, and OpenBLAS and the libraries it links were loaded from the bundle.
 # usage: packaging/test_bundle.sh [dist/dspark-studio/dspark-studio]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +22,15 @@ line=$(env -i PATH=/usr/bin:/bin HOME="$tmp/home" QT_QPA_PLATFORM=offscreen LD_D
        LD_DEBUG_OUTPUT="$tmp/ld/trace" "$tmp/app/$(basename "$exe")" --self-test "$shot") || rc=$?
 echo "$line"
 [ "$rc" = 0 ] || { echo "test_bundle.sh: the self-test exited $rc" >&2; exit 1; }
+grep -q "first-launch GPU check: " <<<"$line" \
+  || { echo "test_bundle.sh: the window run did not make the first-launch GPU check" >&2; exit 1; }
+
+# The GPU check's child as a Mac's first launch starts it: this executable with --check-device
+# (a frozen bundle has no -m). Without a GPU it answers the CPU, having loaded the bundled demo target.
+check=$(env -i PATH=/usr/bin:/bin HOME="$tmp/home" "$tmp/app/$(basename "$exe")" --check-device) \
+  || { echo "test_bundle.sh: --check-device failed: $check" >&2; exit 1; }
+echo "$check"
+grep -q '"outcome": "cpu"' <<<"$check" || { echo "test_bundle.sh: --check-device gave no answer: $check" >&2; exit 1; }
 
 # The loader's own record of the files it initialised ("calling init: PATH"): OpenBLAS and what it
 # links must come from the copy (its top folder or openblas/), not from the system.

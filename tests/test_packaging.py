@@ -425,7 +425,9 @@ def test_bundle_check_of_an_app_runs_the_macho_check(tmp_path):
 # executable with --args, as LaunchServices would, and refuses output paths that do not exist) and
 # the app is a script that prints the self-test line the real app prints for the --device it gets.
 GPU_LINE = ("dspark-studio self-test: ok: device gpu (Apple Paravirtual device), checked against the CPU, BLAS "
-            "Accelerate; 32 tokens, tau 5.1; identical to plain mlx-lm greedy decoding, token for token")
+            "Accelerate; 32 tokens, tau 5.1; identical to plain mlx-lm greedy decoding, token for token; window saved "
+            "to x.png; first-launch GPU check: this GPU (Apple Paravirtual device) computes what the CPU computes (24 "
+            "tokens, log-probabilities within 3.1e-06)")
 CPU_LINE = ("dspark-studio self-test: ok: device cpu, BLAS Accelerate; Metal not exercised: the CPU was asked for "
             "(--device cpu); 32 tokens, tau 5.1; identical to plain mlx-lm greedy decoding, token for token")
 STAND_INS = {
@@ -456,7 +458,8 @@ def _stand_in_mac(tmp_path: Path, app_says: str = "as asked", hang: bool = False
         _touch(bin_dir / name, f"#!/bin/sh\n{body}".encode()).chmod(0o755)
     log = tmp_path / "launches.log"
     line = {"as asked": f'[ "$device" = cpu ] && echo "{CPU_LINE}" || echo "{GPU_LINE}"',
-            "cpu": f'echo "{CPU_LINE}"'}[app_says]
+            "cpu": f'echo "{CPU_LINE}"',
+            "gpu, unchecked": f'echo "{GPU_LINE.split("; first-launch")[0]}"'}[app_says]
     # the offscreen window at its size; the on-screen one (any size) small, as png_check reads slowly
     small = _touch(tmp_path / "small.png", _png(200, 100, lambda x, y: (x * 7 + y * 3) % 256))
     exe = (f'#!/bin/sh\necho "$*" >>"{log}"\n' + ("exec sleep 60\n" if hang else "")
@@ -487,7 +490,9 @@ def test_app_test_asks_both_launches_for_the_device_and_says_whether_metal_ran(t
     r = _test_app(repo, {**env, "SELFTEST_DEVICE": device, "METAL_PROBE": probe})
     assert r.returncode == 0 and r.stdout.strip().endswith("app: 1 passed, 0 failed"), r.stdout + r.stderr
     launches = (tmp_path / "launches.log").read_text().splitlines()
-    assert len(launches) == 2 and all(f"--device {device}" in args for args in launches), launches
+    # the CPU is asked for by name; the GPU is left to the app's first-launch check, as a user's Mac does
+    assert len(launches) == 2 and all(("--device cpu" in args) == (device == "cpu") for args in launches), launches
+    assert not any("--device gpu" in args for args in launches), launches
     assert "--on-screen" in launches[1]  # the LaunchServices start
     artifact = repo / "build" / "artifact"
     assert sorted(p.name for p in artifact.iterdir()) == ["DSpark-Studio-macOS.zip", "metal.txt", "selftest-launched.png",
@@ -505,6 +510,12 @@ def test_app_test_fails_a_cpu_run_when_metal_was_demanded(tmp_path):
     assert not (repo / "build" / "artifact").exists()
     r = _test_app(repo, {**env, "SELFTEST_DEVICE": "metal"})
     assert r.returncode == 1 and "SELFTEST_DEVICE is 'metal': say gpu or cpu" in r.stderr
+
+
+def test_app_test_fails_a_gpu_run_whose_first_launch_check_did_not_keep_it_there(tmp_path):
+    repo, env = _stand_in_mac(tmp_path, app_says="gpu, unchecked")
+    r = _test_app(repo, env)
+    assert r.returncode == 1 and "the first-launch GPU check did not keep the app on the GPU" in r.stderr, r.stderr
 
 
 def test_app_test_stops_an_app_that_never_quits(tmp_path):
