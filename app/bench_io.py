@@ -40,7 +40,7 @@ def _trial(run: Run, arm: str, policy: str | None) -> dict:
     return trial
 
 
-def comparison_to_bench(runs: list[Run], target: str | None, prompts: int,
+def comparison_to_bench(runs: list[Run], target: str | None, prompts: int, *,
                         costs: dict[str, dict] | None = None, environment: dict | None = None) -> tuple[dict, list[dict]]:
     """(summary document, trials) of a comparison, as ``dspark bench`` writes them. Only
     finished runs count; a drafter's prompt without a finished plain run has no speedup.

@@ -44,7 +44,7 @@ def save_comparison(session: Session, folder: str) -> Path | None:
         return None
     try:
         doc, trials = bench_io.comparison_to_bench(runs, session.loaded_target, session.compare_prompts,
-                                                   session.costs, session.environment)
+                                                   costs=session.costs, environment=session.environment)
         return bench_io.write_bench(folder, doc, trials)
     except DsparkError as e:
         session.fail(str(e))

@@ -34,7 +34,7 @@ PHRASES = {"drop --ignore-chat-template": "tick the Chat template setting",
 VALUED = re.compile(r"--block-size (\d+)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Entry:
     """One drafter of a diagnosis: what it ran on, then its result (or why there is none)."""
 
@@ -72,7 +72,7 @@ def described(config: dict, prompts: int) -> str:
 
 def plan(c: Choices) -> list[Entry]:
     what = described(c.config, len(c.compare_prompts()))
-    return [Entry(drafter_label(p), p, c.target, what) for p in drafters(c)]
+    return [Entry(label=drafter_label(p), drafter=p, target=c.target, what=what) for p in drafters(c)]
 
 
 def with_result(entries: list[Entry], drafter: str, diagnosis: Diagnosis) -> list[Entry]:

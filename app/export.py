@@ -61,8 +61,8 @@ def document(runs: list[Run], target: str | None, comparison: bool, prompts: int
     return doc
 
 
-def write_json(path: str | Path, runs: list[Run], target: str | None, comparison: bool = False,
-               prompts: int | None = None, *, environment: dict | None = None) -> Path:
+def write_json(path: str | Path, runs: list[Run], target: str | None, *, comparison: bool = False,
+               prompts: int | None = None, environment: dict | None = None) -> Path:
     path = Path(path)
     doc = document(runs, target, comparison, prompts, environment=environment)
     path.write_text(json.dumps(doc, indent=1, default=str))
@@ -162,18 +162,21 @@ def keep_in_history(session, prefs) -> str | None:
         return None
     keep = prefs.get("history/keep", settings.HISTORY_KEEP, int) if prefs else None
     max_mb = prefs.get("history/max_mb", settings.HISTORY_MAX_MB, int) if prefs else None
-    return save_history(runs, session.loaded_target, session.shown_kind == "compare", session.prompt_count, keep,
-                        max_mb * 2**20 if max_mb is not None else None, environment=session.environment)
+    return save_history(runs, session.loaded_target, comparison=session.shown_kind == "compare",
+                        prompts=session.prompt_count, keep=keep,
+                        max_bytes=max_mb * 2**20 if max_mb is not None else None, environment=session.environment)
 
 
 HISTORY_NAME = re.compile(r"^\d{8}-\d{6}(-\d+)?-(run|compare)\.json$")
 
 
-def save_history(runs: list[Run], target: str | None, comparison: bool, prompts: int | None = None,
-                 keep: int | None = None, max_bytes: int | None = None, *,
+def save_history(runs: list[Run], target: str | None, *, comparison: bool, prompts: int | None = None,
+                 keep: int | None = None, max_bytes: int | None = None,
                  environment: dict | None = None) -> str | None:
-    """Keep a finished job as JSON in the run history folder, then drop the oldest kept jobs
-    beyond ``keep`` files or ``max_bytes`` (``prune_history``). Never fails the app: returns a
+    """Keep a finished job (``runs`` on ``target``, a comparison or not, of ``prompts`` prompts,
+    on the machine ``environment`` describes) as JSON in the run history folder, as
+    :func:`write_json` writes it, then drop the oldest kept jobs beyond ``keep`` files or
+    ``max_bytes`` (``prune_history``; None: the settings' defaults). Never fails the app: returns a
     one-line problem to show instead (an unwritable or misplaced folder), or None."""
     from . import settings
 
@@ -185,7 +188,7 @@ def save_history(runs: list[Run], target: str | None, comparison: bool, prompts:
         while path.exists():  # two jobs in one second keep both
             n += 1
             path = folder / f"{stamp}-{n}-{kind}.json"
-        write_json(path, runs, target, comparison, prompts, environment=environment)
+        write_json(path, runs, target, comparison=comparison, prompts=prompts, environment=environment)
         prune_history(folder, keep if keep is not None else settings.HISTORY_KEEP,
                       max_bytes if max_bytes is not None else settings.HISTORY_MAX_MB * 2**20)
     except OSError as e:

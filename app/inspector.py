@@ -42,7 +42,7 @@ def prob(p: float | None) -> str:
     return f"{p:.3f}" if p >= 0.001 or p == 0 else f"{p:.1e}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Story:
     """One cell of the draft grid: a drafted token (``draft`` = k, 1-based) or, with ``draft`` 0,
     the target's own token of the round."""
@@ -85,10 +85,10 @@ def story(run: Run, row: int, col: int) -> Story | None:
     p = next((pr for t, _n, pr in top if t == r.drafted[col]), None)
     if p is None and col < r.accepted and col < len(r.committed):
         p = r.committed[col].target_prob
-    verdict, why = _why(run, r, col, state, tie)
+    verdict, why = _why(run, r, col, state, tie=tie)
     q = r.draft_probs[col] if col < len(r.draft_probs) else None
-    return Story(r.index, col + 1, r.drafted[col], visible(text), state, verdict, why, q, p, top, rank, tie,
-                 r.position + col + 1)
+    return Story(round=r.index, draft=col + 1, token=r.drafted[col], text=visible(text), state=state, verdict=verdict,
+                 why=why, q=q, p=p, top=top, rank=rank, tie=tie, position=r.position + col + 1)
 
 
 def _target_story(r) -> Story:
@@ -97,11 +97,12 @@ def _target_story(r) -> Story:
     why = {"correction": f"the target's own token where draft {r.accepted + 1} was rejected",
            "bonus": "every verified draft was accepted, so the target's next token comes with them",
            "target": "the round verified no draft: the target's token alone"}.get(src, src)
-    return Story(r.index, 0, tok.id, visible(tok.text), src, f"the target's token ({src})", why, None,
-                 tok.target_prob, (), None, False, r.position + len(r.committed))
+    return Story(round=r.index, draft=0, token=tok.id, text=visible(tok.text), state=src,
+                 verdict=f"the target's token ({src})", why=why, q=None, p=tok.target_prob, top=(), rank=None,
+                 tie=False, position=r.position + len(r.committed))
 
 
-def _why(run: Run, r, col: int, state: str, tie: bool) -> tuple[str, str]:
+def _why(run: Run, r, col: int, state: str, *, tie: bool) -> tuple[str, str]:
     """(verdict, one sentence) for drafted token ``col`` of round ``r``, by the engine's cases."""
     a = r.accepted
     if state == "accepted":

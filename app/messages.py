@@ -18,7 +18,7 @@ class Arm:
     drafter: str | None  # drafter directory; None for plain decoding
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """Every (prompt, run) pair in turn, on one loaded target."""
 
@@ -46,7 +46,7 @@ class CostsRequest:
     remeasure: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExportRequest:
     """File ▸ Export drafter…: ``dspark export`` of ``drafter`` as ``format`` into ``out``; with a
     ``target``, the acceptance left without the heads is measured on ``prompts``."""
@@ -82,7 +82,7 @@ class DrafterInfo:
     format: str = "dspark-drafter"  # the checkpoint format (dspark.formats)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Loaded:
     target: str
     target_id: str
@@ -112,7 +112,7 @@ class CostsMeasured:
     costs: dict
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunStarted:
     job: int
     key: int  # identifies the run in RoundDone / RunDone

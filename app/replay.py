@@ -31,7 +31,7 @@ from .file_checks import check_document
 MAX_RECORDING_BYTES = 64 * 2**20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SavedRun:
     label: str
     method: str
@@ -47,7 +47,7 @@ class SavedRun:
     top_text: tuple = ()  # per round, per verified draft: the target's best tokens' text (the inspector)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Recording:
     path: str
     kind: str  # "run" or "compare"
@@ -82,8 +82,9 @@ def read_recording(path: str | Path) -> Recording:
     for r in runs:
         prompts.setdefault(r.prompt_index, r.prompt)
     count = max(int(doc.get("prompts") or 0), max(prompts) + 1)
-    return Recording(str(path), "compare" if kind == "compare" else "run", str(doc.get("created", "")),
-                     doc.get("target"), tuple(prompts.get(i, "") for i in range(count)), tuple(runs))
+    return Recording(path=str(path), kind="compare" if kind == "compare" else "run",
+                     created=str(doc.get("created", "")), target=doc.get("target"),
+                     prompts=tuple(prompts.get(i, "") for i in range(count)), runs=tuple(runs))
 
 
 def _pieces(runs: list) -> dict[int, str]:
@@ -134,10 +135,11 @@ def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
         if diff:
             diff = Difference(**{k: tuple(x) if isinstance(x, list) else x for k, x in diff.items()})
         verdict = Verdict(bool(v["identical"]), diff or None)
-    return SavedRun(str(d["label"]), d["method"], d.get("drafter"), str(d.get("prompt", "")),
-                    int(d.get("prompt_index", 0)), dict(d.get("config") or {}), events,
-                    tuple(tuple(str(x) for x in t) for t in texts), summary, verdict, recorded_machine(d.get("machine")),
-                    _top_text(d, events, pieces))
+    return SavedRun(label=str(d["label"]), method=d["method"], drafter=d.get("drafter"),
+                    prompt=str(d.get("prompt", "")), prompt_index=int(d.get("prompt_index", 0)),
+                    config=dict(d.get("config") or {}), events=events,
+                    drafted_text=tuple(tuple(str(x) for x in t) for t in texts), summary=summary, verdict=verdict,
+                    machine=recorded_machine(d.get("machine")), top_text=_top_text(d, events, pieces))
 
 
 def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:
@@ -148,7 +150,8 @@ def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:
     checks: list[tuple[int, Verdict]] = []
     for i, r in enumerate(rec.runs):
         key += 1
-        out.append((start, RunStarted(job, key, r.label, r.method, r.drafter, r.prompt, r.prompt_index, r.config)))
+        out.append((start, RunStarted(job=job, key=key, label=r.label, method=r.method, drafter=r.drafter,
+                                      prompt=r.prompt, prompt_index=r.prompt_index, config=r.config)))
         end = start
         for ev, texts, top in zip(r.events, r.drafted_text, r.top_text or ((),) * len(r.events)):
             end = start + ev.elapsed_seconds

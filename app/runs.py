@@ -20,7 +20,7 @@ VARIED_SPREAD = 0.2
 _serials = itertools.count(1)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Run:
     key: int
     label: str  # the drafter's name, or BASELINE

@@ -27,7 +27,7 @@ RUN_TAB, COMPARE_TAB = "run", "compare"
 REJECTIONS_TAB = "rejections"  # the rejection inspector's views of the last job (its run, or every drafter of it)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class View:
     """What the panes draw, derived from the session at one moment."""
 
@@ -127,7 +127,7 @@ class Session:
             self.fail(f"cannot run with {c.error(drafter)}: select another drafter")
             return None  # nothing started, nothing shown is lost
         arms = [Arm(drafter_label(drafter), drafter)] if drafter else []
-        return self._submit("run", arms + [Arm(BASELINE, None)], [c.prompt], None, c.caption())
+        return self._submit("run", arms + [Arm(BASELINE, None)], [c.prompt], focus=None, caption=c.caption())
 
     def compare_job(self) -> Job | None:
         """Compare: every ticked drafter that can run (known bad ones are skipped), then plain
@@ -138,7 +138,7 @@ class Session:
         focus = drafter_label(selected) if selected in paths else None
         caption = c.caption() if len(prompts) == 1 else f"{len(prompts)} prompts of {c.set_name}"
         arms = [Arm(drafter_label(p), p) for p in paths] + [Arm(BASELINE, None)]
-        return self._submit("compare", arms, prompts, focus, caption)
+        return self._submit("compare", arms, prompts, focus=focus, caption=caption)
 
     def diagnose_job(self) -> Job | None:
         """Run ▸ Diagnose: each drafter ``app.diagnoses.drafters`` takes, in turn, on what Compare
@@ -153,7 +153,7 @@ class Session:
             self.fail(diagnoses.NO_DRAFTER)
         else:
             job = self.new_job(diagnoses.KIND, c.target, c.compare_prompts(), [Arm(e.label, e.drafter) for e in entries],
-                               c.config, caption=self.caption)
+                               config=c.config, caption=self.caption)
             self.diagnoses = entries
             self.clear_message()
             if self.tab == REJECTIONS_TAB:  # the list is beside the Run and the Compare tabs' plots
@@ -161,29 +161,32 @@ class Session:
             return job
         return None
 
-    def _submit(self, kind: str, arms: list[Arm], prompts: list[str], focus: str | None, caption: str) -> Job | None:
+    def _submit(self, kind: str, arms: list[Arm], prompts: list[str], *, focus: str | None, caption: str) -> Job | None:
         if self.busy and self.job.kind == diagnoses.KIND:  # Run never waits unseen behind a diagnosis
             self.fail(diagnoses.RUN_REFUSED)
             return None
         if not self.choices.target:
             self.fail("no target model chosen: choose one with File ▸ Open target…")
             return None
-        job = self.new_job(kind, self.choices.target, prompts, arms, self.choices.config, focus, caption=caption)
+        job = self.new_job(kind, self.choices.target, prompts, arms, config=self.choices.config, focus=focus,
+                           caption=caption)
         if job is not None:
             self.clear_message()
             self.show_tab(COMPARE_TAB if kind == "compare" else RUN_TAB)  # never an old comparison beside a run
         return job
 
-    def new_job(self, kind: str, target: str, prompts, runs, config: dict, focus: str | None = None,
+    def new_job(self, kind: str, target: str, prompts, runs, *, config: dict, focus: str | None = None,
                 replay: str = "", caption: str = "") -> Job | None:
-        """A job for the worker (or a replay), or None while one is running. Its runs replace
-        the shown ones when they start (``RunStarted``), so a job that fails to start leaves
-        them in place. ``focus``: the drafter the header describes after a comparison;
-        ``caption``: the prompt line (what the job runs on)."""
+        """A job for the worker (or a replay), or None while one is running: ``runs`` (arms) on
+        ``prompts`` with the generation ``config``. Its runs replace the shown ones when they
+        start (``RunStarted``), so a job that fails to start leaves them in place. ``focus``: the
+        drafter the header describes after a comparison; ``replay``: what it replays ("": a live
+        job); ``caption``: the prompt line (what the job runs on)."""
         if self.busy:
             return None
         self._next_id += 1
-        self.job = Job(self._next_id, kind, target, tuple(prompts), tuple(runs), dict(config))
+        self.job = Job(id=self._next_id, kind=kind, target=target, prompts=tuple(prompts), runs=tuple(runs),
+                       config=dict(config))
         self.busy = True
         self._fresh = True
         self._job_focus, self._job_replay = focus, replay
@@ -199,7 +202,8 @@ class Session:
                 return False
             if self._fresh:
                 self._start_showing()
-            rec = Run(msg.key, msg.label, msg.method, msg.prompt, msg.prompt_index, msg.drafter, msg.config)
+            rec = Run(key=msg.key, label=msg.label, method=msg.method, prompt=msg.prompt, prompt_index=msg.prompt_index,
+                      drafter=msg.drafter, config=msg.config)
             self.runs.append(rec)
             self.by_key[rec.key] = rec
         elif isinstance(msg, RoundDone):
@@ -324,7 +328,8 @@ class Session:
         else:
             rows = tuple(compare_rows(list(comparison), self.compare_prompts)) if comparison else ()
             costs = {Path(p).name: c for p, c in self.costs.items()}
-        return View(self.shown_kind, self.tab, spec, base, tuple(shot[id(r)] for r in self.runs), self.prompt_count,
-                    comparison, rows, self.compare_prompts, self.focused_label(), self.busy,
-                    self.replay, self.bench, costs, self.message, self.caption, self.compare_replay, self.progress,
-                    tuple(self.diagnoses))
+        return View(kind=self.shown_kind, tab=self.tab, spec=spec, base=base,
+                    runs=tuple(shot[id(r)] for r in self.runs), prompts=self.prompt_count, comparison=comparison, rows=rows, compare_prompts=self.compare_prompts,
+                    focus=self.focused_label(), busy=self.busy, replay=self.replay, bench=self.bench, costs=costs,
+                    message=self.message, caption=self.caption, compare_replay=self.compare_replay,
+                    progress=self.progress, diagnoses=tuple(self.diagnoses))

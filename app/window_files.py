@@ -37,7 +37,7 @@ def replay_job(session: Session, playlist: Playlist, index: int):
     if not playlist or session.busy:
         return None
     rec = playlist.at(index)
-    job = session.new_job(rec.kind, rec.target or "", rec.prompts, rec.specs(), rec.runs[0].config,
+    job = session.new_job(rec.kind, rec.target or "", rec.prompts, rec.specs(), config=rec.runs[0].config,
                           replay=playlist.badge(), caption=playlist.caption())
     if job is None:
         return None
@@ -62,7 +62,7 @@ def export_runs(session: Session, fmt: str, comparison: bool, path: str) -> Path
     runs, prompts = _exported(session, comparison)
     try:
         if fmt == "json":
-            return export.write_json(path, runs, session.loaded_target, comparison, prompts,
+            return export.write_json(path, runs, session.loaded_target, comparison=comparison, prompts=prompts,
                                      environment=session.environment)
         return export.write_csv(path, runs, comparison, prompts)
     except OSError as e:

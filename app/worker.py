@@ -76,8 +76,8 @@ class Worker(QObject):
             scale = 1.0  # measured / estimated, from the drafters done so far
             for i, p in enumerate(paths):
                 left = scale * sum(estimates[i:])
-                self.message.emit(Progress("measuring this machine's costs", i, len(paths), Path(p).name,
-                                           left if req.remeasure else None))
+                self.message.emit(Progress("measuring this machine's costs", i, len(paths), now=Path(p).name,
+                                           seconds_left=left if req.remeasure else None))
                 clock = time.monotonic()
                 self._costs_for(p, self._drafters[p].block_size, remeasure=req.remeasure)
                 if estimates[i] > 0:
@@ -110,7 +110,7 @@ class Worker(QObject):
                     if self.cancel_event.is_set():
                         cancelled = True
                         break
-                    done.append((spec, *self._run_one(job, spec, pi, prompt, config)))
+                    done.append((spec, *self._run_one(job, spec, prompt_index=pi, prompt=prompt, config=config)))
                 self._check(done, config)
             cancelled = cancelled or self.cancel_event.is_set()
         except DsparkError as e:
@@ -190,11 +190,12 @@ class Worker(QObject):
         QThread.currentThread().quit()
 
     # --- internals ------------------------------------------------------------------------
-    def _run_one(self, job: Job, spec: Arm, prompt_index: int, prompt: str, config: GenerationConfig):
+    def _run_one(self, job: Job, spec: Arm, *, prompt_index: int, prompt: str, config: GenerationConfig):
         self._key += 1
         key = self._key
         method = "speculative" if spec.drafter else "baseline"
-        self.message.emit(RunStarted(job.id, key, spec.label, method, spec.drafter, prompt, prompt_index, dict(job.config)))
+        self.message.emit(RunStarted(job=job.id, key=key, label=spec.label, method=method, drafter=spec.drafter,
+                                     prompt=prompt, prompt_index=prompt_index, config=dict(job.config)))
         self.message.emit(Status(f"{spec.label}: generating"))
         cancel = self.cancel_event.is_set
         if spec.drafter:
@@ -287,13 +288,14 @@ class Worker(QObject):
                     continue
             d = self._drafters[p]
             note = "; ".join(self._notes.get(p, []) + [n for n in [d.weights_note(self._target)] if n]) or None
-            infos[p] = DrafterInfo(d.block_size, d.has_confidence, d.num_params(), note, d.format)
+            infos[p] = DrafterInfo(block_size=d.block_size, confidence=d.has_confidence, params=d.num_params(),
+                                   note=note, format=d.format)
         if not self._environment:  # the machine, MLX and BLAS a saved benchmark names (MLX asked here)
             from dspark.bench.report import environment
 
             self._environment = environment()
-        self.message.emit(Loaded(target_path, self._target.target_id, infos, errors, dict(self._environment),
-                                 tuple(self._target_notes)))
+        self.message.emit(Loaded(target=target_path, target_id=self._target.target_id, drafters=infos, errors=errors,
+                                 environment=dict(self._environment), notes=tuple(self._target_notes)))
         self.message.emit(Status("ready"))
         return errors
 

@@ -181,9 +181,10 @@ def test_stop_ends_a_diagnosis_and_a_run_meanwhile_is_refused_in_one_sentence(qt
 
 
 def _entry(*findings: Finding) -> Entry:
-    return Entry("d", "/models/d", "/models/t", "1 prompt",
-                 Diagnosis(findings=tuple(findings), per_position_acceptance=(0.5, 0.2), expected_per_position=(0.8, 0.6),
-                           tau=1.7, rounds=20, prompts=1, profile_source="training"))
+    return Entry(label="d", drafter="/models/d", target="/models/t", what="1 prompt",
+                 diagnosis=Diagnosis(findings=tuple(findings), per_position_acceptance=(0.5, 0.2),
+                                     expected_per_position=(0.8, 0.6), tau=1.7, rounds=20, prompts=1,
+                                     profile_source="training"))
 
 
 def test_the_list_orders_by_severity_and_names_the_app_s_controls():
@@ -220,9 +221,10 @@ def test_a_diagnosis_that_cannot_start_is_one_sentence_and_another_target_s_is_d
     assert job.kind == diagnoses.KIND and [a.drafter for a in job.runs] == ["/models/d"] and s.message == ""
     s.apply(JobDone(job.id, False, False))
     assert [e.ended for e in s.diagnoses] == ["not diagnosed"]
-    s.loaded(Loaded("/models/t", "id", {}, {}))
+    s.loaded(Loaded(target="/models/t", target_id="id", drafters={}, errors={}))
     assert len(s.view().diagnoses) == 1
-    s.loaded(Loaded("/models/other", "id", {}, {}))  # another target loaded: that diagnosis is not of it
+    s.loaded(Loaded(target="/models/other", target_id="id", drafters={},
+                    errors={}))  # another target loaded: that diagnosis is not of it
     assert s.view().diagnoses == ()
 
 

@@ -38,7 +38,8 @@ CONFIG = {"max_tokens": 40, "temperature": 0.0, "policy": "fixed", "stop_at_eos"
 def _run(target, label: str, drafter: str | None, events: list, key: int, prompt_index: int = 0) -> Run:
     """A run as the app keeps it from the worker's messages (texts decoded as the worker does)."""
     piece = lambda t: target.tokenizer.decode([t])  # noqa: E731
-    run = Run(key, label, "speculative" if drafter else "baseline", PROMPT, prompt_index, drafter, dict(CONFIG))
+    run = Run(key=key, label=label, method="speculative" if drafter else "baseline", prompt=PROMPT,
+              prompt_index=prompt_index, drafter=drafter, config=dict(CONFIG))
     for ev in events[:-1]:
         run.rounds.append(ev)
         run.drafted_text.append(tuple(piece(t) for t in ev.drafted))
@@ -65,8 +66,8 @@ def saved(dirs, tmp_path_factory):
     run = [_run(target, "oracle-a", "/models/oracle-a", a, 1), _run(target, BASELINE, None, plain, 2)]
     compare = run[:1] + [_run(target, "oracle-b", "/models/oracle-b", b, 3), run[1]]
     files = {"run": root / "run.json", "compare": root / "compare.json"}
-    export.write_json(files["run"], run, str(dirs["target"]), False, 1)
-    export.write_json(files["compare"], compare, str(dirs["target"]), True, 1)
+    export.write_json(files["run"], run, str(dirs["target"]), comparison=False, prompts=1)
+    export.write_json(files["compare"], compare, str(dirs["target"]), comparison=True, prompts=1)
     return {"files": files, "events": {"oracle-a": a[:-1], "oracle-b": b[:-1]}, "tokenizer": target.tokenizer}
 
 

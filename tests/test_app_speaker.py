@@ -323,12 +323,14 @@ def test_a_mistake_is_said_with_the_app_s_controls_not_command_line_flags(qtbot,
 # --- 13: the machine's load beside the speedup, in replays too -----------------------------------------
 def load_run(w, load: float, own: float, plain_rates=(100.0,)):
     s = w.session
-    job = s.new_job("run", "/t", ["p"], (), {})
-    s.apply(RunStarted(job.id, 1, "d1", "speculative", "/d1", "p", 0, {}))
+    job = s.new_job("run", "/t", ["p"], (), config={})
+    s.apply(RunStarted(job=job.id, key=1, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0,
+                       config={}))
     for i in range(4):
         s.apply(RoundDone(1, event(i, 3, 3, [1, 2, 3, 4], generated=4 * (i + 1), seconds=0.02 * (i + 1)), ("a",) * 3))
     s.apply(RunDone(1, summary("speculative", [1] * 16, 4, 200.0), {"load": load, "own": own, "cores": 2}))
-    s.apply(RunStarted(job.id, 2, BASELINE, "baseline", None, "p", 0, {}))
+    s.apply(RunStarted(job=job.id, key=2, label=BASELINE, method="baseline", drafter=None, prompt="p", prompt_index=0,
+                       config={}))
     clock = 0.0
     for i in range(40):  # the first half of the tokens at the first rate, the rest at the last
         clock += 1 / plain_rates[0 if i < 20 else -1]

@@ -28,8 +28,8 @@ ARMS = (Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(BASELINE, None))
 def run(s: Session, job, key: int, arm: Arm, prompt: int, tokens: list[int], tps: float, stop_after: int | None = None):
     """One run of ``arm`` on ``prompt`` (4 tokens a round for a drafter), ended, or stopped after
     ``stop_after`` rounds."""
-    s.apply(RunStarted(job.id, key, arm.label, "speculative" if arm.drafter else "baseline", arm.drafter, "p",
-                       prompt, {}))
+    s.apply(RunStarted(job=job.id, key=key, label=arm.label, method="speculative" if arm.drafter else "baseline",
+                       drafter=arm.drafter, prompt="p", prompt_index=prompt, config={}))
     step = 4 if arm.drafter else 1
     rounds = 0
     for i in range(0, len(tokens), step):
@@ -65,7 +65,7 @@ def pooled(runs, label):
 # --- 2: a comparison stopped part-way pools the same runs into every figure -------------------
 def test_a_stopped_pooled_comparison_s_header_equals_the_figures_of_the_runs_it_pooled(qtbot):
     s = Session()
-    job = s.new_job("compare", "/t", ["p0", "p1", "p2"], ARMS, {}, focus="d1")
+    job = s.new_job("compare", "/t", ["p0", "p1", "p2"], ARMS, config={}, focus="d1")
     prompt_done(s, job, 0, 1)
     prompt_done(s, job, 1, 4, rates=(180.0, 90.0, 110.0))
     run(s, job, 7, ARMS[0], 2, list(range(40, 56)), 200.0, stop_after=1)  # Stop during prompt 3
@@ -92,9 +92,10 @@ def test_a_stopped_pooled_comparison_s_header_equals_the_figures_of_the_runs_it_
 
 def test_while_a_comparison_runs_every_row_covers_the_same_prompts(qtbot):
     s = Session()
-    job = s.new_job("compare", "/t", ["p0", "p1", "p2"], ARMS, {}, focus="d1")
+    job = s.new_job("compare", "/t", ["p0", "p1", "p2"], ARMS, config={}, focus="d1")
     prompt_done(s, job, 0, 1)
-    s.apply(RunStarted(job.id, 4, "d1", "speculative", "/d1", "p", 1, {}))  # prompt 2: d1 running
+    s.apply(RunStarted(job=job.id, key=4, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=1,
+                       config={}))  # prompt 2: d1 running
     s.apply(RoundDone(4, event(0, 3, 3, [1, 2, 3, 4], generated=4, seconds=0.01), ("a", "b", "c")))
     s.show_tab(COMPARE_TAB)
     panel = ResultsPanel()
@@ -109,8 +110,9 @@ def test_while_a_comparison_runs_every_row_covers_the_same_prompts(qtbot):
 # --- 12: one snapshot per redraw -------------------------------------------------------------
 def test_the_header_and_the_histogram_draw_the_same_rounds_however_many_arrive_meanwhile(qtbot, monkeypatch):
     s = Session()
-    job = s.new_job("run", "/t", ["p"], (ARMS[0], ARMS[2]), {})
-    s.apply(RunStarted(job.id, 1, "d1", "speculative", "/d1", "p", 0, {}))
+    job = s.new_job("run", "/t", ["p"], (ARMS[0], ARMS[2]), config={})
+    s.apply(RunStarted(job=job.id, key=1, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0,
+                       config={}))
     for i in range(3):
         s.apply(RoundDone(1, event(i, 3, 3, [1, 2, 3, 4], generated=4 * (i + 1), seconds=0.1 * (i + 1)), ("a",) * 3))
     panel = ResultsPanel()

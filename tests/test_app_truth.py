@@ -122,7 +122,8 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
     from test_session import event, summary
 
     def record(key, method, n, tps_at, per_round):
-        r = Run(key, "d1" if method == "speculative" else BASELINE, method, "p", 0, None, {"temperature": 1.0})
+        r = Run(key=key, label="d1" if method == "speculative" else BASELINE, method=method, prompt="p",
+                prompt_index=0, drafter=None, config={"temperature": 1.0})
         done = 0
         while done < n:
             done = min(done + per_round, n)
@@ -136,14 +137,16 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
     spec = record(1, "speculative", 20, lambda k: 20.0, 4)  # EOS after 20 tokens
     h = HeaderStrip()
     qtbot.addWidget(h)
-    h.show_view(View("run", "run", spec, base, (spec, base), 1, (), (), 0, None, False))
+    h.show_view(View(kind="run", tab="run", spec=spec, base=base, runs=(spec, base), prompts=1, comparison=(), rows=(),
+                     compare_prompts=0, focus=None, busy=False))
     assert h.values["speedup"].text() == "2.00×"  # 20 tok/s against 10 over the same 20 tokens (not 0.45×)
     assert "both measured over the first 20" in h.values["speedup"].toolTip()
     # the two tok/s shown are the two the speedup divides, and say so
     assert (h.values["spec"].text(), h.values["base"].text()) == ("20.0", "10.0")
     assert h.captions["base"].text() == "plain tok/s · first 20 tokens"
     short = record(3, "speculative", 2, lambda k: 20.0, 2)  # EOS after 2 tokens: too few to compare
-    h.show_view(View("run", "run", short, base, (short, base), 1, (), (), 0, None, False))
+    h.show_view(View(kind="run", tab="run", spec=short, base=base, runs=(short, base), prompts=1, comparison=(),
+                     rows=(), compare_prompts=0, focus=None, busy=False))
     assert h.values["speedup"].text() == "–" and "too few to compare" in h.values["speedup"].toolTip()
     assert h.captions["base"].text() == "plain tok/s"  # whole-run rates again
 

@@ -32,12 +32,14 @@ def summary(method: str, tokens: list[int], rounds: int, tps: float) -> Summary:
 def play(s: Session, job, prompt_index=0, key0=1, tokens=tuple(range(10, 22)), spec_tps=150.0, base_tps=100.0):
     """A speculative run (rounds of 4 tokens at ``spec_tps``) and plain decoding of one prompt."""
     tokens = list(tokens)
-    s.apply(RunStarted(job.id, key0, "d1", "speculative", "/d1", "p", prompt_index, {}))
+    s.apply(RunStarted(job=job.id, key=key0, label="d1", method="speculative", drafter="/d1", prompt="p",
+                       prompt_index=prompt_index, config={}))
     for i in range(0, len(tokens), 4):
         n = min(i + 4, len(tokens))
         s.apply(RoundDone(key0, event(i // 4, 3, 3, tokens[i:n], generated=n, seconds=n / spec_tps), ("a", "b", "c")))
     s.apply(RunDone(key0, summary("speculative", tokens, (len(tokens) + 3) // 4, spec_tps)))
-    s.apply(RunStarted(job.id, key0 + 1, BASELINE, "baseline", None, "p", prompt_index, {}))
+    s.apply(RunStarted(job=job.id, key=key0 + 1, label=BASELINE, method="baseline", drafter=None, prompt="p",
+                       prompt_index=prompt_index, config={}))
     for i, t in enumerate(tokens):
         s.apply(RoundDone(key0 + 1, event(i, 0, 0, [t], Source.TARGET, generated=i + 1, seconds=(i + 1) / base_tps), ()))
     s.apply(RunDone(key0 + 1, summary("baseline", tokens, len(tokens), base_tps)))
@@ -46,8 +48,8 @@ def play(s: Session, job, prompt_index=0, key0=1, tokens=tuple(range(10, 22)), s
 
 def test_a_run_job_fills_the_view():
     s = Session()
-    job = s.new_job("run", "/t", ["p"], RUNS, {"temperature": 0.0})
-    assert s.busy and s.new_job("run", "/t", ["p"], RUNS, {}) is None  # one job at a time
+    job = s.new_job("run", "/t", ["p"], RUNS, config={"temperature": 0.0})
+    assert s.busy and s.new_job("run", "/t", ["p"], RUNS, config={}) is None  # one job at a time
     play(s, job)
     s.apply(JobDone(job.id, True, False))
     v = s.view()
@@ -59,12 +61,13 @@ def test_a_run_job_fills_the_view():
 
 def test_messages_of_an_older_job_are_ignored_and_results_survive_a_failed_start():
     s = Session()
-    first = s.new_job("run", "/t", ["p"], RUNS, {})
+    first = s.new_job("run", "/t", ["p"], RUNS, config={})
     play(s, first)
     s.apply(JobDone(first.id, True, False))
     version = s.version
-    second = s.new_job("compare", "/t", ["p"], RUNS, {})
-    assert not s.apply(RunStarted(first.id, 99, "d1", "speculative", "/d1", "p", 0, {}))  # stale
+    second = s.new_job("compare", "/t", ["p"], RUNS, config={})
+    assert not s.apply(RunStarted(job=first.id, key=99, label="d1", method="speculative", drafter="/d1", prompt="p",
+                                  prompt_index=0, config={}))  # stale
     s.apply(JobDone(second.id, False, False))  # failed before any run started
     v = s.view()
     assert v.kind == "run" and v.spec.key == 1 and s.version > version  # the first job's runs stay shown
@@ -72,7 +75,7 @@ def test_messages_of_an_older_job_are_ignored_and_results_survive_a_failed_start
 
 def test_compare_rows_pool_prompts_and_check_identity():
     s = Session()
-    job = s.new_job("compare", "/t", ["p0", "p1"], RUNS, {})
+    job = s.new_job("compare", "/t", ["p0", "p1"], RUNS, config={})
     play(s, job, prompt_index=0, key0=1)
     play(s, job, prompt_index=1, key0=3, tokens=range(30, 42))
     s.apply(JobDone(job.id, True, False))
@@ -96,9 +99,10 @@ def test_same_as_plain_marks_ties_and_mismatches():
 def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
     s = Session()
     runs = [Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(BASELINE, None)]
-    job = s.new_job("compare", "/t", ["p0"], runs, {}, focus="d1")
+    job = s.new_job("compare", "/t", ["p0"], runs, config={}, focus="d1")
     play(s, job)  # d1, then plain decoding
-    s.apply(RunStarted(job.id, 9, "d2", "speculative", "/d2", "p", 0, {}))  # d2 ran last
+    s.apply(RunStarted(job=job.id, key=9, label="d2", method="speculative", drafter="/d2", prompt="p", prompt_index=0,
+                       config={}))  # d2 ran last
     s.apply(RoundDone(9, event(0, 1, 3, [5, 6]), ("a", "b", "c")))
     s.apply(JobDone(job.id, True, False))
     v = s.view()
@@ -106,7 +110,7 @@ def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
     s.set_focus("d2")
     assert s.view().spec.label == "d2"
     compared = s.view().comparison
-    run = s.new_job("run", "/t", ["p"], RUNS, {})
+    run = s.new_job("run", "/t", ["p"], RUNS, config={})
     play(s, run, key0=20)
     s.apply(JobDone(run.id, True, False))
     v = s.view()
@@ -119,12 +123,14 @@ def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
 
 def test_a_sampled_comparison_compares_each_prompt_over_the_tokens_both_runs_made():
     s = Session()
-    job = s.new_job("compare", "/t", ["p0"], RUNS, {"temperature": 1.0})
-    s.apply(RunStarted(job.id, 1, "d1", "speculative", "/d1", "p", 0, {}))
+    job = s.new_job("compare", "/t", ["p0"], RUNS, config={"temperature": 1.0})
+    s.apply(RunStarted(job=job.id, key=1, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0,
+                       config={}))
     for i in range(3):  # EOS after 12 tokens, 4 a round, at 40 tok/s
         s.apply(RoundDone(1, event(i, 3, 3, [7] * 4, generated=4 * (i + 1), seconds=(i + 1) / 10), ()))
     s.apply(RunDone(1, summary("speculative", [7] * 12, 3, 40.0)))
-    s.apply(RunStarted(job.id, 2, BASELINE, "baseline", None, "p", 0, {}))
+    s.apply(RunStarted(job=job.id, key=2, label=BASELINE, method="baseline", drafter=None, prompt="p", prompt_index=0,
+                       config={}))
     for i in range(100):  # 20 tok/s for its first 12 tokens, then much faster
         secs = (i + 1) / 20 if i < 12 else 0.6 + (i - 11) / 1000
         s.apply(RoundDone(2, event(i, 0, 0, [7], Source.TARGET, generated=i + 1, seconds=secs), ()))
@@ -170,11 +176,12 @@ def test_costs_measured_on_another_target_are_dropped_and_that_is_drawn():
 
     s = Session()
     s.apply(CostsMeasured("/d1", {"verify_ms": [1.0], "draft_ms": 1.0, "step_ms": 1.0}))
-    s.loaded(Loaded("/t1", "t1", {}, {}))
+    s.loaded(Loaded(target="/t1", target_id="t1", drafters={}, errors={}))
     assert s.view().costs == {} and s.costs == {}
     s.apply(CostsMeasured("/d1", {"verify_ms": [1.0], "draft_ms": 1.0, "step_ms": 1.0}))
     version = s.version
-    s.loaded(Loaded("/t2", "t2", {}, {}))  # another target: the costs were not measured on it
+    s.loaded(Loaded(target="/t2", target_id="t2", drafters={},
+                    errors={}))  # another target: the costs were not measured on it
     assert s.costs == {} and s.version > version  # the panes redraw without them
 
 

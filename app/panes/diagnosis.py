@@ -32,7 +32,7 @@ def chip(t: Theme, severity: str) -> str:
             f"&nbsp;{MARKS[severity]}&nbsp;{severity.upper()}&nbsp;</span>")
 
 
-def entry_html(e: Entry, t: Theme, colour: str | None, busy: bool, first_waiting: bool) -> str:
+def entry_html(e: Entry, t: Theme, colour: str | None, *, busy: bool, first_waiting: bool) -> str:
     """One drafter's part of the list (also what a test reads): its name and figures on one line,
     then its findings."""
     head = (f'<span style="color:{colour}">■</span> ' if colour else "") + f"<b>{escape(e.label)}</b>"
@@ -66,7 +66,7 @@ def view_html(view: View, t: Theme) -> str:
     names = [r["label"] for r in view.rows if r["label"] != BASELINE] + [e.label for e in entries]
     colours = drafter_colours(t, list(dict.fromkeys(names))) if len(entries) > 1 else {}
     waiting = next((e for e in entries if e.diagnosis is None), None)
-    parts = [entry_html(e, t, colours.get(e.label), view.busy, e is waiting) for e in entries]
+    parts = [entry_html(e, t, colours.get(e.label), busy=view.busy, first_waiting=e is waiting) for e in entries]
     return f'<hr style="color:{t.grid}">'.join(parts)
 
 

@@ -128,7 +128,7 @@ class HeaderStrip(QFrame):
         else:
             self._show_run(view)
 
-    def _show(self, values: dict[str, str], headline: str, speedup_tip: str = "", basis: str = "",
+    def _show(self, values: dict[str, str], headline: str, *, speedup_tip: str = "", basis: str = "",
               busy: str = "") -> None:
         """``basis``: said under both tok/s when they are not whole-run rates but the two the
         speedup divides (the runs made different numbers of tokens); ``busy``: the machine's
@@ -168,8 +168,8 @@ class HeaderStrip(QFrame):
             "ttft": f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "",
             "mem": f"{mem / 2**20:.0f} MB" if mem else "",
             "same": same_as_plain([verdict]) or "",
-        }, headline, _compared_note(compared, spec, base), basis,
-            busy_note(machine([r for r in (spec, base) if r is not None])))
+        }, headline, speedup_tip=_compared_note(compared, spec, base), basis=basis,
+            busy=busy_note(machine([r for r in (spec, base) if r is not None])))
         self.values["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
 
     def _show_comparison(self, view: View) -> None:
@@ -200,8 +200,8 @@ class HeaderStrip(QFrame):
             "ttft": f"{ttft * 1000:.0f} ms" if ttft is not None else "",
             "mem": f"{mem / 2**20:.0f} MB" if mem else "",
             "same": r.get("identical") or "",
-        }, headline, _pooled_note(view, r, n) if row is not None else "", basis,
-            busy_note((row or base or {}).get("machine")))
+        }, headline, speedup_tip=_pooled_note(view, r, n) if row is not None else "", basis=basis,
+            busy=busy_note((row or base or {}).get("machine")))
         self.values["same"].setToolTip(SAME_TIP)
 
 
