@@ -63,6 +63,8 @@ def document(runs: list[Run], target: str | None, comparison: bool, prompts: int
 
 def write_json(path: str | Path, runs: list[Run], target: str | None, *, comparison: bool = False,
                prompts: int | None = None, environment: dict | None = None) -> Path:
+    """``runs`` on ``target`` written to ``path`` as :func:`document` makes them (a comparison
+    or not, of ``prompts`` prompts, on the machine ``environment`` describes); returns the path."""
     path = Path(path)
     doc = document(runs, target, comparison, prompts, environment=environment)
     path.write_text(json.dumps(doc, indent=1, default=str))

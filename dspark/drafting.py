@@ -212,8 +212,9 @@ class BlockDrafter:
 
     def forward_rows(self, proj: DraftProjection, h_ctx: mx.array | None, anchors: mx.array | Sequence[int],
                      gamma: int, *, opts: DraftOpts | None = None, context: ContextKV | None = None) -> DraftRows:
-        """Draft ``gamma`` tokens after each anchor. New committed tap rows ``h_ctx``
-        [A, n, m*H] (or None) are projected and appended to ``context`` first."""
+        """Draft ``gamma`` tokens after each anchor, as ``opts`` says (None: greedy). New committed
+        tap rows ``h_ctx`` [A, n, m*H] (or None) are projected and appended to ``context`` first
+        (None: a fresh context)."""
         opts = opts or DraftOpts()
         context = context if context is not None else ContextKV(len(self.net.layers))
         if h_ctx is not None and h_ctx.shape[1] > 0:
@@ -331,6 +332,9 @@ class BlockDraftSession:
 
     def propose(self, anchor: int, position: int, *, new_rows: mx.array | None, block_size: int,
                 sampling: SamplingParams, key: mx.array) -> DraftRows:
+        """``block_size`` drafts after ``anchor`` at ``position`` (the context's length once
+        ``new_rows`` are appended), drawn as ``sampling`` says with ``key``
+        (:meth:`dspark.rounds.DraftSession.propose`)."""
         rows = self.drafter.forward_rows(self.proj, new_rows, [anchor], block_size, opts=DraftOpts(sampling, key),
                                          context=self.context)
         assert self.context.offset == position, "drafter context out of step with the target"
