@@ -42,10 +42,14 @@ __all__ = sorted(_WHERE)
 
 # DSPARK_DEVICE (dspark.device) must pick MLX's device before mlx-lm is imported: mlx_lm.generate
 # makes its generation stream on the default device of that moment. MLX is imported here only
-# when the variable is set; a wrong value is reported, in one sentence, when a model is loaded.
+# when the variable is set, after the fast BLAS (on Linux, the entry points' OpenBLAS would
+# otherwise come too late); a wrong value is reported, in one sentence, when a model is loaded.
 if __import__("os").environ.get("DSPARK_DEVICE"):
+    from .blas import use_fast_blas as _use_fast_blas
     from .device import use_env_device as _use_env_device
     from .errors import DsparkError as _DsparkError
+
+    _use_fast_blas()  # first: OpenBLAS must be in the process before mlx is (dspark.blas)
 
     try:
         _use_env_device()

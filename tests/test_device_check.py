@@ -113,7 +113,7 @@ def test_no_gpu_or_a_device_asked_for_is_not_checked(tmp_path, monkeypatch):
 
 
 def test_applying_a_wrong_gpu_sends_the_work_to_the_cpu_and_is_remembered(monkeypatch):
-    monkeypatch.delenv(device.ENV, raising=False)
+    monkeypatch.setenv(device.ENV, "")  # so that the "cpu" apply() sets is taken back after the test
     monkeypatch.setitem(device._current, "check", None)
     wrong = device.DeviceCheck(outcome="wrong", device="cpu", sentence="this GPU is wrong", gpu="Apple Paravirtual")
     before = mx.default_device()
@@ -144,3 +144,19 @@ def test_the_module_runs_as_the_child_the_app_starts():
     check = device.read_child(r.returncode, r.stdout, r.stderr)
     expected = "agrees" if mx.is_available(mx.gpu) else "cpu"
     assert check.outcome in (expected, "tie"), check
+
+
+def test_a_device_asked_for_in_the_environment_keeps_the_fast_blas():
+    """``DSPARK_DEVICE`` makes ``import dspark`` import MLX; OpenBLAS must be in the process first,
+    or a Linux user who asks for the CPU gets the wheel's reference BLAS (and the suite's
+    subprocesses other numbers than its own)."""
+    def slow(code: str, **extra) -> str:
+        env = {k: v for k, v in os.environ.items() if k not in (device.ENV, "DSPARK_NO_OPENBLAS")}
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={**env, **extra}, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout.strip()
+
+    # as an entry point does it: the fast BLAS first, then MLX
+    first = slow("from dspark import blas; blas.use_fast_blas(); import mlx.core; print(blas.is_slow())")
+    assert slow("import dspark; from dspark import blas; print(blas.is_slow())", DSPARK_DEVICE="cpu") == first
