@@ -130,8 +130,7 @@ def checked_device(app, *, ask=None, gpu: bool | None = None):
             try:
                 answer.append((ask or device.ask_child)())
             except Exception as e:  # the check must never keep the app from starting
-                answer.append(device.DeviceCheck(outcome="failed", device="cpu", sentence=(
-                    f"the GPU check could not run ({type(e).__name__}: {e}), so DSpark Studio computes on the CPU")))
+                answer.append(device.failed(f"the GPU check could not run ({type(e).__name__}: {e})"))
 
         worker = threading.Thread(target=asking, daemon=True)
         note = QLabel(CHECKING)
@@ -232,5 +231,5 @@ def replay_speed(args) -> str | None:
     return {"1": "1×", "2": "2×", "instant": "instant"}.get(args.replay_speed or "", None)
 
 
-__all__ = ["CHECKING", "FIRST_START", "checked_device", "SCREENSHOT_SIZE", "build_parser", "choose_models", "headless_platform",
-           "missing_system_library", "open_window", "recorded_drafters", "replay_speed"]
+__all__ = ["CHECKING", "FIRST_START", "SCREENSHOT_SIZE", "build_parser", "checked_device", "choose_models",
+           "headless_platform", "missing_system_library", "open_window", "recorded_drafters", "replay_speed"]

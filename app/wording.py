@@ -48,7 +48,7 @@ def about_text(check, blas: str) -> str:
         except PackageNotFoundError:
             return str((check.key if check is not None else {}).get(name, "unknown"))
 
-    device = "not checked" if check is None else f"{check.device.upper() if check.device == 'cpu' else 'GPU'}"
+    device = "not checked" if check is None else check.device.upper()
     if check is not None and check.gpu and check.device == "gpu":
         device += f" ({check.gpu})"
     lines = [f"DSpark Studio {__version__}",

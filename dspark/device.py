@@ -13,8 +13,8 @@ from compute kernels, and crashing on them. So the demo target decodes a few gre
 GPU and again on the CPU, and the two must agree: the same tokens, with log-probabilities within
 :data:`dspark.gpu_check.TOLERANCE`; a first difference where both devices' log-probabilities are
 still within it is a numerical tie (the two best candidates were closer than the devices'
-rounding) and is said as one. Anything else, or a GPU that fails, means the app computes on the CPU and says why in one
-sentence.
+rounding) and is said as one. Anything else, or a GPU that fails, means the app computes on the
+CPU and says why in one sentence.
 
 The check runs in a child process (``python -m dspark.gpu_check --check``, or the app's
 ``--check-device``), because a broken GPU may take the process down with it, and because the
@@ -33,7 +33,7 @@ import platform
 import signal
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -79,6 +79,16 @@ class DeviceCheck:
 
 
 _current: dict = {"check": None}
+
+
+def failed(why: str) -> DeviceCheck:
+    """A GPU that failed the check, ``why`` said first: the work goes to the CPU."""
+    return DeviceCheck(outcome="failed", device="cpu", sentence=f"{why}, so DSpark Studio computes on the CPU")
+
+
+def no_gpu() -> DeviceCheck:
+    """Nothing to check: MLX has no GPU here."""
+    return DeviceCheck(outcome="cpu", device="cpu", sentence="MLX computes on the CPU here (no GPU to check)")
 
 
 def use_env_device() -> str | None:
@@ -135,8 +145,7 @@ def read_child(returncode: int | None, stdout: str, stderr: str, *, timeout: flo
     """The child's answer; a child that crashed, hung (``returncode`` None) or printed no answer
     is a GPU that failed, said with what happened."""
     if returncode is None:
-        return DeviceCheck(outcome="failed", device="cpu", sentence=(
-            f"the GPU check did not finish in {timeout:g} s (a hung GPU), so DSpark Studio computes on the CPU"))
+        return failed(f"the GPU check did not finish in {timeout:g} s (a hung GPU)")
     for line in reversed(stdout.splitlines()):
         if line.startswith("{"):
             try:
@@ -151,8 +160,7 @@ def read_child(returncode: int | None, stdout: str, stderr: str, *, timeout: flo
     else:
         how = f"exit {returncode}"
     last = (stderr.strip().splitlines() or [""])[-1][:200]
-    return DeviceCheck(outcome="failed", device="cpu", sentence=(
-        f"the GPU check crashed ({how}{': ' + last if last else ''}), so DSpark Studio computes on the CPU"))
+    return failed(f"the GPU check crashed ({how}{': ' + last if last else ''})")
 
 
 def ask_child(command: Sequence[str] | None = None, *, timeout: float = CHILD_TIMEOUT) -> DeviceCheck:
@@ -165,8 +173,7 @@ def ask_child(command: Sequence[str] | None = None, *, timeout: float = CHILD_TI
     except subprocess.TimeoutExpired:
         return read_child(None, "", "", timeout=timeout)
     except OSError as e:
-        return DeviceCheck(outcome="failed", device="cpu", sentence=(
-            f"the GPU check could not start ({e.strerror or e}), so DSpark Studio computes on the CPU"))
+        return failed(f"the GPU check could not start ({e.strerror or e})")
     return read_child(r.returncode, r.stdout, r.stderr, timeout=timeout)
 
 
@@ -209,16 +216,14 @@ def startup_check(cache: Path, *, ask: Callable[[], DeviceCheck] | None = None, 
     if os.environ.get(ENV, "").strip():
         name = os.environ[ENV].strip().lower()
         return DeviceCheck(outcome="asked", device=name if name in ("cpu", "gpu") else "cpu",
-                           sentence=f"the {name.upper() if name == 'cpu' else 'GPU'} was asked for ({ENV}={name}); "
-                                    f"the GPU was not checked")
+                           sentence=f"the {name.upper()} was asked for ({ENV}={name}); the GPU was not checked")
     if not (needs_check() if gpu is None else gpu):
-        return DeviceCheck(outcome="cpu", device="cpu", sentence="MLX computes on the CPU here (no GPU to check)")
+        return no_gpu()
     key = check_key()
     found = None if again else kept(cache, key)
     if found is not None:
         return found
-    answer = (ask or ask_child)()
-    answer = DeviceCheck(**{**answer.to_dict(), "key": key})
+    answer = replace((ask or ask_child)(), key=key)
     keep(cache, answer)
     return answer
 
@@ -226,7 +231,7 @@ def startup_check(cache: Path, *, ask: Callable[[], DeviceCheck] | None = None, 
 def apply(check: DeviceCheck) -> None:
     """Make ``check``'s device the process's (before mlx-lm is imported: ``ENV`` is set too, so
     that :mod:`dspark` picks it where it is imported again) and remember it for :func:`current`."""
-    if check.device == "cpu" and check.outcome in ("wrong", "failed"):
+    if check.fell_back:
         os.environ[ENV] = "cpu"
         import mlx.core as mx
 

@@ -23,7 +23,7 @@ from .errors import DsparkError
 from .events import CommittedToken, RoundEvent, Source, Summary
 from .policy import Scheduler
 from .policy import parse as parse_policy
-from .rounds import Proposer, RoundOutcome, plain_steps, prefill, speculative_round
+from .rounds import Proposer, RoundOutcome, plain_outcome, plain_steps, prefill, speculative_round
 from .target import Target
 
 
@@ -236,10 +236,7 @@ def generate_baseline(
         if not run.wants_more():
             break
         prob = math.exp(_host_value(logprobs, tok))
-        # plain decoding's own step: a round of the schema, not a speculative run's plain step
-        yield run.commit(anchor, RoundOutcome(drafted=[], draft_probs=[], confidences=None, conf_logits=None, width=0,
-                                              accepted=0, tokens=[tok], target_probs=[prob], draft_seconds=0.0,
-                                              verify_seconds=0.0, new_rows=None))
+        yield run.commit(anchor, plain_outcome(tok, prob, seconds=0.0, new_rows=None, plain_step=False))
         anchor = tok
     yield run.summary()
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from .device import ENV, DeviceCheck, check_key, gpu_name
+from .device import ENV, DeviceCheck, check_key, failed, gpu_name, no_gpu
 from .errors import DsparkError
 
 #: Greedy tokens the check decodes on each device: enough for a wrong kernel to show in the
@@ -90,22 +90,22 @@ def check_devices(model, prompt_ids: Sequence[int], *, tokens: int = CHECK_TOKEN
     label = f"this GPU ({gpu})" if gpu else "this GPU"
     if run_gpu is None:
         if not mx.is_available(mx.gpu):
-            return DeviceCheck(outcome="cpu", device="cpu", sentence="MLX computes on the CPU here (no GPU to check)")
+            return no_gpu()
         run_gpu = lambda: greedy_on(model, prompt_ids, tokens=tokens, device=mx.Device(mx.gpu))  # noqa: E731
     run_cpu = run_cpu or (lambda: greedy_on(model, prompt_ids, tokens=tokens, device=mx.Device(mx.cpu)))
     try:
         on_gpu = run_gpu()
     except Exception as e:  # whatever Metal raises, the answer is the same: not this GPU
-        return DeviceCheck(outcome="failed", device="cpu", gpu=gpu, sentence=(
-            f"{label} failed to run MLX ({type(e).__name__}: {str(e)[:200]}), so DSpark Studio computes on the CPU"))
+        return replace(failed(f"{label} failed to run MLX ({type(e).__name__}: {str(e)[:200]})"), gpu=gpu)
     outcome, sentence = compare_decodes(on_gpu, run_cpu(), gpu_label=label)
     return DeviceCheck(outcome=outcome, device="gpu" if outcome in ("agrees", "tie") else "cpu", gpu=gpu,
                        sentence=sentence)
 
 
-def check_demo(run_gpu: Callable | None = None) -> DeviceCheck:
+def check_demo(run_gpu: Callable | None = None, *, gpu: str | None = None) -> DeviceCheck:
     """:func:`check_devices` on the bundled demo target and the self-test's held-out prompt;
-    DsparkError when the demo target is missing."""
+    ``gpu`` names the GPU (default: as MLX names it). DsparkError when the demo target is
+    missing."""
     from .loading import load_target
     from .prompts import held_out_prompt
     from .resources import demo_dir, demo_model
@@ -115,27 +115,28 @@ def check_demo(run_gpu: Callable | None = None) -> DeviceCheck:
         raise DsparkError(f"the demo target is missing under {demo_dir()}: the GPU cannot be checked")
     target = load_target(path)
     ids = target.encode(held_out_prompt() or "def f(x):")
-    gpu = gpu_name() if run_gpu is None else "test double"
+    gpu = gpu_name() if gpu is None else gpu
     check = check_devices(target.model, ids, run_gpu=run_gpu and (lambda: run_gpu(target.model, ids)), gpu=gpu)
-    return DeviceCheck(**{**check.to_dict(), "key": check_key()})
+    return replace(check, key=check_key())
 
 
-def main(argv: list[str] | None = None, run_gpu: Callable | None = None) -> int:
-    """``python -m dspark.device --check``: the check on the demo target, as one JSON line on
-    stdout (what :func:`dspark.device.read_child` reads); exit 0, or 2 when it could not run at all.
-    ``run_gpu(model, ids)`` replaces the GPU's decode (a test double: a GPU that is wrong)."""
+def main(argv: list[str] | None = None, *, run_gpu: Callable | None = None, gpu: str | None = None) -> int:
+    """``python -m dspark.gpu_check --check``: the check on the demo target, as one JSON line on
+    stdout (what :func:`dspark.device.read_child` reads); exit 0, or 2 when it could not run at
+    all. ``run_gpu(model, ids)`` replaces the GPU's decode and ``gpu`` its name (a test double:
+    a GPU that is wrong)."""
     args = sys.argv[1:] if argv is None else argv
     if args != ["--check"]:
-        print("usage: python -m dspark.device --check", file=sys.stderr)
+        print("usage: python -m dspark.gpu_check --check", file=sys.stderr)
         return 2
     os.environ.pop(ENV, None)  # the check compares both devices whatever the parent was told
     from .blas import use_fast_blas
 
     use_fast_blas()
     try:
-        check = check_demo(run_gpu)
+        check = check_demo(run_gpu, gpu=gpu)
     except DsparkError as e:
-        print(f"dspark.device: {e}", file=sys.stderr)
+        print(f"dspark.gpu_check: {e}", file=sys.stderr)
         return 2
     print(json.dumps(check.to_dict()), flush=True)
     return 0

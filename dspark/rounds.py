@@ -168,12 +168,13 @@ def speculative_round(target: Target, session: DraftSession, cache: list, *, anc
 
 
 def plain_outcome(token: int, prob: float, *, seconds: float, new_rows: mx.array | None,
-                  inspected: "Inspection | None" = None) -> RoundOutcome:
-    """A plain step as a round: no draft, ``token`` committed by the target with probability
-    ``prob``, ``seconds`` counted as the verify's."""
+                  inspected: "Inspection | None" = None, plain_step: bool = True) -> RoundOutcome:
+    """A round of the target alone: no draft, ``token`` committed by the target with probability
+    ``prob``, ``seconds`` counted as the verify's. ``plain_step``: a speculative run's plain step
+    (True), or a step of plain decoding itself (False: its rounds are what tau counts there)."""
     return RoundOutcome(drafted=[], draft_probs=[], confidences=None, conf_logits=None, width=0, accepted=0,
                         tokens=[token], target_probs=[prob], draft_seconds=0.0, verify_seconds=seconds,
-                        new_rows=new_rows, plain_step=True, inspected=inspected)
+                        new_rows=new_rows, plain_step=plain_step, inspected=inspected)
 
 
 def plain_steps(target: Target, cache: list, *, tap_layers: Sequence[int], anchor: int, position: int,
@@ -359,4 +360,5 @@ def prefill(target: Target, cache: list, ids: list[int], taps: Sequence[int], *,
 
 
 __all__ = ["TOP", "DraftSession", "Inspection", "Proposer", "RoundOutcome", "VerifyRows", "accept", "inspection",
-           "plain_outcome", "plain_steps", "prefill", "read_draft", "speculative_round", "use_phase_threads", "verify_forward"]
+           "plain_outcome", "plain_steps", "prefill", "read_draft", "speculative_round", "use_phase_threads",
+           "verify_forward"]

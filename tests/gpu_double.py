@@ -42,4 +42,4 @@ def double(mode: str):
 if __name__ == "__main__":
     from dspark import gpu_check
 
-    sys.exit(gpu_check.main(["--check"], run_gpu=double(sys.argv[1])))
+    sys.exit(gpu_check.main(["--check"], run_gpu=double(sys.argv[1]), gpu="test double"))

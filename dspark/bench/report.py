@@ -171,8 +171,8 @@ def environment(repo: Path | None = None) -> dict:
     except (ImportError, AttributeError):
         pass
     env["metal"] = bool(getattr(mx, "metal", None) and mx.metal.is_available())
-    if device.current() is not None:  # the app's first-launch GPU check: what it found, what it chose
-        env["device_check"] = device.describe_current()
+    if checked := device.describe_current():  # the app's first-launch GPU check: what it found, what it chose
+        env["device_check"] = checked
     root = repo or Path(__file__).resolve().parents[2]
     try:
         rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
