@@ -123,7 +123,7 @@ def _every_parser(monkeypatch) -> list[tuple[str, argparse.ArgumentParser]]:
 
 
 def test_help_names_the_default_of_every_option_that_has_one(monkeypatch):
-    """The README: "--help on any command lists every option with its default"."""
+    """docs/command-line.md: "--help on any command lists every option with its default"."""
     from dspark.options import ShowDefaults
 
     parsers = _every_parser(monkeypatch)

@@ -1,7 +1,7 @@
 """What a diagnosis says, as plain data (no MLX: the app's GUI thread reads it).
 
 A :class:`Finding` is one cause the diagnosis found: a stable machine-readable ``code`` (the
-table in the README), a ``severity``, one sentence with the figures and what to do, and the
+table in docs/diagnosis.md), a ``severity``, one sentence with the figures and what to do, and the
 ``evidence`` (the figures themselves, JSON-ready). A :class:`Diagnosis` is every finding, most
 severe first, with the acceptance it measured and the acceptance the drafter's profile says it
 should reach.

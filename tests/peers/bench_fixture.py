@@ -1,4 +1,4 @@
-"""Write the directories the README's peer comparison runs on: a random Gemma-4 target, a
+"""Write the directories docs/speed.md's peer comparison runs on: a random Gemma-4 target, a
 z-lab DFlash head and a DeepSpec DSpark head for it (the formats tests' synthetic checkpoints,
 ``tests/drafter_checkpoints.py``, with a larger vocabulary), and a prompt file.
 
