@@ -146,7 +146,7 @@ def generate(
                         shadow = position, session.propose(anchor, position, new_rows=_rows(rows),
                                                            block_size=block_size, sampling=config.sampling,
                                                            key=next(shadow_keys)).tokens
-                        mx.async_eval(shadow[1], session.state())  # read B steps later: no wait
+                        mx.async_eval(shadow[1], session.state())  # read block_size steps later: no wait
                         rows = []
             finally:
                 steps.close()
@@ -163,8 +163,8 @@ def _rows(rows: list) -> mx.array | None:
 
 
 def judge_shadow(sched: Scheduler, shadow, sequence: list[int], final: bool = False):
-    """A shadow draft ``(position, tokens [1, B])`` judged by the tokens committed after its anchor
-    (``sequence``: prompt and output): at its first draft that differs from them, once all B are
+    """A shadow draft ``(position, tokens [1, G])`` judged by the tokens committed after its anchor
+    (``sequence``: prompt and output): at its first draft that differs from them, once all G are
     known, or with what is known when the plain stretch ends (``final``). Returns the draft still
     waiting, or None. Its tokens are read a step after it was queued: computed by then."""
     position, tokens = shadow
