@@ -20,7 +20,7 @@ from PySide6.QtCore import QElapsedTimer, QObject, QTimer
 
 from dspark.errors import DsparkError
 from dspark.events import RoundEvent, Summary, event_from_dict
-from dspark.lossless import Difference, Verdict
+from dspark.lossless import Verdict
 from dspark.reading import read_json
 
 from .messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted
@@ -129,12 +129,7 @@ def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
         texts = [[pieces.get(t, f"#{t}") for t in e.drafted] for e in events]
     summary = event_from_dict({**d["summary"], "kind": "summary"}) if d.get("summary") else None
     v = d.get("verdict")
-    verdict = None
-    if v:
-        diff = v.get("first_difference")
-        if diff:
-            diff = Difference(**{k: tuple(x) if isinstance(x, list) else x for k, x in diff.items()})
-        verdict = Verdict(bool(v["identical"]), diff or None)
+    verdict = Verdict.from_dict(v) if v else None
     return SavedRun(label=str(d["label"]), method=d["method"], drafter=d.get("drafter"),
                     prompt=str(d.get("prompt", "")), prompt_index=int(d.get("prompt_index", 0)),
                     config=dict(d.get("config") or {}), events=events,

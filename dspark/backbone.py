@@ -1,7 +1,7 @@
 """The drafter's network: the DFlash parallel backbone plus DSpark's Markov and confidence heads.
 
-Shapes: ``A`` anchors (batch), ``L`` context rows, ``G`` block positions (gamma), ``H`` the
-target's hidden size, ``V`` its vocabulary, ``r`` the Markov rank.
+Shapes: ``A`` anchors (batch), ``L`` context rows, ``G`` block positions (the block size; the seed API's
+``gamma``), ``H`` the target's hidden size, ``V`` its vocabulary, ``r`` the Markov rank.
 
 Every layer's keys/values are ``[context rows ; block rows]`` through the same K/V weights; the
 queries come from the block only and see everything (bidirectional inside the block). Context

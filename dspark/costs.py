@@ -242,20 +242,20 @@ def _at_context(target, drafter, block_size: int, *, context: int, repeats: int,
     rng = mx.random.key(1234)
     vocab = target.dims.vocab_size
     ids = mx.random.randint(5, vocab, (context + block_size + 1,), key=rng).astype(mx.int32)
-    session = drafter.start(target)
-    taps = session.tap_layers
+    draft_session = drafter.start(target)
+    taps = draft_session.tap_layers
     cache = target.make_cache()
     # chunks of 512: the cache is only set up here, and wide chunks cost more in the attention masks
     rows = rounds.prefill(target, cache, ids[:context].tolist(), taps, step=512)
     anchor = int(ids[context].item())
-    first = session.propose(anchor, context, new_rows=rows, block_size=block_size, sampling=SamplingParams(),
+    first = draft_session.propose(anchor, context, new_rows=rows, block_size=block_size, sampling=SamplingParams(),
                             key=mx.random.key(0))
-    mx.eval(first.tokens, session.state())
+    mx.eval(first.tokens, draft_session.state())
 
     def draft():
-        d = session.propose(anchor, context, new_rows=None, block_size=block_size, sampling=SamplingParams(),
+        d = draft_session.propose(anchor, context, new_rows=None, block_size=block_size, sampling=SamplingParams(),
                             key=mx.random.key(0))
-        rounds.read_draft(d, session, display=False, heads=False)  # as a round reads it without a screen
+        rounds.read_draft(d, draft_session, display=False, heads=False)  # as a round reads it without a screen
 
     drafted = ids[None, context + 1:]  # random drafts: a greedy verify costs the same whatever it accepts
 
@@ -353,13 +353,13 @@ def _fastest_loop_threads(target, drafter, prompt: list[int], block_size: int, *
     ms: dict[int, list[float]] = {n: [] for n in choices}
     for rep in range(repeats + 1):
         for n in choices:
-            session, cache = drafter.start(target), target.make_cache()
-            new_rows = rounds.prefill(target, cache, prompt[:-1], session.tap_layers, step=2048)
+            draft_session, cache = drafter.start(target), target.make_cache()
+            new_rows = rounds.prefill(target, cache, prompt[:-1], draft_session.tap_layers, step=2048)
             sched, threads = Scheduler(parse_policy("fixed"), block_size), {"draft": n, "verify": n}
             anchor, position, key = prompt[-1], len(prompt) - 1, mx.random.key(0)
             t0 = time.perf_counter()
             for _ in range(n_rounds):
-                v = rounds.speculative_round(target, session, cache, anchor=anchor, position=position,
+                v = rounds.speculative_round(target, draft_session, cache, anchor=anchor, position=position,
                                              new_rows=new_rows, block_size=block_size, budget=block_size, sched=sched,
                                              sampling=SamplingParams(), key=key, threads=threads, display=False)
                 anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows

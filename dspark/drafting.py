@@ -212,9 +212,9 @@ class BlockDrafter:
 
     def forward_rows(self, proj: DraftProjection, h_ctx: mx.array | None, anchors: mx.array | Sequence[int],
                      gamma: int, *, opts: DraftOpts | None = None, context: ContextKV | None = None) -> DraftRows:
-        """Draft ``gamma`` tokens after each anchor, as ``opts`` says (None: greedy). New committed
-        tap rows ``h_ctx`` [A, n, m*H] (or None) are projected and appended to ``context`` first
-        (None: a fresh context)."""
+        """Draft ``gamma`` tokens (the block size, under the seed API's name) after each anchor, as
+        ``opts`` says (None: greedy). New committed tap rows ``h_ctx`` [A, n, m*H] (or None) are
+        projected and appended to ``context`` first (None: a fresh context)."""
         opts = opts or DraftOpts()
         context = context if context is not None else ContextKV(len(self.net.layers))
         if h_ctx is not None and h_ctx.shape[1] > 0:

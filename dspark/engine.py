@@ -87,8 +87,8 @@ def generate(
     config.check(target.dims.vocab_size)
     pol = parse_policy(config.policy)
     ids = prompt_ids(target, prompt, config)
-    session = drafter.start(target)
-    block_size = session.block_size if config.block_size is None else config.block_size
+    draft_session = drafter.start(target)
+    block_size = draft_session.block_size if config.block_size is None else config.block_size
     if costs is None:
         costs = for_policy(config.policy, target, drafter, block_size)
     sched = Scheduler(pol, block_size, costs, prior=measured_acceptance(drafter, target))
@@ -97,7 +97,7 @@ def generate(
     keys = _round_keys(config.seed)
     shadow_keys = _round_keys(config.seed + 2**31)  # seeds are below 2**31: a stream of its own
     cache = target.make_cache()
-    new_rows = prefill(target, cache, ids[:-1], session.tap_layers, step=config.prefill_step_size)
+    new_rows = prefill(target, cache, ids[:-1], draft_session.tap_layers, step=config.prefill_step_size)
     run.prefilled()
     anchor, position = ids[-1], len(ids) - 1
 
@@ -121,7 +121,7 @@ def generate(
             budget = run.remaining - 1
             if block_size and (drafts_next or sched.drafts(position, budget)):
                 drafts_next = False
-                v = speculative_round(target, session, cache, anchor=anchor, position=position, new_rows=new_rows,
+                v = speculative_round(target, draft_session, cache, anchor=anchor, position=position, new_rows=new_rows,
                                       block_size=block_size, budget=budget, sched=sched, sampling=config.sampling,
                                       key=next(keys), threads=threads, display=display, inspect=inspect)
                 yield run.commit(anchor, v, position)
@@ -129,7 +129,7 @@ def generate(
                 continue
             # plain steps: their tap rows wait, with any before them, for the drafter's next draft
             rows = [] if new_rows is None else [new_rows]
-            steps = plain_steps(target, cache, tap_layers=session.tap_layers, anchor=anchor, position=position,
+            steps = plain_steps(target, cache, tap_layers=draft_session.tap_layers, anchor=anchor, position=position,
                                 sampling=config.sampling, keys=keys, more=plain_next, threads=threads,
                                 display=display, inspect=inspect)
             shadow = None
@@ -143,10 +143,10 @@ def generate(
                     if not run.wants_more():
                         break
                     if shadow is None and sched.shadow_due():
-                        shadow = position, session.propose(anchor, position, new_rows=_rows(rows),
+                        shadow = position, draft_session.propose(anchor, position, new_rows=_rows(rows),
                                                            block_size=block_size, sampling=config.sampling,
                                                            key=next(shadow_keys)).tokens
-                        mx.async_eval(shadow[1], session.state())  # read B steps later: no wait
+                        mx.async_eval(shadow[1], draft_session.state())  # read block_size steps later: no wait
                         rows = []
             finally:
                 steps.close()
@@ -163,8 +163,8 @@ def _rows(rows: list) -> mx.array | None:
 
 
 def judge_shadow(sched: Scheduler, shadow, sequence: list[int], final: bool = False):
-    """A shadow draft ``(position, tokens [1, B])`` judged by the tokens committed after its anchor
-    (``sequence``: prompt and output): at its first draft that differs from them, once all B are
+    """A shadow draft ``(position, tokens [1, G])`` judged by the tokens committed after its anchor
+    (``sequence``: prompt and output): at its first draft that differs from them, once all G are
     known, or with what is known when the plain stretch ends (``final``). Returns the draft still
     waiting, or None. Its tokens are read a step after it was queued: computed by then."""
     position, tokens = shadow

@@ -189,7 +189,7 @@ def export_drafter(path, fmt: str, out, *, verifier: str | None = None, drop_hea
             say("measuring the export without them ...")
             report["tau_without_heads"] = acceptance(target, back, prompts or [], tokens)
         report["acceptance"] = acceptance_words(report, len(prompts or []), tokens)
-        info = {"source": str(p), "source_format": src.format, "drafts": drafter.block_size,
+        info = {"source": str(p), "source_format": src.format, "block_size": drafter.block_size,
                 "taps": list(drafter.tap_layers), "dropped": planned.dropped, "acceptance": report["acceptance"]}
         write_text(tmp / "README.md", serving.readme(fmt, planned.config, info, str(out), verifier=verifier))
     report["serve"] = serving.commands(fmt, planned.config, drafter.block_size, str(out), verifier=verifier)

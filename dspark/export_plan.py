@@ -32,7 +32,7 @@ FORMATS = ("speculators", "deepspec", "zlab")
 #: ``--format`` -> the name ``load_drafter`` gives a drafter of that format.
 LOADED_AS = {"speculators": "speculators", "deepspec": "deepspec", "zlab": "zlab-dflash"}
 #: The parts of a drafter an export must carry, in the order a refusal names the first missing one.
-PARTS = ("layers", "target", "anchor", "drafts", "windows", "embedding", "head", "markov", "confidence")
+PARTS = ("layers", "target", "anchor", "block_size", "windows", "embedding", "head", "markov", "confidence")
 HEADS = ("markov", "confidence")
 LAYER_WORDS = {"DraftLayer": "native Gemma-style draft layers (dspark's own: values without a norm, full RoPE)",
                "Qwen3Layer": "Qwen3-style draft layers", "Gemma4Layer": "Gemma-4 global-attention draft layers"}
@@ -55,7 +55,7 @@ def native_spec(dims, cfg) -> Spec:
     layout = BlockLayout(windows=(cfg.context_window,) * cfg.num_layers, window_from_anchor=True) \
         if cfg.context_window else BlockLayout()
     return Spec(format=native.FORMAT, variant="native", hidden=dims.hidden_size, vocab=dims.vocab_size,
-                draft_vocab=dims.vocab_size, taps=tuple(cfg.tap_layers), drafts=cfg.block_size,
+                draft_vocab=dims.vocab_size, taps=tuple(cfg.tap_layers), block_size=cfg.block_size,
                 mask_token_id=cfg.mask_token_id, layout=layout, make_layers=lambda: [], eps=dims.rms_norm_eps,
                 own_embedding=False,
                 embed_scale=None, own_head=False, softcap=dims.final_logit_softcapping,
@@ -92,7 +92,7 @@ def parts(spec: Spec, net: nn.Module, drop_heads: bool = False) -> dict:
         "layers": (type(net.layers[0]).__name__ if n else "", n, shapes, tuple(net.fc.weight.shape)),
         "target": (spec.hidden, spec.vocab, tuple(spec.taps), spec.mask_token_id),
         "anchor": lay.anchor_predicts,
-        "drafts": spec.drafts,
+        "block_size": spec.block_size,
         "windows": (windows, causal, bool(lay.window_from_anchor and any(windows))),
         "embedding": (spec.own_embedding, spec.embed_scale),
         "head": (spec.own_head, spec.draft_vocab, spec.softcap or None, spec.output_multiplier),
@@ -112,7 +112,7 @@ def shape_of(src: Source, drop_heads: bool = False) -> DraftShape:
     limit = src.config.get("max_position_embeddings") or tl.get("max_position_embeddings") or 4096
     return DraftShape(
         hidden=s.hidden, layers=len(src.net.layers), heads=attn.heads, kv_heads=attn.kv_heads, head_dim=attn.head_dim,
-        intermediate=mlp.gate_proj.weight.shape[0], vocab=s.vocab, taps=tuple(s.taps), block_size=s.drafts,
+        intermediate=mlp.gate_proj.weight.shape[0], vocab=s.vocab, taps=tuple(s.taps), block_size=s.block_size,
         mask_token_id=s.mask_token_id, num_target_layers=s.num_target_layers, eps=s.eps,
         rope_theta=float(getattr(layer.rope, "base", 10000.0)), markov_rank=0 if drop_heads else s.markov_rank,
         confidence=s.confidence and not drop_heads, window=window, softcap=s.softcap, max_positions=int(limit),
@@ -231,7 +231,7 @@ def words(part: str, src: Source, theirs: dict | None = None) -> str:
         own = "output head of its own" if s.own_head else "borrowed output head (the target's)"
         return own + (f", soft-capped at {s.softcap:g}" if s.softcap else "") + \
             (f", times {s.output_multiplier:g}" if s.output_multiplier != 1.0 else "")
-    return {"target": "taps and mask token", "drafts": f"{s.drafts} drafts per round",
+    return {"target": "taps and mask token", "block_size": f"{s.block_size} drafts per round",
             "markov": f"Markov head (rank {s.markov_rank})", "confidence": "confidence head"}[part]
 
 

@@ -94,9 +94,18 @@ class Verdict:
         return f"differs from plain decoding at token {d.index} ({lp}): a mismatch, not a tie"
 
     def to_dict(self) -> dict:
-        return {"identical_to_baseline": self.identical,
+        return {"identical": self.identical,
                 "first_difference": self.first_difference.to_dict() if self.first_difference else None,
                 "lossless": self.lossless}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Verdict:
+        """A verdict as ``to_dict`` or the app writes it; files written before the rename say
+        ``identical_to_baseline`` for ``identical``."""
+        diff = d.get("first_difference")
+        if diff:
+            diff = Difference(**{k: tuple(x) if isinstance(x, list) else x for k, x in diff.items()})
+        return cls(bool(d["identical"] if "identical" in d else d["identical_to_baseline"]), diff or None)
 
 
 def ulp(x: float, dtype: str) -> float:

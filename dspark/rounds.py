@@ -116,12 +116,12 @@ class VerifyRows:
                    None if sp.greedy else distribution(logits, sp))
 
 
-def speculative_round(target: Target, session: DraftSession, cache: list, *, anchor: int, position: int,
+def speculative_round(target: Target, draft_session: DraftSession, cache: list, *, anchor: int, position: int,
                       new_rows: mx.array | None, block_size: int, budget: int, sched: Scheduler,
                       sampling: SamplingParams, key: mx.array, threads: dict, display: bool = True,
                       inspect: bool = False) -> RoundOutcome:
     """One round from ``anchor`` (the last committed token, not yet in ``cache``) at cache length
-    ``position``. ``session`` drafts ``block_size`` tokens (0: none, and the round is a plain step
+    ``position``. ``draft_session`` drafts ``block_size`` tokens (0: none, and the round is a plain step
     of the target), reading ``new_rows`` first (the tap rows it has not seen; None: none);
     ``sched`` verifies at most ``budget`` of them (the tokens the run may still commit, less the
     one the target always adds: the round never commits more than the run asked for). The target
@@ -134,7 +134,7 @@ def speculative_round(target: Target, session: DraftSession, cache: list, *, anc
     k_draft, k_accept = mx.random.split(key)
     t0 = perf_counter()
     use_phase_threads(threads, "draft")
-    draft = session.propose(anchor, position, new_rows=new_rows, block_size=block_size, sampling=sp,
+    draft = draft_session.propose(anchor, position, new_rows=new_rows, block_size=block_size, sampling=sp,
                             key=k_draft) if block_size > 0 else None
     conf = None
     if draft is not None and draft.confidences is not None and sched.reads_confidences:
@@ -143,14 +143,14 @@ def speculative_round(target: Target, session: DraftSession, cache: list, *, anc
         # Start the draft before the verify graph is built below. On MLX's CPU backend the
         # dispatch runs nearly in step with the compute, so the overlap is small: with the
         # confidence head skipped (below) 1.04x on the demo pair, within the noise.
-        mx.async_eval(draft.tokens, session.state())
+        mx.async_eval(draft.tokens, draft_session.state())
     width = sched.width(draft.tokens.shape[1], budget, conf, position) if draft is not None else 0
     # The verify graph is built on the lazy draft, so it is ready when the draft is read.
-    logits, taps = verify_forward(target, cache, tap_layers=session.tap_layers, anchor=anchor,
+    logits, taps = verify_forward(target, cache, tap_layers=draft_session.tap_layers, anchor=anchor,
                                   draft_tokens=draft.tokens if width else None, width=width)
     drafted, dprobs, z = [], [], None
     if draft is not None:
-        drafted, dprobs, c, z = read_draft(draft, session, display, heads=display or conf is not None)  # sync 1
+        drafted, dprobs, c, z = read_draft(draft, draft_session, display, heads=display or conf is not None)  # sync 1
         conf = c if conf is None else conf
     t1 = perf_counter()
     use_phase_threads(threads, "verify")
@@ -292,14 +292,14 @@ def verify_forward(target: Target, cache: list, *, tap_layers: Sequence[int], an
     return target.forward(verify_ids[None], cache, tap_layers, capped=False)
 
 
-def read_draft(draft, session: DraftSession, display: bool, heads: bool):
+def read_draft(draft, draft_session: DraftSession, display: bool, heads: bool):
     """Evaluate a draft as a round reads it (one host sync): (drafted ids, their draft
     probabilities, confidences, confidence logits). What only a screen reads is left unevaluated,
     so never computed, without one: the draft probabilities (NaN) and, unless ``heads``, the
     confidence head (None)."""
     shown = draft.draft_probs if display else None
     c_arr, z_arr = (draft.confidences, draft.conf_logits) if heads else (None, None)
-    mx.eval(draft.tokens, shown, c_arr, z_arr, session.state())
+    mx.eval(draft.tokens, shown, c_arr, z_arr, draft_session.state())
     drafted = draft.tokens[0].tolist()
     dprobs = shown[0].tolist() if display else [math.nan] * len(drafted)
     return (drafted, dprobs, c_arr[0].tolist() if c_arr is not None else None,

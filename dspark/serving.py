@@ -50,12 +50,12 @@ def commands(fmt: str, config: dict, drafts: int, out: str, *, verifier: str | N
 def readme(fmt: str, config: dict, info: dict, out: str, *, verifier: str | None) -> str:
     """The exported directory's README.md: what it is, where it came from, how to serve it.
     ``info``: the drafter's source, drafts per round, taps, and the heads left out."""
-    cmds = commands(fmt, config, info["drafts"], out, verifier=verifier)
+    cmds = commands(fmt, config, info["block_size"], out, verifier=verifier)
     lines = [f"# A {TITLES[fmt]} drafter, exported by dspark", "",
              f"Exported from `{info['source']}` ({info['source_format']}) by `dspark export --format {fmt}`. "
              "Loaded back by dspark, it drafts the same logits and the same tokens as the drafter it came from "
              "(checked when it was written).", "",
-             f"- drafts {info['drafts']} tokens a round; taps target layers {info['taps']}"
+             f"- drafts {info['block_size']} tokens a round; taps target layers {info['taps']}"
              + (f" (`aux_hidden_state_layer_ids` {config.get('aux_hidden_state_layer_ids')}: vLLM's numbering, "
                 "one above)" if fmt == "speculators" else ""),
              f"- target (verifier): {verifier or 'not given at export (TARGET below: the target it was trained for)'}"]

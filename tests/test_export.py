@@ -222,7 +222,7 @@ def test_serving_configs_hold_the_keys_vllm_and_sglang_read(models, tmp_path):
 def test_the_speculators_readme_says_what_an_ignored_soft_cap_changes():
     from dspark import serving
 
-    info = {"source": "d", "source_format": "native", "drafts": 6, "taps": [1, 3]}
+    info = {"source": "d", "source_format": "native", "block_size": 6, "taps": [1, 3]}
     capped = serving.readme("speculators", {"final_logit_softcapping": 30.0}, info, "out", verifier=None)
     assert "`final_logit_softcapping` 30.0" in capped and "Markov head" in capped
     assert "final_logit_softcapping" not in serving.readme("speculators", {}, info, "out", verifier=None)

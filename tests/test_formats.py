@@ -70,16 +70,16 @@ class Capture:
         self.drafter, self.rows = drafter, []
 
     def start(self, target):
-        session = self.drafter.start(target)
-        propose = session.propose
+        draft_session = self.drafter.start(target)
+        propose = draft_session.propose
 
         def recorded(*args, **kwargs):
             rows = propose(*args, **kwargs)
             self.rows.append(rows)
             return rows
 
-        session.propose = recorded
-        return session
+        draft_session.propose = recorded
+        return draft_session
 
 
 def ours(target, drafter, plain, rows: list | None = None):

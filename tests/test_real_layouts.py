@@ -254,7 +254,7 @@ def test_open_a_target_by_its_hugging_face_name_from_the_local_cache(root, tmp_p
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
-    assert out["target"] == repo and out["identical_to_baseline"] is True and len(out["tokens"]) == 6
+    assert out["target"] == repo and out["identical"] is True and len(out["tokens"]) == 6
     assert out["prompt_tokens"][:2] == [2, 105]  # <bos><|turn>: the chat template was applied
     cmd[cmd.index(repo)] = "mlx-community/not-in-the-cache"
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)

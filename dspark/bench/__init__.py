@@ -109,7 +109,7 @@ def build_arms(a, target, target_dir: str, cfg, *, say) -> tuple[list, dict]:
             if (kind, fmt) in (("dflash", "zlab-dflash"), ("dflash-mlx", "zlab-dflash"), ("mlx-dspark", "deepspec"),
                                ("mlx-dspark", "speculators")):
                 spec.append(arms.Peer(kind, python=_peer_python(a), target_dir=target_dir, drafter_dir=d,
-                                      drafter_name=name, drafts=drafter.block_size))
+                                      drafter_name=name, block_size=drafter.block_size))
             else:
                 say(f"the {kind} peer does not read {name} ({fmt} format): no {kind} arm for it")
     if a.mlx_lm_draft:
@@ -117,7 +117,7 @@ def build_arms(a, target, target_dir: str, cfg, *, say) -> tuple[list, dict]:
 
         draft = load_target(a.mlx_lm_draft, say=say)
         spec.append(arms.MlxLmDraft(target, draft.model, draft_name=Path(a.mlx_lm_draft).name,
-                                    num_draft=a.mlx_lm_num_draft, cfg=cfg))
+                                    block_size=a.mlx_lm_num_draft, cfg=cfg))
     return [arms.Plain(target, cfg, arms.plain_thread_choices()), *spec], costs
 
 

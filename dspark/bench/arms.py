@@ -112,11 +112,11 @@ class Speculative:
 
 
 class MlxLmDraft:
-    """mlx-lm's ``speculative_generate_step`` with ``draft_model``, ``num_draft`` tokens a round."""
+    """mlx-lm's ``speculative_generate_step`` with ``draft_model``, ``block_size`` tokens a round."""
 
-    def __init__(self, target, draft_model, *, draft_name: str, num_draft: int, cfg: GenerationConfig):
-        self.target, self.draft_model, self.num_draft, self.cfg = target, draft_model, num_draft, cfg
-        self.drafter, self.policy = draft_name, f"mlx-lm:{num_draft}"
+    def __init__(self, target, draft_model, *, draft_name: str, block_size: int, cfg: GenerationConfig):
+        self.target, self.draft_model, self.block_size, self.cfg = target, draft_model, block_size, cfg
+        self.drafter, self.policy = draft_name, f"mlx-lm:{block_size}"
         self.name = f"mlx-lm draft {draft_name}"
 
     def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
@@ -127,14 +127,14 @@ class MlxLmDraft:
         start = perf_counter()
         tokens, flags, first = [], [], None
         for tok, _, from_draft in speculative_generate_step(
-                mx.array(ids), self.target.model, self.draft_model, num_draft_tokens=self.num_draft,
+                mx.array(ids), self.target.model, self.draft_model, num_draft_tokens=self.block_size,
                 max_tokens=max_tokens, sampler=_sampler(self.cfg), prefill_step_size=self.cfg.prefill_step_size):
             if first is None:
                 first = perf_counter()
             tokens.append(tok)
             flags.append(bool(from_draft))
         end = perf_counter()
-        accepted, widths = _mlx_lm_rounds(flags, max_tokens, self.num_draft)
+        accepted, widths = _mlx_lm_rounds(flags, max_tokens, self.block_size)
         n, first_round = len(tokens), accepted[0] + 1 if accepted else 1
         # Tokens come a round at a time: the rate over the rounds after the first, as mlx-lm reports it.
         window = end - first if first else 0.0
@@ -167,10 +167,11 @@ class Peer:
     """A peer's loop in ``python`` (a Python with the peer installed), one process per arm,
     kept alive across trials so loading is not timed."""
 
-    def __init__(self, kind: str, *, python: str, target_dir: str, drafter_dir: str, drafter_name: str, drafts: int):
+    def __init__(self, kind: str, *, python: str, target_dir: str, drafter_dir: str, drafter_name: str,
+                 block_size: int):
         """The ``kind`` peer's server started in ``python`` on the target and drafter directories;
-        ``drafter_name`` names the arm, ``drafts`` are the tokens it drafts a round."""
-        self.kind, self.drafter, self.policy, self.drafts = kind, drafter_name, "peer", drafts
+        ``drafter_name`` names the arm, ``block_size`` the tokens it drafts a round."""
+        self.kind, self.drafter, self.policy, self.block_size = kind, drafter_name, "peer", block_size
         self.name = f"{kind} {drafter_name}"
         self.proc = subprocess.Popen([python, str(PEER_SERVER), kind, target_dir, drafter_dir, blas.loaded_path() or ""],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -191,7 +192,7 @@ class Peer:
         out = self._read()
         if out.get("error"):
             raise RuntimeError(out["error"])
-        out["widths"] = [self.drafts] * out["rounds"]  # peers verify every drafted token
+        out["widths"] = [self.block_size] * out["rounds"]  # peers verify every drafted token
         return out
 
     def close(self) -> None:

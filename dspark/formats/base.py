@@ -61,7 +61,7 @@ class Spec:
     vocab: int  # the target vocabulary the drafter works in
     draft_vocab: int  # its output vocabulary (smaller with a d2t table)
     taps: tuple[int, ...]
-    drafts: int  # drafted tokens per round
+    block_size: int  # drafted tokens per round
     mask_token_id: int
     layout: BlockLayout
     make_layers: Callable[[], list]
@@ -139,8 +139,8 @@ class Spec:
 
     def describe(self) -> dict:
         return {
-            "variant": self.variant, "block_size": self.drafts,
-            "block_slots": self.drafts + (0 if self.layout.anchor_predicts else 1), "anchor_predicts": self.layout.anchor_predicts,
+            "variant": self.variant, "block_size": self.block_size,
+            "block_slots": self.block_size + (0 if self.layout.anchor_predicts else 1), "anchor_predicts": self.layout.anchor_predicts,
             "tap_layers": list(self.taps), "mask_token_id": self.mask_token_id, "draft_vocab": self.draft_vocab,
             "layers": len(self.make_layers()), "markov_head": bool(self.markov_rank), "markov_rank": self.markov_rank,
             "confidence_head": self.confidence, "own_embedding": self.own_embedding, "own_head": self.own_head,
@@ -162,7 +162,7 @@ class CheckpointDrafter(BlockDrafter):
     def __init__(self, spec: Spec, net: nn.Module, config: dict | None = None):
         self.spec, self.net = spec, net
         self.format, self.layout = spec.format, spec.layout
-        self.tap_layers, self.block_size, self.mask_token_id = spec.taps, spec.drafts, spec.mask_token_id
+        self.tap_layers, self.block_size, self.mask_token_id = spec.taps, spec.block_size, spec.mask_token_id
         self.confidence_with_markov = spec.confidence_with_markov
         self.config = dict(config or {})
         ext = self.config.get(EXTENSION) if isinstance(self.config.get(EXTENSION), dict) else {}

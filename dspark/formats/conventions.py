@@ -64,11 +64,11 @@ def apply(spec: Spec, chosen: dict) -> Spec:
     slots: with the anchor predicting it drafts one token more."""
     if not chosen:
         return spec
-    layout, drafts = spec.layout, spec.drafts
+    layout, block_size = spec.layout, spec.block_size
     if "anchor_predicts" in chosen and chosen["anchor_predicts"] != layout.anchor_predicts:
-        slots = drafts + (0 if layout.anchor_predicts else 1)
-        drafts = slots - (0 if chosen["anchor_predicts"] else 1)
-        if drafts < 1:
+        slots = block_size + (0 if layout.anchor_predicts else 1)
+        block_size = slots - (0 if chosen["anchor_predicts"] else 1)
+        if block_size < 1:
             raise DsparkError(f"a block of {slots} slot cannot draft with the anchor slot only feeding it")
         layout = dataclasses.replace(layout, anchor_predicts=chosen["anchor_predicts"])
     if "window_from_anchor" in chosen:
@@ -76,7 +76,7 @@ def apply(spec: Spec, chosen: dict) -> Spec:
     scale = spec.embed_scale
     if "embed_scale" in chosen:
         scale = None if chosen["embed_scale"] == "target" else float(chosen["embed_scale"])
-    return dataclasses.replace(spec, layout=layout, drafts=drafts, embed_scale=scale)
+    return dataclasses.replace(spec, layout=layout, block_size=block_size, embed_scale=scale)
 
 
 def alternatives(spec: Spec, hidden: int) -> list[tuple[str, object]]:

@@ -49,7 +49,7 @@ def read_spec(directory: Path, config: dict) -> Spec:
                             max_positions=max_pos) for _ in range(L)]
 
     return Spec(format="deepspec", variant="DSpark" if rank or confidence else "DFlash baseline", hidden=H, vocab=vocab,
-                draft_vocab=vocab, taps=f.ints("target_layer_ids", "tap_layer"), drafts=block,
+                draft_vocab=vocab, taps=f.ints("target_layer_ids", "tap_layer"), block_size=block,
                 mask_token_id=f.int("mask_token_id"), layout=BlockLayout(), make_layers=layers, eps=eps,
                 own_embedding=True, embed_scale=H**0.5, own_head=True, softcap=softcap or None, markov_rank=rank,
                 confidence=confidence, confidence_with_markov=f.bool("confidence_head_with_markov", default=True) and rank > 0,

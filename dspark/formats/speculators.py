@@ -53,11 +53,11 @@ def read_spec(directory: Path, config: dict, names: set[str] | None = None) -> S
     theta = t.float("rope_theta", "rope_theta", default=rope.get("rope_theta", 1e6))
     block = f.int("block_size", default=8)
     methods = sc.get("proposal_methods") or [{}]
-    default_drafts = block if config.get("sample_from_anchor", algo == "dspark") else block - 1
-    drafts = Fields(methods[0] if isinstance(methods[0], dict) else {}, where).int(
-        "speculative_tokens", "block_size", default=default_drafts)
-    if block - drafts not in (0, 1):
-        raise DsparkError(f"{where}: {drafts} speculative tokens from a block of {block} slots: expected "
+    default_block_size = block if config.get("sample_from_anchor", algo == "dspark") else block - 1
+    block_size = Fields(methods[0] if isinstance(methods[0], dict) else {}, where).int(
+        "speculative_tokens", "block_size", default=default_block_size)
+    if block - block_size not in (0, 1):
+        raise DsparkError(f"{where}: {block_size} speculative tokens from a block of {block} slots: expected "
                           f"{block} (the anchor slot predicts) or {block - 1} (it does not)")
     draft_vocab = f.int("draft_vocab_size", default=vocab)
     if draft_vocab > vocab:
@@ -83,9 +83,10 @@ def read_spec(directory: Path, config: dict, names: set[str] | None = None) -> S
     if any(windows):
         notes.append("sliding layers see the window before the anchor, full layers everything, as in training "
                      "(mlx-dspark windows every layer by each slot's position)")
-    layout = BlockLayout(anchor_predicts=block == drafts, windows=windows, causal=causal, window_from_anchor=True)
+    layout = BlockLayout(anchor_predicts=block == block_size, windows=windows, causal=causal, window_from_anchor=True)
     return Spec(format="speculators", variant="DSpark" if algo == "dspark" else "DFlash", hidden=H, vocab=vocab,
-                draft_vocab=draft_vocab, taps=taps, drafts=drafts, mask_token_id=f.int("mask_token_id"), layout=layout,
+                draft_vocab=draft_vocab, taps=taps, block_size=block_size, mask_token_id=f.int("mask_token_id"),
+                layout=layout,
                 make_layers=layers, eps=eps, own_embedding="embed_tokens.weight" in header, embed_scale=1.0,
                 own_head="lm_head.weight" in header or draft_vocab < vocab,
                 softcap=f.float("final_logit_softcapping", "softcap", default=0.0) or None, markov_rank=rank,

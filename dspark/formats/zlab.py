@@ -75,7 +75,7 @@ def read_spec(directory: Path, config: dict) -> Spec:
 
     layout = BlockLayout(anchor_predicts=False, windows=tuple(window if s else None for s in sliding), causal=causal)
     return Spec(format="zlab-dflash", variant="DFlash", hidden=H, vocab=vocab, draft_vocab=vocab, taps=taps,
-                drafts=block - 1, mask_token_id=mask, layout=layout, make_layers=layers, eps=eps, own_embedding=False, embed_scale=scale, own_head=False, softcap=softcap or None,
+                block_size=block - 1, mask_token_id=mask, layout=layout, make_layers=layers, eps=eps, own_embedding=False, embed_scale=scale, own_head=False, softcap=softcap or None,
                 output_multiplier=out_mult, num_target_layers=num_target, quantization=config.get("quantization"),
                 notes=notes)
 

@@ -113,9 +113,9 @@ class DrafterTrainer:
         if drafter.draft_to_target is not None:
             raise DsparkError("a drafter with a reduced draft vocabulary (d2t) cannot be trained here")
         self.trained_as = trained_as if trained_as is not None else asdict(drafter.cfg)  # the drafter's settings
-        self.G = drafter.block_size
+        self.block_size = drafter.block_size
         self.features = TargetFeatures(target, drafter.tap_layers, seqs, settings.feature_cache_mb)
-        self.weights = position_weights(self.G, settings.loss_decay or default_decay(self.G))
+        self.weights = position_weights(self.block_size, settings.loss_decay or default_decay(self.block_size))
         self.rng = np.random.default_rng(settings.seed)
         long = seqs.lengths > settings.seq_len
         self.buckets = [np.flatnonzero(m) for m in (~long, long) if m.any()]
@@ -140,7 +140,7 @@ class DrafterTrainer:
         self._rng_before_pending = copy.deepcopy(self.rng.bit_generator.state)
         chosen, owner, p = self._draw_anchors()
         S = int(self.seqs.lengths[chosen].max())
-        valid = p[:, None] + np.arange(self.G)[None, :] + 1 <= (self.seqs.lengths[chosen][owner] - 1)[:, None]
+        valid = p[:, None] + np.arange(self.block_size)[None, :] + 1 <= (self.seqs.lengths[chosen][owner] - 1)[:, None]
         if self.world.size == 1:
             return self._batch_arrays(chosen, owner, p, valid=valid, S=S)
         weight = (np.array(self.weights, np.float64)[None, :] * valid).sum()
@@ -165,7 +165,7 @@ class DrafterTrainer:
 
     def _batch_arrays(self, chosen, owner, p, *, valid, S: int) -> tuple[mx.array, ...]:
         """The arrays of anchors at ``p`` of sequences ``chosen[owner]`` (slot k: position p+k)."""
-        block_pos = p[:, None] + np.arange(self.G)[None, :]
+        block_pos = p[:, None] + np.arange(self.block_size)[None, :]
         toks = self.seqs.tokens[chosen, :S].reshape(-1)
         feats = self.features.get_many(chosen, S)
         taps = mx.stack([f[0] for f in feats])
