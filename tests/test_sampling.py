@@ -8,6 +8,10 @@ The bound: for N samples over K categories, E[TV] <= 0.5 * sum_v sqrt(p_v (1 - p
 TV moves by at most 1/N per sample, so by McDiarmid P(TV > E[TV] + eps) <= exp(-2 N eps^2).
 With eps = sqrt(ln(1/delta) / (2N)) and delta = 1e-4, a correct sampler fails a check with
 probability below 1e-4; a sampler that skips the ratio test is off by far more.
+
+Greedy's choice (``dspark.sampling``) is mlx-lm's: the argmax shortcuts the engine takes, before
+the soft-cap or not, give mlx-lm's token wherever they are used, and a bf16 near tie goes to the
+lower id as it does in mlx-lm.
 """
 
 import math
