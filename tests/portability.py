@@ -116,8 +116,10 @@ class Finding:
 
 
 def sources(root: Path = ROOT) -> list[Path]:
-    """Every test module and helper (tests/*.py) and the library and app sources."""
-    return sorted([*root.glob("tests/*.py"), *root.glob("dspark/**/*.py"), *root.glob("app/**/*.py")])
+    """Every test module and helper (tests/*.py), measurement script (measure/*.py) and the library
+    and app sources."""
+    return sorted([*root.glob("tests/*.py"), *root.glob("measure/*.py"), *root.glob("dspark/**/*.py"),
+                   *root.glob("app/**/*.py")])
 
 
 def check_tree(root: Path = ROOT) -> list[Finding]:

@@ -23,7 +23,7 @@ ARM_KEYS = ["tokens_per_sec", "speedup", "tau", "acceptance_rate", "per_position
 ENV_KEYS = ["os", "cpu", "mlx", "device", "blas", "blas_threads", "git", "python", "plain_blas_threads"]
 
 
-pytestmark = pytest.mark.usefixtures("costs_measured_once")  # benchmarks need costs; test_policy tests measuring
+pytestmark = pytest.mark.usefixtures("costs_measured_once")  # benchmarks need costs; test_costs tests measuring
 
 
 @pytest.fixture(scope="module")

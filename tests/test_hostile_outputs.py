@@ -24,7 +24,7 @@ from hostile_fixtures import good_pair
 ROOT = Path(__file__).resolve().parent.parent
 
 
-pytestmark = pytest.mark.usefixtures("costs_measured_once")  # benchmarks need costs; test_policy tests measuring
+pytestmark = pytest.mark.usefixtures("costs_measured_once")  # benchmarks need costs; test_costs tests measuring
 
 
 @pytest.fixture(scope="module")

@@ -85,31 +85,6 @@ def test_dspark_generate_inspect_json_lists_every_round(tmp_path, capsys):
         assert all(rank == 0 for rank in r["draft_rank"][: r["accepted"]])
 
 
-@pytest.mark.parametrize("vocab", [14, 100, 4096, 4100])
-def test_the_candidates_are_the_highest_values_of_each_row(vocab):
-    """The inspector's candidates (chunk maxima, then a partition of the best chunks) are the
-    very ids a partition of the whole row gives, ties apart."""
-    from dspark.rounds import candidates
-
-    score = mx.random.normal((7, vocab), key=mx.random.key(vocab))
-    got = mx.sort(mx.take_along_axis(score, candidates(score, 13), -1), axis=-1)
-    want = mx.sort(score, axis=-1)[:, -13:]
-    assert mx.array_equal(got, want)
-
-
-def test_inspecting_reuses_what_accept_computed_and_gives_the_same_view():
-    """The round's VerifyRows (read by accept) and a fresh inspection give the same view."""
-    from dspark.config import SamplingParams
-    from dspark.rounds import VerifyRows, inspection
-
-    raw = mx.random.normal((6, 96), key=mx.random.key(3)) * 4
-    drafted = [3, 7, 11, 2, 90]
-    for sp in (SamplingParams(), SamplingParams(temperature=0.7, top_k=20)):
-        rows = VerifyRows.of(raw, 30.0, sp)
-        mx.eval(rows.logits, rows.lse, *([rows.dist] if rows.dist is not None else []))
-        assert inspection(raw[:5], 30.0, drafted, sp, rows=rows) == inspection(raw[:5], 30.0, drafted, sp)
-
-
 @pytest.mark.parametrize("name", ["dspark", "dflash"])
 def test_the_greedy_invariants_hold_on_the_demo_pair(name):
     """The bundled demo target and drafter on a held-out demo prompt: a trained pair, so rounds

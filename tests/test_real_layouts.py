@@ -133,22 +133,6 @@ def test_a_planted_rollback_bug_is_a_mismatch(root, name, monkeypatch):
     assert not v.identical and v.first_difference.kind == "mismatch", v.explain()
 
 
-def test_greedy_takes_mlx_lm_s_choice_at_a_bf16_near_tie():
-    """Two logits distinct in bf16 whose log-probabilities round to the same value: mlx-lm's
-    greedy sampler (argmax of logits - logsumexp in the model's dtype) takes the lower id, and
-    so must the engine, where a plain argmax of the logits takes the other."""
-    from mlx_lm.sample_utils import make_sampler
-
-    from dspark.sampling import greedy_choice
-
-    logits = mx.zeros((1, 1000), mx.bfloat16)
-    logits[0, 3], logits[0, 7] = 0.5, 0.50390625  # one bf16 step apart
-    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)  # as mlx_lm.generate_step computes them
-    assert logprobs[0, 3].item() == logprobs[0, 7].item()  # the near tie rounds to a tie
-    assert mx.argmax(logits, axis=-1).item() == 7
-    assert greedy_choice(logits).item() == make_sampler(0.0)(logprobs).item() == 3
-
-
 def test_chat_template_wraps_the_prompt_as_one_user_turn(root):
     target = load_target(layout(root, "e2b-it-hf-bf16"))
     tok = target.tokenizer
@@ -206,14 +190,6 @@ def test_bf16_moe_experts_run_on_the_cpu_with_metal_numbers(root):
             assert mx.array_equal(y[0, t, j, 0], want)
 
 
-def test_a_malformed_per_layer_config_is_one_sentence():
-    config = {"text_config": {"layer_types": ["sliding_attention", "full_attention", "full_attention"],
-                              "per_layer_config": {"1": {"head_dim": 256}, "2": {"head_dim": 512}}}}
-    with pytest.raises(DsparkError, match="different shapes"):
-        gemma4.legacy_text_config(config)
-    assert gemma4.legacy_text_config({"text_config": {"global_head_dim": 512}}) is None
-
-
 def test_memory_is_checked_before_loading(root, monkeypatch):
     d = layout(root, "e2b-it-hf-bf16")
     needed = gemma4.estimate_target_bytes(d, json.loads((d / "config.json").read_text()))
@@ -232,16 +208,6 @@ def test_memory_is_checked_before_loading(root, monkeypatch):
     monkeypatch.setattr(modeldir, "metal_working_set", lambda: needed)
     with pytest.raises(DsparkError, match=r"needs about .* Metal's recommended working set on this Mac is"):
         load_target(d)
-
-
-def test_the_memory_budget_is_metals_working_set_exactly_where_mlx_computes_on_a_macs_gpu():
-    gpu_mac = sys.platform == "darwin" and mx.default_device().type == mx.gpu
-    budget, limit = modeldir.memory_budget()
-    if gpu_mac:
-        assert budget == mx.device_info()["max_recommended_working_set_size"] and "Metal" in limit
-    else:
-        assert modeldir.metal_working_set() is None
-        assert budget == modeldir.machine_memory() and "this machine has" in limit
 
 
 def test_open_a_target_by_its_hugging_face_name_from_the_local_cache(root, tmp_path):

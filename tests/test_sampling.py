@@ -8,6 +8,10 @@ The bound: for N samples over K categories, E[TV] <= 0.5 * sum_v sqrt(p_v (1 - p
 TV moves by at most 1/N per sample, so by McDiarmid P(TV > E[TV] + eps) <= exp(-2 N eps^2).
 With eps = sqrt(ln(1/delta) / (2N)) and delta = 1e-4, a correct sampler fails a check with
 probability below 1e-4; a sampler that skips the ratio test is off by far more.
+
+Greedy's choice (``dspark.sampling``) is mlx-lm's: the argmax shortcuts the engine takes, before
+the soft-cap or not, give mlx-lm's token wherever they are used, and a bf16 near tie goes to the
+lower id as it does in mlx-lm.
 """
 
 import math
@@ -151,3 +155,91 @@ def test_plain_stretches_sample_the_target_distribution(target, monkeypatch):
         tv = 0.5 * np.abs(counts[i] / N - exact[i]).sum()
         assert tv <= tv_bound(exact[i], N), f"token {i}: TV {tv:.4f} > bound {tv_bound(exact[i], N):.4f}"
     assert len(judged) >= N  # a shadow draft at least once a run, each judged
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
+def test_the_shortcut_before_the_soft_cap_takes_mlx_lm_s_token_whenever_it_is_used(dtype):
+    """The engine reads the verify rows before Gemma's soft-cap and caps only the best and the
+    runner-up: wherever that margin exceeds ``tie_margin(.., softcap)``, the raw argmax is
+    mlx-lm's greedy token of the capped logits. Rows reach far into the cap's flat tails, where
+    distinct raw logits round to one capped value, and sit at every distance from the bound."""
+    import numpy as np
+
+    from dspark.sampling import greedy_choice, greedy_with_margin, soft_cap, tie_margin
+
+    rng = np.random.default_rng(1)
+    V, cap = 4096, 30.0
+    tol = tie_margin(V, dtype, cap)
+    rows = []
+    for i in range(400):
+        x = rng.normal(0, rng.choice([0.5, 3, 12, 40]), V)
+        j, k = rng.choice(V, 2, replace=False)
+        x[j] = x.max() + 40 * tol
+        x[k] = x[j] - tol * 10.0 ** rng.uniform(-4, 2)  # a runner-up at every distance from the bound
+        if i % 10 == 0:
+            x[k] = x[j]
+        rows.append(x)
+    raw = mx.array(np.array(rows), dtype=dtype)
+    best, margin = greedy_with_margin(raw, cap)
+    rule = greedy_choice(soft_cap(raw, cap))  # mlx-lm: the capped logits, then its rule
+    fast = [b for b, m in zip(best.tolist(), margin.tolist()) if m > tol]
+    exact = [r for r, m in zip(rule.tolist(), margin.tolist()) if m > tol]
+    assert fast == exact and 20 < len(fast) < 381  # the shortcut is used, and not everywhere
+    # the bound is not vacuous: below it the raw argmax often is not mlx-lm's token (the cap
+    # merges distinct raw logits, and the lower id wins)
+    assert any(b != r for b, r, m in zip(best.tolist(), rule.tolist(), margin.tolist()) if m <= tol)
+    # without a cap the raw margin is the margin: the same rule as before
+    assert tie_margin(V, dtype, None) == tie_margin(V, dtype) < tol
+    assert greedy_with_margin(raw, None)[1].tolist() == greedy_with_margin(raw)[1].tolist()
+
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])
+def test_the_argmax_shortcut_takes_mlx_lm_s_token_whenever_it_is_used(dtype):
+    """Where the margin over the runner-up exceeds ``tie_margin``, the plain argmax is mlx-lm's
+    greedy token (the argmax of logits - logsumexp in the dtype); rows built with near ties at
+    every scale, and rows whose best logits are equal, check both sides of the bound."""
+    import numpy as np
+
+    from dspark.sampling import greedy_choice, greedy_with_margin, tie_margin
+
+    rng = np.random.default_rng(0)
+    V = 4096
+    tol = tie_margin(V, dtype)
+    rows = []
+    for i in range(400):
+        x = rng.normal(0, rng.choice([0.5, 3, 12]), V)
+        j, k = rng.choice(V, 2, replace=False)
+        x[j] = x.max() + 40 * tol  # clear of the rest: the runner-up is x[k]
+        x[k] = x[j] - tol * 10.0 ** rng.uniform(-4, 1.5)  # a runner-up at every distance from the bound
+        if i % 10 == 0:
+            x[k] = x[j]  # an exact tie
+        rows.append(x)
+    flat = np.zeros(V)  # a flat row: the log-probabilities of 0.5 and 0.5039 round together below fp32
+    flat[3], flat[7] = 0.5, 0.50390625
+    rows.append(flat)
+    logits = mx.array(np.array(rows), dtype=dtype)
+    best, margin = greedy_with_margin(logits)
+    rule = greedy_choice(logits)
+    fast = [b for b, m in zip(best.tolist(), margin.tolist()) if m > tol]
+    exact = [r for r, m in zip(rule.tolist(), margin.tolist()) if m > tol]
+    assert fast == exact and 20 < len(fast) < 381  # the shortcut is used, and not everywhere
+    # the bound is not vacuous: below it, the plain argmax does sometimes differ from the rule
+    if dtype != mx.float32:
+        assert any(b != r for b, r, m in zip(best.tolist(), rule.tolist(), margin.tolist()) if m <= tol)
+
+
+def test_greedy_takes_mlx_lm_s_choice_at_a_bf16_near_tie():
+    """Two logits distinct in bf16 whose log-probabilities round to the same value: mlx-lm's
+    greedy sampler (argmax of logits - logsumexp in the model's dtype) takes the lower id, and
+    so must the engine, where a plain argmax of the logits takes the other."""
+    from mlx_lm.sample_utils import make_sampler
+
+    from dspark.sampling import greedy_choice
+
+    logits = mx.zeros((1, 1000), mx.bfloat16)
+    logits[0, 3], logits[0, 7] = 0.5, 0.50390625  # one bf16 step apart
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)  # as mlx_lm.generate_step computes them
+    assert logprobs[0, 3].item() == logprobs[0, 7].item()  # the near tie rounds to a tie
+    assert mx.argmax(logits, axis=-1).item() == 7
+    assert greedy_choice(logits).item() == make_sampler(0.0)(logprobs).item() == 3

@@ -116,11 +116,13 @@ def test_the_generation_form_has_one_widget_per_field(qtbot):
 def test_every_import_of_the_packages_resolves():
     """Imports inside functions run only when their code does: a name moved or renamed would
     surface in front of a user. Every ``from dspark... import name`` must find ``name``, in the
-    tests too (a test module that cannot import stops the whole run at collection)."""
+    tests too (a test module that cannot import stops the whole run at collection) and in the
+    measurement scripts (measure/), which no test runs."""
     import importlib
 
     missing = []
     tests = {f"tests.{f.stem}": f for f in (ROOT / "tests").rglob("*.py")}
+    tests |= {f"measure.{f.stem}": f for f in (ROOT / "measure").glob("*.py")}
     for name, path in {**modules(), **tests}.items():
         pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         for node in ast.walk(ast.parse(path.read_text())):

@@ -1,11 +1,14 @@
-"""Tiny random Gemma-4 targets built in code (no downloads), float32."""
+"""Tiny random Gemma-4 targets built in code (no downloads), float32, and the wrapping-window cases the
+engine's tests decode (with plain greedy's tokens to compare against)."""
 
 from __future__ import annotations
 
 import mlx.core as mx
+from mlx_lm.generate import generate_step
 from mlx_lm.models import gemma4_text
 
 from dspark import Target
+from dspark.costs import Costs
 
 
 def tiny_args(window: int = 16, shared: int = 0, per_layer: int = 0, layers: int = 6, vocab: int = 64, **kw):
@@ -44,6 +47,23 @@ def tiny_model(seed: int = 0, scale: float = 1.0, **kw):
 
 def tiny_target(seed: int = 0, **kw) -> Target:
     return Target(tiny_model(seed, **kw))
+
+
+PROMPT = [5, 9, 11, 3, 7, 21, 2]
+#: Targets whose sliding window wraps several times in five windows of output; the second also
+#: shares K/V between layers and has per-layer inputs.
+WRAPPING = {"sliding16": dict(window=16), "sliding24-kvshared-perlayer": dict(window=24, shared=2, per_layer=8)}
+#: A machine where verifying more rows costs more and more: auto must trade width for time.
+STEEP = Costs(verify_ms=(2.0, 2.4, 3.0, 4.0, 5.5, 7.5, 10.0), draft_ms=2.0, step_ms=1.5)
+
+
+def wrapping_case(name: str):
+    """``WRAPPING[name]``'s target, an output length of five windows, and plain mlx-lm greedy's
+    tokens after ``PROMPT`` for that length: what the engine's output must equal."""
+    kw = WRAPPING[name]
+    target = tiny_target(seed=0, scale=0.15, vocab=96, **kw)
+    n = 5 * kw["window"]
+    return target, n, [tok for tok, _ in generate_step(mx.array(PROMPT), target.model, max_tokens=n)]
 
 
 TEXT = (

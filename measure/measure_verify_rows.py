@@ -10,7 +10,7 @@ Printed: the median milliseconds of each piece per arm and the ratio of many row
 whose time grows with the rows is compute (the products), one that does not is MLX's fixed cost
 per op. Not a test (pytest does not collect it): run it by hand, on a machine as quiet as it gets.
 
-    python tests/measure_verify_rows.py [--target DIR] [--context N] [--drafts D] [--repeats R]
+    python measure/measure_verify_rows.py [--target DIR] [--context N] [--drafts D] [--repeats R]
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ as a share of the inspected run's decode seconds. Printed: the median of each, i
 and range, the rounds measured and the load average before and after. Not a test (pytest does
 not collect it): run it by hand, on a machine as quiet as it gets.
 
-    python tests/measure_inspect.py [--target DIR] [--drafter DIR] [--prompts N] [--repeats R]
-                                    [--max-tokens T] [--display | --no-display] [--json]
+    python measure/measure_inspect.py [--target DIR] [--drafter DIR] [--prompts N] [--repeats R]
+                                      [--max-tokens T] [--display | --no-display] [--json]
 
 Every inspected run also has ``display=True`` (the app shows each token's probability, and
 ``dspark generate --inspect`` turns it on), so that is the default of both arms here;

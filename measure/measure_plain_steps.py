@@ -11,7 +11,7 @@ Printed: each arm's median milliseconds per token (prefill included, the same in
 its median ratio to mlx-lm's over the (prompt, repeat) pairs, and the load average. Not a test
 (pytest does not collect it): run it by hand, on a machine as quiet as it gets.
 
-    python tests/measure_plain_steps.py [--target DIR] [--prompts N] [--repeats R] [--max-tokens T]
+    python measure/measure_plain_steps.py [--target DIR] [--prompts N] [--repeats R] [--max-tokens T]
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ the round of exactly the accepted drafts: no policy can beat it). A model, not a
 figures rank policies; ``dspark bench --context`` measures them. Not a test (pytest does not
 collect it).
 
-    python tests/measure_policy.py [--drafter DIR] [--context 64,1024,3000] [--prompts N] [--bias B]
-                                   [--save FILE | --load FILE]
+    python measure/measure_policy.py [--drafter DIR] [--context 64,1024,3000] [--prompts N] [--bias B]
+                                     [--save FILE | --load FILE]
 
 Recording is the slow part (a draft at every position: ~15 minutes for both demo drafters at
 three lengths on 2 CPU cores); ``--save`` keeps the recordings, the costs and the priors in a

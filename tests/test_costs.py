@@ -1,0 +1,188 @@
+"""The costs auto weighs (``dspark.costs``): measured on this machine at the thread count whole
+rounds are fastest at, a plain step timed in turns with the draft and the verify, cached per
+target and drafter shape (a damaged cache measured again), priced at the context a round runs
+at; and the ``dspark costs`` command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dspark import DflashConfig, DflashDrafter
+from dspark import costs as costs_mod
+from dspark.costs import Costs
+from dspark.policy import auto_width
+from tiny import tiny_target
+
+
+def test_costs_are_measured_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path))
+    target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=1)
+    said = []
+    first = costs_mod.load_or_measure(target, drafter, 4, say=said.append)
+    assert len(first.verify_ms) == 5 and first.draft_ms > 0 and first.step_ms > 0 and len(said) == 1
+    again = costs_mod.load_or_measure(target, drafter, 4, say=said.append)
+    assert again == first and len(said) == 1  # from the cache, not measured again
+    # what follows is whether a damaged cache is measured again, not the timing (taken above)
+    measured = []
+    monkeypatch.setattr(costs_mod, "measure", lambda *a, **k: measured.append(k.get("key")) or first)
+    (file,) = tmp_path.glob("*.json")
+    assert json.loads(file.read_text())["verify_ms"] == list(first.verify_ms)
+    file.write_text("{damaged")
+    assert costs_mod.load_or_measure(target, drafter, 4, say=said.append).key == first.key and len(said) == 2
+    file.write_text("[" * 100_000 + "]" * 100_000)  # nested past any parser's stack: measured again
+    assert costs_mod.load_or_measure(target, drafter, 4, say=said.append).key == first.key and len(said) == 3
+    assert measured == [first.key] * 2
+    other = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=2, markov_rank=16), seed=1)
+    assert costs_mod.key_for(target, other, 4) != first.key  # another drafter shape: other costs
+
+
+
+@pytest.mark.parametrize("slow", [1, 2])
+def test_the_loop_runs_at_the_thread_count_whole_rounds_are_faster_at(slow, tmp_path, monkeypatch):
+    """The draft and the verify share one BLAS thread count, the one whole rounds are timed
+    faster at (here rounds are made 20 ms slower at ``slow`` threads; the phases timed alone
+    are not, so a choice from them would be a coin toss). 20 ms a round: far above what a
+    busy machine adds to a tiny round, so the test holds under load."""
+    import time
+
+    from dspark import blas, rounds
+
+    monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path))
+    now = {"threads": 2}
+    monkeypatch.setattr(blas, "default_threads", lambda: 2)
+    monkeypatch.setattr(blas, "set_threads", lambda n: now.update(threads=n))
+    monkeypatch.setattr(blas, "restore_threads", lambda: now.update(threads=2))
+    real_round = rounds.speculative_round
+
+    def round_slower_at_one_count(*a, **k):
+        if now["threads"] == slow:
+            time.sleep(0.02)
+        return real_round(*a, **k)
+
+    monkeypatch.setattr(rounds, "speculative_round", round_slower_at_one_count)
+    target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=1)
+    c = costs_mod.measure(target, drafter, 4, contexts=(32,), repeats=2)
+    fast = 3 - slow
+    assert c.threads["draft"] == c.threads["verify"] == fast and c.threads["step"] in (1, 2)
+
+
+
+def _recording_generate_step(monkeypatch, log: list, sleep_s: float = 0.0):
+    """mlx-lm's generate_step, each token it yields logged as "step" (after ``sleep_s``)."""
+    import importlib
+    import time
+
+    module = importlib.import_module("mlx_lm.generate")  # the attribute mlx_lm.generate is the function
+    real = module.generate_step
+
+    def steps(*a, **k):
+        for out in real(*a, **k):
+            time.sleep(sleep_s)
+            log.append("step")
+            yield out
+
+    monkeypatch.setattr(module, "generate_step", steps)
+
+
+
+def test_the_plain_step_is_timed_in_turns_with_the_draft_and_the_verify(monkeypatch):
+    """What auto compares is a round's cost against a plain step's: timed in turns within each
+    repeat, as the draft and the verify are, a change of the machine's load touches both (timed
+    one after the other, a step measured in a busier moment once priced plain decoding at a
+    full round at 3,000 tokens, and auto drafted at 0.7x of plain)."""
+    from dspark import rounds
+
+    log: list[str] = []
+    _recording_generate_step(monkeypatch, log)
+    real_verify = rounds.verify_forward
+    monkeypatch.setattr(rounds, "verify_forward", lambda *a, **k: log.append("verify") or real_verify(*a, **k))
+    target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=1)
+    costs_mod.measure(target, drafter, 4, contexts=(32,), repeats=3, threads={})
+    turns = [kind for i, kind in enumerate(log) if i == 0 or log[i - 1] != kind]
+    assert turns.count("step") >= 4 and turns.count("verify") >= 4  # a warm-up turn and 3 repeats, taking turns
+
+
+
+def test_a_plain_step_never_costs_more_than_a_verify_of_the_anchor_alone(monkeypatch):
+    """Both are one row through the target; the step is pipelined and reads no taps. A step
+    timed slower (here 30 ms a token slower: a busy moment) is read as the one-row verify's cost,
+    at every context, so a noisy measurement cannot make plain decoding look dearer than it is."""
+    _recording_generate_step(monkeypatch, [], sleep_s=0.03)
+    target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=1)
+    c = costs_mod.measure(target, drafter, 4, contexts=(32, 64), repeats=2, threads={})
+    assert c.verify_ms[0] < 30 and c.step_ms == c.verify_ms[0]
+    (_, verify, _, step), = c.longer
+    assert step == verify[0]
+    assert costs_mod.one_row_bound(5.0, 7.0) == 5.0 and costs_mod.one_row_bound(9.0, 7.0) == 7.0
+
+
+
+def test_measured_verify_costs_are_made_non_decreasing():
+    assert costs_mod.monotone([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
+    assert costs_mod.monotone([2.0, 1.0, 1.0]) == pytest.approx([4 / 3] * 3)
+    assert costs_mod.monotone([1.0, 2.0]) == [1.0, 2.0]
+
+
+
+def test_the_costs_command_measures_then_reads_the_cache(tmp_path, monkeypatch, capsys):
+    from dspark.cli import main
+    from tiny import write_tiny_target_dir
+
+    monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path / "costs"))
+    target = write_tiny_target_dir(tmp_path / "target")
+    assert main(["init", "--target", str(target), "--out", str(tmp_path / "d"), "--block-size", "3",
+                 "--layers", "1"]) == 0
+    argv = ["costs", "--target", str(target), "--drafter", str(tmp_path / "d"), "--json"]
+    real, measured = costs_mod.measure, []
+
+    def measure_once(*a, **k):  # --remeasure must measure again; the timing itself is taken once
+        measured.append(measured[0] if measured else real(*a, **k))
+        return measured[-1]
+
+    monkeypatch.setattr(costs_mod, "measure", measure_once)
+    capsys.readouterr()
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert "measuring this machine's" in out.err and len(json.loads(out.out)["verify_ms"]) == 4
+    assert main(argv) == 0 and "measuring" not in capsys.readouterr().err
+    assert main([*argv, "--remeasure"]) == 0 and "measuring" in capsys.readouterr().err
+    assert len(measured) == 2
+
+
+
+def test_costs_are_priced_at_the_context_a_round_runs_at():
+    """Measured at three cache lengths; between them linear, past them the nearest slope, a
+    verify never cheaper for more rows; and what auto decides at 3,000 tokens is priced there."""
+    c = Costs(verify_ms=(2.0, 2.1), draft_ms=0.5, step_ms=2.0, context=256,
+              longer=((1024, (3.0, 4.0), 2.0, 2.4), (3072, (5.0, 5.9), 4.0, 3.2)))
+    assert c.at(256).verify_ms == (2.0, 2.1)
+    mid = c.at(640)
+    assert mid.verify_ms == pytest.approx((2.5, 3.05)) and mid.draft_ms == pytest.approx(1.25) and mid.context == 640
+    far = c.at(4096)
+    assert far.draft_ms == pytest.approx(5.0) and far.step_ms == pytest.approx(3.6)
+    assert c.at(0).draft_ms >= 0 and all(a <= b for a, b in zip(far.verify_ms, far.verify_ms[1:]))
+    # a noisy measurement whose line falls: never priced below the last point past it (it was 0,
+    # and auto divided by it), never below half the smaller value before the first
+    noisy = Costs(verify_ms=(2.0, 2.4), draft_ms=1.0, step_ms=2.0, context=256,
+                  longer=((1024, (1.5, 1.6), 0.4, 1.8), (3072, (1.0, 1.1), 0.2, 1.0)))
+    assert noisy.at(100_000).verify_ms == (1.0, 1.1) and noisy.at(100_000).draft_ms == 0.2
+    assert noisy.at(0).verify_ms[0] > 0 and Costs(verify_ms=(2.0, 2.4), draft_ms=1.0, step_ms=2.0, context=256,
+                                                   longer=((1024, (9.0, 9.4), 4.0, 8.0),)).at(0).draft_ms == 0.5
+    assert auto_width([0.9], 0.0, [0.0, 0.0], 1) in (0, 1)  # zero costs from a crafted file: no ZeroDivisionError
+    assert Costs.from_dict(json.loads(json.dumps(c.to_dict()))) == c  # as the cache file holds it
+    bad = json.loads(json.dumps(c.to_dict()))
+    bad["longer"] = [[1024, [3.0, float("nan")], 2.0, 2.4]]
+    with pytest.raises(ValueError):
+        Costs.from_dict(bad)
+    # the same acceptance pays at a short context and not at a long one
+    from dspark.policy import Policy, Scheduler
+
+    s = Scheduler(Policy("auto"), 2, c)
+    s.running.hits, s.running.tries = [2.0, 1.0], [4.0, 2.0]  # about half of the drafts accepted
+    assert s.drafts(256, 10) and not s.drafts(3072, 10)

@@ -1,0 +1,113 @@
+"""The generation loop (``dspark.engine``): plain stretches that keep the drafter's context in
+step, shadow drafts judged by the tokens committed after them, the profile's prior used only on
+its own target, ``block_size=0`` as plain decoding, and plain decoding's log-probabilities read
+exactly. That its output equals plain greedy's: ``test_lossless.py`` and ``test_policy.py``."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, run_to_summary
+from same import assert_same_greedy
+from tiny import PROMPT, STEEP, WRAPPING, wrapping_case
+
+
+@pytest.fixture(scope="module", params=list(WRAPPING))
+def case(request):
+    return wrapping_case(request.param)
+
+
+@pytest.mark.parametrize("shadow_every", [0, 1, 3])
+def test_plain_steps_keep_the_drafters_context_in_step(case, monkeypatch, shadow_every):
+    """Tap rows of plain steps wait for the drafter's next draft, a round's or a shadow draft's:
+    its context stays exactly the target's (the session checks the offset every draft) and the
+    output plain greedy's, whether the plain stretches draft in the shadow never, at every step or
+    now and then."""
+    from dspark.policy import Scheduler
+
+    target, n, ref = case
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
+    monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: position % 5 < 2)
+    due = []
+
+    def shadow_due(self):
+        due.append(bool(shadow_every) and (len(due) + 1) % shadow_every == 0)
+        return due[-1]
+
+    monkeypatch.setattr(Scheduler, "shadow_due", shadow_due)
+    judged = []
+    monkeypatch.setattr(Scheduler, "observe_shadow", lambda self, position, width, matched: judged.append(width))
+    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
+    events = list(generate(target, drafter, PROMPT, cfg))
+    s = events[-1]
+    assert_same_greedy(target, PROMPT, s.tokens, ref)
+    assert s.plain_steps > n // 4 and s.rounds > n // 8
+    assert len(s.accepted_lengths) == s.rounds and s.tau == (n - s.plain_steps) / s.rounds
+    # a plain step's time is kept apart from the rounds' (the per-round figures of dspark bench)
+    assert s.plain_seconds == pytest.approx(sum(e.verify_seconds for e in events[:-1] if e.plain_step))
+    assert s.verify_seconds == pytest.approx(sum(e.verify_seconds for e in events[:-1] if not e.plain_step))
+    assert len(judged) == sum(due) and (sum(due) > n // 8 if shadow_every else not judged)  # each judged once
+
+
+
+def test_a_shadow_draft_is_judged_by_the_tokens_committed_after_it():
+    """Greedy, a shadow draft's leading drafts that equal the tokens the target committed after
+    its anchor are what a round verifying them would have accepted: judged at its first draft that
+    differs, when all of its block is known, or, when the plain stretch ends, on what is known."""
+    from dspark.engine import judge_shadow
+    from dspark.policy import Policy, Scheduler
+
+    seen = []
+
+    class Spy(Scheduler):
+        def observe_shadow(self, position, width, matched):
+            seen.append((position, width, matched))
+
+    s = Spy(Policy("auto"), 4, STEEP)
+    shadow = (3, mx.array([[7, 8, 5, 9]]))  # drafts for positions 4..7 from the anchor at position 3
+    assert judge_shadow(s, shadow, [1, 2, 3, 4, 7, 8]) is shadow and not seen  # two of four known, both right
+    assert judge_shadow(s, shadow, [1, 2, 3, 4, 7, 8, 5, 9]) is None and seen[-1] == (3, 4, 4)
+    assert judge_shadow(s, shadow, [1, 2, 3, 4, 7, 6]) is None and seen[-1] == (3, 2, 1)  # the second differs
+    assert judge_shadow(s, shadow, [1, 2, 3, 4, 7, 8, 5], final=True) is None and seen[-1] == (3, 3, 3)
+
+
+
+def test_the_profile_prior_is_used_only_on_the_target_it_was_measured_on(tmp_path):
+    from types import SimpleNamespace
+
+    from dspark.engine import measured_acceptance
+
+    target = SimpleNamespace(weights_fingerprint="aaa", target_id="gemma4-x")
+
+    def profile(fp, tid):
+        return SimpleNamespace(target_fingerprint=fp, target_id=tid, per_position_acceptance=(0.5, 0.3))
+
+    assert measured_acceptance(SimpleNamespace(profile=profile("aaa", "other")), target) == [0.5, 0.3]
+    assert measured_acceptance(SimpleNamespace(profile=profile("bbb", "gemma4-x")), target) is None
+    assert measured_acceptance(SimpleNamespace(profile=profile(None, "gemma4-x")), target) == [0.5, 0.3]
+    assert measured_acceptance(SimpleNamespace(profile=profile(None, "gemma4-y")), target) is None
+    assert measured_acceptance(SimpleNamespace(), target) is None
+
+
+
+def test_block_size_0_decodes_by_the_pipelined_plain_steps(case, monkeypatch):
+    """Nothing to draft is plain decoding: ``block_size=0`` runs the same pipelined steps as auto's
+    plain stretches (never a round of width 0), and its output is plain greedy's."""
+    import dspark.engine
+
+    target, n, ref = case
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
+    monkeypatch.setattr(dspark.engine, "speculative_round", None)  # a round would fail here
+    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, block_size=0)
+    s = run_to_summary(generate(target, drafter, PROMPT, cfg))
+    assert s.tokens == tuple(ref) and s.plain_steps == n and s.rounds == 0
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
+def test_plain_decodings_log_probabilities_are_read_exactly_from_memory(dtype):
+    from dspark.engine import _host_value
+
+    x = (mx.random.normal((500,), key=mx.random.key(1)) * 4).astype(dtype)
+    mx.eval(x)
+    assert [_host_value(x, i) for i in range(500)] == x.astype(mx.float32).tolist()
