@@ -151,8 +151,9 @@ class Worker(QObject):
         models live, on the job's prompts and settings, compared with the drafter's profile; its
         progress after every generation, each result as a ``Diagnosed``. Stop ends it within one
         round (the drafters diagnosed by then keep their results)."""
-        from dspark.diagnose import diagnose, profile
-        from dspark.diagnose.measure import Stopped
+        from dspark import drafter_profile as profile
+        from dspark.diagnose import diagnose
+        from dspark.diagnose.acceptance import Stopped
         from dspark.loading import read_drafter_config
 
         ok, cancelled = True, False

@@ -16,7 +16,7 @@ from mlx_lm.utils import _get_classes, load_model, load_tokenizer
 
 from . import finite, gemma4, hub
 from .device import use_env_device
-from .diagnose import profile as profiles
+from . import drafter_profile as profiles
 from .drafter import DflashDrafter
 from .errors import DsparkError, NotGemma4Error
 from .formats import conventions, deepspec, native, speculators, zlab
@@ -105,7 +105,7 @@ def load_drafter(path: str | Path, target: Target | None = None, say=None):
 
 
 def read_profile(directory: Path, drafter):
-    """The drafter's profile (``dspark.diagnose.profile.find``: the acceptance it reached on
+    """The drafter's profile (``dspark.drafter_profile.find``: the acceptance it reached on
     held-out text), which the ``auto`` policy starts from; None when it has none. A damaged
     profile file does not stop the drafter from loading (``auto`` starts without it): it is
     ``dspark diagnose``'s to name, in its one line."""

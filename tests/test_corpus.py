@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark.demo import corpus
+from dspark import corpus
 from dspark.training.texts import read_texts
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from dspark import GenerationConfig, generate, generate_baseline, load_drafter, load_target, run_to_summary
-from dspark.demo.measure import acceptance
-from dspark.demo.corpus import heldout_prompts
+from dspark.demo.evaluation import acceptance
+from dspark.corpus import heldout_prompts
 from same import assert_same_greedy
 
 DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo"

@@ -23,8 +23,8 @@ from dspark.config import GenerationConfig
 from dspark.diagnose import diagnose
 from dspark.diagnose import checks as C
 from dspark.diagnose.findings import Finding, ordered
-from dspark.diagnose.measure import Measurement, Stopped, conditional, pooled_conditional
-from dspark.diagnose.profile import PROFILE_FILE, Profile, find, read_file
+from dspark.diagnose.acceptance import Measurement, Stopped, conditional, pooled_conditional
+from dspark.drafter_profile import PROFILE_FILE, Profile, find, read_file
 from dspark.resources import demo_model
 from dspark.training.train import train_drafter
 from dspark.training.trainer import TrainSettings

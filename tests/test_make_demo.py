@@ -9,7 +9,8 @@ import pytest
 
 import dspark.loading
 import dspark.training.train as train
-from dspark.demo import build, corpus
+from dspark import corpus
+from dspark.demo import build
 from dspark.files import save_safetensors
 from dspark.training.trainer import STATE_FILE
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from dspark import resources
-from dspark.demo import corpus, pretrain
+from dspark import corpus
+from dspark.demo import pretrain
 from dspark.demo.pretrain import Phase, TargetRecipe
 
 TINY = TargetRecipe(phases=(Phase(4, 32, 2), Phase(3, 64, 1)), warmup=2, checkpoint_every=2, eval_seq_len=32,

@@ -5,6 +5,7 @@ no import cycles, and the app's generation form has one widget per ``GenerationC
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ PACKAGES = {"dspark": ROOT / "dspark", "dspark_studio": ROOT / "app"}
 MAX_LINES = 420  # "a few hundred": read in one sitting
 
 
+@functools.cache  # read once: imports_of asks for every import it resolves
 def modules() -> dict[str, Path]:
     out = {}
     for pkg, folder in PACKAGES.items():

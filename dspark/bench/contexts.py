@@ -33,7 +33,7 @@ def parse(text: str) -> list[int]:
 
 def padded(target, prompts: list[list[int]], length: int) -> list[list[int]]:
     """Each prompt (token ids) as exactly ``length`` ids: padded in front as the module says."""
-    from ..demo.corpus import iter_texts
+    from ..corpus import iter_texts
 
     sep = target.encode("\n\n")
     corpus = None

@@ -1,2 +1,2 @@
-"""The bundled demo models: the stdlib corpus, the demo tokenizer, the demo target's
-pretraining and ``dspark make-demo`` (build, train both drafters, measure)."""
+"""The bundled demo models: the demo tokenizer, the demo target's pretraining (on the stdlib
+corpus, ``dspark.corpus``) and ``dspark make-demo`` (build, train both drafters, measure)."""

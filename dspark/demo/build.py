@@ -10,7 +10,7 @@ resume from their own checkpoints (``--only target|drafters|calibrate|prompts|me
    draft's cost on long prompts (``DRAFTERS``, ``TRAINING``);
 3. ``calibrate``: the DSpark drafter's confidence head, on more held-out rounds than training's
    own evaluation;
-4. ``prompts``: the prompt set the app opens on (``dspark.demo.measure``);
+4. ``prompts``: the prompt set the app opens on (``dspark.demo.evaluation``);
 5. ``measure``: ``results.json``, the figures the demo README cites besides ``dspark bench``'s.
 
 Every stage shows its progress with an estimate of the time left, and an interrupted rebuild
@@ -29,7 +29,7 @@ from ..errors import DsparkError
 from ..options import Parser
 from ..resources import demo_dir, prompts_dir
 from ..training.trainer import TrainSettings
-from .measure import measure, say_stderr, write_prompt_set
+from .evaluation import measure, say_stderr, write_prompt_set
 from .target_model import CKPT_DIR, CKPT_FILE
 
 #: The demo recipe, as data: few draft layers, so a block costs a small share of a step of the
@@ -65,7 +65,7 @@ def build_target(out: Path, minutes: float | None, resume: bool) -> None:
 def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple(DRAFTERS)) -> None:
     from ..loading import load_target
     from ..training.train import DATA_FILE, saved_step, train_drafter
-    from .corpus import heldout_prompts, iter_texts, prompt_sites
+    from ..corpus import heldout_prompts, iter_texts, prompt_sites
 
     target = load_target(out / "target")
     # Prompts: stretches of the train files, and def/class headers of the train files (the
@@ -90,7 +90,7 @@ def calibrate(out: Path, rounds: int = 600) -> None:
     """The DSpark drafter's confidence head calibrated anew on ``rounds`` held-out rounds."""
     from ..loading import load_drafter, load_target
     from ..training.calibrate import calibrate_drafter, format_calibration
-    from .corpus import heldout_prompts
+    from ..corpus import heldout_prompts
 
     target = load_target(out / "target")
     drafter = load_drafter(out / "dspark", target)

@@ -1,5 +1,5 @@
 """Train the project's demo target from scratch: a Gemma-4-architecture LM (``gemma4_text``) on
-the Python standard library's source (:mod:`dspark.demo.corpus`), saved as a plain mlx-lm
+the Python standard library's source (:mod:`dspark.corpus`), saved as a plain mlx-lm
 checkpoint directory that ``mlx_lm.load(dir)`` rebuilds exactly.
 
 The recipe is data (:class:`TargetRecipe`): the model's shape (``target_model.MODEL_ARGS``) and
@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import DsparkError
 from ..training.loop import Progress, train_loop
-from . import corpus
+from .. import corpus
 from .bpe import encode_documents, load_tokenizer, save_tokenizer, train_tokenizer
 from .target_model import (CKPT_DIR, CKPT_FILE, MODEL_ARGS, Batches, build_model, count_parameters, eval_windows,
                            evaluate, load_checkpoint, loss_fn, lr_schedule, model_config, save_checkpoint, save_model,

@@ -1,7 +1,7 @@
 """The demo target's model, data order, evaluation and files (used by ``dspark.demo.pretrain``).
 
 The demo target is a tiny Gemma-4-architecture LM (``gemma4_text``) trained from scratch on the
-Python standard library source (:mod:`dspark.demo.corpus`), saved as a plain mlx-lm checkpoint
+Python standard library source (:mod:`dspark.corpus`), saved as a plain mlx-lm checkpoint
 directory that ``mlx_lm.load(dir)`` rebuilds exactly.
 """
 

@@ -2,10 +2,11 @@
 
 It runs a few prompts, compares what it measured with what the drafter should reach (its
 profile) and says what lowers acceptance, each cause a :class:`Finding` with a stable code
-(``findings.CODES``). Layout: ``findings`` (the result, no MLX), ``profile`` (what a drafter
-should reach: recorded and read), ``style`` (chat template and thinking of a run or of training
-data), ``measure`` (the generation loop and the figures), ``checks`` (one pure function per
-code, thresholds explained), ``run`` (:func:`diagnose`, :func:`record`), ``cli`` (the command).
+(``findings.CODES``). Layout: ``findings`` (the result, no MLX), ``style`` (chat template and
+thinking of a run or of training data), ``acceptance`` (the generation loop and the acceptance
+figures), ``checks`` (one pure function per code, thresholds explained), ``run``
+(:func:`diagnose`, :func:`record`), ``cli`` (the command). What a drafter should reach, recorded
+and read, is ``dspark.drafter_profile``: loading and training read and write it too.
 
 Importing this package loads no MLX: ``diagnose``, ``record`` and ``main`` load their modules
 when first used.

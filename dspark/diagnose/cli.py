@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..options import check_range, from_args
     from ..prompts import get, read_set
     from .findings import describe
-    from .profile import find, write_recorded
+    from ..drafter_profile import find, write_recorded
     from .run import diagnose, record
 
     a = parser().parse_args(argv)

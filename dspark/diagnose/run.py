@@ -16,8 +16,8 @@ from ..errors import DsparkError
 from . import style
 from .checks import FAR_BELOW, Facts, run_checks
 from .findings import Diagnosis, ordered
-from .measure import Measurement, accepted_within, measure
-from .profile import Profile, measured, target_fingerprint
+from .acceptance import Measurement, accepted_within, measure
+from ..drafter_profile import Profile, measured, target_fingerprint
 
 #: Other conventions of a published checkpoint are tried only when position-1 acceptance is under
 #: this (or far below the profile): a drafter read the wrong way accepts little, so a healthy one

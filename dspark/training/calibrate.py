@@ -51,7 +51,7 @@ class Calibration:
     fit_rounds: int = 0
     check_rounds: int = 0
     # acceptance by position over every round collected (metrics.per_position_acceptance): what
-    # ``dspark calibrate`` writes into the drafter's profile (dspark.diagnose.profile)
+    # ``dspark calibrate`` writes into the drafter's profile (dspark.drafter_profile)
     per_position_acceptance: list[float] = field(default_factory=list)
 
     def kept(self) -> list[float] | None:

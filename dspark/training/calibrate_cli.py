@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
         prompts = cut_prompts(encode_all(target, read_texts(a.prompts)), a.max_tokens + a.prompt_len, a.prompt_len)
     else:
-        from ..demo.corpus import heldout_prompts
+        from ..corpus import heldout_prompts
 
         prompts = heldout_prompts(max(4, a.rounds // 8))
     if not prompts:
@@ -64,7 +64,7 @@ def _profile(target, drafter, prompts, *, acceptance: list[float], src: Path, ou
     if not acceptance:
         return
     from ..config import GenerationConfig
-    from ..diagnose.profile import PROFILE_FILE, measured, read_file, write_own
+    from ..drafter_profile import PROFILE_FILE, measured, read_file, write_own
     from ..diagnose.style import run_style
 
     before = read_file(src / PROFILE_FILE) if (src / PROFILE_FILE).is_file() else None

@@ -175,7 +175,7 @@ def _profile(target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSet
     acc = (report.get("heldout") or {}).get("per_position_acceptance")
     if not acc:
         return
-    from ..diagnose.profile import longest_context, measured, write_own
+    from ..drafter_profile import longest_context, measured, write_own
     from ..diagnose.style import data_style
 
     rows = [row[:n] for row, n in zip(seqs.tokens[:512], seqs.lengths[:512])]  # a sample is evidence enough

@@ -73,7 +73,7 @@ def _train(parser, a, argv, world) -> int:
     """``dspark train`` in this process (one of ``world``): the checks every process passes
     before any writes (a refusal said once), rank 0's run on every process when resuming, the
     training, and the rank's own log when there are several."""
-    from ..demo.corpus import heldout_prompts, iter_texts
+    from ..corpus import heldout_prompts, iter_texts
     from ..files import output_dir
     from ..loading import load_target
     from .texts import read_texts

@@ -30,7 +30,7 @@ def passing_openings(target, say) -> tuple[list[str], int]:
     """(the held-out openings on which the target writes 256 tokens of real text, how many were tried)."""
     from ..metrics import repetition_share
     from ..training.distill import greedy_continuations
-    from .corpus import heldout_prompts
+    from ..corpus import heldout_prompts
 
     texts = heldout_prompts(CANDIDATES)
     ids = [target.encode(t) for t in texts]

@@ -1,4 +1,5 @@
-"""The demo corpus: the Python standard library's source.
+"""The demo corpus: the Python standard library's source (the demo build's text, ``dspark train``'s
+and ``dspark calibrate``'s default data, and ``dspark bench --context``'s padding).
 
 The demo target model is trained from scratch here because no model hub is reachable. Its
 corpus must exist offline on every machine and be redistributable, so it is the standard

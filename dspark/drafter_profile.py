@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 import numpy as np
 
-from ..errors import DsparkError
-from ..files import write_text
-from ..reading import read_json
+from .errors import DsparkError
+from .files import write_text
+from .reading import read_json
 
 PROFILE_FILE = "dspark-profile.json"
 REPORT_FILE = "train_report.json"  # dspark.training.train's (read here for drafters trained before profiles)
