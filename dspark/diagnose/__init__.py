@@ -5,17 +5,18 @@ profile) and says what lowers acceptance, each cause a :class:`Finding` with a s
 (``findings.CODES``). Layout: ``findings`` (the result, no MLX), ``profile`` (what a drafter
 should reach: recorded and read), ``style`` (chat template and thinking of a run or of training
 data), ``measure`` (the generation loop and the figures), ``checks`` (one pure function per
-code, thresholds explained), ``run`` (:func:`diagnose`, :func:`record`), ``cli`` (the command).
+code, thresholds explained), ``run`` (:func:`diagnose`, :func:`record`). The command is
+:mod:`dspark.cli.diagnose`.
 
-Importing this package loads no MLX: ``diagnose``, ``record`` and ``main`` load their modules
-when first used.
+Importing this package loads no MLX: ``diagnose`` and ``record`` load their module when first
+used.
 """
 
 from __future__ import annotations
 
 from .findings import CODES, SEVERITIES, Diagnosis, Finding
 
-_LAZY = {"diagnose": "run", "record": "run", "main": "cli"}
+_LAZY = {"diagnose": "run", "record": "run"}
 
 
 def __getattr__(name: str):
@@ -26,4 +27,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CODES", "SEVERITIES", "Diagnosis", "Finding", "diagnose", "main", "record"]
+__all__ = ["CODES", "SEVERITIES", "Diagnosis", "Finding", "diagnose", "record"]
