@@ -67,7 +67,7 @@ def _profile(target, drafter, prompts, *, acceptance: list[float], src: Path, ou
     if not acceptance:
         return
     from ..diagnose.profile import PROFILE_FILE, measured, read_file, write_own  # slow: numpy
-    from ..diagnose.style import run_style  # slow: the chat template's renderer
+    from ..diagnose.style import run_style  # slow: numpy
 
     before = read_file(src / PROFILE_FILE) if (src / PROFILE_FILE).is_file() else None
     templated, thinking = run_style(target, GenerationConfig(), prompts)  # calibrate generates with the defaults

@@ -54,7 +54,7 @@ def _progress(done: int, total: int, what: str) -> None:
 
 def run(a) -> int:
     from ..diagnose.profile import find, write_recorded  # slow: numpy, not needed for --help
-    from ..diagnose.run import diagnose, record  # slow: the generation loop
+    from ..diagnose.run import diagnose, record  # slow: numpy
     from ..loading import load_drafter, load_target, read_drafter_config  # slow: mlx
 
     check_range("--limit", a.limit, 1, 100_000)
