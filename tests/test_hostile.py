@@ -332,10 +332,10 @@ def test_a_long_prompt_is_told_about_the_target_positions(dirs, capsys):
 
 
 def test_a_bug_is_one_line_and_a_log_file(monkeypatch, tmp_path, capsys):
-    import dspark.cli as cli
+    import dspark.cli.inspect as inspect_command
 
     monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path))
-    monkeypatch.setattr(cli, "cmd_inspect", lambda a: 1 / 0)
+    monkeypatch.setattr(inspect_command, "run", lambda a: 1 / 0)
     assert main(["inspect", "whatever"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("dspark: internal error (a bug, please report it): ZeroDivisionError") and "\n" not in err
@@ -397,7 +397,7 @@ def test_what_rust_and_the_terminal_say_is_one_line(dirs):
 def test_the_crash_reporter_cannot_crash(monkeypatch, tmp_path, capsys):
     """A bug while the command line holds undecodable bytes (kept as surrogates), with an exception
     whose text holds terminal escapes, or one whose str() itself fails: still one line and a log."""
-    import dspark.cli as cli
+    import dspark.cli.inspect as inspect_command
 
     class Unprintable(Exception):
         def __str__(self):
@@ -406,7 +406,7 @@ def test_the_crash_reporter_cannot_crash(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path))
     monkeypatch.setattr(sys, "argv", ["dspark", "inspect", b"caf\xff".decode("utf-8", "surrogateescape")])
     for bug in (ValueError("\x1b]0;pwned\x07"), Unprintable()):
-        monkeypatch.setattr(cli, "cmd_inspect", lambda a, bug=bug: (_ for _ in ()).throw(bug))
+        monkeypatch.setattr(inspect_command, "run", lambda a, bug=bug: (_ for _ in ()).throw(bug))
         assert main(["inspect", "whatever"]) == 1
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "\x1b" not in err and "details in" in err, err

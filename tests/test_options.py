@@ -96,37 +96,19 @@ def test_a_flag_that_turns_an_option_off_says_so_in_its_help():
         assert action.help.startswith("turn off (on by default): "), (flag, action.help)
 
 
-def _every_parser(monkeypatch) -> list[tuple[str, argparse.ArgumentParser]]:
-    """(command, parser) of every dspark command: the built-in ones, and the delegated ones as
-    their own modules build them (captured when they would parse)."""
-    import importlib
+def _every_parser() -> list[tuple[str, argparse.ArgumentParser]]:
+    """(command, parser) of every dspark command, as ``dspark X`` builds it."""
+    from dspark.cli import build_parser
 
-    from dspark import options
-    from dspark.cli import DELEGATED, build_parser
-
-    class Built(Exception):
-        pass
-
-    def built(self, *args, **kwargs):
-        raise Built(self)
-
-    found = [(name, p) for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
-             for name, p in a.choices.items() if name not in DELEGATED]
-    monkeypatch.setattr(options.Parser, "parse_args", built)
-    monkeypatch.setattr(options.Parser, "parse_known_args", built)
-    for name, (where, _) in DELEGATED.items():
-        module, fn = where.split(":")
-        with pytest.raises(Built) as caught:
-            getattr(importlib.import_module(module), fn)(["--help"])
-        found.append((name, caught.value.args[0]))
-    return found
+    return [(name, p) for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+            for name, p in a.choices.items()]
 
 
-def test_help_names_the_default_of_every_option_that_has_one(monkeypatch):
+def test_help_names_the_default_of_every_option_that_has_one():
     """docs/command-line.md: "--help on any command lists every option with its default"."""
     from dspark.options import ShowDefaults
 
-    parsers = _every_parser(monkeypatch)
+    parsers = _every_parser()
     assert {"generate", "train", "bench", "make-demo", "export", "diagnose"} <= {n for n, _ in parsers}
     silent = []
     for name, parser in parsers:
@@ -138,3 +120,20 @@ def test_help_names_the_default_of_every_option_that_has_one(monkeypatch):
                 if "default" not in shown:
                     silent.append(f"dspark {name} {a.option_strings[0]}")
     assert not silent, silent
+
+
+def test_every_command_has_one_shape_and_the_list_of_commands_loads_no_mlx():
+    """Each subcommand is a module of ``dspark.cli`` with ``HELP``, ``add_parser`` and ``run``;
+    ``dspark --help`` builds none of their parsers, so it starts without MLX."""
+    import subprocess
+    import sys
+
+    from dspark.cli import COMMANDS
+
+    for name, command in COMMANDS.items():
+        assert isinstance(command.HELP, str) and callable(command.add_parser) and callable(command.run), name
+    probe = ("import sys, contextlib, io\nfrom dspark.cli import main\n"
+             "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n    main(['--help'])\n"
+             "print(sorted(m for m in ('mlx', 'mlx_lm', 'numpy') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr

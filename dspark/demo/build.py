@@ -19,17 +19,12 @@ Every stage shows its progress with an estimate of the time left, and an interru
 
 from __future__ import annotations
 
-import dataclasses
 import sys
-import time
 from pathlib import Path
 
 from ..drafter import DflashConfig
-from ..errors import DsparkError
-from ..options import Parser
-from ..resources import demo_dir, prompts_dir
 from ..training.trainer import TrainSettings
-from .evaluation import measure, say_stderr, write_prompt_set
+from .evaluation import say_stderr
 from .target_model import CKPT_DIR, CKPT_FILE
 
 #: The demo recipe, as data: few draft layers, so a block costs a small share of a step of the
@@ -98,47 +93,3 @@ def calibrate(out: Path, rounds: int = 600) -> None:
     drafter.calibration = result.kept()
     drafter.save(out / "dspark")
     say_stderr("calibration: " + format_calibration(result))
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = Parser(prog="dspark make-demo", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=str(demo_dir()), help="where the demo models go (default: resources/demo)")
-    ap.add_argument("--only", choices=STAGES, help="run one stage only (default: all, in order)")
-    ap.add_argument("--prompt-set", default=str(prompts_dir() / "demo.json"),
-                    help="the prompt set file the prompts stage writes and the measure stage reads")
-    ap.add_argument("--target-minutes", type=float, help="time budget of the target's training (default: none)")
-    ap.add_argument("--drafter-steps", type=int, default=TRAINING.steps, help="optimizer steps of each drafter")
-    ap.add_argument("--drafter-minutes", type=float, help="time budget of each drafter's training (default: none)")
-    ap.add_argument("--fresh", action="store_true", help="start over instead of resuming checkpoints")
-    a = ap.parse_args(argv)
-    from ..options import check_options, check_range
-
-    for flag, value in (("--target-minutes", a.target_minutes), ("--drafter-minutes", a.drafter_minutes)):
-        check_range(flag, value, 0.01)
-    settings = dataclasses.replace(TRAINING, steps=a.drafter_steps, time_budget_minutes=a.drafter_minutes)
-    check_options(settings)
-    out = Path(a.out)
-    for stage in [a.only] if a.only else STAGES:
-        t0 = time.perf_counter()
-        if stage != "target" and not (out / "target" / "config.json").is_file():
-            raise DsparkError(f"no demo target in {out / 'target'}: run the target stage first")
-        if stage == "target":
-            build_target(out, a.target_minutes, resume=not a.fresh)
-        elif stage == "drafters":
-            build_drafters(out, settings, resume=not a.fresh)
-        elif stage == "calibrate":
-            calibrate(out)
-        elif stage == "prompts":
-            from ..loading import load_target
-
-            write_prompt_set(Path(a.prompt_set), load_target(out / "target"), say_stderr)
-        else:
-            from .. import prompts
-
-            measure(out, DRAFTERS, list(prompts.read_set(Path(a.prompt_set)).prompts), say_stderr)
-        say_stderr(f"stage {stage} done in {(time.perf_counter() - t0) / 60:.1f} min")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

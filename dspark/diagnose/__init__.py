@@ -5,18 +5,19 @@ profile) and says what lowers acceptance, each cause a :class:`Finding` with a s
 (``findings.CODES``). Layout: ``findings`` (the result, no MLX), ``style`` (chat template and
 thinking of a run or of training data), ``acceptance`` (the generation loop and the acceptance
 figures), ``checks`` (one pure function per code, thresholds explained), ``run``
-(:func:`diagnose`, :func:`record`), ``cli`` (the command). What a drafter should reach, recorded
-and read, is ``dspark.drafter_profile``: loading and training read and write it too.
+(:func:`diagnose`, :func:`record`). The command is :mod:`dspark.cli.diagnose`. What a drafter
+should reach, recorded and read, is ``dspark.drafter_profile``: loading and training read and
+write it too.
 
-Importing this package loads no MLX: ``diagnose``, ``record`` and ``main`` load their modules
-when first used.
+Importing this package loads no MLX: ``diagnose`` and ``record`` load their module when first
+used.
 """
 
 from __future__ import annotations
 
 from .findings import CODES, SEVERITIES, Diagnosis, Finding
 
-_LAZY = {"diagnose": "run", "record": "run", "main": "cli"}
+_LAZY = {"diagnose": "run", "record": "run"}
 
 
 def __getattr__(name: str):
@@ -27,4 +28,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CODES", "SEVERITIES", "Diagnosis", "Finding", "diagnose", "main", "record"]
+__all__ = ["CODES", "SEVERITIES", "Diagnosis", "Finding", "diagnose", "record"]

@@ -3,18 +3,21 @@ held-out rounds (:mod:`dspark.training.calibrate`) and save them into the drafte
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from ..config import GenerationConfig
+from ..corpus import heldout_prompts
 from ..errors import DsparkError
-from ..options import Parser
+from ..options import check_range
+from ..training.texts import read_texts
+from .say import say
+
+HELP = "fit a drafter's confidence temperatures (dspark calibrate --help)"
 
 
-def main(argv: list[str] | None = None) -> int:
-    from ..loading import load_drafter, load_target
-    from .calibrate import calibrate_drafter, format_calibration
-
-    ap = Parser(prog="dspark calibrate", description="Fit STS temperatures of a drafter's confidence head.")
+def add_parser(subparsers):
+    ap = subparsers.add_parser("calibrate", help=HELP,
+                               description="Fit STS temperatures of a drafter's confidence head.")
     ap.add_argument("--target", required=True)
     ap.add_argument("--drafter", required=True, help="drafter directory (the temperatures are saved into it)")
     ap.add_argument("--prompts", nargs="+", help="prompt files (.txt/.py/.md, or .jsonl with text/prompt); "
@@ -23,26 +26,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128, help="tokens generated per prompt")
     ap.add_argument("--prompt-len", type=int, default=64, help="prompt tokens cut from each stretch of a prompt file")
     ap.add_argument("--out", help="save the calibrated drafter here instead of over --drafter")
-    a = ap.parse_args(argv)
-    from ..options import check_range
+    return ap
+
+
+def run(a) -> int:
+    from ..loading import load_drafter, load_target  # slow: mlx, not needed for --help
+    from ..training.calibrate import calibrate_drafter, format_calibration  # slow: mlx, the training stack
+    from ..training.data import cut_prompts, encode_all  # slow: mlx
 
     for flag, value, hi in (("--rounds", a.rounds, 100_000), ("--max-tokens", a.max_tokens, 1_000_000),
                             ("--prompt-len", a.prompt_len, 1_000_000)):
         check_range(flag, value, 1, hi)
     target = load_target(a.target)
-    drafter = load_drafter(a.drafter, target, say=lambda msg: print(f"dspark: {msg}", file=sys.stderr))
+    drafter = load_drafter(a.drafter, target, say=say)
     if not hasattr(drafter, "save"):
         raise DsparkError(f"{a.drafter} is a {drafter.format} drafter this version cannot write back")
     if not drafter.has_confidence:
         raise DsparkError("this drafter has no confidence head: nothing to calibrate")
     if a.prompts:
-        from .data import cut_prompts, encode_all
-        from .texts import read_texts
-
         prompts = cut_prompts(encode_all(target, read_texts(a.prompts)), a.max_tokens + a.prompt_len, a.prompt_len)
     else:
-        from ..corpus import heldout_prompts
-
         prompts = heldout_prompts(max(4, a.rounds // 8))
     if not prompts:
         raise DsparkError("no prompts to calibrate on")
@@ -63,9 +66,8 @@ def _profile(target, drafter, prompts, *, acceptance: list[float], src: Path, ou
     the profile training wrote, when there is one."""
     if not acceptance:
         return
-    from ..config import GenerationConfig
-    from ..drafter_profile import PROFILE_FILE, measured, read_file, write_own
-    from ..diagnose.style import run_style
+    from ..drafter_profile import PROFILE_FILE, measured, read_file, write_own  # slow: numpy
+    from ..diagnose.style import run_style  # slow: numpy
 
     before = read_file(src / PROFILE_FILE) if (src / PROFILE_FILE).is_file() else None
     templated, thinking = run_style(target, GenerationConfig(), prompts)  # calibrate generates with the defaults

@@ -6,8 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..config import DflashConfig
+from ..corpus import heldout_prompts, iter_texts
 from ..errors import DsparkError
-from ..options import KeepEpilogLines, Parser
+from ..files import output_dir
+from ..options import KeepEpilogLines, add_options, check_options, from_args
+from ..training.texts import read_texts
+
+HELP = "train a drafter against a target (dspark train --help)"
 
 RUN_OPTIONS = ("time_budget_minutes", "checkpoint_minutes", "eval_prompts", "eval_tokens", "seed", "rank_timeout")
 DATA_OPTIONS = ("seq_len", "ctx_len", "prompt_len", "self_distill", "long_prompts", "long_prompt_len", "max_sequences",
@@ -28,13 +34,11 @@ Rank 0 alone writes --out and shows progress; each process logs to OUT/.train/ra
 with one sentence (one that stops answering: after --rank-timeout); the last checkpoint stays."""
 
 
-def train_parser() -> argparse.ArgumentParser:
-    from ..drafter import DflashConfig
-    from ..options import add_options
-    from .trainer import TrainSettings
+def add_parser(subparsers):
+    from ..training.trainer import TrainSettings  # slow: mlx, the training stack
 
-    ap = Parser(prog="dspark train", description="Train a DSpark drafter against a frozen Gemma-4 target.",
-                epilog=TRAIN_EPILOG, formatter_class=KeepEpilogLines)
+    ap = subparsers.add_parser("train", help=HELP, description="Train a DSpark drafter against a frozen Gemma-4 "
+                               "target.", epilog=TRAIN_EPILOG, formatter_class=KeepEpilogLines)
     ap.add_argument("--target", required=True, help="target model directory")
     ap.add_argument("--data", nargs="+", help="text files (.txt/.py/.md), folders, or .jsonl with a text/prompt field; "
                     "default: the built-in corpus")
@@ -52,14 +56,12 @@ def train_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .distributed import OtherRankStopped, RankLost, Refused, World
+def run(a) -> int:
+    from ..training.distributed import OtherRankStopped, RankLost, Refused, World  # slow: mlx
 
-    parser = train_parser()
-    a = parser.parse_args(argv)
     world = World.join()  # the processes mlx.launch started, else this one alone (--rank-timeout once checked)
     try:
-        return _train(parser, a, argv, world)
+        return _train(a.parser, a, a.argv, world)
     except OtherRankStopped:  # another process said why
         return 2
     except (DsparkError, KeyboardInterrupt) as e:
@@ -73,12 +75,9 @@ def _train(parser, a, argv, world) -> int:
     """``dspark train`` in this process (one of ``world``): the checks every process passes
     before any writes (a refusal said once), rank 0's run on every process when resuming, the
     training, and the rank's own log when there are several."""
-    from ..corpus import heldout_prompts, iter_texts
-    from ..files import output_dir
-    from ..loading import load_target
-    from .texts import read_texts
-    from .train import DATA_FILE, REPORT_FILE, train_drafter
-    from .trainer import STATE_FILE, TRAIN_DIR
+    from ..loading import load_target  # slow: mlx
+    from ..training.train import DATA_FILE, REPORT_FILE, train_drafter  # slow: mlx, the training stack
+    from ..training.trainer import STATE_FILE, TRAIN_DIR  # slow: mlx
 
     out = Path(a.out)
     with world.together():
@@ -107,10 +106,8 @@ def _train(parser, a, argv, world) -> int:
 def _train_settings(parser, a, argv, src: Path):
     """(drafter config, training settings) from the options, checked; with ``--resume``, those
     the run in ``src`` was started with, for every option not given again."""
-    from ..drafter import DflashConfig
-    from ..options import check_options, from_args
-    from .train import saved_run
-    from .trainer import TrainSettings
+    from ..training.train import saved_run  # slow: mlx, the training stack
+    from ..training.trainer import TrainSettings  # slow: mlx
 
     saved = saved_run(src) if a.resume and src.is_dir() else None
     if saved:  # continue as the run was started: options not given again keep their saved values

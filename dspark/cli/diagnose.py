@@ -8,7 +8,13 @@ import json
 import sys
 from pathlib import Path
 
-from ..options import Parser
+from ..config import GenerationConfig
+from ..diagnose.findings import describe
+from ..options import add_options, check_range, from_args
+from ..prompts import DEFAULT, get, read_set
+from .say import say
+
+HELP = "why a drafter is rejected: run a few prompts and name each cause found (dspark diagnose --help)"
 
 #: Prompts of the set a diagnosis runs unless --limit says otherwise: enough rounds to judge
 #: (a few hundred at the default --max-tokens), few enough to take seconds on small models.
@@ -18,13 +24,10 @@ GENERATION = ("temperature", "top_p", "top_k", "seed", "block_size", "chat_templ
               "chat_template_config", "stop_at_eos")
 
 
-def parser() -> Parser:
-    from ..config import GenerationConfig
-    from ..options import add_options
-    from ..prompts import DEFAULT
-
-    ap = Parser(prog="dspark diagnose", description="Why a drafter is rejected: run a few prompts, compare with what "
-                "the drafter should reach (its profile) and name each cause found, most severe first.")
+def add_parser(subparsers):
+    ap = subparsers.add_parser("diagnose", help=HELP, description="Why a drafter is rejected: run a few prompts, "
+                               "compare with what the drafter should reach (its profile) and name each cause found, "
+                               "most severe first.")
     ap.add_argument("--target", required=True, help="target model directory (or Hugging Face name)")
     ap.add_argument("--drafter", required=True, help="drafter directory (or Hugging Face name)")
     src = ap.add_mutually_exclusive_group()
@@ -49,23 +52,17 @@ def _progress(done: int, total: int, what: str) -> None:
     sys.stderr.flush()
 
 
-def main(argv: list[str] | None = None) -> int:
-    from ..config import GenerationConfig
-    from ..loading import load_drafter, load_target, read_drafter_config
-    from ..options import check_range, from_args
-    from ..prompts import get, read_set
-    from .findings import describe
-    from ..drafter_profile import find, write_recorded
-    from .run import diagnose, record
+def run(a) -> int:
+    from ..drafter_profile import find, write_recorded  # slow: numpy, not needed for --help
+    from ..diagnose.run import diagnose, record  # slow: numpy
+    from ..loading import load_drafter, load_target, read_drafter_config  # slow: mlx
 
-    a = parser().parse_args(argv)
     check_range("--limit", a.limit, 1, 100_000)
     check_range("--max-tokens", a.max_tokens, 1, 1_000_000)
     settings = from_args(GenerationConfig, a, max_tokens=a.max_tokens)
     settings.check()
     chosen = read_set(Path(a.prompts).expanduser()) if a.prompts else get(a.prompt_set)
     prompts = list(chosen.prompts[: a.limit])
-    say = (lambda m: print(f"dspark: {m}", file=sys.stderr))
     target = load_target(a.target, say=say)
     drafter_dir = read_drafter_config(a.drafter)[0]
     drafter = load_drafter(drafter_dir, target, say=say)
@@ -90,6 +87,3 @@ def main(argv: list[str] | None = None) -> int:
 def _end(progress) -> None:
     if progress is not None:
         sys.stderr.write("\r\033[K")
-
-
-__all__ = ["main", "parser"]

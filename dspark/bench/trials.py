@@ -1,0 +1,268 @@
+"""The benchmark's trials: the arms built from the options, a warm-up, then every arm on every
+prompt in rotating order, each trial judged against its plain one (speed-up; for greedy runs
+identical or lossless), appended as it finishes, and the summary kept (:func:`run`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from ..errors import DsparkError
+from ..files import reason
+from . import contexts, report
+
+
+def _prompts(a) -> tuple[dict, list[str]]:
+    from .. import prompts
+
+    if a.prompts:
+        s = prompts.read_set(Path(a.prompts))
+    else:
+        s = prompts.get(a.prompt_set or prompts.DEFAULT)
+    texts = list(s.prompts[: a.prompt_count] if a.prompt_count else s.prompts)
+    return {"key": s.key, "name": s.name, "description": s.description, "count": len(texts)}, texts
+
+
+def _peer_python(a) -> str:
+    python = Path(a.peer_python) if a.peer_python else Path(__file__).resolve().parents[2] / ".venv-peers" / "bin" / "python"
+    if not python.exists():
+        raise DsparkError(f"no peer Python at {python}: run `make peers` in the checkout, or give --peer-python")
+    return str(python)
+
+
+def build_arms(a, target, target_dir: str, cfg, *, say) -> tuple[list, dict]:
+    """The arms, plain decoding first, and this machine's costs for each drafter."""
+    from .. import resources
+    from ..costs import load_or_measure
+    from ..loading import load_drafter
+    from ..policy import parse
+    from . import arms
+
+    drafters = list(a.drafter)
+    if not drafters and Path(target_dir).resolve() == (resources.demo_model("target") or Path("/nonexistent")).resolve():
+        drafters = [str(p) for p in map(resources.demo_model, ("dspark", "dflash")) if p]
+    if not drafters and not a.mlx_lm_draft:
+        raise DsparkError("nothing to compare: give --drafter (or --mlx-lm-draft)")
+    policies = a.policy or ["fixed", "auto"]
+    for p in policies:
+        parse(p)
+    costs, spec = {}, []
+    for d in drafters:
+        drafter = load_drafter(d, target, say=say)
+        name = Path(d).name
+        # measured afresh: the limit and auto read them, and the machine may have changed since
+        costs[name] = load_or_measure(target, drafter, drafter.block_size, remeasure=True, say=say)
+        spec += [arms.Speculative(target, drafter, drafter_name=name, policy=p, cfg=cfg, costs=costs[name])
+                 for p in policies]
+        for kind in a.peer:
+            fmt = getattr(drafter, "format", "")
+            if (kind, fmt) in (("dflash", "zlab-dflash"), ("dflash-mlx", "zlab-dflash"), ("mlx-dspark", "deepspec"),
+                               ("mlx-dspark", "speculators")):
+                spec.append(arms.Peer(kind, python=_peer_python(a), target_dir=target_dir, drafter_dir=d,
+                                      drafter_name=name, block_size=drafter.block_size))
+            else:
+                say(f"the {kind} peer does not read {name} ({fmt} format): no {kind} arm for it")
+    if a.mlx_lm_draft:
+        from ..loading import load_target
+
+        draft = load_target(a.mlx_lm_draft, say=say)
+        spec.append(arms.MlxLmDraft(target, draft.model, draft_name=Path(a.mlx_lm_draft).name,
+                                    block_size=a.mlx_lm_num_draft, cfg=cfg))
+    return [arms.Plain(target, cfg, arms.plain_thread_choices()), *spec], costs
+
+
+def _verdict(target, *, trial: dict, plain: dict, baselines: dict, key, cfg, prompt: list[int]) -> dict:
+    """identical / lossless / first_difference of a greedy ``trial`` (of ``prompt``'s ids) against
+    the paired ``plain`` one, judged by plain decoding's own log-probabilities under ``cfg``,
+    computed once per ``key`` and kept in ``baselines``."""
+    if trial["token_ids"] == plain["token_ids"]:
+        return {"identical": True, "lossless": True}
+    from .. import lossless
+    from ..engine import generate_baseline, run_to_summary
+
+    if key not in baselines:  # plain decoding's own log-probabilities, once per prompt
+        from dataclasses import replace
+
+        c = replace(cfg, max_tokens=len(plain["token_ids"]), stop_at_eos=False)
+        baselines[key] = run_to_summary(generate_baseline(target, prompt, c))
+    # the target's own evaluations judge a difference (lossless.compare): a peer is judged alike
+    spec = SimpleNamespace(tokens=trial["token_ids"], token_logprobs=trial.get("token_logprobs") or [])
+    v = lossless.compare(target, spec, baselines[key])
+    return {"identical": False, "lossless": v.lossless, "first_difference": v.first_difference.to_dict()}
+
+
+def run(a, say) -> dict:
+    """``dspark bench`` with the options ``a`` (as its parser gives them, checked): load and check
+    every input, then measure (:func:`_measure`) and write ``summary.json`` beside the trials;
+    returns the summary."""
+    from .. import resources
+    from ..config import GenerationConfig
+    from ..engine import prompt_ids
+    from ..files import output_dir
+    from ..hub import resolve
+    from ..loading import load_target
+
+    target_dir = a.target or (str(resources.demo_model("target")) if resources.demo_model("target") else None)
+    if target_dir is None:
+        raise DsparkError("no --target given and no demo target in resources/demo/target")
+    out = output_dir(a.out, allow_existing=True)
+    if (out / "trials.jsonl").exists() and not a.force:
+        raise DsparkError(f"{out} already holds benchmark results (use --force to replace them)")
+    prompt_info, texts = _prompts(a)
+    target_dir = str(resolve(target_dir, say=say))
+    target = load_target(target_dir, say=say)
+    cfg = GenerationConfig(max_tokens=a.max_tokens, temperature=a.temperature, stop_at_eos=False)
+    cfg.check(target.dims.vocab_size)
+    ids = [prompt_ids(target, t, cfg) for t in texts]
+    lengths = contexts.parse(a.context) if a.context else [None]
+    ids_at = {L: contexts.padded(target, ids, L) if L else ids for L in lengths}
+    for L in lengths[-1:] if a.context else []:
+        prompt_ids(target, ids_at[L][0], cfg)  # one that the target cannot hold is refused now, before any trial
+    arm_list, costs = build_arms(a, target, target_dir, cfg, say=say)
+    # Only now, with every input loaded and checked, are the results --force replaces removed: a
+    # mistyped --target or drafter loses nothing.
+    for f in ("trials.jsonl", "trials.csv", "summary.json"):
+        (out / f).unlink(missing_ok=True)
+    doc = {"command": "dspark bench " + " ".join(getattr(a, "argv", [])),
+           "environment": report.environment(), "target": target_dir, "prompts": prompt_info,
+           "settings": {"max_tokens": a.max_tokens, "repeats": a.repeats, "temperature": a.temperature,
+                        "contexts": lengths if a.context else None},
+           "costs": {k: c.to_dict() for k, c in costs.items()}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    log = report.TrialLog(out)
+    trials: list[dict] = []
+    try:
+        for arm in arm_list:  # warm-up: kernels compiled, caches filled, nothing recorded
+            arm.trial(ids[0], min(16, a.max_tokens), 0)
+        bar = _bar(a, a.repeats * len(ids) * len(arm_list) * len(lengths))
+        _measure(a, target, cfg, arm_list=arm_list, costs=costs, ids_at=ids_at, doc=doc, bar=bar, log=log,
+                 trials=trials)
+        if bar:
+            bar.close()
+    except KeyboardInterrupt:
+        doc["interrupted"] = True
+        say("interrupted: the summary covers the trials that finished")
+    except _WriteFailed as e:
+        doc["interrupted"] = True
+        doc["write_failed"] = reason(e.error)
+        say(f"could not write {out / 'trials.jsonl'} ({reason(e.error)}): the benchmark stops here")
+    finally:
+        log.close()
+        for arm in arm_list:
+            if hasattr(arm, "close"):
+                arm.close()
+    doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    doc["environment"].update(report.plain_threads(trials, doc["environment"].get("blas_threads")))
+    doc["arms"] = report.summarize(trials)
+    keep(doc, trials, out)
+    return doc
+
+
+def _measure(a, target, cfg, *, arm_list: list, costs: dict, ids_at: dict, doc: dict, bar, log, trials: list) -> None:
+    """Every arm on every prompt (of ``ids_at``: prompt ids by context length), ``a.repeats``
+    times, the arms' order rotating so none always runs first; each group of trials is judged
+    against its plain one and appended to ``trials`` and ``log`` as it finishes, so an interrupt
+    keeps what was measured. The isolated costs are measured again in every repeat at the
+    thread counts of ``costs`` and kept in ``doc``; ``bar`` (or None) counts the trials."""
+    from ..costs import measure
+
+    baselines: dict = {}
+    drafters = {arm.drafter: arm.model for arm in arm_list if hasattr(arm, "model")}
+    doc["costs_by_repeat"] = []
+    for L, at in ids_at.items():
+        # at the trials' mean context (a verify over a longer cache costs more): prompt + half the output
+        context = round(sum(map(len, at)) / len(at) + a.max_tokens / 2)
+        doc["costs_context"] = context
+        for r in range(a.repeats):
+            # The isolated costs the limit divides by, measured again in every repeat (at the
+            # thread counts chosen at the start), so they share the trials' load.
+            if bar:
+                bar.set_description(f"repeat {r + 1}/{a.repeats}: isolated costs")
+            now = {name: measure(target, d, d.block_size, contexts=(context,), repeats=3, threads=costs[name].threads)
+                   for name, d in drafters.items()}
+            doc["costs_by_repeat"].append({k: c.to_dict() for k, c in now.items()})
+            for p, prompt in enumerate(at):
+                shift = (r * len(at) + p) % len(arm_list)
+                group = {}
+                for arm in arm_list[shift:] + arm_list[:shift]:
+                    if bar:
+                        bar.set_description(f"{f'{L} tokens, ' if L else ''}repeat {r + 1}/{a.repeats} prompt "
+                                            f"{p + 1}/{len(at)} {arm.name}")
+                    rec = arm.trial(prompt, a.max_tokens, seed=r)
+                    group[arm.name] = {"arm": arm.name, "drafter": arm.drafter, "policy": arm.policy, "repeat": r,
+                                       "prompt_index": p, **({"context": L} if L else {}), **rec}
+                    if bar:
+                        bar.update(1)
+                _judge(a, target, cfg, arm_list=arm_list, group=group, now=now, baselines=baselines, key=(L, p),
+                       repeat=r, prompt=prompt, log=log, trials=trials)
+
+
+def _judge(a, target, cfg, *, arm_list: list, group: dict, now: dict, baselines: dict, key, repeat: int,
+           prompt: list[int], log, trials: list) -> None:
+    """Derive each trial of one ``group`` (by arm name) against the group's plain trial
+    (speed-up, with the isolated costs ``now``; for greedy runs whether it was identical or
+    lossless, plain decoding of ``prompt`` kept in ``baselines`` by ``key``, seeded by
+    ``repeat``) and record it in ``trials`` and ``log``."""
+    from dataclasses import replace
+
+    plain = group[report.PLAIN]
+    for arm in arm_list:
+        t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None, now.get(arm.drafter))
+        if arm.name != report.PLAIN and a.temperature == 0:
+            t.update(_verdict(target, trial=t, plain=plain, baselines=baselines, key=key,
+                              cfg=replace(cfg, seed=repeat), prompt=prompt))
+        for k in ("token_logprobs", "prompt_tokens"):
+            t.pop(k, None)
+        trials.append(t)
+        try:
+            log.add(t)
+        except OSError as e:
+            raise _WriteFailed(e) from None
+
+
+class _WriteFailed(Exception):
+    """A trial could not be appended to the output folder (a full disk): the run stops there."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def keep(doc: dict, trials: list[dict], out: Path) -> None:
+    """Write ``summary.json``, or, when the output folder cannot take it (a full disk), keep what
+    was measured elsewhere and say where, in one sentence (DsparkError): the summary and every
+    trial in a folder under the system's temporary directory, else the trials the output folder
+    already holds."""
+    import tempfile
+
+    from ..files import write_text
+
+    try:
+        write_text(out / "summary.json", json.dumps(doc, indent=1))
+        if "write_failed" not in doc:
+            return
+        failed = f"could not write every trial to {out} ({doc['write_failed']})"
+    except DsparkError as e:
+        failed = str(e)
+    kept = len(report.read_trials(out))
+    try:
+        spare = Path(tempfile.mkdtemp(prefix="dspark-bench-"))
+        write_text(spare / "summary.json", json.dumps(doc, indent=1))
+        write_text(spare / "trials.jsonl", "".join(json.dumps(t) + "\n" for t in trials))
+    except (DsparkError, OSError):
+        raise DsparkError(f"{failed}; {kept} of the {len(trials)} trials measured are in {out / 'trials.jsonl'}, and "
+                          f"nothing else could be written anywhere") from None
+    raise DsparkError(f"{failed}; the summary and all {len(trials)} trials measured are kept in {spare}")
+
+
+def _bar(a, total: int):
+    if a.no_progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="trial", file=sys.stderr, leave=False)
+
+
+__all__ = ["build_arms", "keep", "run"]

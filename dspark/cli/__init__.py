@@ -1,0 +1,82 @@
+"""The ``dspark`` command line. Every subcommand is a module of this package with the same three
+names: ``HELP`` (its line in ``dspark --help``), ``add_parser(subparsers)`` (its options, most
+from the settings dataclasses: ``GenerationConfig``, ``DflashConfig``, ``TrainSettings``; see
+:mod:`dspark.options`) and ``run(args) -> int`` (the arguments turned into library calls, the
+results printed). Here: the parser that assembles them and :func:`main`, which runs one.
+
+Every error a user can cause prints one line on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from ..blas import use_fast_blas
+from ..errors import DsparkError, report_bug
+from ..options import Parser
+from . import bench, calibrate, costs, diagnose, export, generate, init, inspect, make_demo, quantize, train
+
+#: Every subcommand's module, in the order ``dspark --help`` lists them.
+COMMANDS = {"init": init, "generate": generate, "costs": costs, "inspect": inspect, "quantize": quantize,
+            "train": train, "calibrate": calibrate, "bench": bench, "make-demo": make_demo, "diagnose": diagnose,
+            "export": export}
+
+
+def build_parser(commands=tuple(COMMANDS)) -> argparse.ArgumentParser:
+    """``dspark``'s parser, with the options of each of ``commands`` (default: all); the others
+    are listed by name and help only, so ``dspark --help`` and ``dspark X`` build no parser that
+    needs MLX but X's own."""
+    p = Parser(prog="dspark", description="Speculative decoding with block drafters on MLX.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, command in COMMANDS.items():
+        q = command.add_parser(sub) if name in commands else sub.add_parser(name, help=command.HELP)
+        q.set_defaults(run=command.run, parser=q)
+    return p
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _command(argv: list[str]) -> int:
+    """Parse ``argv`` and run its subcommand; what follows the command's name is ``args.argv``."""
+    args, extra = build_parser(argv[:1]).parse_known_args(argv)
+    if extra:  # said by the command's own parser, which --help then explains
+        args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.argv = argv[1:]
+    return args.run(args)
+
+
+def _run(fn, arg) -> int:
+    """Exit status: 0 done, 2 a mistake the user can fix (one line), 130 interrupted, 1 a bug
+    (one line; the traceback goes to a log file)."""
+    try:
+        return fn(arg)
+    except DsparkError as e:
+        print("dspark: error: " + " ".join(str(e).split()), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dspark: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("dspark: error: out of memory: choose a smaller model, fewer tokens or a smaller block", file=sys.stderr)
+        return 2
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # a bug (a Rust panic from tokenizers is no Exception): one line, the traceback in a file
+        print("dspark: " + report_bug(e), file=sys.stderr)
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # run as the dspark command (not called from Python)
+        use_fast_blas()
+        # A terminal closing, kill or a scheduler: the same clean stop as Ctrl-C, whatever runs.
+        signal.signal(signal.SIGTERM, _interrupt)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return _run(_command, argv)
+
+
+__all__ = ["COMMANDS", "build_parser", "main"]
