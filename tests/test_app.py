@@ -174,7 +174,7 @@ QUIT_DURING_RUN = r"""
 import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-from dspark_studio.window import MainWindow
+from dspark_studio.window.main_window import MainWindow
 app = QApplication(sys.argv[:1])
 w = MainWindow(prefs=None)
 w.restore(sys.argv[1], [sys.argv[2]])
