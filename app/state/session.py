@@ -18,7 +18,8 @@ from pathlib import Path
 from . import diagnoses
 from .choices import Choices, drafter_label
 from .messages import (
-    Arm, Checked, CostsMeasured, CostsRequest, Diagnosed, Job, JobDone, Loaded, Progress, RoundDone, RunDone, RunStarted,
+    Arm, Checked, CostsMeasured, CostsRequest, Diagnosed, Job, JobDone, Loaded, Progress, RoundDone, RunDone,
+    RunStarted,
 )
 from .runs import BASELINE, Run, bench_costs, bench_rows, compare_rows
 
