@@ -21,8 +21,8 @@ def _figures(doc: dict, theme):
     import pyqtgraph as pg
     from PySide6.QtCore import Qt
 
-    from .bench_io import bench_costs, bench_rows
-    from .compare import arm_styles
+    from .state.runs import bench_costs, bench_rows
+    from .panes.compare import arm_styles
     from .panes.plots import draw_costs, fit_title, integer_ticks, make_plot, pen, style_plot
 
     arms = [a for a in doc["arms"] if "speedup" in a]
@@ -73,8 +73,8 @@ def _figures(doc: dict, theme):
 def plot(folder: Path, presentation: bool = False) -> list[Path]:
     from PySide6.QtWidgets import QApplication
 
-    from .bench_io import read_bench
-    from .theme import NORMAL, PRESENTATION
+    from .files.benchmark import read_bench
+    from .panes.theme import NORMAL, PRESENTATION
 
     doc = read_bench(folder)  # checked whole, through the bounded reader, as the app opens one
     app = QApplication.instance() or QApplication(sys.argv[:1])  # noqa: F841  (widgets need one)

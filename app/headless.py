@@ -2,7 +2,7 @@
 or a replay on the chosen models, then with ``--diagnose`` a diagnosis of its drafters), grabbed
 whole into a PNG, then closed; exit 0 when the run (and the diagnosis) finished, 1 when one failed, 2 when it ran past ``--timeout`` or a file given with ``--replay``
 is not one the app can open (one sentence, before a window is made). The self-test's window
-run is this one (``dspark_studio.selftest``).
+run is this one (``dspark_studio.install_check``).
 
 ``--timeout`` always ends the process: the run is first asked to stop (the window closes, the
 screenshot is kept), and if the process is still there ``GRACE_S`` seconds later a watchdog
@@ -27,11 +27,11 @@ def check_replay_files(paths: list[str]) -> str | None:
     read and checked whole, as opening it would, before anything is drawn."""
     from dspark.errors import DsparkError
 
-    from . import bench_io, replay
+    from .files import benchmark, replay
 
     try:
-        if len(paths) == 1 and bench_io.is_bench_file(paths[0]):
-            bench_io.read_bench(paths[0])
+        if len(paths) == 1 and benchmark.is_bench_file(paths[0]):
+            benchmark.read_bench(paths[0])
         else:
             for p in paths:
                 replay.read_recording(p)

@@ -1,7 +1,7 @@
 """``dspark-studio``: start the desktop app, or (``--screenshot FILE``) run once headless, save a
 grab of the whole window and exit (``dspark_studio.headless``); ``--replay FILE ...`` plays saved
 runs back without loading a model; ``--self-test [FILE]`` checks this install
-(``dspark_studio.selftest``); ``--check-device`` is the first-launch GPU check's child
+(``dspark_studio.install_check``); ``--check-device`` is the first-launch GPU check's child
 (``dspark.gpu_check``). The options and the window they open: ``dspark_studio.startup``."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return check_device(["--check"])
     if args.self_test is not None:
-        from .selftest import run
+        from .install_check import run
 
         return run(args.self_test or None, on_screen=args.on_screen)
     if args.bench_figures:

@@ -1,6 +1,6 @@
 """What the command line asks for and what the app opens on, shared by its three programs (the
 app, the headless screenshot run of ``dspark_studio.headless``, the self-test of
-``dspark_studio.selftest``): the options, the Qt platform of a headless run, a missing system
+``dspark_studio.install_check``): the options, the Qt platform of a headless run, a missing system
 library said in one line before Qt aborts, the models to open, and the window built on them."""
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def checked_device(app, *, ask=None, gpu: bool | None = None):
 
     from dspark import device
 
-    from . import settings
+    from .files import settings
 
     def ask_with_window():
         answer: list = []
@@ -159,7 +159,7 @@ def checked_device(app, *, ask=None, gpu: bool | None = None):
 
 def choose_models(args, prefs) -> tuple[str | None, list[str]]:
     """Command line first; then (not for screenshots) the last used; then the demo models."""
-    from . import settings
+    from .files import settings
 
     if args.target:
         return args.target, list(args.drafter)
@@ -179,15 +179,16 @@ def open_window(args, prefs_wanted: bool):
 
     from dspark import resources
 
-    from . import settings
+    from .files import settings
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName(settings.ORG)
     app.setApplicationName(settings.APP)
-    app.setStyle("Fusion")  # the same look on macOS and Linux; themed by app.theme
+    app.setStyle("Fusion")  # the same look on macOS and Linux; themed by app.panes.theme
     app.setWindowIcon(QIcon(str(resources.path("icons", "dspark-studio.png"))))
     check = checked_device(app)
-    from .window import MainWindow  # only now: it imports mlx-lm, whose stream keeps the device of that moment
+    # only now: the main window imports mlx-lm, whose stream keeps the device of that moment
+    from .window.main_window import MainWindow
 
     prefs = settings.Settings() if prefs_wanted else None
     first_start = prefs is not None and not prefs.q.allKeys()
@@ -215,8 +216,8 @@ def recorded_drafters(paths: list[str]) -> list[str]:
     """The drafter directories saved runs ran (files that are not runs are said when opened)."""
     from dspark.errors import DsparkError
 
-    from .playlist import Playlist
-    from .replay import read_recording
+    from .state.playlist import Playlist
+    from .files.replay import read_recording
 
     recordings = []
     for p in paths:

@@ -2,7 +2,7 @@
 
 A single ``Worker`` lives in one long-lived QThread. It loads, warms up, runs and frees every
 MLX object there (MLX streams belong to the thread that made them). The GUI calls its slots
-through queued signals and gets back the frozen dataclasses of ``app.messages`` on one signal.
+through queued signals and gets back the frozen dataclasses of ``app.state.messages`` on one signal.
 Stop is a ``threading.Event`` the GUI sets directly (``Worker.cancel``), checked by the engine
 before every round.
 """
@@ -24,7 +24,7 @@ from dspark.costs import Costs, for_policy, load_or_measure
 from dspark.errors import report_bug
 from dspark.engine import run_to_summary
 
-from .messages import (
+from .state.messages import (
     Checked, CostsMeasured, CostsRequest, Diagnosed, DrafterInfo, Exported, ExportRequest, Failed, Job, JobDone, Loaded,
     LoadRequest, Progress, RoundDone, RunDone, Arm, RunStarted, Status,
 )
@@ -34,7 +34,7 @@ COSTS_ROUNDS_PER_SLOT = 105  # measuring a drafter's costs takes ~105 x (block s
 
 
 class Worker(QObject):
-    message = Signal(object)  # one of app.messages' worker -> GUI dataclasses
+    message = Signal(object)  # one of app.state.messages' worker -> GUI dataclasses
 
     def __init__(self):
         super().__init__()
@@ -327,7 +327,7 @@ def _cpu_seconds() -> float:
 
 
 def _machine(seconds: float, cpu: float) -> dict:
-    """The machine while a run ran (``app.messages.RunDone.machine``): the load average at its
+    """The machine while a run ran (``app.state.messages.RunDone.machine``): the load average at its
     end and how many cores this process kept busy meanwhile, so what other programs did shows."""
     if not hasattr(os, "getloadavg") or seconds <= 0:
         return {}

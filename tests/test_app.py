@@ -16,8 +16,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
 
-from dspark_studio.runs import BASELINE  # noqa: E402
-from dspark_studio.window import MainWindow  # noqa: E402
+from dspark_studio.state.runs import BASELINE  # noqa: E402
+from dspark_studio.window.main_window import MainWindow  # noqa: E402
 from test_app_support import make_tiny_dirs, shown_window  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,7 +174,7 @@ QUIT_DURING_RUN = r"""
 import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-from dspark_studio.window import MainWindow
+from dspark_studio.window.main_window import MainWindow
 app = QApplication(sys.argv[:1])
 w = MainWindow(prefs=None)
 w.restore(sys.argv[1], [sys.argv[2]])
@@ -203,7 +203,7 @@ def test_closing_during_a_run_exits_cleanly(dirs, tmp_path):
 
 def test_a_bad_settings_file_falls_back_to_defaults_and_says_so(qtbot, dirs, tmp_path, monkeypatch):
     from dspark import GenerationConfig
-    from dspark_studio import settings
+    from dspark_studio.files import settings
 
     home = tmp_path / "home"
     home.mkdir()

@@ -13,9 +13,9 @@ pytest.importorskip("pytestqt")
 
 from dspark.bench import report  # noqa: E402
 from dspark.cli import main  # noqa: E402
-from dspark_studio import bench_io  # noqa: E402
-from dspark_studio.runs import BASELINE  # noqa: E402
-from dspark_studio.session import COMPARE_TAB  # noqa: E402
+from dspark_studio.files import benchmark  # noqa: E402
+from dspark_studio.state.runs import BASELINE  # noqa: E402
+from dspark_studio.state.session import COMPARE_TAB  # noqa: E402
 from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
 
 
@@ -104,7 +104,7 @@ def test_a_bad_benchmark_file_is_one_message_and_changes_nothing(window, tmp_pat
     assert says in w.results.message.text() and w.session.bench is None
     assert replace(w.session.view(), message="") == replace(before, message="")  # only the message is new
     with pytest.raises(Exception, match=says):
-        bench_io.read_bench(bad)
+        benchmark.read_bench(bad)
 
 
 def test_measure_costs_asks_the_worker_and_draws_what_it_measured(qtbot, window, dirs):

@@ -76,18 +76,18 @@ def test_every_saved_run_carries_the_check_and_opens_again(tmp_path, monkeypatch
     from dspark import device
     from dspark.bench.report import environment
     from dspark.errors import DsparkError
-    from dspark_studio import export
-    from dspark_studio.file_checks import check_document
+    from dspark_studio.files import run_export
+    from dspark_studio.files.checking import check_document
 
     wrong = device.DeviceCheck(outcome="wrong", device="cpu", sentence="this GPU is wrong, so the CPU", gpu="Apple M9")
     monkeypatch.setitem(device._current, "check", wrong)
     env = environment()
     assert env["device_check"] == {"outcome": "wrong", "device": "cpu", "gpu": "Apple M9",
                                    "sentence": "this GPU is wrong, so the CPU"}
-    run = export.Run(key=1, label="plain", method="baseline", drafter=None, prompt="p", prompt_index=0, config={})
-    doc = export.document([run], "target", False, environment=env)
+    run = run_export.Run(key=1, label="plain", method="baseline", drafter=None, prompt="p", prompt_index=0, config={})
+    doc = run_export.document([run], "target", False, environment=env)
     assert doc["environment"]["device_check"]["sentence"] == "this GPU is wrong, so the CPU"
-    path = export.write_json(tmp_path / "run.json", [run], "target", environment=env)
+    path = run_export.write_json(tmp_path / "run.json", [run], "target", environment=env)
     saved = json.loads(path.read_text())
     assert saved["environment"] == json.loads(json.dumps(env))
     try:

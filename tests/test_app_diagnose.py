@@ -24,13 +24,13 @@ from PySide6.QtCore import QThread  # noqa: E402
 from dspark.cli import main as dspark  # noqa: E402
 from dspark.diagnose.findings import SEVERITIES, Diagnosis, Finding  # noqa: E402
 from dspark.resources import demo_model  # noqa: E402
-from dspark_studio import diagnoses  # noqa: E402
-from dspark_studio.diagnoses import HEALTHY, MARKS, Entry  # noqa: E402
-from dspark_studio.messages import JobDone, Loaded  # noqa: E402
+from dspark_studio.state import diagnoses  # noqa: E402
+from dspark_studio.state.diagnoses import HEALTHY, MARKS, Entry  # noqa: E402
+from dspark_studio.state.messages import JobDone, Loaded  # noqa: E402
 from dspark_studio.panes.diagnosis import view_html  # noqa: E402
-from dspark_studio.session import Session  # noqa: E402
-from dspark_studio.theme import NORMAL, PRESENTATION  # noqa: E402
-from dspark_studio.window import MainWindow  # noqa: E402
+from dspark_studio.state.session import Session  # noqa: E402
+from dspark_studio.panes.theme import NORMAL, PRESENTATION  # noqa: E402
+from dspark_studio.window.main_window import MainWindow  # noqa: E402
 from test_app import LONG, ROOT, run_job  # noqa: E402
 from test_app_truth import menu_action  # noqa: E402
 

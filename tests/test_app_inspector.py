@@ -22,11 +22,12 @@ from PySide6.QtGui import QTextDocument  # noqa: E402
 from dspark import GenerationConfig, generate, generate_baseline, load_target, metrics  # noqa: E402
 from dspark.engine import prompt_ids  # noqa: E402
 from dspark.errors import DsparkError  # noqa: E402
-from dspark_studio import export, inspector  # noqa: E402
-from dspark_studio.file_checks import check_document  # noqa: E402
-from dspark_studio.inspector import visible  # noqa: E402
-from dspark_studio.runs import BASELINE, Run  # noqa: E402
-from dspark_studio.window import MainWindow  # noqa: E402
+from dspark_studio.files import run_export  # noqa: E402
+from dspark_studio.state import inspector  # noqa: E402
+from dspark_studio.files.checking import check_document  # noqa: E402
+from dspark_studio.state.inspector import visible  # noqa: E402
+from dspark_studio.state.runs import BASELINE, Run  # noqa: E402
+from dspark_studio.window.main_window import MainWindow  # noqa: E402
 from oracle import OracleDrafter  # noqa: E402
 from test_app import dirs, run_job, setup  # noqa: E402,F401  (dirs: the shared fixture)
 from test_app_support import shown_window  # noqa: E402
@@ -66,8 +67,8 @@ def saved(dirs, tmp_path_factory):
     run = [_run(target, "oracle-a", "/models/oracle-a", a, 1), _run(target, BASELINE, None, plain, 2)]
     compare = run[:1] + [_run(target, "oracle-b", "/models/oracle-b", b, 3), run[1]]
     files = {"run": root / "run.json", "compare": root / "compare.json"}
-    export.write_json(files["run"], run, str(dirs["target"]), comparison=False, prompts=1)
-    export.write_json(files["compare"], compare, str(dirs["target"]), comparison=True, prompts=1)
+    run_export.write_json(files["run"], run, str(dirs["target"]), comparison=False, prompts=1)
+    run_export.write_json(files["compare"], compare, str(dirs["target"]), comparison=True, prompts=1)
     return {"files": files, "events": {"oracle-a": a[:-1], "oracle-b": b[:-1]}, "tokenizer": target.tokenizer}
 
 
@@ -304,7 +305,7 @@ def test_the_inspector_s_words_and_figures_import_no_qt():
     import subprocess
     import sys
 
-    code = ("import sys, dspark_studio.inspector; "
+    code = ("import sys, dspark_studio.state.inspector; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'PySide6', 'pyqtgraph', 'mlx'}))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-2000:]

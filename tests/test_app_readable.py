@@ -13,11 +13,12 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QByteArray, QRect, Qt  # noqa: E402
 
 from dspark.events import CommittedToken, RoundEvent, Source  # noqa: E402
-from dspark_studio import export, geometry, settings  # noqa: E402
-from dspark_studio.choices import TYPED  # noqa: E402
+from dspark_studio.files import run_export, settings  # noqa: E402
+from dspark_studio.window import geometry  # noqa: E402
+from dspark_studio.state.choices import TYPED  # noqa: E402
 from dspark_studio.panes.draft_grid import DraftPane  # noqa: E402
-from dspark_studio.theme import PRESENTATION  # noqa: E402
-from dspark_studio.window import MainWindow  # noqa: E402
+from dspark_studio.panes.theme import PRESENTATION  # noqa: E402
+from dspark_studio.window.main_window import MainWindow  # noqa: E402
 from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
 from test_app_truth import menu_action, two_prompt_set  # noqa: E402
 
@@ -150,7 +151,7 @@ def test_exports_are_named_after_what_they_hold_and_the_history_keeps_the_newest
     setup(w, dirs, max_tokens=6, prompt="def fibonacci(n):")
     assert run_job(qtbot, w, w.start_run)["ok"]
     spec, base = w.session.shown_runs()
-    name = export.default_name([spec, base], False, "json")
+    name = run_export.default_name([spec, base], False, "json")
     assert name.endswith("-drafter-def-fibonacci-n.json") and name[:8].isdigit()
     folder = tmp_path / "runs"
     folder.mkdir()
@@ -159,9 +160,9 @@ def test_exports_are_named_after_what_they_hold_and_the_history_keeps_the_newest
         p.write_text("x" * 100)
         __import__("os").utime(p, (1_700_000_000 + i, 1_700_000_000 + i))
     (folder / "notes.txt").write_text("not ours")
-    gone = export.prune_history(folder, keep=3, max_bytes=10_000)
+    gone = run_export.prune_history(folder, keep=3, max_bytes=10_000)
     assert sorted(p.name for p in gone) == [f"2026010{i}-120000-run.json" for i in range(3)]
-    assert export.prune_history(folder, keep=10, max_bytes=250) and len(list(folder.glob("*-run.json"))) == 2
+    assert run_export.prune_history(folder, keep=10, max_bytes=250) and len(list(folder.glob("*-run.json"))) == 2
     assert (folder / "notes.txt").exists()
 
 
@@ -211,8 +212,8 @@ def test_plots_show_nothing_before_a_run_then_whole_counts_seconds_and_a_zero(qt
 def test_the_run_history_keeps_as_many_runs_as_the_settings_say(qtbot, dirs, tmp_path, monkeypatch):
     """End to end: each finished run is saved, and the settings' ``history/keep`` prunes the
     oldest as the next one is saved."""
-    from dspark_studio import settings
-    from dspark_studio.window import MainWindow
+    from dspark_studio.files import settings
+    from dspark_studio.window.main_window import MainWindow
 
     monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
     prefs = settings.Settings()

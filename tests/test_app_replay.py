@@ -19,8 +19,8 @@ from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
 
 from dspark.events import CommittedToken, RoundEvent, Source, Summary, event_from_dict, event_to_dict  # noqa: E402
-from dspark_studio import replay  # noqa: E402
-from dspark_studio.window import MainWindow  # noqa: E402
+from dspark_studio.files import replay  # noqa: E402
+from dspark_studio.window.main_window import MainWindow  # noqa: E402
 from test_app_support import shown_window  # noqa: E402
 from test_app import LONG, dirs, run_job  # noqa: E402,F401  (dirs: the shared fixture)
 

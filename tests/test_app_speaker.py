@@ -20,11 +20,11 @@ from PySide6.QtCore import QPoint, QRect, Qt  # noqa: E402
 from PySide6.QtGui import QColor, QFontInfo, QImage  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from dspark_studio import runs as runs_module  # noqa: E402
-from dspark_studio.messages import CostsMeasured, Progress, RoundDone, RunDone, RunStarted  # noqa: E402
-from dspark_studio.runs import BASELINE  # noqa: E402
-from dspark_studio.session import COMPARE_TAB  # noqa: E402
-from dspark_studio.window import MainWindow  # noqa: E402
+from dspark_studio.state import runs as runs_module  # noqa: E402
+from dspark_studio.state.messages import CostsMeasured, Progress, RoundDone, RunDone, RunStarted  # noqa: E402
+from dspark_studio.state.runs import BASELINE  # noqa: E402
+from dspark_studio.state.session import COMPARE_TAB  # noqa: E402
+from dspark_studio.window.main_window import MainWindow  # noqa: E402
 from test_app import LONG, ROOT, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
 from test_app_replay import saved  # noqa: E402,F401  (runs saved by the app)
 from test_app_truth import two_prompt_set  # noqa: E402
@@ -236,7 +236,7 @@ def test_tab_leaves_the_prompt_box_ctrl_arrows_step_the_set_and_the_focus_shows(
 def test_a_restart_finds_the_prompt_in_its_set_forgets_refused_drafters_and_a_replay_lists_its_own(
         qtbot, dirs, saved, tmp_path, monkeypatch):
     from dspark import prompts
-    from dspark_studio import settings
+    from dspark_studio.files import settings
     from dspark_studio.startup import build_parser, open_window
 
     monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
@@ -310,7 +310,7 @@ def test_the_worker_says_how_long_measuring_costs_will_take(qtbot, window, dirs,
 
 # --- 10: errors name the app's controls ---------------------------------------------------------------
 def test_a_mistake_is_said_with_the_app_s_controls_not_command_line_flags(qtbot, window, dirs):
-    from dspark_studio.wording import in_app
+    from dspark_studio.state.wording import in_app
 
     w = window
     w.on_target_chosen(str(dirs["drafter"]))  # a drafter picked as the target
@@ -336,14 +336,14 @@ def load_run(w, load: float, own: float, plain_rates=(100.0,)):
         clock += 1 / plain_rates[0 if i < 20 else -1]
         s.apply(RoundDone(2, event(i, 0, 0, [1], generated=i + 1, seconds=clock), ()))
     s.apply(RunDone(2, summary("baseline", [1] * 40, 40, 100.0), {"load": load, "own": own, "cores": 2}))
-    from dspark_studio.messages import JobDone
+    from dspark_studio.state.messages import JobDone
 
     s.apply(JobDone(job.id, True, False))
     w.refresh()
 
 
 def test_a_busy_machine_is_said_beside_the_speedup_and_a_replay_says_it_too(qtbot, window, tmp_path):
-    from dspark_studio import export, replay
+    from dspark_studio.files import run_export, replay
 
     w = window
     load_run(w, load=1.1, own=1.0)  # this app alone: quiet
@@ -355,7 +355,7 @@ def test_a_busy_machine_is_said_beside_the_speedup_and_a_replay_says_it_too(qtbo
     load_run(w, load=1.0, own=1.0, plain_rates=(100.0, 60.0))  # quiet, but plain decoding jumped about
     assert note.isVisible() and "plain decoding varied" in note.text() and "busy" not in note.text()
     load_run(w, load=3.2, own=1.0)
-    saved_file = export.write_json(tmp_path / "busy.json", list(w.session.runs), None)
+    saved_file = run_export.write_json(tmp_path / "busy.json", list(w.session.runs), None)
     assert json.loads(saved_file.read_text())["runs"][0]["machine"] == {"load": 3.2, "own": 1.0, "cores": 2}
     load_run(w, load=0.2, own=0.1)
     assert not note.isVisible()

@@ -13,11 +13,11 @@ pytest.importorskip("pytestqt")
 from dspark import metrics  # noqa: E402
 from dspark.events import Source  # noqa: E402
 from dspark.lossless import Verdict  # noqa: E402
-from dspark_studio.messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted  # noqa: E402
+from dspark_studio.state.messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted  # noqa: E402
 from dspark_studio.panes.header import HeaderStrip  # noqa: E402
-from dspark_studio.results import ResultsPanel  # noqa: E402
-from dspark_studio.runs import BASELINE  # noqa: E402
-from dspark_studio.session import COMPARE_TAB, Session  # noqa: E402
+from dspark_studio.panes.results import ResultsPanel  # noqa: E402
+from dspark_studio.state.runs import BASELINE  # noqa: E402
+from dspark_studio.state.session import COMPARE_TAB, Session  # noqa: E402
 from test_app import dirs  # noqa: E402,F401  (the shared tiny models)
 from test_app_replay import fresh, saved  # noqa: E402,F401  (a window, and runs saved by the app)
 from test_session import event, summary  # noqa: E402

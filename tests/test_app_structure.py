@@ -12,12 +12,12 @@ APP = Path(__file__).resolve().parent.parent / "app"
 WIDGETS = {
     "controls": ("panes/controls.py", "ControlPanel"),
     "actions": ("panes/controls.py", "ActionBar"),
-    "results": ("results.py", "ResultsPanel"),
+    "results": ("panes/results.py", "ResultsPanel"),
     "header": ("panes/header.py", "HeaderStrip"),
     "text": ("panes/text_view.py", "TextPane"),
     "drafts": ("panes/draft_grid.py", "DraftPane"),
     "plots": ("panes/plots.py", "PlotsPane"),
-    "compare": ("compare.py", "CompareView"),
+    "compare": ("panes/compare.py", "CompareView"),
 }
 WINDOW_NAMES = {"window", "w", "win", "main_window", "mainwindow"}
 MAX_FUNCTION_LINES = 60
@@ -70,7 +70,8 @@ def test_no_helper_holds_the_window():
                     held += [f"{name}:{n.lineno}" for t in n.targets
                              if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"]
     assert not held
-    window = next(n for n in modules()["window.py"].body if isinstance(n, ast.ClassDef) and n.name == "MainWindow")
+    window = next(n for n in modules()["window/main_window.py"].body
+                  if isinstance(n, ast.ClassDef) and n.name == "MainWindow")
     assert [b.id for b in window.bases] == ["QMainWindow"]
 
 
@@ -99,7 +100,7 @@ def test_the_session_s_parts_import_no_qt():
     import subprocess
     import sys
 
-    code = ("import sys, dspark_studio.choices, dspark_studio.playlist, dspark_studio.session; "
+    code = ("import sys, dspark_studio.state.choices, dspark_studio.state.playlist, dspark_studio.state.session; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'PySide6', 'pyqtgraph', 'mlx'}))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=APP.parent)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-2000:]

@@ -77,7 +77,7 @@ def make_tiny_dirs(root: Path) -> dict[str, Path]:
 def shown_window(qtbot, monkeypatch, home: Path, size: tuple[int, int] = (1280, 800)):
     """A main window shown at ``size`` whose settings live in ``home`` (never the user's); the
     caller closes it."""
-    from dspark_studio.window import MainWindow
+    from dspark_studio.window.main_window import MainWindow
 
     monkeypatch.setenv("DSPARK_STUDIO_HOME", str(home))
     w = MainWindow(prefs=None)

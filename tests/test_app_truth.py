@@ -11,7 +11,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtGui import QImage  # noqa: E402
 
-from dspark_studio import file_menu  # noqa: E402  (where the file dialogs are)
+from dspark_studio.window import file_menu  # noqa: E402  (where the file dialogs are)
 from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
 
 
@@ -94,7 +94,7 @@ def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
 
 
 def compare_columns():
-    from dspark_studio.compare import COLUMNS
+    from dspark_studio.panes.compare import COLUMNS
 
     return COLUMNS
 
@@ -117,8 +117,8 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
     """Sampled runs: the speculative run stopped at EOS, plain decoding went on. The header's
     speedup measures both over the tokens both made, and says so."""
     from dspark_studio.panes.header import HeaderStrip
-    from dspark_studio.runs import BASELINE, Run
-    from dspark_studio.session import View
+    from dspark_studio.state.runs import BASELINE, Run
+    from dspark_studio.state.session import View
     from test_session import event, summary
 
     def record(key, method, n, tps_at, per_round):
@@ -154,7 +154,7 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
 def test_a_bad_drafter_comes_in_unticked_and_unselected_and_compare_skips_it(qtbot, window, dirs):
     from PySide6.QtCore import Qt
 
-    from dspark_studio.runs import BASELINE
+    from dspark_studio.state.runs import BASELINE
 
     w, c = window, window.controls
     setup(w, dirs, drafters=("drafter",), max_tokens=8)
@@ -195,8 +195,8 @@ def test_a_plain_decoding_run_leaves_no_stale_tau_over_empty_axes(qtbot, window,
 
 
 def test_recent_lists_remember_only_directories_that_loaded(qtbot, dirs, tmp_path, monkeypatch):
-    from dspark_studio import settings
-    from dspark_studio.window import MainWindow
+    from dspark_studio.files import settings
+    from dspark_studio.window.main_window import MainWindow
 
     monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
     prefs = settings.Settings()

@@ -11,8 +11,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from dspark import DsparkError, prompts  # noqa: E402
-from dspark_studio import settings  # noqa: E402
-from dspark_studio.window import MainWindow  # noqa: E402
+from dspark_studio.files import settings  # noqa: E402
+from dspark_studio.window.main_window import MainWindow  # noqa: E402
 from test_app import LONG, PROMPT, dirs, run_job, setup  # noqa: E402,F401  (dirs: the shared fixture)
 
 

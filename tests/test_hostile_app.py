@@ -216,7 +216,7 @@ def test_a_special_file_as_the_settings_file_does_not_keep_the_window_away(tmp_p
     home = tmp_path / "home"
     home.mkdir()
     os.mkfifo(home / "settings.ini")
-    code = ("from dspark_studio.settings import Settings; s = Settings(); s.set('a', 1); "
+    code = ("from dspark_studio.files.settings import Settings; s = Settings(); s.set('a', 1); "
             "print(s.get('a', 0), 'PROBLEM' if s.problem else 'NONE')")
     r = subprocess.run([sys.executable, "-c", code], env=env(tmp_path), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.split() == ["1", "PROBLEM"], (r.stdout, r.stderr)

@@ -260,7 +260,7 @@ class _Recorder:
             self.binaries = [(Path(src).name if dest == "." else f"{dest}/{Path(src).name}", src, "BINARY")
                              for src, dest in kwargs["binaries"]]
             self.datas = [(f"{dest}/{Path(src).name}", src, "DATA") for src, dest in kwargs["datas"]]
-            self.pure = [("dspark_studio.window", "window.py", "PYMODULE"),
+            self.pure = [("dspark_studio.window.main_window", "main_window.py", "PYMODULE"),
                          ("transformers.models.bert.modeling_bert", "m.py", "PYMODULE")]
             self.scripts = []
 
@@ -294,7 +294,8 @@ def test_the_spec_on_macos_makes_a_signed_app_with_a_complete_plist(monkeypatch,
     collected = calls["COLLECT"].args[2]
     assert bundle.METALLIB_LINK in collected and ("mlx/lib/mlx.metallib", "/wheel/mlx/lib/mlx.metallib", "DATA") in collected
     assert not any("openblas" in dest for dest, *_ in calls["COLLECT"].args[1])
-    assert [m for m, *_ in calls["PYZ"].args[0]] == ["dspark_studio.window"]  # no model code of transformers
+    # no model code of transformers
+    assert [m for m, *_ in calls["PYZ"].args[0]] == ["dspark_studio.window.main_window"]
 
 
 def test_the_spec_on_linux_bundles_openblas_and_no_app(monkeypatch):
@@ -676,7 +677,7 @@ def test_zap_trashes_the_folders_the_app_writes_to_and_not_a_persons_exports():
     home = str(Path.home())
     tilde = lambda p: str(p).replace(home, "~", 1)
     studio, library = platformdirs.macos.MacOS("dspark-studio", "DSpark"), platformdirs.macos.MacOS("dspark", "DSpark")
-    settings = (ROOT / "app" / "settings.py").read_text()
+    settings = (ROOT / "app" / "files" / "settings.py").read_text()
     assert 'ORG, APP = "DSpark", "DSpark Studio"' in settings and 'user_data_dir("dspark-studio", ORG)' in settings
     assert 'user_log_dir("dspark-studio", "DSpark")' in (ROOT / "dspark" / "errors.py").read_text()
     assert 'user_cache_dir("dspark", "DSpark")' in (ROOT / "dspark" / "costs.py").read_text()

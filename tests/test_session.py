@@ -2,9 +2,9 @@
 
 from dspark.events import CommittedToken, RoundEvent, Source, Summary
 from dspark.lossless import Difference, Verdict
-from dspark_studio.messages import Checked, JobDone, RoundDone, RunDone, Arm, RunStarted
-from dspark_studio.runs import BASELINE
-from dspark_studio.session import Session
+from dspark_studio.state.messages import Checked, JobDone, RoundDone, RunDone, Arm, RunStarted
+from dspark_studio.state.runs import BASELINE
+from dspark_studio.state.session import Session
 
 RUNS = [Arm("d1", "/d1"), Arm(BASELINE, None)]
 
@@ -87,7 +87,7 @@ def test_compare_rows_pool_prompts_and_check_identity():
 
 
 def test_same_as_plain_marks_ties_and_mismatches():
-    from dspark_studio.runs import same_as_plain
+    from dspark_studio.state.runs import same_as_plain
 
     tie = Verdict(False, Difference(index=7, kind="tie", speculative=3, plain=4, logprobs=(-2.0, -2.0)))
     bad = Verdict(False, Difference(index=2, kind="mismatch", speculative=3, plain=4, logprobs=(-9.0, -0.5)))
@@ -144,7 +144,7 @@ def test_a_sampled_comparison_compares_each_prompt_over_the_tokens_both_runs_mad
 
 
 def test_the_choices_mark_a_bad_drafter_and_run_falls_back_to_a_good_one(tmp_path):
-    from dspark_studio.choices import Choices
+    from dspark_studio.state.choices import Choices
 
     good, bad = tmp_path / "good", tmp_path / "bad"
     good.mkdir(), bad.mkdir()
@@ -161,7 +161,7 @@ def test_the_choices_mark_a_bad_drafter_and_run_falls_back_to_a_good_one(tmp_pat
 
 
 def test_a_restored_prompt_of_the_set_is_found_in_it_and_a_typed_one_is_kept():
-    from dspark_studio.choices import TYPED, Choices
+    from dspark_studio.state.choices import TYPED, Choices
 
     c = Choices({"set": ["a\n", "b\n", "c\n"]})
     c.set_prompt("c\n")  # as a restart or a paste puts it in the box
@@ -172,7 +172,7 @@ def test_a_restored_prompt_of_the_set_is_found_in_it_and_a_typed_one_is_kept():
 
 
 def test_costs_measured_on_another_target_are_dropped_and_that_is_drawn():
-    from dspark_studio.messages import CostsMeasured, Loaded
+    from dspark_studio.state.messages import CostsMeasured, Loaded
 
     s = Session()
     s.apply(CostsMeasured("/d1", {"verify_ms": [1.0], "draft_ms": 1.0, "step_ms": 1.0}))

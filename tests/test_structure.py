@@ -76,10 +76,10 @@ def test_no_import_cycles():
     ("dspark", ("PySide6", "pyqtgraph")),
     ("dspark.engine", ("PySide6", "pyqtgraph")),
     ("dspark.bench", ("PySide6", "pyqtgraph")),
-    ("dspark_studio.session", ("PySide6", "pyqtgraph", "mlx")),
-    ("dspark_studio.runs", ("PySide6", "pyqtgraph", "mlx")),
-    ("dspark_studio.messages", ("PySide6", "pyqtgraph", "mlx")),
-    ("dspark_studio.bench_io", ("PySide6", "pyqtgraph", "mlx")),
+    ("dspark_studio.state.session", ("PySide6", "pyqtgraph", "mlx")),
+    ("dspark_studio.state.runs", ("PySide6", "pyqtgraph", "mlx")),
+    ("dspark_studio.state.messages", ("PySide6", "pyqtgraph", "mlx")),
+    ("dspark_studio.files.benchmark", ("PySide6", "pyqtgraph", "mlx")),
 ])
 def test_the_core_imports_no_qt_and_the_app_state_no_mlx(module, banned):
     code = (f"import sys, {module}; bad = sorted({{m.split('.')[0] for m in sys.modules}} & set({banned!r})); "
@@ -106,7 +106,7 @@ def test_only_the_worker_imports_mlx_in_the_app():
 def test_the_generation_form_has_one_widget_per_field(qtbot):
     from dspark.config import GenerationConfig
     from dspark.options import describe
-    from dspark_studio.panes.settings_form import SettingsForm
+    from dspark_studio.panes.config_form import SettingsForm
 
     form = SettingsForm(GenerationConfig)
     qtbot.addWidget(form)

@@ -1,1 +1,2 @@
-"""The live panes of the main window (Qt only, no model code)."""
+"""The live panes of the main window, each drawing the session's ``View`` (Qt only, no model code):
+the right-hand side's tabs (``results``) and what they hold, the left-hand controls, and the theme."""

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import (
 
 from dspark.config import GenerationConfig
 
-from ..choices import Choices, drafter_label
-from .settings_form import SettingsForm
+from ..state.choices import Choices, drafter_label
+from .config_form import SettingsForm
 
 PATH_ROLE = Qt.UserRole  # which drafter an item shows (its directory)
 #: Keys the window's shortcuts own even while the prompt box has the focus (it would move its cursor).

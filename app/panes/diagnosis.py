@@ -11,10 +11,10 @@ from html import escape
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout
 
-from ..diagnoses import HEALTHY, MARKS, Entry, figures, sentence
-from ..runs import BASELINE
-from ..session import View
-from ..theme import NORMAL, PRESENTATION, Theme, drafter_colours
+from ..state.diagnoses import HEALTHY, MARKS, Entry, figures, sentence
+from ..state.runs import BASELINE
+from ..state.session import View
+from .theme import NORMAL, PRESENTATION, Theme, drafter_colours
 
 #: Each severity's chip, (background, text) per theme: dark text on the light orange, white on the rest.
 CHIPS = {

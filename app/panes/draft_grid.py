@@ -3,7 +3,7 @@ made of it (accepted / rejected / verified after a rejection / not verified), th
 target's own token (correction or bonus). Newest round at the bottom; hover for details.
 
 Click a cell (or move to it with the arrow keys once the rows have the focus) for its story
-(the rejection inspector: ``told`` hands ``app.inspector.story`` of it to the panel under the
+(the rejection inspector: ``told`` hands ``app.state.inspector.story`` of it to the panel under the
 Run tab's panes, ``app.panes.story``): what the target thought of that drafted token and why it
 was kept or not. Esc closes it.
 
@@ -17,9 +17,9 @@ from PySide6.QtCore import QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
-from ..inspector import STATES, cell_state, story, visible
-from ..session import View
-from ..theme import FOCUS_PX, NORMAL, Theme
+from ..state.inspector import STATES, cell_state, story, visible
+from ..state.session import View
+from .theme import FOCUS_PX, NORMAL, Theme
 STATE_NAMES = {
     "accepted": "accepted",
     "rejected": "rejected (first mismatch)",
@@ -265,7 +265,7 @@ class DraftHeader(QWidget):
 
 
 class DraftPane(QWidget):
-    told = Signal(object)  # the chosen cell's story (app.inspector.Story), or None when none is chosen
+    told = Signal(object)  # the chosen cell's story (app.state.inspector.Story), or None when none is chosen
 
     def __init__(self, parent=None):
         super().__init__(parent)

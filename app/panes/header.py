@@ -12,8 +12,8 @@ from html import escape
 
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from ..runs import BASELINE, MIN_COMPARED, busy_note, compared_rates, machine, same_as_plain, speedup
-from ..session import COMPARE_TAB, View
+from ..state.runs import BASELINE, MIN_COMPARED, busy_note, compared_rates, machine, same_as_plain, speedup
+from ..state.session import COMPARE_TAB, View
 from .flow import FlowLayout
 
 SPEEDUP_TIP = (
@@ -132,7 +132,7 @@ class HeaderStrip(QFrame):
               busy: str = "") -> None:
         """``basis``: said under both tok/s when they are not whole-run rates but the two the
         speedup divides (the runs made different numbers of tokens); ``busy``: the machine's
-        load said beside the speedup (``app.runs.busy_note``)."""
+        load said beside the speedup (``app.state.runs.busy_note``)."""
         self.headline.setText(headline)
         self._say_busy(busy)
         for key, caption, _tip in FIELDS:
@@ -207,7 +207,7 @@ class HeaderStrip(QFrame):
 
 def coverage(row: dict, busy: bool) -> str:
     """Which prompts a comparison's figures pool: the ones every arm finished
-    (``app.runs.complete_prompts``), or before there is one, the unfinished runs, said so."""
+    (``app.state.runs.complete_prompts``), or before there is one, the unfinished runs, said so."""
     done, planned = row.get("finished", 0), row.get("planned", 0)
     if row.get("partial"):
         return (f"prompt 1 of {planned} running" if busy else

@@ -16,8 +16,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
-from ..session import View
-from ..theme import NORMAL, Theme, drafter_colours
+from ..state.session import View
+from .theme import NORMAL, Theme, drafter_colours
 
 pg.setConfigOptions(antialias=True)
 
@@ -61,7 +61,7 @@ def make_plot(title: str, left: str, bottom: str, integer_y: bool = False) -> pg
     return w
 
 
-#: How a line is drawn, by name (``app.theme.policy_style``), and the glyph its legend key shows.
+#: How a line is drawn, by name (``app.panes.theme.policy_style``), and the glyph its legend key shows.
 LINE_STYLES = {"solid": Qt.SolidLine, "dash": Qt.DashLine, "dot": Qt.DotLine, "dashdot": Qt.DashDotLine,
                "dashdotdot": Qt.DashDotDotLine}
 GLYPHS = {"solid": "━━", "dash": "╍╍", "dot": "┉┉", "dashdot": "━╍", "dashdotdot": "━┉"}

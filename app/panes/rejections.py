@@ -2,7 +2,7 @@
 length (the rounds bucketed by where in the sequence they drafted, each bar with its count of
 rounds) and what a drafter gets wrong (its most frequent rejected drafted -> target token pairs,
 with counts and the tokens' text). One colour per drafter, as on the other tabs: the Run tab's
-run, or after a comparison every drafter of it. The data is ``app.inspector``'s, from
+run, or after a comparison every drafter of it. The data is ``app.state.inspector``'s, from
 ``dspark.metrics``; it is kept on the pane (``context``, ``wrong``) for the CSV export."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtWidgets import QHBoxLayout, QWidget
 
-from ..inspector import bucket_name, context_view, drafter_names, drafter_runs, visible, wrong_view
-from ..session import View
-from ..theme import NORMAL, Theme, drafter_colours
+from ..state.inspector import bucket_name, context_view, drafter_names, drafter_runs, visible, wrong_view
+from ..state.session import View
+from .theme import NORMAL, Theme, drafter_colours
 from .plots import IntegerAxis, PlotBox, fit_title, make_plot, style_plot, zero_based_range
 
 TIP_CONTEXT = (

@@ -1,6 +1,6 @@
 """The rejection inspector's panel under the text and the draft rows (the whole width of the Run
 tab, so its lines stay few at presentation size): the story of the cell the person chose
-(``app.inspector.Story``): the drafted token and the drafter's probability for it, what became
+(``app.state.inspector.Story``): the drafted token and the drafter's probability for it, what became
 of it and why, its rank in the target's distribution, and the target's five best tokens with
 their probabilities, the drafted one marked. Rich text in the theme's colours and type size, so
 it reads at presentation scale; a close button (also Esc on the draft rows) hides it."""
@@ -12,8 +12,8 @@ from html import escape
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton
 
-from ..inspector import Story, prob
-from ..theme import NORMAL, Theme
+from ..state.inspector import Story, prob
+from .theme import NORMAL, Theme
 
 #: Where each state's word takes its colour in the theme (the draft grid's cell colours).
 STATE_COLOURS = {"accepted": "accepted", "rejected": "rejected", "discarded": "discarded", "unverified": "unverified",

@@ -9,8 +9,8 @@ from PySide6.QtCore import QEvent
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
-from ..session import View
-from ..theme import NORMAL, Theme
+from ..state.session import View
+from .theme import NORMAL, Theme
 
 SOURCE_NAMES = {
     "accepted": "accepted draft",

@@ -23,7 +23,7 @@ cask "dspark-studio" do
 
   app "DSpark Studio.app"
 
-  # What the app writes by itself (app/settings.py, dspark/errors.py, dspark/costs.py), never what
+  # What the app writes by itself (app/files/settings.py, dspark/errors.py, dspark/costs.py), never what
   # a person saved: exports are left where they are, and their folder with them.
   zap rmdir: "~/Library/Application Support/dspark-studio",
       trash: [

@@ -1,4 +1,4 @@
-"""Replaying a saved run or comparison: the JSON ``app.export`` writes (File ▸ Export, and the
+"""Replaying a saved run or comparison: the JSON ``app.files.run_export`` writes (File ▸ Export, and the
 automatic run history) played back on every pane with its original timing, without a model.
 
 A speaker records at home on a fast machine and presents from any laptop. The recording is
@@ -6,7 +6,8 @@ turned back into the very messages the worker sent (``RunStarted``, ``RoundDone`
 ``Checked``, ``JobDone``), each at the time it was sent, so the session and the panes cannot tell
 a replay from a live run, and every figure is recomputed from the recorded events by the same
 ``dspark.metrics`` functions. ``read_recording`` and ``schedule`` are plain Python; ``Player``
-is the Qt timer that delivers the messages.
+is the Qt timer that delivers the messages. ``open_playlist`` and ``replay_job`` are File ▸ Open
+run's steps on the session: the files read into the playlist, one of them started as a job.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from dspark.events import RoundEvent, Summary, event_from_dict
 from dspark.lossless import Verdict
 from dspark.reading import read_json
 
-from .messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted
-from .runs import recorded_machine
-from .file_checks import check_document
+from ..state.messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted
+from ..state.playlist import Playlist
+from ..state.runs import recorded_machine
+from ..state.session import COMPARE_TAB, RUN_TAB, Session
+from .checking import check_document
 
 #: A run file larger than this is not one the app wrote (a 256-token run is ~140 KB).
 MAX_RECORDING_BYTES = 64 * 2**20
@@ -43,7 +46,7 @@ class SavedRun:
     drafted_text: tuple[tuple[str, ...], ...]
     summary: Summary | None
     verdict: Verdict | None
-    machine: dict = field(default_factory=dict)  # the load while it ran (app.runs.recorded_machine)
+    machine: dict = field(default_factory=dict)  # the load while it ran (app.state.runs.recorded_machine)
     top_text: tuple = ()  # per round, per verified draft: the target's best tokens' text (the inspector)
 
 
@@ -67,7 +70,7 @@ class Recording:
 def read_recording(path: str | Path) -> Recording:
     """A saved run or comparison, or a DsparkError saying in one sentence why it is not one. Saved
     runs are shared, so a file is checked as a whole before anything of it is used
-    (``app.file_checks``): only a regular file, bounded in size and nesting; every field of
+    (``app.files.checking``): only a regular file, bounded in size and nesting; every field of
     the right type, every number finite and in range, counts and sizes within the limits a replay
     can draw, times that only move forward."""
     path = Path(path)
@@ -114,7 +117,7 @@ def _positions(d: dict) -> list[dict]:
 
 def _top_text(d: dict, events: tuple, pieces: dict[int, str]) -> tuple:
     """Per round, per verified draft, the text of the target's best tokens: as saved when its shape
-    is the events' (``file_checks`` saw to that), else looked up from the file's other tokens."""
+    is the events' (``checking`` saw to that), else looked up from the file's other tokens."""
     saved = d.get("top_text")
     if isinstance(saved, list) and len(saved) == len(events):
         return tuple(tuple(tuple(str(x) for x in pos) for pos in t) for t in saved)
@@ -207,3 +210,33 @@ class Player(QObject):
             self.deliver(msg)
         if not self.pending:
             self.timer.stop()
+
+
+def open_playlist(session: Session, playlist: Playlist, paths: list[str]) -> bool:
+    """Read saved runs or comparisons into the playlist (several make one: Space / → plays
+    the next). A file that is not one leaves everything as it was, said in one sentence."""
+    if session.busy:
+        session.fail("a run is in progress: stop it before opening a saved one")
+        return False
+    try:
+        recordings = [read_recording(p) for p in paths]
+    except DsparkError as e:
+        session.fail(str(e))
+        return False
+    playlist.recordings, playlist.index = recordings, -1
+    return True
+
+
+def replay_job(session: Session, playlist: Playlist, index: int):
+    """The playlist's recording ``index`` as a job of the session and the messages that play it
+    (``schedule``); None while a job runs."""
+    if not playlist or session.busy:
+        return None
+    rec = playlist.at(index)
+    job = session.new_job(rec.kind, rec.target or "", rec.prompts, rec.specs(), config=rec.runs[0].config,
+                          replay=playlist.badge(), caption=playlist.caption())
+    if job is None:
+        return None
+    session.clear_message()
+    session.show_tab(COMPARE_TAB if rec.kind == "compare" else RUN_TAB)
+    return rec, schedule(rec, job.id)

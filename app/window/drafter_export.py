@@ -15,8 +15,8 @@ from PySide6.QtWidgets import (
 
 from dspark.serving import TITLES  # the formats, in words (no MLX on the GUI thread)
 
-from .choices import Choices
-from .messages import ExportRequest
+from ..state.choices import Choices
+from ..state.messages import ExportRequest
 
 
 def _with_browse(edit: QLineEdit, title: str, parent: QWidget) -> QWidget:

@@ -4,7 +4,7 @@ stranger's file is held to what the app itself writes: every field of its type, 
 finite and in range, counts and sizes within what a replay can draw, times that only move
 forward. What fails is one sentence naming the file, the place and the field (DsparkError).
 
-Plain Python: no Qt, no MLX (``app.bench_io`` is imported by the app's Qt-free state).
+Plain Python: no Qt, no MLX (``app.files.benchmark`` reads with it, and stays Qt-free).
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ DOCUMENT = record({"app": text(100), "version": text(100), "created": text(100),
 
 
 def check_document(doc, name: str) -> None:
-    """A saved run or comparison (``app.export.document``), checked whole; one sentence naming
+    """A saved run or comparison (``app.files.run_export.document``), checked whole; one sentence naming
     ``name`` and the place when it is not one the app can replay."""
     if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list) or not doc["runs"]:
         raise DsparkError(f"{name} is not a run or comparison saved by DSpark Studio (it has no runs)")
@@ -342,7 +342,7 @@ def _bench_problem(doc) -> str | None:
     by_repeat = doc.get("costs_by_repeat") or []
     if not isinstance(by_repeat, list) or len(by_repeat) > 1_000_000 or not all(isinstance(r, dict) for r in by_repeat):
         return "costs_by_repeat must be a list of measured costs by drafter"
-    # what the app reads of them: the costs measured at the start and the last repeat's (bench_io.bench_costs)
+    # what the app reads of them: the costs measured at the start and the last repeat's (app.state.runs.bench_costs)
     for what, measured in (("the costs", costs), ("the last repeat's costs", by_repeat[-1] if by_repeat else {})):
         for drafter, c in measured.items():
             problem = costs_problem(c)

@@ -7,8 +7,8 @@ from typing import Protocol
 
 from PySide6.QtWidgets import QWidget
 
-from ..session import View
-from ..theme import Theme
+from ..state.session import View
+from .theme import Theme
 
 
 class Pane(Protocol):

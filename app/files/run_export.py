@@ -1,5 +1,7 @@
 """Writing runs and comparisons to JSON and CSV (events through ``dspark.events``), plots to
-PNG, and the automatic run history under the platformdirs data folder."""
+PNG, and the automatic run history under the platformdirs data folder. ``export_runs``,
+``export_rejections`` and ``save_pngs`` are the File menu's steps: what a tab shows, written where
+the person chose, and what went wrong said in the session's message bar."""
 
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QWidget
 
-from .runs import Run, compare_rows
 from dspark import __version__
 from dspark.events import event_to_dict
+
+from ..state import inspector
+from ..state.runs import Run, compare_rows
+from ..state.session import Session
 
 RUN_FIELDS = ["label", "method", "prompt_index", "tokens", "rounds", "tau", "acceptance_rate",
               "tokens_per_sec", "ttft_seconds", "peak_memory_bytes", "finish_reason",
@@ -42,7 +47,7 @@ def run_dict(run: Run) -> dict:
 
 def document(runs: list[Run], target: str | None, comparison: bool, prompts: int | None = None, *,
              environment: dict | None = None) -> dict:
-    """Everything needed to read the runs back (``app.replay``): the events, the drafted
+    """Everything needed to read the runs back (``app.files.replay``): the events, the drafted
     tokens' text, the verdicts, and (a comparison) its table as it was shown; ``environment``:
     the machine, MLX, BLAS and the device the runs computed on (the worker's record, with the
     first-launch GPU check's answer)."""
@@ -127,7 +132,7 @@ def write_rejections(folder: str | Path, context: dict[str, list[dict]], wrong: 
     """The Rejections tab's two views as ``acceptance_by_context.csv`` (one row per drafter and
     context bucket: ``dspark.metrics.by_context``; ``to`` empty for an open last bucket) and
     ``what_it_gets_wrong.csv`` (one row per drafter and pair shown: ``dspark.metrics.rejections``
-    with both tokens' text), from ``app.inspector``'s ``context_view`` / ``wrong_view``."""
+    with both tokens' text), from ``app.state.inspector``'s ``context_view`` / ``wrong_view``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     out = []
@@ -155,7 +160,7 @@ def write_pngs(folder: str | Path, widgets: dict[str, QWidget]) -> list[Path]:
 
 
 def keep_in_history(session, prefs) -> str | None:
-    """A finished job of ``session`` (an ``app.session.Session``) kept in the run history, within
+    """A finished job of ``session`` (an ``app.state.session.Session``) kept in the run history, within
     the limits the settings give; a one-line problem, or None."""
     from . import settings
 
@@ -212,3 +217,56 @@ def prune_history(folder: Path, keep: int, max_bytes: int) -> list[Path]:
             p.unlink()
             gone.append(p)
     return gone
+
+
+def export_name(session: Session, fmt: str, comparison: bool) -> str | None:
+    """The file name an export of a tab starts with (time, drafter, prompt); None, said in
+    one sentence, when the tab has nothing to export yet."""
+    runs, _prompts = _exported(session, comparison)
+    if not runs:
+        session.fail("nothing to export yet: " + ("compare first" if comparison else "run first"))
+        return None
+    return default_name(runs, comparison, fmt)
+
+
+def export_runs(session: Session, fmt: str, comparison: bool, path: str) -> Path | None:
+    """What a tab shows, as JSON or CSV: the Run tab's run and its plain decoding, or the
+    Compare tab's comparison (every run, and its table rows)."""
+    runs, prompts = _exported(session, comparison)
+    try:
+        if fmt == "json":
+            return write_json(path, runs, session.loaded_target, comparison=comparison, prompts=prompts,
+                                     environment=session.environment)
+        return write_csv(path, runs, comparison, prompts)
+    except OSError as e:
+        session.fail(f"could not write {path}: {e.strerror or e}")
+        return None
+
+
+def _exported(session: Session, comparison: bool) -> tuple[list, int]:
+    if comparison:
+        return list(session.comparison), session.compare_prompts
+    return [r for r in session.shown_runs() if r is not None], 1
+
+
+def export_rejections(session: Session, folder: str) -> list[Path]:
+    """The Rejections tab's two views as CSV into ``folder`` (``write_rejections``): the
+    last job's run, or every drafter of its comparison, as the tab draws them."""
+    view = session.view()
+    groups = inspector.drafter_runs(view.runs, view.kind, view.spec)
+    if not groups:
+        session.fail("nothing to export yet: run first (the Rejections tab describes the last run or comparison)")
+        return []
+    try:
+        return write_rejections(folder, inspector.context_view(groups)[1], inspector.wrong_view(groups)[1])
+    except OSError as e:
+        session.fail(f"could not write into {folder}: {e.strerror or e}")
+        return []
+
+
+def save_pngs(folder: str, widgets: dict[str, QWidget]) -> tuple[list[Path], list[str]]:
+    """Each widget on screen grabbed to ``folder/<name>.png`` as it is drawn: (written, skipped).
+    A plot with nothing measured yet (empty axes) and one on a tab not on screen (grabbed at a
+    size it was never laid out at, its titles cut) are skipped, and named in ``skipped``."""
+    shown = {name: w for name, w in widgets.items() if w.isVisible() and not w.property("empty")}
+    return write_pngs(folder, shown), [name for name in widgets if name not in shown]

@@ -158,7 +158,7 @@ def drafter_runs(runs, kind: str, spec: Run | None) -> dict[str, list[Run]]:
 
 
 def drafter_names(groups: dict[str, list[Run]]) -> dict[str, str]:
-    """Label -> the drafter directory's name, which picks its colour (``app.theme.drafter_colours``)."""
+    """Label -> the drafter directory's name, which picks its colour (``app.panes.theme.drafter_colours``)."""
     return {label: Path(rs[0].drafter).name if rs[0].drafter else label for label, rs in groups.items()}
 
 

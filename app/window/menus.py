@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 
-from .playlist import SPEEDS
+from ..state.playlist import SPEEDS
 
 
 def build_menus(w) -> None:

@@ -1,4 +1,4 @@
-"""What the app keeps between sessions of the person's choices (``app.settings``): the models,
+"""What the app keeps between sessions of the person's choices (``app.files.settings``): the models,
 the prompt and its set, typed prompts, the generation settings. ``restore`` fills a
 ``Choices`` from the settings file, ``save`` writes one back. Only what worked is kept: a
 drafter that was refused is not listed again at the next start."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dspark.config import GenerationConfig
 
-from .choices import TYPED, Choices
-from .panes.settings_form import form_values
-from .settings import Settings
+from ..state.choices import TYPED, Choices
+from ..panes.config_form import form_values
+from ..files.settings import Settings
 
 
 def restore(prefs: Settings | None, choices: Choices, target: str | None, drafters: list[str]) -> str | None:

@@ -4,7 +4,9 @@
 ``comparison_to_bench`` turns the app's comparison into that format (each finished prompt of
 each drafter a trial, paired with plain decoding of the same prompt), ``write_bench`` saves
 it, ``read_bench`` opens a benchmark's summary for the Compare tab, and ``bench_rows`` gives
-its arms the Compare table's row shape. Plain Python: no Qt, no MLX.
+its arms the Compare table's row shape (``app.state.runs.bench_rows``). ``open_bench`` and
+``save_comparison`` are the File menu's steps on the session: each changes only it, and says what
+went wrong in its message bar. Plain Python: no Qt, no MLX.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from dspark.errors import DsparkError
 from dspark.files import write_text
 from dspark.reading import read_json
 
-from .file_checks import check_bench
-
-from .runs import BASELINE, MIN_COMPARED, Run, bench_machine, complete_prompts, machine, speedup
+from ..state.runs import MIN_COMPARED, Run, bench_rows, complete_prompts, machine, speedup
+from ..state.session import Session
+from .checking import check_bench
 
 MAX_SUMMARY_BYTES = 16 * 2**20
 COMMAND = "DSpark Studio: Compare"
@@ -45,7 +47,8 @@ def comparison_to_bench(runs: list[Run], target: str | None, prompts: int, *,
     """(summary document, trials) of a comparison, as ``dspark bench`` writes them. Only
     finished runs count; a drafter's prompt without a finished plain run has no speedup.
     ``costs``: drafter directory -> measured costs (``Costs.to_dict()``), for limit and
-    efficiency; ``environment``: the worker's record of the machine (``messages.Loaded``). The speedup is the app's own, over comparable work (``app.runs.speedup``),
+    efficiency; ``environment``: the worker's record of the machine (``messages.Loaded``). The speedup is the app's
+    own, over comparable work (``app.state.runs.speedup``),
     which equals the benchmark's rate ratio whenever both runs made the same tokens."""
     complete = set(complete_prompts(runs))  # the prompts the table pools: a saved benchmark agrees with it
     done = [r for r in runs if r.prompt_index in complete and r.summary.tokens_per_sec > 0]
@@ -78,7 +81,7 @@ def comparison_to_bench(runs: list[Run], target: str | None, prompts: int, *,
                         "temperature": config.get("temperature", 0.0)},
            "costs": {Path(p).name: c for p, c in costs.items() if any(r.drafter == p for r in done)},
            "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "arms": report.summarize(trials),
-           "machine": machine(done)}  # the load while it ran, and plain decoding's spread (app.runs.machine)
+           "machine": machine(done)}  # the load while it ran, and plain decoding's spread (app.state.runs.machine)
     return doc, trials
 
 
@@ -126,7 +129,7 @@ def is_bench_file(path: str | Path) -> bool:
 
 def read_bench(path: str | Path) -> dict:
     """A ``dspark bench`` summary (its ``summary.json``, or the folder holding it), checked as a
-    whole (``app.file_checks.check_bench``) before anything of it is drawn; a DsparkError saying
+    whole (``app.files.checking.check_bench``) before anything of it is drawn; a DsparkError saying
     in one sentence why not."""
     path = _summary_path(path)
     doc = _read_doc(path)
@@ -141,55 +144,41 @@ def read_bench(path: str | Path) -> dict:
     return doc
 
 
-def bench_costs(doc: dict) -> dict:
-    """The costs a benchmark's limits were computed from: the last repeat's (measured at the
-    trials' context and load), else those measured at its start."""
-    last = (doc.get("costs_by_repeat") or [None])[-1]
-    return last or doc.get("costs") or {}
+def open_bench(session: Session, path: str) -> bool:
+    """Show a benchmark summary (file or folder) on the Compare tab; False, said in one
+    sentence, when it is not one or a job is running."""
+    if session.busy:
+        session.fail("a run is in progress: stop it before opening a benchmark")
+        return False
+    try:
+        doc = read_bench(path)
+    except DsparkError as e:
+        session.fail(str(e))
+        return False
+    return session.show_bench(doc)
 
 
-def _same_mark(arm: dict) -> str | None:
-    if "compared" not in arm:
+def describe_bench(doc: dict) -> str:
+    """The status bar's line about where a benchmark was measured."""
+    env = doc["environment"]
+    return (f"benchmark {doc['_path']}: {env.get('cpu')}, MLX {env.get('mlx')} on {env.get('device')}, "
+            f"load average at start {env.get('load_average')}")
+
+
+def save_comparison(session: Session, folder: str) -> Path | None:
+    """The last comparison as a ``dspark bench`` result folder (summary.json, trials.jsonl,
+    trials.csv), so it opens where benchmarks open and reads with the same tools."""
+    runs = list(session.comparison)
+    if not runs:
+        session.fail("nothing to save yet: compare first")
         return None
-    n, same, lossless = int(arm["compared"]), int(arm["identical"]), int(arm.get("lossless", arm["identical"]))
-    if lossless < n:
-        return "✗"
-    ties = lossless - same
-    return "✓" if not ties else f"≈ {ties} tie{'s' * (ties > 1)}"
-
-
-def bench_rows(doc: dict) -> list[dict]:
-    """The Compare table's rows (``app.runs.compare_rows``' keys) for a benchmark's arms;
-    plain decoding is the baseline row. Figures are the benchmark's: medians over trials."""
-    rows = []
-    trials_per_arm = f"{doc['prompts']['count']}×{doc['settings']['repeats']}"
-    measured_on = bench_machine(doc)  # the header's "machine busy" note reads it
-    for arm in doc["arms"]:
-        plain = arm["arm"] == report.PLAIN
-        n = int(arm.get("trials", 0))
-        speed = float(arm["speedup"]) if arm.get("speedup") is not None else (1.0 if plain else None)
-        rows.append({
-            "label": BASELINE if plain else str(arm["arm"]),
-            "method": "baseline" if plain else "speculative",
-            "drafter": arm.get("drafter"),
-            "policy": arm.get("policy"),
-            "machine": measured_on,
-            "runs": n, "planned": n, "finished": n, "stopped": 0,
-            "runs_text": trials_per_arm,
-            "tokens": 0, "rounds": int(arm.get("rounds", 0)),
-            "tau": float(arm.get("tau", 0.0)),
-            "acceptance_rate": float(arm.get("acceptance_rate", 0.0)),
-            "per_position_acceptance": [float(x) for x in arm.get("per_position_acceptance", [])],
-            "tokens_per_sec": float(arm["tokens_per_sec"]),
-            "speedup": speed,
-            "speedup_spread": arm.get("speedup_spread"),
-            "limit": arm.get("limit"), "efficiency": arm.get("efficiency"),
-            "compared_tokens": 0, "compared_rates": [0.0, 0.0], "same_length": True,
-            "identical": None if plain else _same_mark(arm),
-            "ttft_seconds": arm.get("ttft_seconds"),
-            "peak_memory_bytes": int(arm.get("peak_memory_bytes") or 0),
-        })
-    return rows
+    try:
+        doc, trials = comparison_to_bench(runs, session.loaded_target, session.compare_prompts,
+                                                   costs=session.costs, environment=session.environment)
+        return write_bench(folder, doc, trials)
+    except DsparkError as e:
+        session.fail(str(e))
+        return None
 
 
 __all__ = ["bench_costs", "bench_rows", "comparison_to_bench", "is_bench", "is_bench_file", "read_bench", "write_bench"]

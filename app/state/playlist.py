@@ -1,6 +1,6 @@
 """The saved runs opened for replay (File ▸ Open run or benchmark…, ``--replay FILE ...``):
 which is on screen, at what speed, and what the header's badge and the prompt line say about
-it. Plain Python; the recordings are ``app.replay.Recording``s and the window plays them."""
+it. Plain Python; the recordings are ``app.files.replay.Recording``s and the window plays them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ SPEEDS = {"1×": 1.0, "2×": 2.0, "instant": 0.0}
 
 @dataclass
 class Playlist:
-    recordings: list = field(default_factory=list)  # app.replay.Recording, in the order opened
+    recordings: list = field(default_factory=list)  # app.files.replay.Recording, in the order opened
     index: int = -1  # the recording on screen
     speed: str = "1×"  # a key of SPEEDS
 

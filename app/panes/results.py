@@ -11,15 +11,15 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from .compare import CompareView
-from .messages import Progress
-from .panes.draft_grid import DraftPane
-from .panes.diagnosis import DiagnosisPane
-from .panes.header import HeaderStrip
-from .panes.plots import PlotsPane
-from .panes.rejections import RejectionsPane
-from .panes.story import StoryPanel
-from .panes.text_view import TextPane
-from .session import COMPARE_TAB, REJECTIONS_TAB, RUN_TAB, View
+from ..state.messages import Progress
+from .draft_grid import DraftPane
+from .diagnosis import DiagnosisPane
+from .header import HeaderStrip
+from .plots import PlotsPane
+from .rejections import RejectionsPane
+from .story import StoryPanel
+from .text_view import TextPane
+from ..state.session import COMPARE_TAB, REJECTIONS_TAB, RUN_TAB, View
 from .theme import Theme
 
 #: The share of the Run tab's height the plots' row takes once a diagnosis is shown beside them

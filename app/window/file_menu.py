@@ -1,6 +1,7 @@
 """The File menu's actions (and Run ▸ Measure costs): each asks its dialog with the window as
-parent, does its step on the session (``window_files``, ``benchmarks``) or hands it to the
-model-owner thread, and says what came of it in the window's status bar.
+parent, does its step on the session (``files.replay``, ``files.benchmark``, ``files.run_export``,
+``state.session.costs_request``) or hands it to the model-owner thread, and says what came of it in
+the window's status bar.
 
 Each function is given the window ``w``, as ``menus.build_menus`` and ``geometry`` are, and
 keeps nothing of it; the window's methods of the same names call them. What each step changes is
@@ -12,8 +13,9 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog
 
-from . import benchmarks, bench_io, settings, window_files
-from .playlist import SPEEDS
+from ..files import benchmark, replay, run_export, settings
+from ..state.playlist import SPEEDS
+from ..state.session import costs_request
 
 
 def choose_replay(w) -> None:
@@ -27,9 +29,9 @@ def choose_replay(w) -> None:
 def open_replay(w, paths: list[str], speed: str | None = None) -> bool:
     """Play saved runs or comparisons back on every pane, loading no model; several files
     make a playlist. A ``dspark bench`` summary opens on the Compare tab instead."""
-    if len(paths) == 1 and bench_io.is_bench_file(paths[0]):
+    if len(paths) == 1 and benchmark.is_bench_file(paths[0]):
         return open_bench(w, paths[0])
-    ok = window_files.open_playlist(w.session, w.playlist, paths)
+    ok = replay.open_playlist(w.session, w.playlist, paths)
     if ok:
         w.playlist.speed = speed or w.playlist.speed
         ok = play_recording(w, 0)
@@ -38,7 +40,7 @@ def open_replay(w, paths: list[str], speed: str | None = None) -> bool:
 
 
 def play_recording(w, index: int) -> bool:
-    started = window_files.replay_job(w.session, w.playlist, index)
+    started = replay.replay_job(w.session, w.playlist, index)
     if started is None:
         return False
     rec, messages = started
@@ -49,11 +51,11 @@ def play_recording(w, index: int) -> bool:
 
 
 def export_data(w, fmt: str, comparison: bool, path: str | None = None) -> Path | None:
-    """What a tab shows, as JSON or CSV (``window_files.export_runs``)."""
-    name = window_files.export_name(w.session, fmt, comparison)
+    """What a tab shows, as JSON or CSV (``run_export.export_runs``)."""
+    name = run_export.export_name(w.session, fmt, comparison)
     if name is not None and path is None:
         path, _ = QFileDialog.getSaveFileName(w, "Export", str(settings.exports_dir() / name), f"*.{fmt}")
-    out = window_files.export_runs(w.session, fmt, comparison, path) if name and path else None
+    out = run_export.export_runs(w.session, fmt, comparison, path) if name and path else None
     if out is not None:
         w.statusBar().showMessage(f"exported {out}")
     w.said()
@@ -61,10 +63,10 @@ def export_data(w, fmt: str, comparison: bool, path: str | None = None) -> Path 
 
 
 def export_rejections(w, folder: str | None = None) -> list[Path]:
-    """The Rejections tab's two views as CSV files into a folder (``window_files.export_rejections``)."""
+    """The Rejections tab's two views as CSV files into a folder (``run_export.export_rejections``)."""
     folder = folder or QFileDialog.getExistingDirectory(w, "Save the rejection views as CSV into",
                                                         str(settings.exports_dir()))
-    out = window_files.export_rejections(w.session, folder) if folder else []
+    out = run_export.export_rejections(w.session, folder) if folder else []
     w.statusBar().showMessage(f"exported {', '.join(p.name for p in out)} to {folder}" if out else "")
     w.said()
     return out
@@ -75,16 +77,16 @@ def export_pngs(w, folder: str | None = None) -> list[Path]:
         folder = QFileDialog.getExistingDirectory(w, "Save plots as PNG into", str(settings.exports_dir()))
         if not folder:
             return []
-    out, skipped = window_files.save_pngs(folder, w.plot_widgets())
+    out, skipped = run_export.save_pngs(folder, w.plot_widgets())
     w.statusBar().showMessage(f"saved {len(out)} PNG files to {folder}"
                               + (f" (not drawn, so not saved: {', '.join(skipped)})" if skipped else ""))
     return out
 
 
 def open_bench(w, path: str) -> bool:
-    ok = benchmarks.open_bench(w.session, path)
+    ok = benchmark.open_bench(w.session, path)
     if ok:
-        w.statusBar().showMessage(benchmarks.describe_bench(w.session.bench))
+        w.statusBar().showMessage(benchmark.describe_bench(w.session.bench))
     w.said()
     return ok
 
@@ -95,7 +97,7 @@ def save_comparison(w, folder: str | None = None) -> Path | None:
                                                   "folder)", str(settings.exports_dir()))
         if not folder:
             return None
-    out = benchmarks.save_comparison(w.session, folder or "")
+    out = benchmark.save_comparison(w.session, folder or "")
     if out is not None:
         w.statusBar().showMessage(f"saved {out}")
     w.said()
@@ -103,7 +105,7 @@ def save_comparison(w, folder: str | None = None) -> Path | None:
 
 
 def measure_costs(w, remeasure: bool = True) -> bool:
-    request = benchmarks.costs_request(w.session, remeasure)
+    request = costs_request(w.session, remeasure)
     if request is not None:
         w.session.measuring_costs()
         w.engine.measure_costs(request)
@@ -112,9 +114,9 @@ def measure_costs(w, remeasure: bool = True) -> bool:
 
 
 def export_drafter(w, request=None) -> bool:
-    """File ▸ Export drafter…: the choices asked (``app.export_drafter``), the export run by the
+    """File ▸ Export drafter…: the choices asked (``app.window.drafter_export``), the export run by the
     worker (``dspark.export``); what it wrote, or why not, comes back as a message."""
-    from . import export_drafter as dialog
+    from . import drafter_export as dialog
 
     request = request or dialog.ask(w, w.session.choices)
     if request is not None:

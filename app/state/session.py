@@ -7,7 +7,7 @@ Two results live side by side: the runs of the last job (the Run tab) and the ru
 comparison (the Compare tab). A single run after a comparison replaces the first, never the
 second, so what each tab shows is what it exports. The header describes the tab on screen.
 A ``dspark bench`` result opened from a file takes the Compare tab's place until the next
-comparison starts.
+comparison starts. ``costs_request`` is Run ▸ Measure costs asked of the session.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import diagnoses
-from .bench_io import bench_costs, bench_rows
 from .choices import Choices, drafter_label
 from .messages import (
-    Arm, Checked, CostsMeasured, Diagnosed, Job, JobDone, Loaded, Progress, RoundDone, RunDone, RunStarted,
+    Arm, Checked, CostsMeasured, CostsRequest, Diagnosed, Job, JobDone, Loaded, Progress, RoundDone, RunDone,
+    RunStarted,
 )
-from .runs import BASELINE, Run, compare_rows
+from .runs import BASELINE, Run, bench_costs, bench_rows, compare_rows
 
 RUN_TAB, COMPARE_TAB = "run", "compare"
 REJECTIONS_TAB = "rejections"  # the rejection inspector's views of the last job (its run, or every drafter of it)
@@ -76,13 +76,13 @@ class Session:
         self._fresh = False  # the current job has not started a run yet
         self._job_focus: str | None = None
         self._job_replay = ""
-        self.bench: dict | None = None  # an opened dspark bench summary (app.bench_io.read_bench)
+        self.bench: dict | None = None  # an opened dspark bench summary (app.files.benchmark.read_bench)
         self.costs: dict[str, dict] = {}  # drafter directory -> this machine's measured costs
         self.message = ""
         self.caption = ""
         self.loaded_target: str | None = None  # the target the worker holds
         self.environment: dict = {}  # the worker's record of the machine, for saved benchmarks
-        self.diagnoses: list[diagnoses.Entry] = []  # the last diagnosis (app.diagnoses), kept until the next
+        self.diagnoses: list[diagnoses.Entry] = []  # the last diagnosis (app.state.diagnoses), kept until the next
 
     # --- what went wrong, what the models are --------------------------------------------
     def fail(self, text: str) -> None:
@@ -141,7 +141,7 @@ class Session:
         return self._submit("compare", arms, prompts, focus=focus, caption=caption)
 
     def diagnose_job(self) -> Job | None:
-        """Run ▸ Diagnose: each drafter ``app.diagnoses.drafters`` takes, in turn, on what Compare
+        """Run ▸ Diagnose: each drafter ``app.state.diagnoses.drafters`` takes, in turn, on what Compare
         would run; None, said in one sentence, when it cannot start. The runs shown stay."""
         c = self.choices
         entries = diagnoses.plan(c)
@@ -333,3 +333,16 @@ class Session:
                     focus=self.focused_label(), busy=self.busy, replay=self.replay, bench=self.bench, costs=costs,
                     message=self.message, caption=self.caption, compare_replay=self.compare_replay,
                     progress=self.progress, diagnoses=tuple(self.diagnoses))
+
+
+def costs_request(session: Session, remeasure: bool = True) -> CostsRequest | None:
+    """Measure (or read the cached) costs of every ticked drafter that can run, on the chosen
+    target; None, said in one sentence, when there is nothing to measure."""
+    target, drafters = session.choices.target, tuple(session.choices.checked())
+    if session.busy:
+        session.fail("a run is in progress: measure the costs after it")
+        return None
+    if not target or not drafters:
+        session.fail("choose a target and tick at least one drafter to measure their costs")
+        return None
+    return CostsRequest(target, drafters, remeasure)

@@ -5,7 +5,7 @@ prompts drawn back to back (so six prompts make one line per drafter, not eighte
 The table is the legend (each drafter's colour beside its name) and the selector: the selected
 row is the drafter the header and the Run tab describe.
 
-A ``dspark bench`` result opened from a file (``app.bench_io``) fills the same table with its
+A ``dspark bench`` result opened from a file (``app.files.benchmark``) fills the same table with its
 arms (medians over its trials) and the acceptance curves; in place of the tokens/sec curves,
 which a benchmark does not keep, it draws the costs the benchmark measured. Costs measured
 here (the auto policy's, or Run ▸ Measure costs) are drawn beside a live comparison."""
@@ -22,13 +22,13 @@ from PySide6.QtWidgets import (
     QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
-from .panes.header import SPEEDUP_TIP
-from .panes.plots import (
+from .header import SPEEDUP_TIP
+from .plots import (
     TIP_COSTS, TIP_POSITION, TIP_TPS, PlotBox, draw_costs, fit_title, integer_ticks, make_plot, pen, rate_range, style_plot,
     zero_based_range,
 )
-from .runs import BASELINE
-from .session import View
+from ..state.runs import BASELINE
+from ..state.session import View
 from .theme import NORMAL, Theme, drafter_colours, policy_style
 
 COLUMNS = [
@@ -121,7 +121,7 @@ class CompareView(QWidget):
         self._show_table(False)
 
     def beside_plots(self, widget: QWidget) -> None:
-        """``widget`` at the right of the plots, as wide as one of them (the diagnosis, ``app.results``)."""
+        """``widget`` at the right of the plots, as wide as one of them (the diagnosis, ``app.panes.results``)."""
         self.plots_row.addWidget(widget, 1)
 
     def plots(self) -> dict[str, pg.PlotWidget]:

@@ -7,6 +7,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 
 from dspark import metrics
+from dspark.bench import report
 from dspark.events import RoundEvent, Summary
 from dspark.lossless import Verdict
 
@@ -34,8 +35,8 @@ class Run:
     # per round, per verified draft: the text of the target's best tokens (RoundEvent.target_top)
     top_text: list[tuple[tuple[str, ...], ...]] = field(default_factory=list)
     summary: Summary | None = None
-    verdict: Verdict | None = None  # a greedy speculative run against plain decoding (app.messages.Checked)
-    machine: dict | None = None  # {"load", "own", "cores"} while it ran (app.messages.RunDone)
+    verdict: Verdict | None = None  # a greedy speculative run against plain decoding (app.state.messages.Checked)
+    machine: dict | None = None  # {"load", "own", "cores"} while it ran (app.state.messages.RunDone)
     # which run this is, for as long as the app runs: the worker's keys start again in every
     # replay, and a pane that kept a key would take a new run for the one it showed
     serial: int = field(default_factory=lambda: next(_serials))
@@ -262,3 +263,54 @@ def _pooled_tps(rs: list[Run]) -> float:
     n = sum(len(r.summary.tokens) for r in done)
     secs = sum(len(r.summary.tokens) / r.summary.tokens_per_sec for r in done)
     return n / secs if secs else 0.0
+
+
+def bench_costs(doc: dict) -> dict:
+    """The costs a benchmark's limits were computed from: the last repeat's (measured at the
+    trials' context and load), else those measured at its start."""
+    last = (doc.get("costs_by_repeat") or [None])[-1]
+    return last or doc.get("costs") or {}
+
+
+def _same_mark(arm: dict) -> str | None:
+    if "compared" not in arm:
+        return None
+    n, same, lossless = int(arm["compared"]), int(arm["identical"]), int(arm.get("lossless", arm["identical"]))
+    if lossless < n:
+        return "✗"
+    ties = lossless - same
+    return "✓" if not ties else f"≈ {ties} tie{'s' * (ties > 1)}"
+
+
+def bench_rows(doc: dict) -> list[dict]:
+    """The Compare table's rows (``app.state.runs.compare_rows``' keys) for a benchmark's arms;
+    plain decoding is the baseline row. Figures are the benchmark's: medians over trials."""
+    rows = []
+    trials_per_arm = f"{doc['prompts']['count']}×{doc['settings']['repeats']}"
+    measured_on = bench_machine(doc)  # the header's "machine busy" note reads it
+    for arm in doc["arms"]:
+        plain = arm["arm"] == report.PLAIN
+        n = int(arm.get("trials", 0))
+        speed = float(arm["speedup"]) if arm.get("speedup") is not None else (1.0 if plain else None)
+        rows.append({
+            "label": BASELINE if plain else str(arm["arm"]),
+            "method": "baseline" if plain else "speculative",
+            "drafter": arm.get("drafter"),
+            "policy": arm.get("policy"),
+            "machine": measured_on,
+            "runs": n, "planned": n, "finished": n, "stopped": 0,
+            "runs_text": trials_per_arm,
+            "tokens": 0, "rounds": int(arm.get("rounds", 0)),
+            "tau": float(arm.get("tau", 0.0)),
+            "acceptance_rate": float(arm.get("acceptance_rate", 0.0)),
+            "per_position_acceptance": [float(x) for x in arm.get("per_position_acceptance", [])],
+            "tokens_per_sec": float(arm["tokens_per_sec"]),
+            "speedup": speed,
+            "speedup_spread": arm.get("speedup_spread"),
+            "limit": arm.get("limit"), "efficiency": arm.get("efficiency"),
+            "compared_tokens": 0, "compared_rates": [0.0, 0.0], "same_length": True,
+            "identical": None if plain else _same_mark(arm),
+            "ttft_seconds": arm.get("ttft_seconds"),
+            "peak_memory_bytes": int(arm.get("peak_memory_bytes") or 0),
+        })
+    return rows

@@ -3,14 +3,14 @@
 What the person chose and what ran live in the Qt-free ``Session`` (the choices in
 ``session.choices``). Widgets show it and say what the person did; the window applies that to
 the session and redraws: the left-hand panel from the choices, the right-hand side
-(``app.results``) from ``session.view()``, each only when its part changed (a 40 ms timer, and
+(``app.panes.results``) from ``session.view()``, each only when its part changed (a 40 ms timer, and
 at once after a person's action). No widget reaches into another.
 
 Threading (MLX arrays belong to the thread that made them): one long-lived QThread runs
-``Worker``; the window talks to it through queued signals and gets ``app.messages`` back, always
+``Worker``; the window talks to it through queued signals and gets ``app.state.messages`` back, always
 into a bound method of this GUI-thread object, which hands them to the session. Stop sets the
-worker's ``threading.Event`` directly. Menus are ``app.menus``; the File menu's dialogs and steps
-``file_menu`` (over ``window_files`` and ``benchmarks``); presentation mode's rules ``presentation``.
+worker's ``threading.Event`` directly. Menus are ``app.window.menus``; the File menu's dialogs and steps
+``file_menu`` (over the steps of ``app.files``); presentation mode's rules ``presentation``.
 """
 
 from __future__ import annotations
@@ -26,18 +26,20 @@ from dspark import blas
 from dspark.config import GenerationConfig
 from dspark.prompts import prompt_sets
 
-from . import diagnoses, export, file_menu, geometry, replay, settings, window_state
+from ..state import diagnoses
+from ..files import run_export, replay, settings
+from . import file_menu, geometry, kept_choices
 from .menus import build_menus
-from .messages import Exported, Failed, JobDone, Loaded, LoadRequest, Status
-from .panes.controls import ActionBar, ControlPanel
-from .panes.settings_form import form_values
-from .playlist import Playlist
+from ..state.messages import Exported, Failed, JobDone, Loaded, LoadRequest, Status
+from ..panes.controls import ActionBar, ControlPanel
+from ..panes.config_form import form_values
+from ..state.playlist import Playlist
 from .presentation import Presenter
-from .results import ResultsPanel
-from .session import Session
-from .theme import NORMAL, PRESENTATION, Theme, palette, scaled, stylesheet
-from .wording import about_text, in_app
-from .worker import WorkerThread
+from ..panes.results import ResultsPanel
+from ..state.session import Session
+from ..panes.theme import NORMAL, PRESENTATION, Theme, palette, scaled, stylesheet
+from ..state.wording import about_text, in_app
+from ..worker import WorkerThread
 
 REFRESH_MS = 40
 
@@ -166,7 +168,7 @@ class MainWindow(QMainWindow):
     def restore(self, target: str | None, drafters: list[str], load: bool = True) -> None:
         """Show these models (already chosen: command line, last used or demo) and the saved
         prompt and settings, and load the models unless ``load`` is False (a replay needs none)."""
-        self._chose(partial(window_state.restore, self.prefs, self.session.choices), "always" if load else "",
+        self._chose(partial(kept_choices.restore, self.prefs, self.session.choices), "always" if load else "",
                     target, drafters)
 
     # --- runs -----------------------------------------------------------------------------
@@ -183,7 +185,7 @@ class MainWindow(QMainWindow):
         self._submit(self.session.compare_job())
 
     def diagnose(self) -> bool:
-        """Run ▸ Diagnose (``app.diagnoses``): each ticked drafter in turn (none ticked: the selected
+        """Run ▸ Diagnose (``app.state.diagnoses``): each ticked drafter in turn (none ticked: the selected
         one) on what Compare would run, on the worker (``dspark.diagnose``); the findings appear
         beside the plots, the runs shown stay. Stop ends it; Run waits for it, said."""
         job = self.session.diagnose_job()
@@ -248,7 +250,7 @@ class MainWindow(QMainWindow):
             self.refresh()
             diagnosis = self.session.job is not None and self.session.job.kind == diagnoses.KIND
             if not self.session.replay and not diagnosis:  # a diagnosis leaves the shown runs as they were
-                problem = export.keep_in_history(self.session, self.prefs)
+                problem = run_export.keep_in_history(self.session, self.prefs)
                 if problem:
                     self.statusBar().showMessage(problem)
             if msg.cancelled:
@@ -258,7 +260,7 @@ class MainWindow(QMainWindow):
             self.presenter.job_ended()
             self.job_finished.emit({"job": msg.job, "ok": msg.ok, "cancelled": msg.cancelled})
 
-    # --- files: replay, export, benchmarks (the dialogs and steps: app.file_menu) ------------
+    # --- files: replay, export, benchmarks (the dialogs and steps: app.window.file_menu) ------------
     def choose_replay(self) -> None:
         file_menu.choose_replay(self)
 
@@ -396,7 +398,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, e) -> None:
         self.timer.stop()
         if self.prefs is not None:
-            window_state.save(self.prefs, self.session.choices,
+            kept_choices.save(self.prefs, self.session.choices,
                               self.normal_geometry if self.presenter.active else self.saveGeometry())
         if self.download is not None:
             self.download.shutdown()
