@@ -98,7 +98,7 @@ def graph() -> dict[str, set[str]]:
 
 def test_every_module_is_in_a_layer_and_every_name_is_a_module(table):
     layers = layers_in(DOC.read_text())
-    assert [name for name, _ in layers][:1] == ["data and files"] and layers[-1][0] == "the app"
+    assert [name for name, _ in layers][:1] == ["data and files"] and layers[-1][0] == "the app's entry points"
     assert not [m for m in modules() if layer_of(m, table) is None], "modules in no layer of docs/architecture.md"
     assert not [n for n in table if n not in modules()], "names in docs/architecture.md's layers that are no module"
 
