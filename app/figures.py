@@ -13,18 +13,23 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from dspark.errors import DsparkError
+
+from .files.benchmark import read_bench
+from .panes.compare import arm_styles
+from .panes.plots import draw_costs, fit_title, integer_ticks, make_plot, pen, style_plot
+from .panes.theme import NORMAL, PRESENTATION
+from .state.runs import bench_costs, bench_rows
+
 SIZE = (1200, 700)
 
 
 def _figures(doc: dict, theme):
-    import numpy as np
-    import pyqtgraph as pg
-    from PySide6.QtCore import Qt
-
-    from .state.runs import bench_costs, bench_rows
-    from .panes.compare import arm_styles
-    from .panes.plots import draw_costs, fit_title, integer_ticks, make_plot, pen, style_plot
-
     arms = [a for a in doc["arms"] if "speedup" in a]
     # the colours and line styles of the Compare tab: one colour per drafter, one style per policy
     styles, colours = arm_styles(theme, bench_rows(doc))
@@ -71,11 +76,6 @@ def _figures(doc: dict, theme):
 
 
 def plot(folder: Path, presentation: bool = False) -> list[Path]:
-    from PySide6.QtWidgets import QApplication
-
-    from .files.benchmark import read_bench
-    from .panes.theme import NORMAL, PRESENTATION
-
     doc = read_bench(folder)  # checked whole, through the bounded reader, as the app opens one
     app = QApplication.instance() or QApplication(sys.argv[:1])  # noqa: F841  (widgets need one)
     paths = []
@@ -100,8 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"figures: no summary.json in {folder}", file=sys.stderr)
         return 2
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # files, not a window: whatever display there is
-    from dspark.errors import DsparkError
-
     try:
         paths = plot(folder, a.presentation)
     except DsparkError as e:

@@ -16,6 +16,11 @@ import signal
 import sys
 import threading
 
+from PySide6.QtCore import QTimer
+
+from dspark.errors import DsparkError
+
+from .files import benchmark, replay
 from .startup import headless_platform, missing_system_library, open_window, replay_speed
 
 #: Seconds between asking a timed-out run to stop and ending the process.
@@ -25,10 +30,6 @@ GRACE_S = 10.0
 def check_replay_files(paths: list[str]) -> str | None:
     """Why the files given with ``--replay`` cannot be opened (one sentence), or None: each is
     read and checked whole, as opening it would, before anything is drawn."""
-    from dspark.errors import DsparkError
-
-    from .files import benchmark, replay
-
     try:
         if len(paths) == 1 and benchmark.is_bench_file(paths[0]):
             benchmark.read_bench(paths[0])
@@ -115,8 +116,6 @@ def _run(args) -> int:
         if problem:
             print(f"dspark-studio: error: {problem}", file=sys.stderr)
             return 2
-    from PySide6.QtCore import QTimer
-
     app, win, target = open_window(args, prefs_wanted=False)
     speed = replay_speed(args)
     status = {"code": 1, "ended": []}  # ended: whether each job (the run, then the diagnosis) finished

@@ -12,17 +12,18 @@ touches MLX. Exit 0, or 1 with the reason in the line.
 
 from __future__ import annotations
 
+from dspark import device
+from dspark.selftest import TOKENS, check, held_out_prompt
+
+from .startup import build_parser
+
 
 def run(screenshot: str | None, on_screen: bool = False) -> int:
     """``--self-test [FILE]``: the check, then (if it passed and FILE is given) the window, drawn
     offscreen unless ``on_screen`` (a launch through macOS's LaunchServices uses the Cocoa platform)."""
-    from dspark import device
-    from dspark.selftest import TOKENS, check, held_out_prompt
-
     ok, line = check()
     if ok and screenshot:
-        from .headless import run_screenshot
-        from .startup import build_parser
+        from .headless import run_screenshot  # noqa: PLC0415 (slow: Qt, only for --self-test FILE)
 
         argv = ["--screenshot", screenshot, "--max-tokens", str(TOKENS), "--prompt", held_out_prompt()]
         code = run_screenshot(build_parser().parse_args(argv + (["--on-screen"] if on_screen else [])))

@@ -16,12 +16,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.device:  # before dspark is imported: it applies DSPARK_DEVICE before anything imports mlx-lm
         os.environ["DSPARK_DEVICE"] = args.device
-    from dspark.blas import use_fast_blas
+    from dspark.blas import use_fast_blas  # noqa: PLC0415 (ordered: after DSPARK_DEVICE is set)
 
     use_fast_blas()  # before mlx is imported (by the worker module)
     if args.device:
-        from dspark.device import use_env_device
-        from dspark.errors import DsparkError
+        from dspark.device import use_env_device  # noqa: PLC0415 (ordered: after DSPARK_DEVICE is set)
+        from dspark.errors import DsparkError  # noqa: PLC0415 (ordered: after DSPARK_DEVICE is set)
 
         try:
             use_env_device()  # again: dspark may have been imported before this call set the variable
@@ -29,26 +29,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"dspark-studio: --device {args.device}: {e}", file=sys.stderr)
             return 2
     if args.check_device:
-        from dspark.gpu_check import main as check_device
+        from dspark.gpu_check import main as check_device  # noqa: PLC0415 (ordered: after DSPARK_DEVICE is set)
 
         return check_device(["--check"])
     if args.self_test is not None:
-        from .install_check import run
+        from .install_check import run  # noqa: PLC0415 (ordered: it imports dspark, after DSPARK_DEVICE is set)
 
         return run(args.self_test or None, on_screen=args.on_screen)
     if args.bench_figures:
-        from .figures import main as figures
+        from .figures import main as figures  # noqa: PLC0415 (slow: Qt and pyqtgraph, only for --bench-figures)
 
         return figures([args.bench_figures] + (["--presentation"] if args.presentation else []))
     if args.screenshot:
-        from .headless import run_screenshot
+        from .headless import run_screenshot  # noqa: PLC0415 (slow: Qt, only for --screenshot)
 
         return run_screenshot(args)
     missing = missing_system_library()
     if missing:
         print(missing, file=sys.stderr)
         return 1
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QTimer  # noqa: PLC0415 (slow: Qt, not for --help or --check-device)
 
     app, win, _ = open_window(args, prefs_wanted=True)
     win.place_on_screen()

@@ -96,7 +96,7 @@ def missing_system_library() -> str | None:
         return None
     if not os.environ.get("DISPLAY") or (not platform and os.environ.get("WAYLAND_DISPLAY")):
         return None
-    import ctypes.util
+    import ctypes.util  # noqa: PLC0415 (slow: ctypes, X11 only, off the --help path)
 
     if ctypes.util.find_library("xcb-cursor") is None:
         return ("dspark-studio: Qt needs libxcb-cursor0 to open a window on X11: run "
@@ -114,14 +114,14 @@ def checked_device(app, *, ask=None, gpu: bool | None = None):
     check run now in a child process while a small window says what is happening
     (:func:`dspark.device.startup_check`). ``ask`` and ``gpu`` stand in for the child and the
     GPU in tests. Returns the applied :class:`dspark.device.DeviceCheck`."""
-    import threading
+    import threading  # noqa: PLC0415 (light: --help and --check-device load no threading)
 
-    from PySide6.QtCore import QEventLoop, QTimer, Qt
-    from PySide6.QtWidgets import QLabel
+    from PySide6.QtCore import QEventLoop, QTimer, Qt  # noqa: PLC0415 (slow: Qt, not for --help or --check-device)
+    from PySide6.QtWidgets import QLabel  # noqa: PLC0415 (slow: Qt, not for --help or --check-device)
 
-    from dspark import device
+    from dspark import device  # noqa: PLC0415 (ordered: dspark after main applies --device)
 
-    from .files import settings
+    from .files import settings  # noqa: PLC0415 (ordered: Qt and dspark, after main applies --device)
 
     def ask_with_window():
         answer: list = []
@@ -159,7 +159,7 @@ def checked_device(app, *, ask=None, gpu: bool | None = None):
 
 def choose_models(args, prefs) -> tuple[str | None, list[str]]:
     """Command line first; then (not for screenshots) the last used; then the demo models."""
-    from .files import settings
+    from .files import settings  # noqa: PLC0415 (ordered: Qt and dspark, after main applies --device)
 
     if args.target:
         return args.target, list(args.drafter)
@@ -174,12 +174,12 @@ def choose_models(args, prefs) -> tuple[str | None, list[str]]:
 def open_window(args, prefs_wanted: bool):
     """The QApplication and the main window on the chosen models (loading them on the worker
     unless a replay is asked for): (app, window, target path or None)."""
-    from PySide6.QtGui import QIcon
-    from PySide6.QtWidgets import QApplication, QLabel
+    from PySide6.QtGui import QIcon  # noqa: PLC0415 (slow: Qt, not for --help or --check-device)
+    from PySide6.QtWidgets import QApplication, QLabel  # noqa: PLC0415 (slow: Qt, not for --help or --check-device)
 
-    from dspark import resources
+    from dspark import resources  # noqa: PLC0415 (ordered: dspark after main applies --device)
 
-    from .files import settings
+    from .files import settings  # noqa: PLC0415 (ordered: Qt and dspark, after main applies --device)
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName(settings.ORG)
@@ -188,7 +188,7 @@ def open_window(args, prefs_wanted: bool):
     app.setWindowIcon(QIcon(str(resources.path("icons", "dspark-studio.png"))))
     check = checked_device(app)
     # only now: the main window imports mlx-lm, whose stream keeps the device of that moment
-    from .window.main_window import MainWindow
+    from .window.main_window import MainWindow  # noqa: PLC0415 (ordered: after checked_device, as it imports mlx-lm)
 
     prefs = settings.Settings() if prefs_wanted else None
     first_start = prefs is not None and not prefs.q.allKeys()
@@ -214,10 +214,10 @@ def open_window(args, prefs_wanted: bool):
 
 def recorded_drafters(paths: list[str]) -> list[str]:
     """The drafter directories saved runs ran (files that are not runs are said when opened)."""
-    from dspark.errors import DsparkError
+    from dspark.errors import DsparkError  # noqa: PLC0415 (ordered: dspark after main applies --device)
 
-    from .state.playlist import Playlist
-    from .files.replay import read_recording
+    from .state.playlist import Playlist  # noqa: PLC0415 (slow: dataclasses, off the --help path)
+    from .files.replay import read_recording  # noqa: PLC0415 (ordered: Qt and dspark, after main applies --device)
 
     recordings = []
     for p in paths:

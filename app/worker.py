@@ -19,10 +19,15 @@ import mlx.core as mx
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from dspark import DsparkError, GenerationConfig, Summary, generate, generate_baseline, load_drafter, load_target
+from dspark import drafter_profile as profile
 from dspark import lossless
+from dspark.bench.report import environment
 from dspark.costs import Costs, for_policy, load_or_measure
+from dspark.diagnose.acceptance import Stopped
 from dspark.errors import report_bug
 from dspark.engine import run_to_summary
+from dspark.export import export_drafter, summary
+from dspark.loading import read_drafter_config
 
 from .state.messages import (
     Checked, CostsMeasured, CostsRequest, Diagnosed, DrafterInfo, Exported, ExportRequest, Failed, Job, JobDone, Loaded,
@@ -127,8 +132,6 @@ class Worker(QObject):
     def export_drafter(self, req: ExportRequest) -> None:
         """File ▸ Export drafter…: ``dspark.export`` here, where MLX lives (it loads the drafter, and
         measures acceptance on the target when asked); what it wrote, or its one-sentence refusal."""
-        from dspark.export import export_drafter, summary
-
         try:
             target = None
             if req.target:  # measure on the target the window has, loaded here if it is not yet
@@ -151,10 +154,7 @@ class Worker(QObject):
         models live, on the job's prompts and settings, compared with the drafter's profile; its
         progress after every generation, each result as a ``Diagnosed``. Stop ends it within one
         round (the drafters diagnosed by then keep their results)."""
-        from dspark import drafter_profile as profile
-        from dspark.diagnose import diagnose
-        from dspark.diagnose.acceptance import Stopped
-        from dspark.loading import read_drafter_config
+        from dspark.diagnose import diagnose  # noqa: PLC0415 (late-bound: a test spies on dspark.diagnose.run)
 
         ok, cancelled = True, False
         try:
@@ -292,8 +292,6 @@ class Worker(QObject):
             infos[p] = DrafterInfo(block_size=d.block_size, confidence=d.has_confidence, params=d.num_params(),
                                    note=note, format=d.format)
         if not self._environment:  # the machine, MLX and BLAS a saved benchmark names (MLX asked here)
-            from dspark.bench.report import environment
-
             self._environment = environment()
         self.message.emit(Loaded(target=target_path, target_id=self._target.target_id, drafters=infos, errors=errors,
                                  environment=dict(self._environment), notes=tuple(self._target_notes)))

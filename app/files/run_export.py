@@ -20,6 +20,7 @@ from dspark.events import event_to_dict
 from ..state import inspector
 from ..state.runs import Run, compare_rows
 from ..state.session import Session
+from . import settings
 
 RUN_FIELDS = ["label", "method", "prompt_index", "tokens", "rounds", "tau", "acceptance_rate",
               "tokens_per_sec", "ttft_seconds", "peak_memory_bytes", "finish_reason",
@@ -162,8 +163,6 @@ def write_pngs(folder: str | Path, widgets: dict[str, QWidget]) -> list[Path]:
 def keep_in_history(session, prefs) -> str | None:
     """A finished job of ``session`` (an ``app.state.session.Session``) kept in the run history, within
     the limits the settings give; a one-line problem, or None."""
-    from . import settings
-
     runs = session.runs
     if not runs or not any(r.done for r in runs):
         return None
@@ -185,8 +184,6 @@ def save_history(runs: list[Run], target: str | None, *, comparison: bool, promp
     :func:`write_json` writes it, then drop the oldest kept jobs beyond ``keep`` files or
     ``max_bytes`` (``prune_history``; None: the settings' defaults). Never fails the app: returns a
     one-line problem to show instead (an unwritable or misplaced folder), or None."""
-    from . import settings
-
     try:
         folder = settings.history_dir()
         stamp = time.strftime("%Y%m%d-%H%M%S")

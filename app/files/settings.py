@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from platformdirs import user_data_dir
 from PySide6.QtCore import QSettings
 
 from dspark import resources
@@ -36,8 +37,6 @@ def data_dir() -> Path:
     if home is not None:
         p = home / "data"
     else:
-        from platformdirs import user_data_dir
-
         p = Path(user_data_dir("dspark-studio", ORG))
     p.mkdir(parents=True, exist_ok=True)
     return p

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from PySide6.QtGui import QColor, QPalette
+
 
 @dataclass(frozen=True, kw_only=True)
 class Theme:
@@ -129,8 +131,6 @@ def stylesheet(t: Theme) -> str:
 
 def palette(t: Theme):
     """A Fusion palette in the theme's colours, for the inputs the stylesheet leaves alone."""
-    from PySide6.QtGui import QColor, QPalette
-
     p = QPalette()
     for role, colour in ((QPalette.Window, t.bg), (QPalette.WindowText, t.fg), (QPalette.Base, t.panel),
                          (QPalette.AlternateBase, t.bg), (QPalette.Text, t.fg), (QPalette.Button, t.panel),

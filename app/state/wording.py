@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from dspark import __version__
 from dspark.config import GenerationConfig
 from dspark.options import describe
 
@@ -36,11 +37,9 @@ def about_text(check, blas: str) -> str:
     """What Help ▸ About says: the versions that decide what runs, the BLAS, and the device the
     app computes on with the first-launch GPU check's sentence (``check``: a
     :class:`dspark.device.DeviceCheck`, or None when none ran)."""
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 (slow: ~60 modules, for About only)
 
-    import PySide6
-
-    from dspark import __version__
+    import PySide6  # noqa: PLC0415 (state/ is Qt-free: only About names Qt's version)
 
     def installed(name: str) -> str:  # a frozen bundle may carry no metadata: then what the check recorded
         try:

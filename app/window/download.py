@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QDialog, QDialogButtonBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QProgressBar,
     QPushButton, QVBoxLayout,
 )
+from tqdm.auto import tqdm
 
 from dspark import hub
 from dspark.errors import DsparkError
@@ -22,8 +23,6 @@ REPO_ROLE = Qt.UserRole
 
 def _progress_class(report):
     """A tqdm class that forwards huggingface_hub's progress to ``report(done, total, unit)``."""
-    from tqdm.auto import tqdm
-
     class Bridge(tqdm):
         def __init__(self, *args, **kwargs):
             kwargs["disable"] = False

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QFileDialog
 from ..files import benchmark, replay, run_export, settings
 from ..state.playlist import SPEEDS
 from ..state.session import costs_request
+from . import drafter_export as dialog
 
 
 def choose_replay(w) -> None:
@@ -116,8 +117,6 @@ def measure_costs(w, remeasure: bool = True) -> bool:
 def export_drafter(w, request=None) -> bool:
     """File ▸ Export drafter…: the choices asked (``app.window.drafter_export``), the export run by the
     worker (``dspark.export``); what it wrote, or why not, comes back as a message."""
-    from . import drafter_export as dialog
-
     request = request or dialog.ask(w, w.session.choices)
     if request is not None:
         w.engine.export_drafter(request)

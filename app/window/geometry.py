@@ -4,7 +4,8 @@ screen never ends up larger than the screen's available area or off it."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRect, QSize
+from PySide6.QtCore import QCoreApplication, QEvent, QRect, QSize
+from PySide6.QtGui import QGuiApplication
 
 DEFAULT = QSize(1400, 900)
 #: Room for the window's title bar when its frame is not known yet (before it is shown).
@@ -39,8 +40,6 @@ def client_area(avail: QRect, frame: QRect, inner: QRect) -> QRect:
 
 def available_area(window) -> QRect:
     """Where ``window``'s inside may go: its screen's available area less the frame."""
-    from PySide6.QtGui import QGuiApplication
-
     screen = window.screen() or QGuiApplication.primaryScreen()
     return client_area(screen.availableGeometry(), window.frameGeometry(), window.geometry())
 
@@ -59,8 +58,6 @@ def fit_window(window, avail: QRect) -> None:
 
 def leave_full_screen(window, rect: QRect, was_maximized: bool, full_screen: bool) -> None:
     """Back from presentation mode to ``rect`` (or maximized, as it was)."""
-    from PySide6.QtCore import QCoreApplication, QEvent
-
     if full_screen:
         window.showMaximized() if was_maximized else window.showNormal()
     if not was_maximized:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QTimer, Qt, Signal, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QLabel, QMainWindow, QScrollArea, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QScrollArea, QSplitter, QVBoxLayout, QWidget
 
 from dspark import blas
 from dspark.config import GenerationConfig
@@ -29,6 +29,7 @@ from dspark.prompts import prompt_sets
 from ..state import diagnoses
 from ..files import run_export, replay, settings
 from . import file_menu, geometry, kept_choices
+from .download import DownloadDialog
 from .menus import build_menus
 from ..state.messages import Exported, Failed, JobDone, Loaded, LoadRequest, Status
 from ..panes.controls import ActionBar, ControlPanel
@@ -307,8 +308,6 @@ class MainWindow(QMainWindow):
 
     def show_about(self) -> None:
         """Help ▸ About: the versions, the device and the GPU check, the BLAS (not modal)."""
-        from PySide6.QtWidgets import QMessageBox
-
         self.about_box = QMessageBox(QMessageBox.Information, "About DSpark Studio",
                                      about_text(self.device_check, blas.describe()), parent=self)
         self.about_box.open()
@@ -316,8 +315,6 @@ class MainWindow(QMainWindow):
     def open_download(self):
         """The Download dialog (made once; a download finishes even if it is closed)."""
         if self.download is None:
-            from .download import DownloadDialog
-
             self.download = DownloadDialog(self)
             self.download.chosen.connect(lambda kind, path: (self.add_drafter(path, select=True) if kind == "drafter"
                                                              else self.on_target_chosen(path)))
