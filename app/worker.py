@@ -18,7 +18,7 @@ from pathlib import Path
 import mlx.core as mx
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from dspark import DsparkError, GenerationConfig, Summary, generate, generate_baseline, load_drafter, load_target
+from dspark import DsparkError, GenerationConfig, Summary, generate, generate_plain, load_drafter, load_target
 from dspark import lossless
 from dspark.costs import Costs, for_policy, load_or_measure
 from dspark.errors import report_bug
@@ -194,7 +194,7 @@ class Worker(QObject):
     def _run_one(self, job: Job, spec: Arm, *, prompt_index: int, prompt: str, config: GenerationConfig):
         self._key += 1
         key = self._key
-        method = "speculative" if spec.drafter else "baseline"
+        method = "speculative" if spec.drafter else "plain"
         self.message.emit(RunStarted(job=job.id, key=key, label=spec.label, method=method, drafter=spec.drafter,
                                      prompt=prompt, prompt_index=prompt_index, config=dict(job.config)))
         self.message.emit(Status(f"{spec.label}: generating"))
@@ -209,7 +209,7 @@ class Worker(QObject):
             # story, the rejection views; saved and replayed with the run)
             events = generate(self._target, drafter, prompt, config, cancel=cancel, costs=costs, inspect=True)
         else:
-            events = generate_baseline(self._target, prompt, config, cancel=cancel)
+            events = generate_plain(self._target, prompt, config, cancel=cancel)
         summary, clock, cpu = None, time.monotonic(), _cpu_seconds()
         for ev in events:
             if isinstance(ev, Summary):
@@ -274,7 +274,7 @@ class Worker(QObject):
             self._target = load_target(target_path, say=self._target_notes.append)
             self._target_path = target_path
             self.message.emit(Status("warming up ..."))
-            run_to_summary(generate_baseline(self._target, self._warm_ids(), self._warm_cfg()))
+            run_to_summary(generate_plain(self._target, self._warm_ids(), self._warm_cfg()))
         errors, infos = {}, {}
         for p in drafter_paths:
             if p not in self._drafters:

@@ -49,9 +49,9 @@ def accepted_length_histogram(accepted: Sequence[int], max_len: int | None = Non
     return hist
 
 
-def speedup(spec_tokens_per_sec: float, baseline_tokens_per_sec: float) -> float:
-    """Ratio of decode throughputs measured in the same run (0 when the baseline is 0)."""
-    return spec_tokens_per_sec / baseline_tokens_per_sec if baseline_tokens_per_sec else 0.0
+def speedup(spec_tokens_per_sec: float, plain_tokens_per_sec: float) -> float:
+    """Ratio of decode throughputs measured in the same run (0 when plain decoding's is 0)."""
+    return spec_tokens_per_sec / plain_tokens_per_sec if plain_tokens_per_sec else 0.0
 
 
 def decode_seconds(event) -> float:

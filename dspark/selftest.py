@@ -74,11 +74,11 @@ def check(tokens: int = TOKENS, *, platform: str | None = None) -> tuple[bool, s
         target = dspark.load_target(paths["target"])
         drafter = load_drafter(paths["dspark"], target)
         warm = dspark.GenerationConfig(max_tokens=8, stop_at_eos=False)
-        dspark.run_to_summary(dspark.generate_baseline(target, prompt, warm))  # compile and allocate
+        dspark.run_to_summary(dspark.generate_plain(target, prompt, warm))  # compile and allocate
         dspark.run_to_summary(dspark.generate(target, drafter, prompt, warm))  # before the timed runs
         cfg = dspark.GenerationConfig(max_tokens=tokens, stop_at_eos=False)
         spec = dspark.run_to_summary(dspark.generate(target, drafter, prompt, cfg))
-        plain = dspark.run_to_summary(dspark.generate_baseline(target, prompt, cfg))
+        plain = dspark.run_to_summary(dspark.generate_plain(target, prompt, cfg))
         verdict = lossless.compare(target, spec, plain)
         wrong_device, _found = device_check(target.model, list(spec.prompt_tokens))
         kind, name = computed_on()  # what the run computed on

@@ -176,7 +176,7 @@ def test_stop_ends_a_diagnosis_and_a_run_meanwhile_is_refused_in_one_sentence(qt
     assert w.actions.run_b.isEnabled()
     w.controls.form.widget("max_tokens").setValue(8)
     info = run_job(qtbot, w, w.start_run)  # and Run works again
-    assert info["ok"] and [r.method for r in w.session.runs] == ["speculative", "baseline"]
+    assert info["ok"] and [r.method for r in w.session.runs] == ["speculative", "plain"]
     assert w.session.diagnoses == [entry]  # a run leaves the diagnosis beside its plots
 
 

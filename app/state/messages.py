@@ -117,7 +117,7 @@ class RunStarted:
     job: int
     key: int  # identifies the run in RoundDone / RunDone
     label: str
-    method: str  # "speculative" or "baseline"
+    method: str  # "speculative" or "plain"
     drafter: str | None
     prompt: str
     prompt_index: int

@@ -3,7 +3,7 @@ seed) and returns a plain record: the tokens, the decode seconds and, for specul
 per-round counts and phase times (see :mod:`dspark.bench.report` for what is derived).
 
 - :class:`Plain`: mlx-lm's own ``generate_step``, run as mlx-lm runs it, with nothing else in
-  the loop: the baseline every speedup is over;
+  the loop: plain decoding, which every speedup is over;
 - :class:`Speculative`: this engine with one drafter and one verify policy;
 - :class:`MlxLmDraft`: mlx-lm's own speculative decoding with a small draft model (a peer);
 - :class:`Peer`: a peer package's speculative loop (z-lab ``dflash``, ``mlx-dspark``) with the
@@ -35,7 +35,7 @@ def _sampler(cfg: GenerationConfig):
 
 class Plain:
     """mlx-lm's ``generate_step`` at each of ``threads`` BLAS thread counts in turn (None: the
-    BLAS's own count), keeping the faster run: the baseline is the strongest mlx-lm on this
+    BLAS's own count), keeping the faster run: plain decoding is the strongest mlx-lm on this
     machine at that moment, not the default it ships with nor a count guessed beforehand.
     Why per trial: on a shared 2-core x86 CPU with OpenBLAS either count won by 10-40% from one
     minute to the next, and a count picked once before the trials (2 threads, timed 183 against

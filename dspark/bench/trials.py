@@ -74,23 +74,23 @@ def build_arms(a, target, target_dir: str, cfg, *, say) -> tuple[list, dict]:
     return [arms.Plain(target, cfg, arms.plain_thread_choices()), *spec], costs
 
 
-def _verdict(target, *, trial: dict, plain: dict, baselines: dict, key, cfg, prompt: list[int]) -> dict:
+def _verdict(target, *, trial: dict, plain: dict, plain_runs: dict, key, cfg, prompt: list[int]) -> dict:
     """identical / lossless / first_difference of a greedy ``trial`` (of ``prompt``'s ids) against
     the paired ``plain`` one, judged by plain decoding's own log-probabilities under ``cfg``,
-    computed once per ``key`` and kept in ``baselines``."""
+    computed once per ``key`` and kept in ``plain_runs``."""
     if trial["token_ids"] == plain["token_ids"]:
         return {"identical": True, "lossless": True}
     from .. import lossless
-    from ..engine import generate_baseline, run_to_summary
+    from ..engine import generate_plain, run_to_summary
 
-    if key not in baselines:  # plain decoding's own log-probabilities, once per prompt
+    if key not in plain_runs:  # plain decoding's own log-probabilities, once per prompt
         from dataclasses import replace
 
         c = replace(cfg, max_tokens=len(plain["token_ids"]), stop_at_eos=False)
-        baselines[key] = run_to_summary(generate_baseline(target, prompt, c))
+        plain_runs[key] = run_to_summary(generate_plain(target, prompt, c))
     # the target's own evaluations judge a difference (lossless.compare): a peer is judged alike
     spec = SimpleNamespace(tokens=trial["token_ids"], token_logprobs=trial.get("token_logprobs") or [])
-    v = lossless.compare(target, spec, baselines[key])
+    v = lossless.compare(target, spec, plain_runs[key])
     return {"identical": False, "lossless": v.lossless, "first_difference": v.first_difference.to_dict()}
 
 
@@ -168,7 +168,7 @@ def _measure(a, target, cfg, *, arm_list: list, costs: dict, ids_at: dict, doc: 
     thread counts of ``costs`` and kept in ``doc``; ``bar`` (or None) counts the trials."""
     from ..costs import measure
 
-    baselines: dict = {}
+    plain_runs: dict = {}
     drafters = {arm.drafter: arm.model for arm in arm_list if hasattr(arm, "model")}
     doc["costs_by_repeat"] = []
     for L, at in ids_at.items():
@@ -195,15 +195,15 @@ def _measure(a, target, cfg, *, arm_list: list, costs: dict, ids_at: dict, doc: 
                                        "prompt_index": p, **({"context": L} if L else {}), **rec}
                     if bar:
                         bar.update(1)
-                _judge(a, target, cfg, arm_list=arm_list, group=group, now=now, baselines=baselines, key=(L, p),
+                _judge(a, target, cfg, arm_list=arm_list, group=group, now=now, plain_runs=plain_runs, key=(L, p),
                        repeat=r, prompt=prompt, log=log, trials=trials)
 
 
-def _judge(a, target, cfg, *, arm_list: list, group: dict, now: dict, baselines: dict, key, repeat: int,
+def _judge(a, target, cfg, *, arm_list: list, group: dict, now: dict, plain_runs: dict, key, repeat: int,
            prompt: list[int], log, trials: list) -> None:
     """Derive each trial of one ``group`` (by arm name) against the group's plain trial
     (speed-up, with the isolated costs ``now``; for greedy runs whether it was identical or
-    lossless, plain decoding of ``prompt`` kept in ``baselines`` by ``key``, seeded by
+    lossless, plain decoding of ``prompt`` kept in ``plain_runs`` by ``key``, seeded by
     ``repeat``) and record it in ``trials`` and ``log``."""
     from dataclasses import replace
 
@@ -211,7 +211,7 @@ def _judge(a, target, cfg, *, arm_list: list, group: dict, now: dict, baselines:
     for arm in arm_list:
         t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None, now.get(arm.drafter))
         if arm.name != report.PLAIN and a.temperature == 0:
-            t.update(_verdict(target, trial=t, plain=plain, baselines=baselines, key=key,
+            t.update(_verdict(target, trial=t, plain=plain, plain_runs=plain_runs, key=key,
                               cfg=replace(cfg, seed=repeat), prompt=prompt))
         for k in ("token_logprobs", "prompt_tokens"):
             t.pop(k, None)

@@ -90,19 +90,19 @@ def _models_for_generate(a, cfg):
     return prompt, target_dir, target, drafter_dir, drafter
 
 
-def _print_generated(result: dict, summary, verdict, baseline: bool) -> None:
+def _print_generated(result: dict, summary, verdict, plain: bool) -> None:
     """The closing lines of a plain-text ``generate`` (the text itself was streamed)."""
     pos = " ".join(f"{x:.2f}" for x in summary.per_position_acceptance)
     print(f"\n\n{len(summary.tokens)} tokens, {summary.rounds} rounds, tau {summary.tau:.2f}, "
           f"{summary.tokens_per_sec:.1f} tok/s" + (f", acceptance by position {pos}" if pos else ""), file=sys.stderr)
-    if baseline:
-        print(f"plain mlx-lm decoding {result['baseline_tokens_per_sec']:.1f} tok/s, speedup {result['speedup']:.2f}x"
+    if plain:
+        print(f"plain mlx-lm decoding {result['plain_tokens_per_sec']:.1f} tok/s, speedup {result['speedup']:.2f}x"
               + (f"; {verdict.explain()}" if verdict else " (sampled: outputs differ by design)"), file=sys.stderr)
 
 
 def run(a) -> int:
     from ..costs import for_policy  # slow: mlx, not needed for --help
-    from ..engine import generate, generate_baseline, run_to_summary  # slow: mlx
+    from ..engine import generate, generate_plain, run_to_summary  # slow: mlx
 
     cfg = from_args(GenerationConfig, a)
     cfg.check()
@@ -112,12 +112,12 @@ def run(a) -> int:
     if a.baseline:
         # Warm both paths up first (kernel compilation, allocations) so neither pays it in the timed run.
         warm = GenerationConfig(max_tokens=8, seed=cfg.seed)
-        run_to_summary(generate_baseline(target, prompt, warm))
+        run_to_summary(generate_plain(target, prompt, warm))
         if drafter:
             run_to_summary(generate(target, drafter, prompt, warm))
     # token probabilities are only printed by --json (Summary.token_logprobs): skip them otherwise
     events = (generate(target, drafter, prompt, cfg, costs=costs, display=a.json or a.inspect, inspect=a.inspect)
-              if drafter else generate_baseline(target, prompt, cfg))
+              if drafter else generate_plain(target, prompt, cfg))
     summary, inspected = None, []
     for ev in events:
         if isinstance(ev, RoundEvent) and not a.json:
@@ -132,8 +132,8 @@ def run(a) -> int:
         result["rounds"] = inspected
     verdict = None
     if a.baseline:
-        base = run_to_summary(generate_baseline(target, prompt, cfg))
-        result["baseline_tokens_per_sec"] = base.tokens_per_sec
+        base = run_to_summary(generate_plain(target, prompt, cfg))
+        result["plain_tokens_per_sec"] = base.tokens_per_sec
         result["speedup"] = metrics.speedup(summary.tokens_per_sec, base.tokens_per_sec)
         if cfg.sampling.greedy:
             verdict = lossless.compare(target, summary, base)

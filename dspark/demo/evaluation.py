@@ -90,7 +90,7 @@ def measure(out: Path, drafters: dict, prompt_set: list[str], say, lossless_toke
     from ..bench.contexts import padded
     from ..blas import describe as blas
     from ..config import GenerationConfig
-    from ..engine import generate, generate_baseline, prompt_ids, run_to_summary
+    from ..engine import generate, generate_plain, prompt_ids, run_to_summary
     from ..loading import load_drafter, load_target
 
     target = load_target(out / "target")
@@ -108,7 +108,7 @@ def measure(out: Path, drafters: dict, prompt_set: list[str], say, lossless_toke
                                      for L in CONTEXTS}
         cfg = GenerationConfig(max_tokens=lossless_tokens, stop_at_eos=False)
         spec = run_to_summary(generate(target, drafter, prompt_set[0], cfg, display=False))
-        base = run_to_summary(generate_baseline(target, prompt_set[0], cfg))
+        base = run_to_summary(generate_plain(target, prompt_set[0], cfg))
         entry.update(lossless_tokens=lossless_tokens, lossless=metrics.first_difference(spec.tokens, base.tokens) is None)
         result["drafters"][kind] = entry
         say(f"{kind}: tau {entry['tau']:.2f}; by prompt length "
