@@ -274,7 +274,7 @@ class Worker(QObject):
             self._target = load_target(target_path, say=self._target_notes.append)
             self._target_path = target_path
             self.message.emit(Status("warming up ..."))
-            run_to_summary(generate_plain(self._target, self._warm_ids(), self._warm_cfg()))
+            run_to_summary(generate_plain(self._target, self._warm_ids(), self._warm_config()))
         errors, infos = {}, {}
         for p in drafter_paths:
             if p not in self._drafters:
@@ -282,7 +282,7 @@ class Worker(QObject):
                     self.message.emit(Status(f"loading drafter {Path(p).name} ..."))
                     self._notes[p] = []
                     d = load_drafter(p, self._target, say=self._notes[p].append)  # the CLI's loader and warnings
-                    run_to_summary(generate(self._target, d, self._warm_ids(), self._warm_cfg()))
+                    run_to_summary(generate(self._target, d, self._warm_ids(), self._warm_config()))
                     self._drafters[p] = d
                 except DsparkError as e:
                     errors[p] = f"drafter {Path(p).name}: {e}"
@@ -304,7 +304,7 @@ class Worker(QObject):
         return [t % self._target.dims.vocab_size for t in WARMUP_IDS]
 
     @staticmethod
-    def _warm_cfg() -> GenerationConfig:
+    def _warm_config() -> GenerationConfig:
         return GenerationConfig(max_tokens=3, stop_at_eos=False)
 
     def _free_all(self) -> None:

@@ -76,9 +76,9 @@ def check(tokens: int = TOKENS, *, platform: str | None = None) -> tuple[bool, s
         warm = dspark.GenerationConfig(max_tokens=8, stop_at_eos=False)
         dspark.run_to_summary(dspark.generate_plain(target, prompt, warm))  # compile and allocate
         dspark.run_to_summary(dspark.generate(target, drafter, prompt, warm))  # before the timed runs
-        cfg = dspark.GenerationConfig(max_tokens=tokens, stop_at_eos=False)
-        spec = dspark.run_to_summary(dspark.generate(target, drafter, prompt, cfg))
-        plain = dspark.run_to_summary(dspark.generate_plain(target, prompt, cfg))
+        config = dspark.GenerationConfig(max_tokens=tokens, stop_at_eos=False)
+        spec = dspark.run_to_summary(dspark.generate(target, drafter, prompt, config))
+        plain = dspark.run_to_summary(dspark.generate_plain(target, prompt, config))
         verdict = lossless.compare(target, spec, plain)
         wrong_device, _found = device_check(target.model, list(spec.prompt_tokens))
         kind, name = computed_on()  # what the run computed on

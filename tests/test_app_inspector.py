@@ -281,7 +281,7 @@ def test_every_app_run_records_the_inspector_and_dspark_bench_never_computes_it(
         w.close()
     target = load_target(dirs["target"])
     arm = Speculative(target, load_drafter(dirs["drafter"], target), drafter_name="drafter", policy="fixed",
-                      cfg=GenerationConfig())
+                      config=GenerationConfig())
 
     def refuse(*_a, **_k):
         raise AssertionError("dspark bench inspected a round")
