@@ -218,7 +218,7 @@ def test_a_diagnosis_that_cannot_start_is_one_sentence_and_another_target_s_is_d
     assert run is not None and s.diagnose_job() is None and s.message == diagnoses.BUSY_RUN
     s.apply(JobDone(run.id, True, False))
     job = s.diagnose_job()
-    assert job.kind == diagnoses.KIND and [a.drafter for a in job.runs] == ["/models/d"] and s.message == ""
+    assert job.kind == diagnoses.KIND and [a.drafter for a in job.arms] == ["/models/d"] and s.message == ""
     s.apply(JobDone(job.id, False, False))
     assert [e.ended for e in s.diagnoses] == ["not diagnosed"]
     s.loaded(Loaded(target="/models/t", target_id="id", drafters={}, errors={}))

@@ -6,7 +6,7 @@ from dspark_studio.state.messages import Checked, JobDone, RoundDone, RunDone, A
 from dspark_studio.state.runs import PLAIN_LABEL
 from dspark_studio.state.session import Session
 
-RUNS = [Arm("d1", "/d1"), Arm(PLAIN_LABEL, None)]
+ARMS = [Arm("d1", "/d1"), Arm(PLAIN_LABEL, None)]
 
 
 def event(index: int, accepted: int, width: int, tokens: list[int], source=Source.CORRECTION,
@@ -48,8 +48,8 @@ def play(s: Session, job, prompt_index=0, key0=1, tokens=tuple(range(10, 22)), s
 
 def test_a_run_job_fills_the_view():
     s = Session()
-    job = s.new_job("run", "/t", ["p"], RUNS, config={"temperature": 0.0})
-    assert s.busy and s.new_job("run", "/t", ["p"], RUNS, config={}) is None  # one job at a time
+    job = s.new_job("run", "/t", ["p"], ARMS, config={"temperature": 0.0})
+    assert s.busy and s.new_job("run", "/t", ["p"], ARMS, config={}) is None  # one job at a time
     play(s, job)
     s.apply(JobDone(job.id, True, False))
     v = s.view()
@@ -61,11 +61,11 @@ def test_a_run_job_fills_the_view():
 
 def test_messages_of_an_older_job_are_ignored_and_results_survive_a_failed_start():
     s = Session()
-    first = s.new_job("run", "/t", ["p"], RUNS, config={})
+    first = s.new_job("run", "/t", ["p"], ARMS, config={})
     play(s, first)
     s.apply(JobDone(first.id, True, False))
     version = s.version
-    second = s.new_job("compare", "/t", ["p"], RUNS, config={})
+    second = s.new_job("compare", "/t", ["p"], ARMS, config={})
     assert not s.apply(RunStarted(job=first.id, key=99, label="d1", method="speculative", drafter="/d1", prompt="p",
                                   prompt_index=0, config={}))  # stale
     s.apply(JobDone(second.id, False, False))  # failed before any run started
@@ -75,7 +75,7 @@ def test_messages_of_an_older_job_are_ignored_and_results_survive_a_failed_start
 
 def test_compare_rows_pool_prompts_and_check_identity():
     s = Session()
-    job = s.new_job("compare", "/t", ["p0", "p1"], RUNS, config={})
+    job = s.new_job("compare", "/t", ["p0", "p1"], ARMS, config={})
     play(s, job, prompt_index=0, key0=1)
     play(s, job, prompt_index=1, key0=3, tokens=range(30, 42))
     s.apply(JobDone(job.id, True, False))
@@ -98,8 +98,8 @@ def test_same_as_plain_marks_ties_and_mismatches():
 
 def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
     s = Session()
-    runs = [Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(PLAIN_LABEL, None)]
-    job = s.new_job("compare", "/t", ["p0"], runs, config={}, focus="d1")
+    arms = [Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(PLAIN_LABEL, None)]
+    job = s.new_job("compare", "/t", ["p0"], arms, config={}, focus="d1")
     play(s, job)  # d1, then plain decoding
     s.apply(RunStarted(job=job.id, key=9, label="d2", method="speculative", drafter="/d2", prompt="p", prompt_index=0,
                        config={}))  # d2 ran last
@@ -110,7 +110,7 @@ def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
     s.set_focus("d2")
     assert s.view().spec.label == "d2"
     compared = s.view().comparison
-    run = s.new_job("run", "/t", ["p"], RUNS, config={})
+    run = s.new_job("run", "/t", ["p"], ARMS, config={})
     play(s, run, key0=20)
     s.apply(JobDone(run.id, True, False))
     v = s.view()
@@ -123,7 +123,7 @@ def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
 
 def test_a_sampled_comparison_compares_each_prompt_over_the_tokens_both_runs_made():
     s = Session()
-    job = s.new_job("compare", "/t", ["p0"], RUNS, config={"temperature": 1.0})
+    job = s.new_job("compare", "/t", ["p0"], ARMS, config={"temperature": 1.0})
     s.apply(RunStarted(job=job.id, key=1, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0,
                        config={}))
     for i in range(3):  # EOS after 12 tokens, 4 a round, at 40 tok/s
@@ -193,4 +193,4 @@ def test_run_with_a_bad_drafter_selected_is_one_message_and_starts_nothing(tmp_p
     assert s.run_job() is None and not s.busy and s.message.startswith("cannot run with drafter drafter")
     s.choices.remove_drafter("/no/such/drafter")
     job = s.run_job()
-    assert job is not None and [a.label for a in job.runs] == [PLAIN_LABEL] and s.message == ""
+    assert job is not None and [a.label for a in job.arms] == [PLAIN_LABEL] and s.message == ""

@@ -63,7 +63,7 @@ class Recording:
     def name(self) -> str:
         return Path(self.path).name
 
-    def specs(self) -> tuple[Arm, ...]:
+    def arms(self) -> tuple[Arm, ...]:
         return tuple(dict.fromkeys(Arm(r.label, r.drafter) for r in self.runs))
 
 
@@ -233,7 +233,7 @@ def replay_job(session: Session, playlist: Playlist, index: int):
     if not playlist or session.busy:
         return None
     rec = playlist.at(index)
-    job = session.new_job(rec.kind, rec.target or "", rec.prompts, rec.specs(), config=rec.runs[0].config,
+    job = session.new_job(rec.kind, rec.target or "", rec.prompts, rec.arms(), config=rec.runs[0].config,
                           replay=playlist.badge(), caption=playlist.caption())
     if job is None:
         return None

@@ -175,9 +175,9 @@ class Session:
             self.show_tab(COMPARE_TAB if kind == "compare" else RUN_TAB)  # never an old comparison beside a run
         return job
 
-    def new_job(self, kind: str, target: str, prompts, runs, *, config: dict, focus: str | None = None,
+    def new_job(self, kind: str, target: str, prompts, arms, *, config: dict, focus: str | None = None,
                 replay: str = "", caption: str = "") -> Job | None:
-        """A job for the worker (or a replay), or None while one is running: ``runs`` (arms) on
+        """A job for the worker (or a replay), or None while one is running: ``arms`` on
         ``prompts`` with the generation ``config``. Its runs replace the shown ones when they
         start (``RunStarted``), so a job that fails to start leaves them in place. ``focus``: the
         drafter the header describes after a comparison; ``replay``: what it replays ("": a live
@@ -185,7 +185,7 @@ class Session:
         if self.busy:
             return None
         self._next_id += 1
-        self.job = Job(id=self._next_id, kind=kind, target=target, prompts=tuple(prompts), runs=tuple(runs),
+        self.job = Job(id=self._next_id, kind=kind, target=target, prompts=tuple(prompts), arms=tuple(arms),
                        config=dict(config))
         self.busy = True
         self._fresh = True

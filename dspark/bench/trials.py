@@ -49,19 +49,19 @@ def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
     policies = a.policy or ["fixed", "auto"]
     for p in policies:
         parse(p)
-    costs, spec = {}, []
+    costs, speculative_arms = {}, []
     for d in drafters:
         drafter = load_drafter(d, target, say=say)
         name = Path(d).name
         # measured afresh: the limit and auto read them, and the machine may have changed since
         costs[name] = load_or_measure(target, drafter, drafter.block_size, remeasure=True, say=say)
-        spec += [arms.Speculative(target, drafter, drafter_name=name, policy=p, config=config, costs=costs[name])
-                 for p in policies]
+        speculative_arms += [arms.Speculative(target, drafter, drafter_name=name, policy=p, config=config,
+                                              costs=costs[name]) for p in policies]
         for kind in a.peer:
             fmt = getattr(drafter, "format", "")
             if (kind, fmt) in (("dflash", "zlab-dflash"), ("dflash-mlx", "zlab-dflash"), ("mlx-dspark", "deepspec"),
                                ("mlx-dspark", "speculators")):
-                spec.append(arms.Peer(kind, python=_peer_python(a), target_dir=target_dir, drafter_dir=d,
+                speculative_arms.append(arms.Peer(kind, python=_peer_python(a), target_dir=target_dir, drafter_dir=d,
                                       drafter_name=name, block_size=drafter.block_size))
             else:
                 say(f"the {kind} peer does not read {name} ({fmt} format): no {kind} arm for it")
@@ -69,9 +69,9 @@ def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
         from ..loading import load_target
 
         draft = load_target(a.mlx_lm_draft, say=say)
-        spec.append(arms.MlxLmDraft(target, draft.model, draft_name=Path(a.mlx_lm_draft).name,
+        speculative_arms.append(arms.MlxLmDraft(target, draft.model, draft_name=Path(a.mlx_lm_draft).name,
                                     block_size=a.mlx_lm_num_draft, config=config))
-    return [arms.Plain(target, config, arms.plain_thread_choices()), *spec], costs
+    return [arms.Plain(target, config, arms.plain_thread_choices()), *speculative_arms], costs
 
 
 def _verdict(target, *, trial: dict, plain: dict, plain_runs: dict, key, config, prompt: list[int]) -> dict:
@@ -89,8 +89,8 @@ def _verdict(target, *, trial: dict, plain: dict, plain_runs: dict, key, config,
         c = replace(config, max_tokens=len(plain["token_ids"]), stop_at_eos=False)
         plain_runs[key] = run_to_summary(generate_plain(target, prompt, c))
     # the target's own evaluations judge a difference (lossless.compare): a peer is judged alike
-    spec = SimpleNamespace(tokens=trial["token_ids"], token_logprobs=trial.get("token_logprobs") or [])
-    v = lossless.compare(target, spec, plain_runs[key])
+    speculative = SimpleNamespace(tokens=trial["token_ids"], token_logprobs=trial.get("token_logprobs") or [])
+    v = lossless.compare(target, speculative, plain_runs[key])
     return {"identical": False, "lossless": v.lossless, "first_difference": v.first_difference.to_dict()}
 
 

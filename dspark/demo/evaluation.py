@@ -107,9 +107,10 @@ def measure(out: Path, drafters: dict, prompt_set: list[str], say, lossless_toke
         entry["by_prompt_length"] = {str(L): acceptance(target, drafter, padded(target, ids, L), 128)
                                      for L in CONTEXTS}
         config = GenerationConfig(max_tokens=lossless_tokens, stop_at_eos=False)
-        spec = run_to_summary(generate(target, drafter, prompt_set[0], config, display=False))
+        speculative = run_to_summary(generate(target, drafter, prompt_set[0], config, display=False))
         base = run_to_summary(generate_plain(target, prompt_set[0], config))
-        entry.update(lossless_tokens=lossless_tokens, lossless=metrics.first_difference(spec.tokens, base.tokens) is None)
+        entry.update(lossless_tokens=lossless_tokens,
+                     lossless=metrics.first_difference(speculative.tokens, base.tokens) is None)
         result["drafters"][kind] = entry
         say(f"{kind}: tau {entry['tau']:.2f}; by prompt length "
             + ", ".join(f"{L}: {v['tau']:.2f}" for L, v in entry["by_prompt_length"].items())
