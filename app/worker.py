@@ -18,7 +18,7 @@ from pathlib import Path
 import mlx.core as mx
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from dspark import DsparkError, GenerationConfig, Summary, generate, generate_baseline, load_drafter, load_target
+from dspark import DsparkError, GenerationConfig, Summary, generate, generate_plain, load_drafter, load_target
 from dspark import drafter_profile as profile
 from dspark import lossless
 from dspark.bench.report import environment
@@ -101,21 +101,21 @@ class Worker(QObject):
         and skips the rest."""
         ok, cancelled = True, False
         try:
-            errors = self._ensure(job.target, [r.drafter for r in job.runs if r.drafter])
+            errors = self._ensure(job.target, [a.drafter for a in job.arms if a.drafter])
             if errors and job.kind != "compare":
                 raise DsparkError(next(iter(errors.values())))
             for text in errors.values():  # a comparison goes on with the drafters that loaded
                 self.message.emit(Failed(f"Compare skips {text}"))
-            runs = tuple(r for r in job.runs if r.drafter not in errors)
+            arms = tuple(a for a in job.arms if a.drafter not in errors)
             config = GenerationConfig(**job.config)
             config.check(self._target.dims.vocab_size)
             for pi, prompt in enumerate(job.prompts):
                 done = []
-                for spec in runs:
+                for arm in arms:
                     if self.cancel_event.is_set():
                         cancelled = True
                         break
-                    done.append((spec, *self._run_one(job, spec, prompt_index=pi, prompt=prompt, config=config)))
+                    done.append((arm, *self._run_one(job, arm, prompt_index=pi, prompt=prompt, config=config)))
                 self._check(done, config)
             cancelled = cancelled or self.cancel_event.is_set()
         except DsparkError as e:
@@ -158,11 +158,11 @@ class Worker(QObject):
 
         ok, cancelled = True, False
         try:
-            errors = self._ensure(job.target, [a.drafter for a in job.runs])
+            errors = self._ensure(job.target, [a.drafter for a in job.arms])
             for text in errors.values():
                 self.message.emit(Failed(f"Diagnose skips {text}"))
             config = GenerationConfig(**job.config)
-            for arm in (a for a in job.runs if a.drafter not in errors):
+            for arm in (a for a in job.arms if a.drafter not in errors):
                 task, drafter = f"diagnosing {arm.label}", self._drafters[arm.drafter]
                 self.message.emit(Progress(task, 0, len(job.prompts)))
                 self.message.emit(Status(f"{task} …"))
@@ -171,7 +171,7 @@ class Worker(QObject):
                                  profile=profile.find(read_drafter_config(arm.drafter)[0], drafter),
                                  cancel=self.cancel_event.is_set)
                 self.message.emit(Diagnosed(job.id, arm.drafter, found))
-            ok = len(errors) < len(job.runs)  # some drafter was diagnosed
+            ok = len(errors) < len(job.arms)  # some drafter was diagnosed
         except Stopped:
             cancelled = True
         except DsparkError as e:
@@ -191,25 +191,25 @@ class Worker(QObject):
         QThread.currentThread().quit()
 
     # --- internals ------------------------------------------------------------------------
-    def _run_one(self, job: Job, spec: Arm, *, prompt_index: int, prompt: str, config: GenerationConfig):
+    def _run_one(self, job: Job, arm: Arm, *, prompt_index: int, prompt: str, config: GenerationConfig):
         self._key += 1
         key = self._key
-        method = "speculative" if spec.drafter else "baseline"
-        self.message.emit(RunStarted(job=job.id, key=key, label=spec.label, method=method, drafter=spec.drafter,
+        method = "speculative" if arm.drafter else "plain"
+        self.message.emit(RunStarted(job=job.id, key=key, label=arm.label, method=method, drafter=arm.drafter,
                                      prompt=prompt, prompt_index=prompt_index, config=dict(job.config)))
-        self.message.emit(Status(f"{spec.label}: generating"))
+        self.message.emit(Status(f"{arm.label}: generating"))
         cancel = self.cancel_event.is_set
-        if spec.drafter:
-            drafter = self._drafters[spec.drafter]
+        if arm.drafter:
+            drafter = self._drafters[arm.drafter]
             costs = for_policy(config.policy, self._target, drafter, config.block_size or drafter.block_size,
                                say=lambda text: self.message.emit(Status(text)))
             if costs is not None:  # the scheduler reads them: show which
-                self.message.emit(CostsMeasured(spec.drafter, costs.to_dict()))
+                self.message.emit(CostsMeasured(arm.drafter, costs.to_dict()))
             # inspect: every run keeps what the target thought of each verified draft (the cell's
             # story, the rejection views; saved and replayed with the run)
             events = generate(self._target, drafter, prompt, config, cancel=cancel, costs=costs, inspect=True)
         else:
-            events = generate_baseline(self._target, prompt, config, cancel=cancel)
+            events = generate_plain(self._target, prompt, config, cancel=cancel)
         summary, clock, cpu = None, time.monotonic(), _cpu_seconds()
         for ev in events:
             if isinstance(ev, Summary):
@@ -221,13 +221,13 @@ class Worker(QObject):
         return key, summary
 
     def _check(self, done: list, config: GenerationConfig) -> None:
-        """Check each greedy speculative run of one prompt ((spec, key, summary) of each run)
+        """Check each greedy speculative run of one prompt ((arm, key, summary) of each run)
         against plain decoding of it."""
-        base = next((s for spec, _, s in done if not spec.drafter), None)
+        base = next((s for arm, _, s in done if not arm.drafter), None)
         if base is None or not config.sampling.greedy or base.finish_reason == "cancelled":
             return
-        for spec, key, s in done:
-            if spec.drafter and s is not None and s.finish_reason != "cancelled":
+        for arm, key, s in done:
+            if arm.drafter and s is not None and s.finish_reason != "cancelled":
                 self.message.emit(Checked(key, lossless.compare(self._target, s, base)))
 
     def _costs_estimates(self, paths: list[str]) -> list[float]:
@@ -274,7 +274,7 @@ class Worker(QObject):
             self._target = load_target(target_path, say=self._target_notes.append)
             self._target_path = target_path
             self.message.emit(Status("warming up ..."))
-            run_to_summary(generate_baseline(self._target, self._warm_ids(), self._warm_cfg()))
+            run_to_summary(generate_plain(self._target, self._warm_ids(), self._warm_config()))
         errors, infos = {}, {}
         for p in drafter_paths:
             if p not in self._drafters:
@@ -282,7 +282,7 @@ class Worker(QObject):
                     self.message.emit(Status(f"loading drafter {Path(p).name} ..."))
                     self._notes[p] = []
                     d = load_drafter(p, self._target, say=self._notes[p].append)  # the CLI's loader and warnings
-                    run_to_summary(generate(self._target, d, self._warm_ids(), self._warm_cfg()))
+                    run_to_summary(generate(self._target, d, self._warm_ids(), self._warm_config()))
                     self._drafters[p] = d
                 except DsparkError as e:
                     errors[p] = f"drafter {Path(p).name}: {e}"
@@ -302,7 +302,7 @@ class Worker(QObject):
         return [t % self._target.dims.vocab_size for t in WARMUP_IDS]
 
     @staticmethod
-    def _warm_cfg() -> GenerationConfig:
+    def _warm_config() -> GenerationConfig:
         return GenerationConfig(max_tokens=3, stop_at_eos=False)
 
     def _free_all(self) -> None:

@@ -17,7 +17,8 @@ _WHERE = {
     "default_taps": "drafter",
     "GenerationConfig": "config",
     "generate": "engine",
-    "generate_baseline": "engine",
+    "generate_plain": "engine",
+    "generate_baseline": "engine",  # generate_plain's old name, kept for users' code
     "run_to_summary": "engine",
     "DrafterMismatchError": "errors",
     "DsparkError": "errors",

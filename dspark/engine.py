@@ -3,7 +3,7 @@ prefills the prompt, then runs rounds (:mod:`dspark.rounds`: draft, verify, acce
 until its stop rules say so; where the ``auto`` policy says no round pays, plain steps, in whose
 shadow the drafter drafts now and then unverified (judged by the tokens committed after).
 Everything else about a run (clock, text, stop rules, events, summary) is :class:`_Generation`'s,
-shared with :func:`generate_baseline`.
+shared with :func:`generate_plain`.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def _round_keys(seed: int) -> Iterator[mx.array]:
         yield k_round
 
 
-def generate_baseline(
+def generate_plain(
     target: Target,
     prompt: str | Sequence[int],
     config: GenerationConfig = GenerationConfig(),
@@ -218,7 +218,7 @@ def generate_baseline(
     sp = config.sampling
     sampler = make_sampler(sp.temperature, top_p=sp.top_p if sp.top_p < 1 else 0.0, top_k=sp.top_k)
     mx.random.seed(config.seed)
-    run = _Generation("baseline", target, ids, config, cancel=cancel)
+    run = _Generation("plain", target, ids, config, cancel=cancel)
     marks: list[tuple[int, int, float]] = []
     steps = generate_step(
         mx.array(ids),
@@ -374,4 +374,7 @@ def run_to_summary(events: Iterator[RoundEvent | Summary]) -> Summary:
     return summary
 
 
-__all__ = ["GenerationConfig", "Proposer", "generate", "generate_baseline", "prompt_ids", "run_to_summary"]
+generate_baseline = generate_plain  # the old name of generate_plain, kept so that users' code runs on
+
+__all__ = ["GenerationConfig", "Proposer", "generate", "generate_baseline", "generate_plain", "prompt_ids",
+           "run_to_summary"]

@@ -4,7 +4,7 @@ Everything here is plain Python data (frozen dataclasses of ints, floats, string
 tuples), so it can cross threads and be written to JSON without touching MLX.
 
 A generation yields one ``RoundEvent`` per round and ends with one ``Summary``.
-Plain decoding (``generate_baseline``) uses the same schema: each of its "rounds" commits
+Plain decoding (``generate_plain``) uses the same schema: each of its "rounds" commits
 one token with source ``TARGET`` and drafts nothing.
 """
 
@@ -65,7 +65,7 @@ class RoundEvent:
 class Summary:
     """The whole generation. Metric definitions live in ``dspark.metrics``."""
 
-    method: str  # "speculative" or "baseline"
+    method: str  # "speculative" or "plain" (files of 0.1.0 say "baseline": event_from_dict reads it as "plain")
     tokens: tuple[int, ...]
     text: str
     prompt_tokens: tuple[int, ...]  # the ids fed to the target (chat template applied)
@@ -93,6 +93,11 @@ class Summary:
         return asdict(self)
 
 
+def plain_method(method):
+    """A run's ``method`` under today's name: 0.1.0 wrote plain decoding's as "baseline"."""
+    return "plain" if method == "baseline" else method
+
+
 def event_to_dict(event: RoundEvent | Summary) -> dict:
     d = asdict(event)
     d["kind"] = "round" if isinstance(event, RoundEvent) else "summary"
@@ -116,6 +121,8 @@ def event_from_dict(d: dict) -> RoundEvent | Summary:
         return RoundEvent(**d)
     if kind != "summary":
         raise ValueError(f"unknown event kind {kind!r}")
+    if "method" in d:
+        d["method"] = plain_method(d["method"])
     for name in ("tokens", "prompt_tokens", "accepted_lengths", "verify_widths", "per_position_acceptance",
                  "accepted_histogram", "token_logprobs"):
         if name in d:

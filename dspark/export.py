@@ -98,8 +98,8 @@ def acceptance(target, drafter, prompts: list[str], tokens: int) -> float:
     from . import metrics
     from .engine import generate
 
-    cfg = GenerationConfig(max_tokens=tokens, stop_at_eos=False)
-    rounds = [ev for p in prompts for ev in list(generate(target, drafter, p, cfg, display=False))[:-1]]
+    config = GenerationConfig(max_tokens=tokens, stop_at_eos=False)
+    rounds = [ev for p in prompts for ev in list(generate(target, drafter, p, config, display=False))[:-1]]
     return metrics.summarize(rounds).tau
 
 

@@ -49,9 +49,9 @@ def accepted_length_histogram(accepted: Sequence[int], max_len: int | None = Non
     return hist
 
 
-def speedup(spec_tokens_per_sec: float, baseline_tokens_per_sec: float) -> float:
-    """Ratio of decode throughputs measured in the same run (0 when the baseline is 0)."""
-    return spec_tokens_per_sec / baseline_tokens_per_sec if baseline_tokens_per_sec else 0.0
+def speedup(speculative_tokens_per_sec: float, plain_tokens_per_sec: float) -> float:
+    """Ratio of decode throughputs measured in the same run (0 when plain decoding's is 0)."""
+    return speculative_tokens_per_sec / plain_tokens_per_sec if plain_tokens_per_sec else 0.0
 
 
 def decode_seconds(event) -> float:
@@ -79,11 +79,11 @@ def comparable_rates(pairs: Iterable[tuple[Sequence, Sequence]]) -> tuple[float,
     (0.0, 0.0, 0) when no pair made a token."""
     spec_tok = spec_s = base_tok = base_s = 0.0
     compared = 0
-    for spec, base in pairs:
-        n = min(spec[-1].tokens_generated if spec else 0, base[-1].tokens_generated if base else 0)
+    for speculative, base in pairs:
+        n = min(speculative[-1].tokens_generated if speculative else 0, base[-1].tokens_generated if base else 0)
         if n <= 0:
             continue
-        (st, ss), (bt, bs) = prefix_work(spec, n), prefix_work(base, n)
+        (st, ss), (bt, bs) = prefix_work(speculative, n), prefix_work(base, n)
         if ss > 0 and bs > 0:
             spec_tok, spec_s, base_tok, base_s = spec_tok + st, spec_s + ss, base_tok + bt, base_s + bs
             compared += n
@@ -95,8 +95,8 @@ def comparable_rates(pairs: Iterable[tuple[Sequence, Sequence]]) -> tuple[float,
 def comparable_speedup(pairs: Iterable[tuple[Sequence, Sequence]]) -> tuple[float, int]:
     """(speculative ÷ plain tokens/sec, tokens compared) over comparable work
     (:func:`comparable_rates`); (0.0, 0) when no pair made a token."""
-    spec, base, compared = comparable_rates(pairs)
-    return (speedup(spec, base), compared) if compared else (0.0, 0)
+    speculative, base, compared = comparable_rates(pairs)
+    return (speedup(speculative, base), compared) if compared else (0.0, 0)
 
 
 def rate_curve(rounds: Sequence, window: int = 32, offset: float = 0.0,

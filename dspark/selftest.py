@@ -74,21 +74,22 @@ def check(tokens: int = TOKENS, *, platform: str | None = None) -> tuple[bool, s
         target = dspark.load_target(paths["target"])
         drafter = load_drafter(paths["dspark"], target)
         warm = dspark.GenerationConfig(max_tokens=8, stop_at_eos=False)
-        dspark.run_to_summary(dspark.generate_baseline(target, prompt, warm))  # compile and allocate
+        dspark.run_to_summary(dspark.generate_plain(target, prompt, warm))  # compile and allocate
         dspark.run_to_summary(dspark.generate(target, drafter, prompt, warm))  # before the timed runs
-        cfg = dspark.GenerationConfig(max_tokens=tokens, stop_at_eos=False)
-        spec = dspark.run_to_summary(dspark.generate(target, drafter, prompt, cfg))
-        plain = dspark.run_to_summary(dspark.generate_baseline(target, prompt, cfg))
-        verdict = lossless.compare(target, spec, plain)
-        wrong_device, _found = device_check(target.model, list(spec.prompt_tokens))
+        config = dspark.GenerationConfig(max_tokens=tokens, stop_at_eos=False)
+        speculative = dspark.run_to_summary(dspark.generate(target, drafter, prompt, config))
+        plain = dspark.run_to_summary(dspark.generate_plain(target, prompt, config))
+        verdict = lossless.compare(target, speculative, plain)
+        wrong_device, _found = device_check(target.model, list(speculative.prompt_tokens))
         kind, name = computed_on()  # what the run computed on
     except Exception as e:  # anything at all is a failed self-test, said in the one line
         return False, f"{head}; the demo run failed: {type(e).__name__}: {e}"
     checked = ", checked against the CPU" if kind == "gpu" else ""
     head = f"device {kind}{f' ({name})' if name else ''}{checked}, BLAS {blas.describe()}"
-    figures = (f"{len(spec.tokens)} tokens, tau {spec.tau:.2f}, {spec.tokens_per_sec:.0f} tok/s vs "
+    figures = (f"{len(speculative.tokens)} tokens, tau {speculative.tau:.2f}, "
+               f"{speculative.tokens_per_sec:.0f} tok/s vs "
                f"{plain.tokens_per_sec:.0f} plain, speedup "
-               f"{metrics.speedup(spec.tokens_per_sec, plain.tokens_per_sec):.2f}x")
+               f"{metrics.speedup(speculative.tokens_per_sec, plain.tokens_per_sec):.2f}x")
     if wrong_device:
         return False, f"{head}; {figures}; {wrong_device}"
     if (platform or sys.platform) == "darwin" and kind != "gpu":
@@ -96,7 +97,7 @@ def check(tokens: int = TOKENS, *, platform: str | None = None) -> tuple[bool, s
             return False, (f"{head}; {figures}; the demo run computed on the CPU, not on Metal: this Mac's GPU is not "
                            f"available to MLX")
         head += "; Metal not exercised: the CPU was asked for (--device cpu)"
-    ok = len(spec.tokens) == tokens and verdict.lossless
+    ok = len(speculative.tokens) == tokens and verdict.lossless
     return ok, f"{head}; {figures}; {verdict.explain()}"
 
 

@@ -47,9 +47,9 @@ def record(target, drafter, ids: list[int], tokens: int):
     import mlx.core as mx
 
     from dspark.config import GenerationConfig, SamplingParams
-    from dspark.engine import generate_baseline
+    from dspark.engine import generate_plain
 
-    out = list(list(generate_baseline(target, ids, GenerationConfig(max_tokens=tokens)))[-1].tokens)
+    out = list(list(generate_plain(target, ids, GenerationConfig(max_tokens=tokens)))[-1].tokens)
     seq = list(ids) + out
     session = drafter.start(target)
     _, taps = target.forward(mx.array([seq[:-1]]), target.make_cache(), session.tap_layers, logits=False)

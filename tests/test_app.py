@@ -16,7 +16,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
 
-from dspark_studio.state.runs import BASELINE  # noqa: E402
+from dspark_studio.state.runs import PLAIN_LABEL  # noqa: E402
 from dspark_studio.window.main_window import MainWindow  # noqa: E402
 from test_app_support import make_tiny_dirs, shown_window  # noqa: E402
 
@@ -57,7 +57,7 @@ def test_run_fills_every_pane(qtbot, window, dirs, tmp_path):
     info = run_job(qtbot, w, w.start_run)
     assert info["ok"] and not info["cancelled"]
     spec, base = w.session.shown_runs()
-    assert spec.method == "speculative" and base.method == "baseline"
+    assert spec.method == "speculative" and base.method == "plain"
     assert spec.done and base.done and len(spec.summary.tokens) == 12
     # text view: the prompt plus every committed token, with a tooltip per token
     assert w.results.text.text.count == len(spec.tokens())
@@ -79,10 +79,10 @@ def test_run_fills_every_pane(qtbot, window, dirs, tmp_path):
     # exports
     j = w.export_data("json", False, str(tmp_path / "run.json"))
     doc = json.loads(j.read_text())
-    assert [r["method"] for r in doc["runs"]] == ["speculative", "baseline"]
+    assert [r["method"] for r in doc["runs"]] == ["speculative", "plain"]
     assert doc["runs"][0]["events"][0]["kind"] == "round" and doc["runs"][0]["summary"]["tau"] >= 1
     rows = list(csv.DictReader(w.export_data("csv", False, str(tmp_path / "run.csv")).open()))
-    assert [r["method"] for r in rows] == ["speculative", "baseline"]
+    assert [r["method"] for r in rows] == ["speculative", "plain"]
     pngs = w.export_pngs(str(tmp_path / "png"))
     assert {p.stem for p in pngs} >= {"acceptance_by_position", "accepted_length", "tokens_per_sec", "draft_rows"}
     assert all(not QImage(str(p)).isNull() for p in pngs)
@@ -121,7 +121,7 @@ def test_bad_drafter_shows_error_then_good_run_works(qtbot, window, dirs):
     w.add_drafter(str(dirs["drafter"]), select=True)
     info = run_job(qtbot, w, lambda: qtbot.mouseClick(w.actions.run_b, Qt.LeftButton))
     assert info["ok"] and not w.results.message.isVisible()
-    assert [r.method for r in w.session.runs] == ["speculative", "baseline"] and all(r.done for r in w.session.runs)
+    assert [r.method for r in w.session.runs] == ["speculative", "plain"] and all(r.done for r in w.session.runs)
 
 
 def test_compare_one_row_per_drafter_plus_baseline(qtbot, window, dirs, tmp_path):
@@ -130,7 +130,7 @@ def test_compare_one_row_per_drafter_plus_baseline(qtbot, window, dirs, tmp_path
     info = run_job(qtbot, w, w.start_compare)
     assert info["ok"]
     rows = w.results.compare.rows
-    assert [r["label"] for r in rows] == ["drafter", "drafter2", BASELINE]
+    assert [r["label"] for r in rows] == ["drafter", "drafter2", PLAIN_LABEL]
     assert w.results.compare.table.rowCount() == 3
     assert all(r["identical"] == "✓" for r in rows[:2])  # greedy: same tokens as plain decoding
     assert w.results.compare.table.item(0, 7).text() == "✓"

@@ -14,7 +14,7 @@ pytest.importorskip("pytestqt")
 from dspark.bench import report  # noqa: E402
 from dspark.cli import main  # noqa: E402
 from dspark_studio.files import benchmark  # noqa: E402
-from dspark_studio.state.runs import BASELINE  # noqa: E402
+from dspark_studio.state.runs import PLAIN_LABEL  # noqa: E402
 from dspark_studio.state.session import COMPARE_TAB  # noqa: E402
 from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
 
@@ -60,7 +60,7 @@ def test_an_auto_comparison_draws_its_costs_saves_as_a_benchmark_and_opens_again
     assert w.open_replay([str(out)])  # File ▸ Open run or benchmark…
     assert w.session.tab == COMPARE_TAB and w.session.bench is not None
     rows = _table(w)
-    assert [r[0] for r in rows] == ["drafter auto", "drafter2 auto", BASELINE]
+    assert [r[0] for r in rows] == ["drafter auto", "drafter2 auto", PLAIN_LABEL]
     assert rows[0][2] == f"{doc['arms'][0].get('tau', 0.0):.2f}" and rows[0][1] == "1×1"
     assert rows[0][5] == f"{doc['arms'][0]['speedup']:.2f}×" and rows[0][7] == "✓"
     assert "dspark bench" in w.results.header.headline.text() and "BENCHMARK" in w.results.header.mode.text()
@@ -83,7 +83,7 @@ def test_a_dspark_bench_result_opens_on_the_compare_tab(qtbot, window, dirs, tmp
     w = window
     assert w.open_bench(str(out))  # the folder, or its summary.json
     rows = _table(w)
-    assert [r[0] for r in rows] == [BASELINE, "drafter fixed:2"]
+    assert [r[0] for r in rows] == [PLAIN_LABEL, "drafter fixed:2"]
     arm = doc["arms"][1]
     assert rows[1][4] == f"{arm['tokens_per_sec']:.1f}" and rows[1][3] == f"{arm['acceptance_rate']:.0%}"
     assert w.results.compare.boxes[2].isVisible() or not w.results.compare.isVisible()  # its measured costs

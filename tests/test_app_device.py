@@ -84,7 +84,7 @@ def test_every_saved_run_carries_the_check_and_opens_again(tmp_path, monkeypatch
     env = environment()
     assert env["device_check"] == {"outcome": "wrong", "device": "cpu", "gpu": "Apple M9",
                                    "sentence": "this GPU is wrong, so the CPU"}
-    run = run_export.Run(key=1, label="plain", method="baseline", drafter=None, prompt="p", prompt_index=0, config={})
+    run = run_export.Run(key=1, label="plain", method="plain", drafter=None, prompt="p", prompt_index=0, config={})
     doc = run_export.document([run], "target", False, environment=env)
     assert doc["environment"]["device_check"]["sentence"] == "this GPU is wrong, so the CPU"
     path = run_export.write_json(tmp_path / "run.json", [run], "target", environment=env)

@@ -176,7 +176,7 @@ def test_stop_ends_a_diagnosis_and_a_run_meanwhile_is_refused_in_one_sentence(qt
     assert w.actions.run_b.isEnabled()
     w.controls.form.widget("max_tokens").setValue(8)
     info = run_job(qtbot, w, w.start_run)  # and Run works again
-    assert info["ok"] and [r.method for r in w.session.runs] == ["speculative", "baseline"]
+    assert info["ok"] and [r.method for r in w.session.runs] == ["speculative", "plain"]
     assert w.session.diagnoses == [entry]  # a run leaves the diagnosis beside its plots
 
 
@@ -218,7 +218,7 @@ def test_a_diagnosis_that_cannot_start_is_one_sentence_and_another_target_s_is_d
     assert run is not None and s.diagnose_job() is None and s.message == diagnoses.BUSY_RUN
     s.apply(JobDone(run.id, True, False))
     job = s.diagnose_job()
-    assert job.kind == diagnoses.KIND and [a.drafter for a in job.runs] == ["/models/d"] and s.message == ""
+    assert job.kind == diagnoses.KIND and [a.drafter for a in job.arms] == ["/models/d"] and s.message == ""
     s.apply(JobDone(job.id, False, False))
     assert [e.ended for e in s.diagnoses] == ["not diagnosed"]
     s.loaded(Loaded(target="/models/t", target_id="id", drafters={}, errors={}))

@@ -19,14 +19,14 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QTextDocument  # noqa: E402
 
-from dspark import GenerationConfig, generate, generate_baseline, load_target, metrics  # noqa: E402
+from dspark import GenerationConfig, generate, generate_plain, load_target, metrics  # noqa: E402
 from dspark.engine import prompt_ids  # noqa: E402
 from dspark.errors import DsparkError  # noqa: E402
 from dspark_studio.files import run_export  # noqa: E402
 from dspark_studio.state import inspector  # noqa: E402
 from dspark_studio.files.checking import check_document  # noqa: E402
 from dspark_studio.state.inspector import visible  # noqa: E402
-from dspark_studio.state.runs import BASELINE, Run  # noqa: E402
+from dspark_studio.state.runs import PLAIN_LABEL, Run  # noqa: E402
 from dspark_studio.window.main_window import MainWindow  # noqa: E402
 from oracle import OracleDrafter  # noqa: E402
 from test_app import dirs, run_job, setup  # noqa: E402,F401  (dirs: the shared fixture)
@@ -39,7 +39,7 @@ CONFIG = {"max_tokens": 40, "temperature": 0.0, "policy": "fixed", "stop_at_eos"
 def _run(target, label: str, drafter: str | None, events: list, key: int, prompt_index: int = 0) -> Run:
     """A run as the app keeps it from the worker's messages (texts decoded as the worker does)."""
     piece = lambda t: target.tokenizer.decode([t])  # noqa: E731
-    run = Run(key=key, label=label, method="speculative" if drafter else "baseline", prompt=PROMPT,
+    run = Run(key=key, label=label, method="speculative" if drafter else "plain", prompt=PROMPT,
               prompt_index=prompt_index, drafter=drafter, config=dict(CONFIG))
     for ev in events[:-1]:
         run.rounds.append(ev)
@@ -51,7 +51,7 @@ def _run(target, label: str, drafter: str | None, events: list, key: int, prompt
 
 def _oracle_events(target, seed: int, corrupt: float) -> list:
     cfg = GenerationConfig(max_tokens=CONFIG["max_tokens"], stop_at_eos=False)
-    plain = list(generate_baseline(target, PROMPT, cfg))
+    plain = list(generate_plain(target, PROMPT, cfg))
     oracle = OracleDrafter(prompt_ids(target, PROMPT, cfg) + list(plain[-1].tokens), target.dims.vocab_size,
                            block_size=4, corrupt=corrupt, seed=seed)
     return list(generate(target, oracle, PROMPT, cfg, inspect=True)), plain
@@ -64,7 +64,7 @@ def saved(dirs, tmp_path_factory):
     target = load_target(dirs["target"])
     a, plain = _oracle_events(target, seed=0, corrupt=0.3)
     b, _ = _oracle_events(target, seed=3, corrupt=0.6)
-    run = [_run(target, "oracle-a", "/models/oracle-a", a, 1), _run(target, BASELINE, None, plain, 2)]
+    run = [_run(target, "oracle-a", "/models/oracle-a", a, 1), _run(target, PLAIN_LABEL, None, plain, 2)]
     compare = run[:1] + [_run(target, "oracle-b", "/models/oracle-b", b, 3), run[1]]
     files = {"run": root / "run.json", "compare": root / "compare.json"}
     run_export.write_json(files["run"], run, str(dirs["target"]), comparison=False, prompts=1)
@@ -281,7 +281,7 @@ def test_every_app_run_records_the_inspector_and_dspark_bench_never_computes_it(
         w.close()
     target = load_target(dirs["target"])
     arm = Speculative(target, load_drafter(dirs["drafter"], target), drafter_name="drafter", policy="fixed",
-                      cfg=GenerationConfig())
+                      config=GenerationConfig())
 
     def refuse(*_a, **_k):
         raise AssertionError("dspark bench inspected a round")

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from dspark_studio.state import runs as runs_module  # noqa: E402
 from dspark_studio.state.messages import CostsMeasured, Progress, RoundDone, RunDone, RunStarted  # noqa: E402
-from dspark_studio.state.runs import BASELINE  # noqa: E402
+from dspark_studio.state.runs import PLAIN_LABEL  # noqa: E402
 from dspark_studio.state.session import COMPARE_TAB  # noqa: E402
 from dspark_studio.window.main_window import MainWindow  # noqa: E402
 from test_app import LONG, ROOT, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
@@ -329,13 +329,13 @@ def load_run(w, load: float, own: float, plain_rates=(100.0,)):
     for i in range(4):
         s.apply(RoundDone(1, event(i, 3, 3, [1, 2, 3, 4], generated=4 * (i + 1), seconds=0.02 * (i + 1)), ("a",) * 3))
     s.apply(RunDone(1, summary("speculative", [1] * 16, 4, 200.0), {"load": load, "own": own, "cores": 2}))
-    s.apply(RunStarted(job=job.id, key=2, label=BASELINE, method="baseline", drafter=None, prompt="p", prompt_index=0,
+    s.apply(RunStarted(job=job.id, key=2, label=PLAIN_LABEL, method="plain", drafter=None, prompt="p", prompt_index=0,
                        config={}))
     clock = 0.0
     for i in range(40):  # the first half of the tokens at the first rate, the rest at the last
         clock += 1 / plain_rates[0 if i < 20 else -1]
         s.apply(RoundDone(2, event(i, 0, 0, [1], generated=i + 1, seconds=clock), ()))
-    s.apply(RunDone(2, summary("baseline", [1] * 40, 40, 100.0), {"load": load, "own": own, "cores": 2}))
+    s.apply(RunDone(2, summary("plain", [1] * 40, 40, 100.0), {"load": load, "own": own, "cores": 2}))
     from dspark_studio.state.messages import JobDone
 
     s.apply(JobDone(job.id, True, False))

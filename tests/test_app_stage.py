@@ -16,19 +16,19 @@ from dspark.lossless import Verdict  # noqa: E402
 from dspark_studio.state.messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted  # noqa: E402
 from dspark_studio.panes.header import HeaderStrip  # noqa: E402
 from dspark_studio.panes.results import ResultsPanel  # noqa: E402
-from dspark_studio.state.runs import BASELINE  # noqa: E402
+from dspark_studio.state.runs import PLAIN_LABEL  # noqa: E402
 from dspark_studio.state.session import COMPARE_TAB, Session  # noqa: E402
 from test_app import dirs  # noqa: E402,F401  (the shared tiny models)
 from test_app_replay import fresh, saved  # noqa: E402,F401  (a window, and runs saved by the app)
 from test_session import event, summary  # noqa: E402
 
-ARMS = (Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(BASELINE, None))
+ARMS = (Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(PLAIN_LABEL, None))
 
 
 def run(s: Session, job, key: int, arm: Arm, prompt: int, tokens: list[int], tps: float, stop_after: int | None = None):
     """One run of ``arm`` on ``prompt`` (4 tokens a round for a drafter), ended, or stopped after
     ``stop_after`` rounds."""
-    s.apply(RunStarted(job=job.id, key=key, label=arm.label, method="speculative" if arm.drafter else "baseline",
+    s.apply(RunStarted(job=job.id, key=key, label=arm.label, method="speculative" if arm.drafter else "plain",
                        drafter=arm.drafter, prompt="p", prompt_index=prompt, config={}))
     step = 4 if arm.drafter else 1
     rounds = 0
@@ -42,7 +42,7 @@ def run(s: Session, job, key: int, arm: Arm, prompt: int, tokens: list[int], tps
         s.apply(RoundDone(key, ev, ("a", "b", "c") if arm.drafter else ()))
         rounds += 1
     made = tokens[: min(len(tokens), rounds * step)]
-    done = summary("speculative" if arm.drafter else "baseline", made, rounds, tps)
+    done = summary("speculative" if arm.drafter else "plain", made, rounds, tps)
     if stop_after is not None:
         done = dataclasses.replace(done, finish_reason="cancelled")
     s.apply(RunDone(key, done))
@@ -77,17 +77,18 @@ def test_a_stopped_pooled_comparison_s_header_equals_the_figures_of_the_runs_it_
     header.show_view(view)
     kept = [r for r in s.comparison if r.prompt_index in (0, 1)]  # what the figures may pool: prompts 1 and 2
     spec = [r for r in kept if r.label == "d1"]
-    pairs = [(r.rounds, b.rounds) for r in spec for b in kept if b.label == BASELINE and b.prompt_index == r.prompt_index]
+    pairs = [(r.rounds, b.rounds) for r in spec for b in kept
+             if b.label == PLAIN_LABEL and b.prompt_index == r.prompt_index]
     ratio, compared = metrics.comparable_speedup(pairs)
     tau = metrics.summarize(e for r in spec for e in r.rounds).tau
     shown = {k: header.values[k].text() for k in ("spec", "base", "speedup", "tau", "same")}
-    assert shown == {"spec": f"{pooled(kept, 'd1'):.1f}", "base": f"{pooled(kept, BASELINE):.1f}",
+    assert shown == {"spec": f"{pooled(kept, 'd1'):.1f}", "base": f"{pooled(kept, PLAIN_LABEL):.1f}",
                      "speedup": f"{ratio:.2f}×", "tau": f"{tau:.2f}", "same": "✓"}
     assert header.headline.text() == "d1 vs plain decoding · pooled over 2 of 3 prompts · stopped"
     assert "Pooled over the 2 prompts" in header.values["speedup"].toolTip()
     assert f"{compared} tokens compared" in header.values["speedup"].toolTip() and compared == 32
     assert {(r["label"], r["finished"], r["planned"], r["runs"]) for r in view.rows} == {
-        ("d1", 2, 3, 2), ("d2", 2, 3, 2), (BASELINE, 2, 3, 2)}
+        ("d1", 2, 3, 2), ("d2", 2, 3, 2), (PLAIN_LABEL, 2, 3, 2)}
 
 
 def test_while_a_comparison_runs_every_row_covers_the_same_prompts(qtbot):
@@ -136,7 +137,7 @@ def test_a_replay_after_a_replay_of_another_run_shows_that_run_s_text(qtbot, sav
     second for the first and keep (or splice onto) the first one's text."""
     w = fresh
     doc = json.loads(saved["compare"]["file"].read_text())
-    first = [r for r in doc["runs"] if r["prompt_index"] == 0 and r["label"] in ("drafter", BASELINE)]
+    first = [r for r in doc["runs"] if r["prompt_index"] == 0 and r["label"] in ("drafter", PLAIN_LABEL)]
     other = tmp_path / "other.json"
     other.write_text(json.dumps({**{k: v for k, v in doc.items() if k != "comparison"}, "kind": "run", "prompts": 1,
                                  "runs": first}))

@@ -56,7 +56,7 @@ def test_export_comparison_exports_the_comparison_on_screen_after_a_later_run(qt
     assert [r["label"] for r in doc["runs"]] == ["drafter", "drafter2", "plain decoding"]  # ... and exports it
     assert [r["label"] for r in doc["comparison"]] == ["drafter", "drafter2", "plain decoding"]
     doc = json.loads(w.export_data("json", False, str(tmp_path / "r.json")).read_text())
-    assert [r["method"] for r in doc["runs"]] == ["speculative", "baseline"]  # the Run tab's run
+    assert [r["method"] for r in doc["runs"]] == ["speculative", "plain"]  # the Run tab's run
 
 
 def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
@@ -117,12 +117,12 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
     """Sampled runs: the speculative run stopped at EOS, plain decoding went on. The header's
     speedup measures both over the tokens both made, and says so."""
     from dspark_studio.panes.header import HeaderStrip
-    from dspark_studio.state.runs import BASELINE, Run
+    from dspark_studio.state.runs import PLAIN_LABEL, Run
     from dspark_studio.state.session import View
     from test_session import event, summary
 
     def record(key, method, n, tps_at, per_round):
-        r = Run(key=key, label="d1" if method == "speculative" else BASELINE, method=method, prompt="p",
+        r = Run(key=key, label="d1" if method == "speculative" else PLAIN_LABEL, method=method, prompt="p",
                 prompt_index=0, drafter=None, config={"temperature": 1.0})
         done = 0
         while done < n:
@@ -133,7 +133,7 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
         return r
 
     # plain decoding: 10 tok/s for its first 20 tokens, then much faster (its whole-run rate is 44 tok/s)
-    base = record(2, "baseline", 200, lambda k: 10.0 if k <= 20 else k / (2 + (k - 20) / 100), 1)
+    base = record(2, "plain", 200, lambda k: 10.0 if k <= 20 else k / (2 + (k - 20) / 100), 1)
     spec = record(1, "speculative", 20, lambda k: 20.0, 4)  # EOS after 20 tokens
     h = HeaderStrip()
     qtbot.addWidget(h)
@@ -154,7 +154,7 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
 def test_a_bad_drafter_comes_in_unticked_and_unselected_and_compare_skips_it(qtbot, window, dirs):
     from PySide6.QtCore import Qt
 
-    from dspark_studio.state.runs import BASELINE
+    from dspark_studio.state.runs import PLAIN_LABEL
 
     w, c = window, window.controls
     setup(w, dirs, drafters=("drafter",), max_tokens=8)
@@ -177,7 +177,7 @@ def test_a_bad_drafter_comes_in_unticked_and_unselected_and_compare_skips_it(qtb
     w.add_drafter(str(dirs["other_drafter"]))  # ticked; its load error has not arrived yet
     assert str(dirs["other_drafter"]) in w.session.choices.checked()
     info = run_job(qtbot, w, w.start_compare)
-    assert info["ok"] and [r["label"] for r in w.results.compare.rows] == ["drafter", BASELINE]
+    assert info["ok"] and [r["label"] for r in w.results.compare.rows] == ["drafter", PLAIN_LABEL]
     assert "different target" in w.session.choices.error(str(dirs["other_drafter"]))
     assert str(dirs["other_drafter"]) not in w.session.choices.checked()
 

@@ -39,7 +39,7 @@ def test_generate_speculative_with_baseline(dirs, capsys):
 
 def test_generate_plain_without_drafter(dirs, capsys):
     r = run_json(capsys, "--target", str(dirs / "target"), "--prompt", "x = 1", "--max-tokens", "12")
-    assert r["method"] == "baseline" and r["tau"] == 1.0
+    assert r["method"] == "plain" and r["tau"] == 1.0
 
 
 def test_generate_sampling_prompt_file(dirs, capsys, tmp_path):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark import GenerationConfig, generate, generate_baseline, load_drafter, load_target, run_to_summary
+from dspark import GenerationConfig, generate, generate_plain, load_drafter, load_target, run_to_summary
 from dspark.demo.evaluation import acceptance
 from dspark.corpus import heldout_prompts
 from same import assert_same_greedy
@@ -45,7 +45,7 @@ LONG = GenerationConfig(max_tokens=600, stop_at_eos=False)
 def plain_600(target):
     """Plain mlx-lm greedy decoding of the first held-out prompt, 600 tokens: both drafters'
     runs are compared with this one run (decoding it again gives the same tokens)."""
-    return run_to_summary(generate_baseline(target, heldout_prompts(1)[0], LONG))
+    return run_to_summary(generate_plain(target, heldout_prompts(1)[0], LONG))
 
 
 @pytest.mark.parametrize("kind", ["dspark", "dflash"])
@@ -65,5 +65,5 @@ def test_the_default_prompt_set_makes_the_demo_target_write_plausible_code(targe
     cfg = GenerationConfig(max_tokens=256)
     demo = prompts.get(prompts.DEFAULT)
     for i, text in enumerate(demo.prompts):
-        out = run_to_summary(generate_baseline(target, text, cfg))
+        out = run_to_summary(generate_plain(target, text, cfg))
         assert len(out.tokens) == 256 and repetition_share(out.tokens) < 0.2, (i, out.text[-200:])

@@ -59,11 +59,11 @@ def own_profiles_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("DSPARK_PROFILES_DIR", str(tmp_path / "profiles"))
 
 
-def run(world, drafter_dir, prompts=PROMPTS, settings=SHORT, target=None):
+def run(world, drafter_dir, prompts=PROMPTS, config=SHORT, target=None):
     root, default = world
     target = target or default
     drafter = load_drafter(drafter_dir, target)
-    return diagnose(target, drafter, prompts, settings, profile=find(drafter_dir, drafter))
+    return diagnose(target, drafter, prompts, config, profile=find(drafter_dir, drafter))
 
 
 def codes(d, severities=("error", "warn", "info")) -> set[str]:
@@ -109,14 +109,14 @@ def test_target_mismatch_other_weights_of_the_same_shape(world):
 
 def test_block_beyond_trained(world):
     root, _ = world
-    d = run(world, root / "native", settings=dataclasses.replace(SHORT, block_size=9))
+    d = run(world, root / "native", config=dataclasses.replace(SHORT, block_size=9))
     f = next(f for f in d.findings if f.code == "block_beyond_trained")
     assert f.evidence["trained_block"] == 4 and "--block-size 4" in f.sentence
 
 
 def test_chat_template_off(world):
     root, _ = world
-    d = run(world, root / "native", settings=dataclasses.replace(SHORT, chat_template=False))
+    d = run(world, root / "native", config=dataclasses.replace(SHORT, chat_template=False))
     f = next(f for f in d.findings if f.code == "chat_template_off")
     assert f.severity == "warn" and f.evidence["accepted_with_template"] > 2 > f.evidence["accepted"]
     assert "low_acceptance" not in codes(d)  # another cause was found
@@ -125,13 +125,13 @@ def test_chat_template_off(world):
 def test_thinking_mode(world):
     root, _ = world
     assert read_file(root / "native" / PROFILE_FILE).thinking is False
-    d = run(world, root / "native", settings=dataclasses.replace(SHORT, chat_template_config='{"enable_thinking": true}'))
+    d = run(world, root / "native", config=dataclasses.replace(SHORT, chat_template_config='{"enable_thinking": true}'))
     assert "thinking_mode" in codes(d, ("warn",))
 
 
 def test_sampling(world):
     root, _ = world
-    d = run(world, root / "native", settings=dataclasses.replace(SHORT, temperature=1.0))
+    d = run(world, root / "native", config=dataclasses.replace(SHORT, temperature=1.0))
     f = next(f for f in d.findings if f.code == "sampling")
     assert f.evidence["accepted"] < f.evidence["accepted_greedy"] and f.evidence["share_lost"] >= C.LOSS_NOISE
 

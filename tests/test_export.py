@@ -24,7 +24,7 @@ import pytest
 from mlx.utils import tree_flatten, tree_unflatten
 
 import drafter_checkpoints as ckpt
-from dspark import DflashConfig, GenerationConfig, generate, generate_baseline, load_drafter, load_target, run_to_summary
+from dspark import DflashConfig, GenerationConfig, generate, generate_plain, load_drafter, load_target, run_to_summary
 from dspark.cli import main as dspark
 from dspark.convert import new_drafter
 from dspark.export import ProbeProjection, same_drafts
@@ -81,7 +81,7 @@ def models(tmp_path_factory):
     native = new_drafter(target, DflashConfig(block_size=4, num_layers=1, tap_layers=tuple(ckpt.TAPS), markov_rank=16))
     native.save(root / "native")
     d["native"] = root / "native"
-    plain = run_to_summary(generate_baseline(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    plain = run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
     d["published"] = ckpt.write_speculators(root / "published", model, list(plain.tokens[:90]))
     return d
 
@@ -93,7 +93,7 @@ def target(models):
 
 @pytest.fixture(scope="module")
 def plain(target):
-    return run_to_summary(generate_baseline(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    return run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
 
 
 def ours(target, drafter, prompt: list[int], first: int, rows: list) -> tuple[list[int], list[int], np.ndarray]:
@@ -393,7 +393,7 @@ def test_the_bundled_demo_drafters_export_exactly_and_run_in_their_peer(name, tm
     original, exported = load_drafter(src, target), load_drafter(out, target)
     assert same_drafts(original, exported, target.projection) is None
     prompt = target.tokenizer.encode("def main():\n    ")[:16]
-    base = run_to_summary(generate_baseline(target, prompt, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    base = run_to_summary(generate_plain(target, prompt, GenerationConfig(max_tokens=N, stop_at_eos=False)))
     tau, tokens, logits = same_rounds(target, prompt, base, original, exported)
     if fmt == "speculators" and not exported.spec.own_embedding:
         tokens, tau, logits = ours(target, as_mlx_dspark_reads_it(exported), prompt, base.tokens[0], [])

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import drafter_checkpoints as ckpt
-from dspark import GenerationConfig, generate, generate_baseline, load_target, run_to_summary
+from dspark import GenerationConfig, generate, generate_plain, load_target, run_to_summary
 from dspark.cli import main as dspark
 from dspark.drafting import BlockLayout
 from dspark.errors import DrafterMismatchError, DsparkError
@@ -37,7 +37,7 @@ def dirs(tmp_path_factory):
     model = ckpt.target_model()
     d = {"target": ckpt.write_target(root / "target", model)}
     target = load_target(d["target"])
-    plain = run_to_summary(generate_baseline(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    plain = run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
     d.update(zlab=ckpt.write_zlab(root / "zlab"), zlab_full=ckpt.write_zlab(root / "zlab_full", sliding=False),
              deepspec=ckpt.write_deepspec(root / "deepspec", model),
              deepspec_dflash=ckpt.write_deepspec(root / "deepspec_dflash", model, heads=False),
@@ -60,7 +60,7 @@ def target(dirs):
 
 @pytest.fixture(scope="module")
 def plain(target):
-    return run_to_summary(generate_baseline(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    return run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
 
 
 class Capture:

@@ -146,12 +146,12 @@ def test_a_difference_from_plain_decoding_passes_only_on_a_gpu_and_only_as_a_tie
 def test_each_round_says_where_in_the_sequence_its_anchor_is(case):
     """RoundEvent.position: the tokens before the anchor, prompt and output (what acceptance by
     context length buckets by); plain decoding's steps say it too."""
-    from dspark import generate_baseline
+    from dspark import generate_plain
 
     target, n, ref = case
     oracle = OracleDrafter(PROMPT + ref, target.dims.vocab_size, block_size=6, corrupt=0.3, seed=1)
     cfg = GenerationConfig(max_tokens=40, stop_at_eos=False)
-    for events in (list(generate(target, oracle, PROMPT, cfg))[:-1], list(generate_baseline(target, PROMPT, cfg))[:-1]):
+    for events in (list(generate(target, oracle, PROMPT, cfg))[:-1], list(generate_plain(target, PROMPT, cfg))[:-1]):
         expected, pos = [], len(PROMPT) - 1
         for e in events:
             expected.append(pos)

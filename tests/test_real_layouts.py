@@ -19,7 +19,7 @@ import mlx.core as mx
 import pytest
 
 import miniatures as mini
-from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, generate_baseline, load_target, run_to_summary
+from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, generate_plain, load_target, run_to_summary
 from dspark import gemma4, lossless, modeldir
 from dspark.errors import DsparkError
 from oracle import OracleDrafter
@@ -63,7 +63,7 @@ def test_layout_loads_and_greedy_is_lossless(root, name):
     target = load_target(layout(root, name))
     assert target.eos_token_ids == {1, 50, 106} and target.has_chat_template
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
-    plain = run_to_summary(generate_baseline(target, PROMPT, cfg))
+    plain = run_to_summary(generate_plain(target, PROMPT, cfg))
     ids = list(plain.prompt_tokens)
     assert len(set(plain.tokens)) >= 8  # a continuation worth comparing, several windows long
     oracle = OracleDrafter(ids + list(plain.tokens), target.dims.vocab_size, block_size=6, corrupt=0.3)
@@ -79,7 +79,7 @@ def test_layout_loads_and_greedy_is_lossless(root, name):
 
 def test_a_planted_mismatch_is_reported_as_one(root):
     target = load_target(layout(root, "31b-it-hf-bf16"))
-    plain = run_to_summary(generate_baseline(target, PROMPT, GenerationConfig(max_tokens=40, stop_at_eos=False)))
+    plain = run_to_summary(generate_plain(target, PROMPT, GenerationConfig(max_tokens=40, stop_at_eos=False)))
     ids, k = list(plain.prompt_tokens), 12
     logprobs, _ = lossless._plain_logprobs(target, ids, k, 2048)
     unlikely = min(range(len(logprobs)), key=lambda t: logprobs[t])
@@ -94,7 +94,7 @@ def test_a_planted_near_miss_is_a_mismatch_not_a_tie(root):
     """The runner-up token where the target's two clean evaluations agree on the order by more
     than they disagree: close, but not a tie, and the check must say so."""
     target = load_target(layout(root, "e4b-it-mlx-community-8bit"))
-    plain = run_to_summary(generate_baseline(target, PROMPT, GenerationConfig(max_tokens=40, stop_at_eos=False)))
+    plain = run_to_summary(generate_plain(target, PROMPT, GenerationConfig(max_tokens=40, stop_at_eos=False)))
     ids = list(plain.prompt_tokens)
     for k in range(4, 40):
         P, dtype = lossless._plain_logprobs(target, ids, k, 2048)
@@ -122,7 +122,7 @@ def test_a_planted_rollback_bug_is_a_mismatch(root, name, monkeypatch):
 
     target = load_target(layout(root, name))
     cfg = GenerationConfig(max_tokens=LAYOUTS[name][1], stop_at_eos=False)
-    plain = run_to_summary(generate_baseline(target, PROMPT, cfg))
+    plain = run_to_summary(generate_plain(target, PROMPT, cfg))
     oracle = OracleDrafter(list(plain.prompt_tokens) + list(plain.tokens), target.dims.vocab_size, block_size=6,
                            corrupt=0.3)
     exact = dcache._rollback_one
@@ -152,7 +152,7 @@ def test_chat_template_wraps_the_prompt_as_one_user_turn(root):
 
 
 def generate_ids(target, cfg: GenerationConfig) -> list[int]:
-    s = run_to_summary(generate_baseline(target, PROMPT, GenerationConfig(**{**cfg.__dict__, "max_tokens": 1})))
+    s = run_to_summary(generate_plain(target, PROMPT, GenerationConfig(**{**cfg.__dict__, "max_tokens": 1})))
     return list(s.prompt_tokens)
 
 

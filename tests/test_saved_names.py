@@ -25,3 +25,47 @@ def test_a_saved_first_difference_reads_back_under_either_key():
     old = json.loads(json.dumps({"identical_to_baseline": False, "first_difference": d.to_dict(), "lossless": True}))
     new = json.loads(json.dumps(Verdict(False, d).to_dict()))
     assert Verdict.from_dict(old) == Verdict(False, d) == Verdict.from_dict(new)
+
+
+def _replayed(path: Path):
+    """A saved run opened as File ▸ Open run opens it, and played through a session to its end."""
+    from dspark_studio.files.replay import open_playlist, replay_job
+    from dspark_studio.state.playlist import Playlist
+    from dspark_studio.state.session import Session
+
+    session, playlist = Session(), Playlist()
+    assert open_playlist(session, playlist, [str(path)]), session.message
+    rec, messages = replay_job(session, playlist, 0)
+    for _at, message in messages:
+        session.apply(message)
+    return rec, session.view()
+
+
+def test_a_run_saved_with_method_baseline_reads_as_plain_decoding(tmp_path):
+    # the app's File ▸ Export of a run (a drafter and plain decoding, 10 tokens on tests/tiny.py's
+    # target) by 0.1.0, as it wrote it; only the target's folder and the machine's name replaced
+    old_path = SAVED / "run-0.1.0.json"
+    old = json.loads(old_path.read_text())
+    assert [r["method"] for r in old["runs"]] == ["speculative", "baseline"]
+    assert [r["summary"]["method"] for r in old["runs"]] == ["speculative", "baseline"]
+    new = json.loads(old_path.read_text())  # the same file under today's name
+    for r in new["runs"]:
+        r["method"] = r["summary"]["method"] = "plain" if r["method"] == "baseline" else r["method"]
+    new_path = tmp_path / "run-new.json"
+    new_path.write_text(json.dumps(new))
+
+    (rec_old, view_old), (rec_new, view_new) = _replayed(old_path), _replayed(new_path)
+    assert [r.method for r in rec_old.runs] == ["speculative", "plain"]
+    assert [r.summary.method for r in rec_old.runs] == ["speculative", "plain"]
+    assert rec_old.runs == rec_new.runs
+    from dspark_studio.state.runs import PLAIN_LABEL, speedup
+
+    assert view_old.base is not None and view_old.base.label == PLAIN_LABEL and view_old.base.method == "plain"
+    assert view_old.base.summary == view_new.base.summary and view_old.spec.summary == view_new.spec.summary
+    assert speedup(view_old.spec, view_old.base) == speedup(view_new.spec, view_new.base)
+
+
+def test_generate_baseline_is_still_generate_plain():
+    import dspark
+
+    assert dspark.generate_baseline is dspark.generate_plain  # users' code written against 0.1.0

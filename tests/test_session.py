@@ -3,10 +3,10 @@
 from dspark.events import CommittedToken, RoundEvent, Source, Summary
 from dspark.lossless import Difference, Verdict
 from dspark_studio.state.messages import Checked, JobDone, RoundDone, RunDone, Arm, RunStarted
-from dspark_studio.state.runs import BASELINE
+from dspark_studio.state.runs import PLAIN_LABEL
 from dspark_studio.state.session import Session
 
-RUNS = [Arm("d1", "/d1"), Arm(BASELINE, None)]
+ARMS = [Arm("d1", "/d1"), Arm(PLAIN_LABEL, None)]
 
 
 def event(index: int, accepted: int, width: int, tokens: list[int], source=Source.CORRECTION,
@@ -38,34 +38,34 @@ def play(s: Session, job, prompt_index=0, key0=1, tokens=tuple(range(10, 22)), s
         n = min(i + 4, len(tokens))
         s.apply(RoundDone(key0, event(i // 4, 3, 3, tokens[i:n], generated=n, seconds=n / spec_tps), ("a", "b", "c")))
     s.apply(RunDone(key0, summary("speculative", tokens, (len(tokens) + 3) // 4, spec_tps)))
-    s.apply(RunStarted(job=job.id, key=key0 + 1, label=BASELINE, method="baseline", drafter=None, prompt="p",
+    s.apply(RunStarted(job=job.id, key=key0 + 1, label=PLAIN_LABEL, method="plain", drafter=None, prompt="p",
                        prompt_index=prompt_index, config={}))
     for i, t in enumerate(tokens):
         s.apply(RoundDone(key0 + 1, event(i, 0, 0, [t], Source.TARGET, generated=i + 1, seconds=(i + 1) / base_tps), ()))
-    s.apply(RunDone(key0 + 1, summary("baseline", tokens, len(tokens), base_tps)))
+    s.apply(RunDone(key0 + 1, summary("plain", tokens, len(tokens), base_tps)))
     s.apply(Checked(key0, Verdict(True)))
 
 
 def test_a_run_job_fills_the_view():
     s = Session()
-    job = s.new_job("run", "/t", ["p"], RUNS, config={"temperature": 0.0})
-    assert s.busy and s.new_job("run", "/t", ["p"], RUNS, config={}) is None  # one job at a time
+    job = s.new_job("run", "/t", ["p"], ARMS, config={"temperature": 0.0})
+    assert s.busy and s.new_job("run", "/t", ["p"], ARMS, config={}) is None  # one job at a time
     play(s, job)
     s.apply(JobDone(job.id, True, False))
     v = s.view()
     assert not v.busy and v.kind == "run" and v.rows == ()
-    assert v.spec.label == "d1" and v.base.method == "baseline"
+    assert v.spec.label == "d1" and v.base.method == "plain"
     f = v.spec.figures()
     assert (f.rounds, f.tokens, f.tau, f.acceptance_rate) == (3, 12, 4.0, 1.0)
 
 
 def test_messages_of_an_older_job_are_ignored_and_results_survive_a_failed_start():
     s = Session()
-    first = s.new_job("run", "/t", ["p"], RUNS, config={})
+    first = s.new_job("run", "/t", ["p"], ARMS, config={})
     play(s, first)
     s.apply(JobDone(first.id, True, False))
     version = s.version
-    second = s.new_job("compare", "/t", ["p"], RUNS, config={})
+    second = s.new_job("compare", "/t", ["p"], ARMS, config={})
     assert not s.apply(RunStarted(job=first.id, key=99, label="d1", method="speculative", drafter="/d1", prompt="p",
                                   prompt_index=0, config={}))  # stale
     s.apply(JobDone(second.id, False, False))  # failed before any run started
@@ -75,12 +75,12 @@ def test_messages_of_an_older_job_are_ignored_and_results_survive_a_failed_start
 
 def test_compare_rows_pool_prompts_and_check_identity():
     s = Session()
-    job = s.new_job("compare", "/t", ["p0", "p1"], RUNS, config={})
+    job = s.new_job("compare", "/t", ["p0", "p1"], ARMS, config={})
     play(s, job, prompt_index=0, key0=1)
     play(s, job, prompt_index=1, key0=3, tokens=range(30, 42))
     s.apply(JobDone(job.id, True, False))
     rows = {r["label"]: r for r in s.view().rows}
-    assert set(rows) == {"d1", BASELINE}
+    assert set(rows) == {"d1", PLAIN_LABEL}
     assert rows["d1"]["runs"] == 2 and rows["d1"]["identical"] == "✓"
     assert abs(rows["d1"]["speedup"] - 1.5) < 1e-9 and rows["d1"]["tau"] == 4.0
     assert rows["d1"]["compared_tokens"] == 24 and rows["d1"]["planned"] == 2
@@ -98,8 +98,8 @@ def test_same_as_plain_marks_ties_and_mismatches():
 
 def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
     s = Session()
-    runs = [Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(BASELINE, None)]
-    job = s.new_job("compare", "/t", ["p0"], runs, config={}, focus="d1")
+    arms = [Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(PLAIN_LABEL, None)]
+    job = s.new_job("compare", "/t", ["p0"], arms, config={}, focus="d1")
     play(s, job)  # d1, then plain decoding
     s.apply(RunStarted(job=job.id, key=9, label="d2", method="speculative", drafter="/d2", prompt="p", prompt_index=0,
                        config={}))  # d2 ran last
@@ -110,12 +110,12 @@ def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
     s.set_focus("d2")
     assert s.view().spec.label == "d2"
     compared = s.view().comparison
-    run = s.new_job("run", "/t", ["p"], RUNS, config={})
+    run = s.new_job("run", "/t", ["p"], ARMS, config={})
     play(s, run, key0=20)
     s.apply(JobDone(run.id, True, False))
     v = s.view()
     assert v.kind == "run" and [r.key for r in v.runs] == [20, 21]
-    assert v.comparison == compared and [r["label"] for r in v.rows] == ["d1", BASELINE, "d2"]
+    assert v.comparison == compared and [r["label"] for r in v.rows] == ["d1", PLAIN_LABEL, "d2"]
     s.show_tab("compare")
     assert s.view().tab == "compare" and s.view().focus == "d2"
 
@@ -123,18 +123,18 @@ def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
 
 def test_a_sampled_comparison_compares_each_prompt_over_the_tokens_both_runs_made():
     s = Session()
-    job = s.new_job("compare", "/t", ["p0"], RUNS, config={"temperature": 1.0})
+    job = s.new_job("compare", "/t", ["p0"], ARMS, config={"temperature": 1.0})
     s.apply(RunStarted(job=job.id, key=1, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0,
                        config={}))
     for i in range(3):  # EOS after 12 tokens, 4 a round, at 40 tok/s
         s.apply(RoundDone(1, event(i, 3, 3, [7] * 4, generated=4 * (i + 1), seconds=(i + 1) / 10), ()))
     s.apply(RunDone(1, summary("speculative", [7] * 12, 3, 40.0)))
-    s.apply(RunStarted(job=job.id, key=2, label=BASELINE, method="baseline", drafter=None, prompt="p", prompt_index=0,
+    s.apply(RunStarted(job=job.id, key=2, label=PLAIN_LABEL, method="plain", drafter=None, prompt="p", prompt_index=0,
                        config={}))
     for i in range(100):  # 20 tok/s for its first 12 tokens, then much faster
         secs = (i + 1) / 20 if i < 12 else 0.6 + (i - 11) / 1000
         s.apply(RoundDone(2, event(i, 0, 0, [7], Source.TARGET, generated=i + 1, seconds=secs), ()))
-    s.apply(RunDone(2, summary("baseline", [7] * 100, 100, 100 / 0.688)))
+    s.apply(RunDone(2, summary("plain", [7] * 100, 100, 100 / 0.688)))
     s.apply(JobDone(job.id, True, False))
     row = s.view().row("d1")
     assert not row["same_length"] and row["compared_tokens"] == 12
@@ -193,4 +193,4 @@ def test_run_with_a_bad_drafter_selected_is_one_message_and_starts_nothing(tmp_p
     assert s.run_job() is None and not s.busy and s.message.startswith("cannot run with drafter drafter")
     s.choices.remove_drafter("/no/such/drafter")
     job = s.run_job()
-    assert job is not None and [a.label for a in job.runs] == [BASELINE] and s.message == ""
+    assert job is not None and [a.label for a in job.arms] == [PLAIN_LABEL] and s.message == ""

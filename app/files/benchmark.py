@@ -54,11 +54,11 @@ def comparison_to_bench(runs: list[Run], target: str | None, prompts: int, *,
     done = [r for r in runs if r.prompt_index in complete and r.summary.tokens_per_sec > 0]
     if not done:
         raise DsparkError("nothing to save yet: no prompt of the comparison has finished")
-    bases = {r.prompt_index: r for r in done if r.method == "baseline"}
+    bases = {r.prompt_index: r for r in done if r.method == "plain"}
     costs = costs or {}
     trials = []
     for r in done:
-        if r.method == "baseline":
+        if r.method == "plain":
             trials.append(report.derive(_trial(r, report.PLAIN, None), None))
             continue
         policy = str(r.config.get("policy", "fixed"))

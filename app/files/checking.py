@@ -36,6 +36,7 @@ MAX_POSITION = 2 * MAX_TOKENS  # tokens before a round's anchor: the prompt's an
 #: Limits of a benchmark summary.
 MAX_ARMS = 1_000
 MAX_TRIALS = 10_000_000
+METHODS = ("speculative", "plain", "baseline")  # "baseline": plain decoding's name in files of 0.1.0
 
 Rule = Callable[[object], "str | None"]
 
@@ -175,7 +176,7 @@ ROUND = from_dataclass(RoundEvent, {
     "draft_rank": optional(items(integer(0, MAX_TOKEN_ID), MAX_BLOCK)), "draft_tie": optional(items(boolean, MAX_BLOCK))},
     "round")
 SUMMARY = from_dataclass(Summary, {
-    "method": one_of("speculative", "baseline"), "tokens": items(TOKEN, MAX_TOKENS), "text": text(MAX_TEXT),
+    "method": one_of(*METHODS), "tokens": items(TOKEN, MAX_TOKENS), "text": text(MAX_TEXT),
     "prompt_tokens": items(TOKEN, MAX_TOKENS), "rounds": COUNT,
     "accepted_lengths": items(integer(0, MAX_BLOCK), MAX_TOKENS), "verify_widths": items(integer(0, MAX_BLOCK), MAX_TOKENS),
     "tau": number(0.0, MAX_BLOCK), "acceptance_rate": number(0.0, 1.0),
@@ -189,7 +190,7 @@ DIFFERENCE = from_dataclass(Difference, {
     "logprobs": optional(items(number(-1e6, 0.0), 2)), "one_pass_logprobs": optional(items(number(-1e6, 0.0), 2)),
     "tolerance": optional(number(0.0, 1e6)), "drift": optional(number(0.0, 1e6))})
 VERDICT = optional(record({"identical": boolean, "first_difference": optional(DIFFERENCE)}, ("identical",)))
-RUN = record({"label": text(500), "method": one_of("speculative", "baseline"), "drafter": optional(text(4096)),
+RUN = record({"label": text(500), "method": one_of(*METHODS), "drafter": optional(text(4096)),
               "prompt": text(MAX_TEXT), "prompt_index": integer(0, MAX_PROMPTS - 1), "config": optional(flat_object(100)),
               "events": lambda v: None if isinstance(v, list) else "must be a list of rounds",
               "drafted_text": optional(items(items(text(MAX_PIECE), MAX_BLOCK), MAX_ROUNDS)),

@@ -20,7 +20,7 @@ from typing import Callable
 from PySide6.QtCore import QElapsedTimer, QObject, QTimer
 
 from dspark.errors import DsparkError
-from dspark.events import RoundEvent, Summary, event_from_dict
+from dspark.events import RoundEvent, Summary, event_from_dict, plain_method
 from dspark.lossless import Verdict
 from dspark.reading import read_json
 
@@ -63,7 +63,7 @@ class Recording:
     def name(self) -> str:
         return Path(self.path).name
 
-    def specs(self) -> tuple[Arm, ...]:
+    def arms(self) -> tuple[Arm, ...]:
         return tuple(dict.fromkeys(Arm(r.label, r.drafter) for r in self.runs))
 
 
@@ -133,7 +133,7 @@ def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
     summary = event_from_dict({**d["summary"], "kind": "summary"}) if d.get("summary") else None
     v = d.get("verdict")
     verdict = Verdict.from_dict(v) if v else None
-    return SavedRun(label=str(d["label"]), method=d["method"], drafter=d.get("drafter"),
+    return SavedRun(label=str(d["label"]), method=plain_method(d["method"]), drafter=d.get("drafter"),
                     prompt=str(d.get("prompt", "")), prompt_index=int(d.get("prompt_index", 0)),
                     config=dict(d.get("config") or {}), events=events,
                     drafted_text=tuple(tuple(str(x) for x in t) for t in texts), summary=summary, verdict=verdict,
@@ -233,7 +233,7 @@ def replay_job(session: Session, playlist: Playlist, index: int):
     if not playlist or session.busy:
         return None
     rec = playlist.at(index)
-    job = session.new_job(rec.kind, rec.target or "", rec.prompts, rec.specs(), config=rec.runs[0].config,
+    job = session.new_job(rec.kind, rec.target or "", rec.prompts, rec.arms(), config=rec.runs[0].config,
                           replay=playlist.badge(), caption=playlist.caption())
     if job is None:
         return None

@@ -27,7 +27,7 @@ from .plots import (
     TIP_COSTS, TIP_POSITION, TIP_TPS, PlotBox, draw_costs, fit_title, integer_ticks, make_plot, pen, rate_range, style_plot,
     zero_based_range,
 )
-from ..state.runs import BASELINE
+from ..state.runs import PLAIN_LABEL
 from ..state.session import View
 from .theme import NORMAL, Theme, drafter_colours, policy_style
 
@@ -48,7 +48,7 @@ TIP_TPS_POOLED = TIP_TPS + "\nEach drafter's prompts are drawn back to back: one
 
 def format_cell(key: str, row: dict) -> str:
     v = row.get(key)
-    is_base = row["label"] == BASELINE
+    is_base = row["label"] == PLAIN_LABEL
     if key == "label":
         return v
     if key == "runs":
@@ -142,7 +142,7 @@ class CompareView(QWidget):
         rows = self.table.selectionModel().selectedRows()
         if rows and 0 <= rows[0].row() < len(self.rows):
             label = self.rows[rows[0].row()]["label"]
-            if label != BASELINE:
+            if label != PLAIN_LABEL:
                 self.focus_chosen.emit(label)
 
     def show_view(self, view: View) -> None:
@@ -182,7 +182,7 @@ class CompareView(QWidget):
                     item.setData(Qt.DecorationRole, QColor(styles[row["label"]][0]))
                     if row["drafter"]:
                         item.setToolTip(row["drafter"])
-                if key == "speedup" and row["label"] != BASELINE:
+                if key == "speedup" and row["label"] != PLAIN_LABEL:
                     item.setToolTip(_speedup_note(row))
                 self.table.setItem(r, c, item)
         if focus in order:
@@ -202,7 +202,7 @@ class CompareView(QWidget):
             label = row["label"]
             colour, style = styles[label]
             keys.append((colour, label, style))
-            if label == BASELINE or not row["per_position_acceptance"]:
+            if label == PLAIN_LABEL or not row["per_position_acceptance"]:
                 continue
             rates = row["per_position_acceptance"]
             self.position.plot(np.arange(1, len(rates) + 1, dtype=float), np.array(rates, float),
@@ -210,7 +210,8 @@ class CompareView(QWidget):
         if width:
             self.position.setXRange(0.6, width + 0.4, padding=0)
             zero_based_range(self.position, 1.0, grow=1.0)
-        fit_title(self.position, t, "Acceptance by position", [k for k, row in zip(keys, rows) if row["label"] != BASELINE])
+        fit_title(self.position, t, "Acceptance by position",
+                  [k for k, row in zip(keys, rows) if row["label"] != PLAIN_LABEL])
         fit_title(self.tps, t, "Decode tok/s", keys)
         ys = []
         for label in order:
@@ -236,8 +237,8 @@ def arm_styles(t: Theme, rows: list[dict]) -> tuple[dict[str, tuple[str, str]], 
     """(row label -> (colour, line style), drafter name -> colour): one colour per drafter and
     one line style per verify policy, so a benchmark's arms of one drafter share its colour
     in the table, in every plot and in every export; plain decoding grey and dashed."""
-    colours = drafter_colours(t, [drafter_name(r) for r in rows if r["label"] != BASELINE])
-    return ({r["label"]: (t.base, "dash") if r["label"] == BASELINE else
+    colours = drafter_colours(t, [drafter_name(r) for r in rows if r["label"] != PLAIN_LABEL])
+    return ({r["label"]: (t.base, "dash") if r["label"] == PLAIN_LABEL else
              (colours[drafter_name(r)], policy_style(r.get("policy"))) for r in rows}, colours)
 
 

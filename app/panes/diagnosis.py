@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout
 
 from ..state.diagnoses import HEALTHY, MARKS, Entry, figures, sentence
-from ..state.runs import BASELINE
+from ..state.runs import PLAIN_LABEL
 from ..state.session import View
 from .theme import NORMAL, PRESENTATION, Theme, drafter_colours
 
@@ -63,7 +63,7 @@ def view_html(view: View, t: Theme) -> str:
     """The whole list: one part per drafter, in the order they were diagnosed; with several, each
     drafter's colour of the Compare table beside its name."""
     entries = view.diagnoses
-    names = [r["label"] for r in view.rows if r["label"] != BASELINE] + [e.label for e in entries]
+    names = [r["label"] for r in view.rows if r["label"] != PLAIN_LABEL] + [e.label for e in entries]
     colours = drafter_colours(t, list(dict.fromkeys(names))) if len(entries) > 1 else {}
     waiting = next((e for e in entries if e.diagnosis is None), None)
     parts = [entry_html(e, t, colours.get(e.label), busy=view.busy, first_waiting=e is waiting) for e in entries]

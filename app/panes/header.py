@@ -12,7 +12,7 @@ from html import escape
 
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from ..state.runs import BASELINE, MIN_COMPARED, busy_note, compared_rates, machine, same_as_plain, speedup
+from ..state.runs import PLAIN_LABEL, MIN_COMPARED, busy_note, compared_rates, machine, same_as_plain, speedup
 from ..state.session import COMPARE_TAB, View
 from .flow import FlowLayout
 
@@ -173,7 +173,7 @@ class HeaderStrip(QFrame):
         self.values["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
 
     def _show_comparison(self, view: View) -> None:
-        row, base = view.row(view.focus), view.row(BASELINE)
+        row, base = view.row(view.focus), view.row(PLAIN_LABEL)
         n = view.compare_prompts
         if row is not None and view.bench is not None:
             headline = f"{row['label']} vs plain mlx-lm decoding · dspark bench: medians over {row['runs_text']} trials"

@@ -269,7 +269,7 @@ class PlotsPane(QWidget):
         self.base_curve.setPen(pen(t.base, "dash", 2.5))
 
     def show_view(self, view: View) -> None:
-        """Redraw from the speculative run and the baseline run (either may be None)."""
+        """Redraw from the speculative run and the plain run (either may be None)."""
         spec, base = view.spec, view.base
         t = self.theme
         has_spec = spec is not None and bool(spec.rounds)

@@ -97,7 +97,7 @@ class TextPane(QWidget):
         return {"text": self}
 
     def show_view(self, view: View) -> None:
-        """Show the speculative run (else the baseline), appending only its new rounds; another
+        """Show the speculative run (else plain decoding), appending only its new rounds; another
         run (a replay's keys start again at 1) is drawn from its prompt on."""
         shown = view.spec if view.spec is not None else view.base
         self.setProperty("empty", shown is None)  # nothing for a PNG export to save

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dspark import metrics
 
-from .runs import BASELINE, Run, complete_prompts
+from .runs import PLAIN_LABEL, Run, complete_prompts
 
 #: What became of a drafted token, by its place in the round (the draft grid's colours).
 STATES = ("accepted", "rejected", "discarded", "unverified")
@@ -152,7 +152,7 @@ def drafter_runs(runs, kind: str, spec: Run | None) -> dict[str, list[Run]]:
     complete = set(complete_prompts(runs))
     out: dict[str, list[Run]] = {}
     for r in runs:
-        if r.method == "speculative" and r.label != BASELINE and (not complete or r.prompt_index in complete):
+        if r.method == "speculative" and r.label != PLAIN_LABEL and (not complete or r.prompt_index in complete):
             out.setdefault(r.label, []).append(r)
     return out
 

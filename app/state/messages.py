@@ -20,13 +20,13 @@ class Arm:
 
 @dataclass(frozen=True, kw_only=True)
 class Job:
-    """Every (prompt, run) pair in turn, on one loaded target."""
+    """Every (prompt, arm) pair in turn, on one loaded target."""
 
     id: int
     kind: str  # "run", "compare" or "diagnose" (Run ▸ Diagnose: each arm's drafter diagnosed in turn)
     target: str
     prompts: tuple[str, ...]
-    runs: tuple[Arm, ...]
+    arms: tuple[Arm, ...]
     config: dict = field(default_factory=dict)  # GenerationConfig fields
 
 
@@ -117,7 +117,7 @@ class RunStarted:
     job: int
     key: int  # identifies the run in RoundDone / RunDone
     label: str
-    method: str  # "speculative" or "baseline"
+    method: str  # "speculative" or "plain"
     drafter: str | None
     prompt: str
     prompt_index: int

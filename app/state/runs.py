@@ -11,7 +11,8 @@ from dspark.bench import report
 from dspark.events import RoundEvent, Summary
 from dspark.lossless import Verdict
 
-BASELINE = "plain decoding"
+#: Plain decoding's arm as the user reads it (a saved run's ``label``; its ``method`` is "plain").
+PLAIN_LABEL = "plain decoding"
 #: Fewer tokens in common than this and a speedup measures noise (a round or two): not shown.
 MIN_COMPARED = 8
 #: Other programs' load per core from which figures are said to vary, and the plain decoding
@@ -24,8 +25,8 @@ _serials = itertools.count(1)
 @dataclass(kw_only=True)
 class Run:
     key: int
-    label: str  # the drafter's name, or BASELINE
-    method: str  # "speculative" or "baseline"
+    label: str  # the drafter's name, or PLAIN_LABEL
+    method: str  # "speculative" or "plain"
     prompt: str
     prompt_index: int
     drafter: str | None
@@ -91,7 +92,7 @@ def machine(runs: list[Run]) -> dict | None:
     that was not this app (load less the cores this process kept busy), the cores; and how much
     plain decoding's own rate varied. None when nothing was recorded."""
     recorded = [r.machine for r in runs if r.machine]
-    spread = plain_spread([r for r in runs if r.method == "baseline"])
+    spread = plain_spread([r for r in runs if r.method == "plain"])
     if not recorded and spread is None:
         return None
     out = {"plain_spread": spread}
@@ -195,11 +196,11 @@ def complete_prompts(runs: list[Run]) -> list[int]:
     labels = list(dict.fromkeys(r.label for r in runs))
     ended = {(r.label, r.prompt_index) for r in runs if r.done and not r.stopped}
     prompts = sorted({r.prompt_index for r in runs})
-    return [p for p in prompts if (BASELINE, p) in ended and all((label, p) in ended for label in labels)]
+    return [p for p in prompts if (PLAIN_LABEL, p) in ended and all((label, p) in ended for label in labels)]
 
 
 def compare_rows(runs: list[Run], planned: int | None = None) -> list[dict]:
-    """One row per label (drafter or BASELINE), pooled over the complete prompts
+    """One row per label (drafter or PLAIN_LABEL), pooled over the complete prompts
     (``complete_prompts``), in order of first run; before any prompt is complete, over every
     run so far, and the rows say so (``partial``).
 
@@ -214,7 +215,7 @@ def compare_rows(runs: list[Run], planned: int | None = None) -> list[dict]:
         labels.setdefault(r.label, []).append(r)
     coverage = {"planned": planned or len({r.prompt_index for r in runs}), "finished": len(complete),
                 "stopped": sum(r.stopped for r in runs), "partial": not complete, "machine": machine(pooled)}
-    bases = {r.prompt_index: r for r in labels.get(BASELINE, []) if r.done}
+    bases = {r.prompt_index: r for r in labels.get(PLAIN_LABEL, []) if r.done}
     return [_row(label, rs, bases, coverage) for label, rs in labels.items()]
 
 
@@ -222,7 +223,7 @@ def _row(label: str, rs: list[Run], bases: dict[int, Run], coverage: dict) -> di
     f = metrics.summarize(e for r in rs for e in r.rounds)
     spec_rate = base_rate = 0.0
     same_length = True
-    if label == BASELINE:
+    if label == PLAIN_LABEL:
         speed, compared = (1.0, f.tokens) if bases else (0.0, 0)
     else:
         paired = [(r, bases[r.prompt_index]) for r in rs if r.done and r.prompt_index in bases]
@@ -233,7 +234,7 @@ def _row(label: str, rs: list[Run], bases: dict[int, Run], coverage: dict) -> di
         "label": label,
         "method": rs[0].method,
         "drafter": rs[0].drafter,
-        "policy": None if label == BASELINE else str(rs[0].config.get("policy", "fixed")),
+        "policy": None if label == PLAIN_LABEL else str(rs[0].config.get("policy", "fixed")),
         "runs": len(rs),
         **coverage,
         "tokens": f.tokens,
@@ -248,7 +249,7 @@ def _row(label: str, rs: list[Run], bases: dict[int, Run], coverage: dict) -> di
         # two runs made different numbers of tokens (sampling, EOS): then same_length is False
         "compared_rates": [spec_rate, base_rate],
         "same_length": same_length,
-        "identical": same_as_plain([r.verdict for r in rs]) if label != BASELINE else None,
+        "identical": same_as_plain([r.verdict for r in rs]) if label != PLAIN_LABEL else None,
         "ttft_seconds": _mean([r.summary.ttft_seconds for r in rs if r.done]),
         "peak_memory_bytes": max((r.summary.peak_memory_bytes for r in rs if r.done), default=0),
     }
@@ -284,7 +285,7 @@ def _same_mark(arm: dict) -> str | None:
 
 def bench_rows(doc: dict) -> list[dict]:
     """The Compare table's rows (``app.state.runs.compare_rows``' keys) for a benchmark's arms;
-    plain decoding is the baseline row. Figures are the benchmark's: medians over trials."""
+    plain decoding is the row every speedup is over. Figures are the benchmark's: medians over trials."""
     rows = []
     trials_per_arm = f"{doc['prompts']['count']}×{doc['settings']['repeats']}"
     measured_on = bench_machine(doc)  # the header's "machine busy" note reads it
@@ -293,8 +294,8 @@ def bench_rows(doc: dict) -> list[dict]:
         n = int(arm.get("trials", 0))
         speed = float(arm["speedup"]) if arm.get("speedup") is not None else (1.0 if plain else None)
         rows.append({
-            "label": BASELINE if plain else str(arm["arm"]),
-            "method": "baseline" if plain else "speculative",
+            "label": PLAIN_LABEL if plain else str(arm["arm"]),
+            "method": "plain" if plain else "speculative",
             "drafter": arm.get("drafter"),
             "policy": arm.get("policy"),
             "machine": measured_on,

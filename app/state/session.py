@@ -21,7 +21,7 @@ from .messages import (
     Arm, Checked, CostsMeasured, CostsRequest, Diagnosed, Job, JobDone, Loaded, Progress, RoundDone, RunDone,
     RunStarted,
 )
-from .runs import BASELINE, Run, bench_costs, bench_rows, compare_rows
+from .runs import PLAIN_LABEL, Run, bench_costs, bench_rows, compare_rows
 
 RUN_TAB, COMPARE_TAB = "run", "compare"
 REJECTIONS_TAB = "rejections"  # the rejection inspector's views of the last job (its run, or every drafter of it)
@@ -127,7 +127,7 @@ class Session:
             self.fail(f"cannot run with {c.error(drafter)}: select another drafter")
             return None  # nothing started, nothing shown is lost
         arms = [Arm(drafter_label(drafter), drafter)] if drafter else []
-        return self._submit("run", arms + [Arm(BASELINE, None)], [c.prompt], focus=None, caption=c.caption())
+        return self._submit("run", arms + [Arm(PLAIN_LABEL, None)], [c.prompt], focus=None, caption=c.caption())
 
     def compare_job(self) -> Job | None:
         """Compare: every ticked drafter that can run (known bad ones are skipped), then plain
@@ -137,7 +137,7 @@ class Session:
         selected = c.run_drafter()
         focus = drafter_label(selected) if selected in paths else None
         caption = c.caption() if len(prompts) == 1 else f"{len(prompts)} prompts of {c.set_name}"
-        arms = [Arm(drafter_label(p), p) for p in paths] + [Arm(BASELINE, None)]
+        arms = [Arm(drafter_label(p), p) for p in paths] + [Arm(PLAIN_LABEL, None)]
         return self._submit("compare", arms, prompts, focus=focus, caption=caption)
 
     def diagnose_job(self) -> Job | None:
@@ -175,9 +175,9 @@ class Session:
             self.show_tab(COMPARE_TAB if kind == "compare" else RUN_TAB)  # never an old comparison beside a run
         return job
 
-    def new_job(self, kind: str, target: str, prompts, runs, *, config: dict, focus: str | None = None,
+    def new_job(self, kind: str, target: str, prompts, arms, *, config: dict, focus: str | None = None,
                 replay: str = "", caption: str = "") -> Job | None:
-        """A job for the worker (or a replay), or None while one is running: ``runs`` (arms) on
+        """A job for the worker (or a replay), or None while one is running: ``arms`` on
         ``prompts`` with the generation ``config``. Its runs replace the shown ones when they
         start (``RunStarted``), so a job that fails to start leaves them in place. ``focus``: the
         drafter the header describes after a comparison; ``replay``: what it replays ("": a live
@@ -185,7 +185,7 @@ class Session:
         if self.busy:
             return None
         self._next_id += 1
-        self.job = Job(id=self._next_id, kind=kind, target=target, prompts=tuple(prompts), runs=tuple(runs),
+        self.job = Job(id=self._next_id, kind=kind, target=target, prompts=tuple(prompts), arms=tuple(arms),
                        config=dict(config))
         self.busy = True
         self._fresh = True
@@ -270,7 +270,7 @@ class Session:
         if self.busy:
             return False
         self.bench, self.comparison, self.compare_prompts = doc, [], int(doc["prompts"]["count"])
-        self.focus = next((r["label"] for r in bench_rows(doc) if r["label"] != BASELINE), None)
+        self.focus = next((r["label"] for r in bench_rows(doc) if r["label"] != PLAIN_LABEL), None)
         s = doc["settings"]
         self.caption = (f"dspark bench · {doc['prompts']['count']} prompts × {s['repeats']} repeats · "
                         f"{s['max_tokens']} tokens · {Path(doc['_path']).parent.name} · "
@@ -295,22 +295,22 @@ class Session:
     def focused_label(self) -> str | None:
         """The focus when the comparison has it, else the comparison's first drafter."""
         if self.bench is not None:
-            labels = [r["label"] for r in bench_rows(self.bench) if r["label"] != BASELINE]
+            labels = [r["label"] for r in bench_rows(self.bench) if r["label"] != PLAIN_LABEL]
         else:
-            labels = [r.label for r in self.comparison if r.label != BASELINE]
+            labels = [r.label for r in self.comparison if r.label != PLAIN_LABEL]
         if self.focus in labels:
             return self.focus
         return labels[0] if labels else None
 
     def shown_runs(self) -> tuple[Run | None, Run | None]:
-        """The speculative run the Run tab shows, and the baseline of its prompt: the latest
+        """The speculative run the Run tab shows, and plain decoding of its prompt: the latest
         run of the last job; after a comparison, the latest run of its focused drafter."""
         specs = [r for r in self.runs if r.method == "speculative"]
         if self.shown_kind == "compare":
             label = self.focused_label()
             specs = [r for r in specs if r.label == label] or specs
         spec = specs[-1] if specs else None
-        bases = [r for r in self.runs if r.method == "baseline"]
+        bases = [r for r in self.runs if r.method == "plain"]
         if spec is not None:
             base = next((r for r in bases if r.prompt_index == spec.prompt_index), None)
         else:

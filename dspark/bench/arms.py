@@ -3,7 +3,7 @@ seed) and returns a plain record: the tokens, the decode seconds and, for specul
 per-round counts and phase times (see :mod:`dspark.bench.report` for what is derived).
 
 - :class:`Plain`: mlx-lm's own ``generate_step``, run as mlx-lm runs it, with nothing else in
-  the loop: the baseline every speedup is over;
+  the loop: plain decoding, which every speedup is over;
 - :class:`Speculative`: this engine with one drafter and one verify policy;
 - :class:`MlxLmDraft`: mlx-lm's own speculative decoding with a small draft model (a peer);
 - :class:`Peer`: a peer package's speculative loop (z-lab ``dflash``, ``mlx-dspark``) with the
@@ -26,16 +26,16 @@ from ..engine import generate, run_to_summary
 from .report import PLAIN
 
 
-def _sampler(cfg: GenerationConfig):
+def _sampler(config: GenerationConfig):
     from mlx_lm.sample_utils import make_sampler
 
-    sp = cfg.sampling
+    sp = config.sampling
     return make_sampler(sp.temperature, top_p=sp.top_p if sp.top_p < 1 else 0.0, top_k=sp.top_k)
 
 
 class Plain:
     """mlx-lm's ``generate_step`` at each of ``threads`` BLAS thread counts in turn (None: the
-    BLAS's own count), keeping the faster run: the baseline is the strongest mlx-lm on this
+    BLAS's own count), keeping the faster run: plain decoding is the strongest mlx-lm on this
     machine at that moment, not the default it ships with nor a count guessed beforehand.
     Why per trial: on a shared 2-core x86 CPU with OpenBLAS either count won by 10-40% from one
     minute to the next, and a count picked once before the trials (2 threads, timed 183 against
@@ -45,8 +45,8 @@ class Plain:
 
     name, drafter, policy = PLAIN, None, None
 
-    def __init__(self, target, cfg: GenerationConfig, threads: list[int] | None = None):
-        self.target, self.cfg, self.threads = target, cfg, threads or [None]
+    def __init__(self, target, config: GenerationConfig, threads: list[int] | None = None):
+        self.target, self.config, self.threads = target, config, threads or [None]
 
     def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
         order = self.threads if seed % 2 == 0 else self.threads[::-1]  # neither count always goes first
@@ -69,8 +69,8 @@ class Plain:
         mx.reset_peak_memory()
         start = perf_counter()
         tokens, first = [], None
-        steps = generate_step(mx.array(ids), self.target.model, max_tokens=max_tokens, sampler=_sampler(self.cfg),
-                              prefill_step_size=self.cfg.prefill_step_size,
+        steps = generate_step(mx.array(ids), self.target.model, max_tokens=max_tokens, sampler=_sampler(self.config),
+                              prefill_step_size=self.config.prefill_step_size,
                               prompt_progress_callback=lambda done, total: marks.append(perf_counter())
                               if done < total else None)
         for tok, _ in steps:
@@ -92,18 +92,18 @@ def plain_thread_choices() -> list[int] | None:
 
 
 class Speculative:
-    def __init__(self, target, drafter, *, drafter_name: str, policy: str, cfg: GenerationConfig, costs=None):
-        """``drafter`` (named ``drafter_name``) under the verify ``policy``, generating as ``cfg``
+    def __init__(self, target, drafter, *, drafter_name: str, policy: str, config: GenerationConfig, costs=None):
+        """``drafter`` (named ``drafter_name``) under the verify ``policy``, generating as ``config``
         says (EOS ignored), the ``auto`` policy on this machine's ``costs``."""
         self.target, self.model, self.drafter, self.costs = target, drafter, drafter_name, costs
         self.policy = policy
-        self.cfg = replace(cfg, policy=policy, stop_at_eos=False)
+        self.config = replace(config, policy=policy, stop_at_eos=False)
         self.name = f"{drafter_name} {policy}"
 
     def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
-        cfg = replace(self.cfg, max_tokens=max_tokens, seed=seed)
+        config = replace(self.config, max_tokens=max_tokens, seed=seed)
         # as a program would run it: nothing computed for a screen (generate's display)
-        s = run_to_summary(generate(self.target, self.model, ids, cfg, costs=self.costs, display=False))
+        s = run_to_summary(generate(self.target, self.model, ids, config, costs=self.costs, display=False))
         return {"tokens": len(s.tokens), "token_ids": list(s.tokens), "decode_seconds": len(s.tokens) / s.tokens_per_sec,
                 "ttft_seconds": s.ttft_seconds, "peak_memory_bytes": s.peak_memory_bytes, "rounds": s.rounds,
                 "accepted": list(s.accepted_lengths), "widths": list(s.verify_widths), "plain_steps": s.plain_steps,
@@ -114,8 +114,8 @@ class Speculative:
 class MlxLmDraft:
     """mlx-lm's ``speculative_generate_step`` with ``draft_model``, ``block_size`` tokens a round."""
 
-    def __init__(self, target, draft_model, *, draft_name: str, block_size: int, cfg: GenerationConfig):
-        self.target, self.draft_model, self.block_size, self.cfg = target, draft_model, block_size, cfg
+    def __init__(self, target, draft_model, *, draft_name: str, block_size: int, config: GenerationConfig):
+        self.target, self.draft_model, self.block_size, self.config = target, draft_model, block_size, config
         self.drafter, self.policy = draft_name, f"mlx-lm:{block_size}"
         self.name = f"mlx-lm draft {draft_name}"
 
@@ -128,7 +128,7 @@ class MlxLmDraft:
         tokens, flags, first = [], [], None
         for tok, _, from_draft in speculative_generate_step(
                 mx.array(ids), self.target.model, self.draft_model, num_draft_tokens=self.block_size,
-                max_tokens=max_tokens, sampler=_sampler(self.cfg), prefill_step_size=self.cfg.prefill_step_size):
+                max_tokens=max_tokens, sampler=_sampler(self.config), prefill_step_size=self.config.prefill_step_size):
             if first is None:
                 first = perf_counter()
             tokens.append(tok)

@@ -11,7 +11,7 @@ does the same amount of work):
   same repeat (the two trials ran seconds apart); the arm's figure is the median over trials.
   Each plain trial runs at one BLAS thread and at all of them in turn and keeps the faster
   (``blas_threads`` in the trial; ``environment.plain_blas_threads`` is the count that won
-  most trials), so the baseline is the strongest mlx-lm here at that moment;
+  most trials), so plain decoding is the strongest mlx-lm here at that moment;
 - ``tau``: committed tokens per round, the target's own token included;
 - ``draft_ms`` / ``verify_ms`` / ``overhead_ms``: per round that drafted; overhead is everything
   else in the rounds' share of the decode time (events, text, the loop),
@@ -42,7 +42,7 @@ from typing import Iterable
 
 from .. import metrics
 
-PLAIN = "plain"  # the baseline arm's name
+PLAIN = "plain"  # plain decoding's arm
 CSV_FIELDS = ["arm", "drafter", "policy", "repeat", "prompt_index", "tokens", "tokens_per_sec", "speedup", "tau",
               "acceptance_rate", "draft_ms", "verify_ms", "overhead_ms", "in_loop", "step_ms", "limit", "efficiency",
               "ttft_seconds", "peak_memory_bytes", "identical", "lossless", "per_position_acceptance", "blas_threads",

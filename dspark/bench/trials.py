@@ -33,7 +33,7 @@ def _peer_python(a) -> str:
     return str(python)
 
 
-def build_arms(a, target, target_dir: str, cfg, *, say) -> tuple[list, dict]:
+def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
     """The arms, plain decoding first, and this machine's costs for each drafter."""
     from .. import resources
     from ..costs import load_or_measure
@@ -49,19 +49,19 @@ def build_arms(a, target, target_dir: str, cfg, *, say) -> tuple[list, dict]:
     policies = a.policy or ["fixed", "auto"]
     for p in policies:
         parse(p)
-    costs, spec = {}, []
+    costs, speculative_arms = {}, []
     for d in drafters:
         drafter = load_drafter(d, target, say=say)
         name = Path(d).name
         # measured afresh: the limit and auto read them, and the machine may have changed since
         costs[name] = load_or_measure(target, drafter, drafter.block_size, remeasure=True, say=say)
-        spec += [arms.Speculative(target, drafter, drafter_name=name, policy=p, cfg=cfg, costs=costs[name])
-                 for p in policies]
+        speculative_arms += [arms.Speculative(target, drafter, drafter_name=name, policy=p, config=config,
+                                              costs=costs[name]) for p in policies]
         for kind in a.peer:
             fmt = getattr(drafter, "format", "")
             if (kind, fmt) in (("dflash", "zlab-dflash"), ("dflash-mlx", "zlab-dflash"), ("mlx-dspark", "deepspec"),
                                ("mlx-dspark", "speculators")):
-                spec.append(arms.Peer(kind, python=_peer_python(a), target_dir=target_dir, drafter_dir=d,
+                speculative_arms.append(arms.Peer(kind, python=_peer_python(a), target_dir=target_dir, drafter_dir=d,
                                       drafter_name=name, block_size=drafter.block_size))
             else:
                 say(f"the {kind} peer does not read {name} ({fmt} format): no {kind} arm for it")
@@ -69,28 +69,28 @@ def build_arms(a, target, target_dir: str, cfg, *, say) -> tuple[list, dict]:
         from ..loading import load_target
 
         draft = load_target(a.mlx_lm_draft, say=say)
-        spec.append(arms.MlxLmDraft(target, draft.model, draft_name=Path(a.mlx_lm_draft).name,
-                                    block_size=a.mlx_lm_num_draft, cfg=cfg))
-    return [arms.Plain(target, cfg, arms.plain_thread_choices()), *spec], costs
+        speculative_arms.append(arms.MlxLmDraft(target, draft.model, draft_name=Path(a.mlx_lm_draft).name,
+                                    block_size=a.mlx_lm_num_draft, config=config))
+    return [arms.Plain(target, config, arms.plain_thread_choices()), *speculative_arms], costs
 
 
-def _verdict(target, *, trial: dict, plain: dict, baselines: dict, key, cfg, prompt: list[int]) -> dict:
+def _verdict(target, *, trial: dict, plain: dict, plain_runs: dict, key, config, prompt: list[int]) -> dict:
     """identical / lossless / first_difference of a greedy ``trial`` (of ``prompt``'s ids) against
-    the paired ``plain`` one, judged by plain decoding's own log-probabilities under ``cfg``,
-    computed once per ``key`` and kept in ``baselines``."""
+    the paired ``plain`` one, judged by plain decoding's own log-probabilities under ``config``,
+    computed once per ``key`` and kept in ``plain_runs``."""
     if trial["token_ids"] == plain["token_ids"]:
         return {"identical": True, "lossless": True}
     from .. import lossless
-    from ..engine import generate_baseline, run_to_summary
+    from ..engine import generate_plain, run_to_summary
 
-    if key not in baselines:  # plain decoding's own log-probabilities, once per prompt
+    if key not in plain_runs:  # plain decoding's own log-probabilities, once per prompt
         from dataclasses import replace
 
-        c = replace(cfg, max_tokens=len(plain["token_ids"]), stop_at_eos=False)
-        baselines[key] = run_to_summary(generate_baseline(target, prompt, c))
+        c = replace(config, max_tokens=len(plain["token_ids"]), stop_at_eos=False)
+        plain_runs[key] = run_to_summary(generate_plain(target, prompt, c))
     # the target's own evaluations judge a difference (lossless.compare): a peer is judged alike
-    spec = SimpleNamespace(tokens=trial["token_ids"], token_logprobs=trial.get("token_logprobs") or [])
-    v = lossless.compare(target, spec, baselines[key])
+    speculative = SimpleNamespace(tokens=trial["token_ids"], token_logprobs=trial.get("token_logprobs") or [])
+    v = lossless.compare(target, speculative, plain_runs[key])
     return {"identical": False, "lossless": v.lossless, "first_difference": v.first_difference.to_dict()}
 
 
@@ -114,14 +114,14 @@ def run(a, say) -> dict:
     prompt_info, texts = _prompts(a)
     target_dir = str(resolve(target_dir, say=say))
     target = load_target(target_dir, say=say)
-    cfg = GenerationConfig(max_tokens=a.max_tokens, temperature=a.temperature, stop_at_eos=False)
-    cfg.check(target.dims.vocab_size)
-    ids = [prompt_ids(target, t, cfg) for t in texts]
+    config = GenerationConfig(max_tokens=a.max_tokens, temperature=a.temperature, stop_at_eos=False)
+    config.check(target.dims.vocab_size)
+    ids = [prompt_ids(target, t, config) for t in texts]
     lengths = contexts.parse(a.context) if a.context else [None]
     ids_at = {L: contexts.padded(target, ids, L) if L else ids for L in lengths}
     for L in lengths[-1:] if a.context else []:
-        prompt_ids(target, ids_at[L][0], cfg)  # one that the target cannot hold is refused now, before any trial
-    arm_list, costs = build_arms(a, target, target_dir, cfg, say=say)
+        prompt_ids(target, ids_at[L][0], config)  # one that the target cannot hold is refused now, before any trial
+    arm_list, costs = build_arms(a, target, target_dir, config, say=say)
     # Only now, with every input loaded and checked, are the results --force replaces removed: a
     # mistyped --target or drafter loses nothing.
     for f in ("trials.jsonl", "trials.csv", "summary.json"):
@@ -137,7 +137,7 @@ def run(a, say) -> dict:
         for arm in arm_list:  # warm-up: kernels compiled, caches filled, nothing recorded
             arm.trial(ids[0], min(16, a.max_tokens), 0)
         bar = _bar(a, a.repeats * len(ids) * len(arm_list) * len(lengths))
-        _measure(a, target, cfg, arm_list=arm_list, costs=costs, ids_at=ids_at, doc=doc, bar=bar, log=log,
+        _measure(a, target, config, arm_list=arm_list, costs=costs, ids_at=ids_at, doc=doc, bar=bar, log=log,
                  trials=trials)
         if bar:
             bar.close()
@@ -160,7 +160,8 @@ def run(a, say) -> dict:
     return doc
 
 
-def _measure(a, target, cfg, *, arm_list: list, costs: dict, ids_at: dict, doc: dict, bar, log, trials: list) -> None:
+def _measure(a, target, config, *, arm_list: list, costs: dict, ids_at: dict, doc: dict, bar, log,
+             trials: list) -> None:
     """Every arm on every prompt (of ``ids_at``: prompt ids by context length), ``a.repeats``
     times, the arms' order rotating so none always runs first; each group of trials is judged
     against its plain one and appended to ``trials`` and ``log`` as it finishes, so an interrupt
@@ -168,7 +169,7 @@ def _measure(a, target, cfg, *, arm_list: list, costs: dict, ids_at: dict, doc: 
     thread counts of ``costs`` and kept in ``doc``; ``bar`` (or None) counts the trials."""
     from ..costs import measure
 
-    baselines: dict = {}
+    plain_runs: dict = {}
     drafters = {arm.drafter: arm.model for arm in arm_list if hasattr(arm, "model")}
     doc["costs_by_repeat"] = []
     for L, at in ids_at.items():
@@ -195,15 +196,15 @@ def _measure(a, target, cfg, *, arm_list: list, costs: dict, ids_at: dict, doc: 
                                        "prompt_index": p, **({"context": L} if L else {}), **rec}
                     if bar:
                         bar.update(1)
-                _judge(a, target, cfg, arm_list=arm_list, group=group, now=now, baselines=baselines, key=(L, p),
+                _judge(a, target, config, arm_list=arm_list, group=group, now=now, plain_runs=plain_runs, key=(L, p),
                        repeat=r, prompt=prompt, log=log, trials=trials)
 
 
-def _judge(a, target, cfg, *, arm_list: list, group: dict, now: dict, baselines: dict, key, repeat: int,
+def _judge(a, target, config, *, arm_list: list, group: dict, now: dict, plain_runs: dict, key, repeat: int,
            prompt: list[int], log, trials: list) -> None:
     """Derive each trial of one ``group`` (by arm name) against the group's plain trial
     (speed-up, with the isolated costs ``now``; for greedy runs whether it was identical or
-    lossless, plain decoding of ``prompt`` kept in ``baselines`` by ``key``, seeded by
+    lossless, plain decoding of ``prompt`` kept in ``plain_runs`` by ``key``, seeded by
     ``repeat``) and record it in ``trials`` and ``log``."""
     from dataclasses import replace
 
@@ -211,8 +212,8 @@ def _judge(a, target, cfg, *, arm_list: list, group: dict, now: dict, baselines:
     for arm in arm_list:
         t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None, now.get(arm.drafter))
         if arm.name != report.PLAIN and a.temperature == 0:
-            t.update(_verdict(target, trial=t, plain=plain, baselines=baselines, key=key,
-                              cfg=replace(cfg, seed=repeat), prompt=prompt))
+            t.update(_verdict(target, trial=t, plain=plain, plain_runs=plain_runs, key=key,
+                              config=replace(config, seed=repeat), prompt=prompt))
         for k in ("token_logprobs", "prompt_tokens"):
             t.pop(k, None)
         trials.append(t)

@@ -59,8 +59,8 @@ def run(a) -> int:
 
     check_range("--limit", a.limit, 1, 100_000)
     check_range("--max-tokens", a.max_tokens, 1, 1_000_000)
-    settings = from_args(GenerationConfig, a, max_tokens=a.max_tokens)
-    settings.check()
+    config = from_args(GenerationConfig, a, max_tokens=a.max_tokens)
+    config.check()
     chosen = read_set(Path(a.prompts).expanduser()) if a.prompts else get(a.prompt_set)
     prompts = list(chosen.prompts[: a.limit])
     target = load_target(a.target, say=say)
@@ -68,7 +68,7 @@ def run(a) -> int:
     drafter = load_drafter(drafter_dir, target, say=say)
     progress = _progress if sys.stderr.isatty() else None
     if a.record:
-        profile = record(target, drafter, prompts, settings, progress=progress)
+        profile = record(target, drafter, prompts, config, progress=progress)
         path = write_recorded(drafter, profile)
         _end(progress)
         if a.json:
@@ -78,7 +78,7 @@ def run(a) -> int:
                   + " ".join(f"{x:.2f}" for x in profile.per_position_acceptance)
                   + f" ({profile.rounds} rounds on {profile.prompts} prompts)")
         return 0
-    result = diagnose(target, drafter, prompts, settings, profile=find(drafter_dir, drafter), progress=progress)
+    result = diagnose(target, drafter, prompts, config, profile=find(drafter_dir, drafter), progress=progress)
     _end(progress)
     print(json.dumps(result.to_dict()) if a.json else describe(result))
     return 0

@@ -65,7 +65,7 @@ def _prompt(a) -> str:
     return prompt
 
 
-def _models_for_generate(a, cfg):
+def _models_for_generate(a, config):
     """(prompt, target_dir, target, drafter_dir, drafter): the demo target when no --target is
     given, and its demo drafter unless --plain; loading warnings on stderr."""
     from ..engine import length_note, prompt_ids  # slow: mlx, not needed for --help
@@ -84,40 +84,40 @@ def _models_for_generate(a, cfg):
     note = drafter.weights_note(target) if drafter else None
     if note:
         print(f"dspark: warning: {note}", file=sys.stderr)
-    note = length_note(target, len(prompt_ids(target, prompt, cfg)), cfg.max_tokens)
+    note = length_note(target, len(prompt_ids(target, prompt, config)), config.max_tokens)
     if note:
         say_printable(f"warning: {note}")
     return prompt, target_dir, target, drafter_dir, drafter
 
 
-def _print_generated(result: dict, summary, verdict, baseline: bool) -> None:
+def _print_generated(result: dict, summary, verdict, plain: bool) -> None:
     """The closing lines of a plain-text ``generate`` (the text itself was streamed)."""
     pos = " ".join(f"{x:.2f}" for x in summary.per_position_acceptance)
     print(f"\n\n{len(summary.tokens)} tokens, {summary.rounds} rounds, tau {summary.tau:.2f}, "
           f"{summary.tokens_per_sec:.1f} tok/s" + (f", acceptance by position {pos}" if pos else ""), file=sys.stderr)
-    if baseline:
-        print(f"plain mlx-lm decoding {result['baseline_tokens_per_sec']:.1f} tok/s, speedup {result['speedup']:.2f}x"
+    if plain:
+        print(f"plain mlx-lm decoding {result['plain_tokens_per_sec']:.1f} tok/s, speedup {result['speedup']:.2f}x"
               + (f"; {verdict.explain()}" if verdict else " (sampled: outputs differ by design)"), file=sys.stderr)
 
 
 def run(a) -> int:
     from ..costs import for_policy  # slow: mlx, not needed for --help
-    from ..engine import generate, generate_baseline, run_to_summary  # slow: mlx
+    from ..engine import generate, generate_plain, run_to_summary  # slow: mlx
 
-    cfg = from_args(GenerationConfig, a)
-    cfg.check()
-    prompt, target_dir, target, drafter_dir, drafter = _models_for_generate(a, cfg)
-    costs = (for_policy(cfg.policy, target, drafter, cfg.block_size or drafter.block_size, say=say_printable)
+    config = from_args(GenerationConfig, a)
+    config.check()
+    prompt, target_dir, target, drafter_dir, drafter = _models_for_generate(a, config)
+    costs = (for_policy(config.policy, target, drafter, config.block_size or drafter.block_size, say=say_printable)
              if drafter else None)
     if a.baseline:
         # Warm both paths up first (kernel compilation, allocations) so neither pays it in the timed run.
-        warm = GenerationConfig(max_tokens=8, seed=cfg.seed)
-        run_to_summary(generate_baseline(target, prompt, warm))
+        warm = GenerationConfig(max_tokens=8, seed=config.seed)
+        run_to_summary(generate_plain(target, prompt, warm))
         if drafter:
             run_to_summary(generate(target, drafter, prompt, warm))
     # token probabilities are only printed by --json (Summary.token_logprobs): skip them otherwise
-    events = (generate(target, drafter, prompt, cfg, costs=costs, display=a.json or a.inspect, inspect=a.inspect)
-              if drafter else generate_baseline(target, prompt, cfg))
+    events = (generate(target, drafter, prompt, config, costs=costs, display=a.json or a.inspect, inspect=a.inspect)
+              if drafter else generate_plain(target, prompt, config))
     summary, inspected = None, []
     for ev in events:
         if isinstance(ev, RoundEvent) and not a.json:
@@ -132,10 +132,10 @@ def run(a) -> int:
         result["rounds"] = inspected
     verdict = None
     if a.baseline:
-        base = run_to_summary(generate_baseline(target, prompt, cfg))
-        result["baseline_tokens_per_sec"] = base.tokens_per_sec
+        base = run_to_summary(generate_plain(target, prompt, config))
+        result["plain_tokens_per_sec"] = base.tokens_per_sec
         result["speedup"] = metrics.speedup(summary.tokens_per_sec, base.tokens_per_sec)
-        if cfg.sampling.greedy:
+        if config.sampling.greedy:
             verdict = lossless.compare(target, summary, base)
             result.update(verdict.to_dict())
     if a.json:

@@ -73,8 +73,8 @@ def acceptance(target, drafter, prompts: list, tokens: int = 128) -> dict:
     from ..config import GenerationConfig
     from ..engine import generate
 
-    cfg = GenerationConfig(max_tokens=tokens, stop_at_eos=False)
-    runs = [list(generate(target, drafter, p, cfg, display=False)) for p in prompts]
+    config = GenerationConfig(max_tokens=tokens, stop_at_eos=False)
+    runs = [list(generate(target, drafter, p, config, display=False)) for p in prompts]
     rounds = [ev for run in runs for ev in run[:-1]]
     f = metrics.summarize(rounds)
     return {"prompts": len(prompts), "tokens_per_prompt": tokens, "tau": f.tau,
@@ -90,7 +90,7 @@ def measure(out: Path, drafters: dict, prompt_set: list[str], say, lossless_toke
     from ..bench.contexts import padded
     from ..blas import describe as blas
     from ..config import GenerationConfig
-    from ..engine import generate, generate_baseline, prompt_ids, run_to_summary
+    from ..engine import generate, generate_plain, prompt_ids, run_to_summary
     from ..loading import load_drafter, load_target
 
     target = load_target(out / "target")
@@ -106,10 +106,11 @@ def measure(out: Path, drafters: dict, prompt_set: list[str], say, lossless_toke
                  "format": drafter.format}
         entry["by_prompt_length"] = {str(L): acceptance(target, drafter, padded(target, ids, L), 128)
                                      for L in CONTEXTS}
-        cfg = GenerationConfig(max_tokens=lossless_tokens, stop_at_eos=False)
-        spec = run_to_summary(generate(target, drafter, prompt_set[0], cfg, display=False))
-        base = run_to_summary(generate_baseline(target, prompt_set[0], cfg))
-        entry.update(lossless_tokens=lossless_tokens, lossless=metrics.first_difference(spec.tokens, base.tokens) is None)
+        config = GenerationConfig(max_tokens=lossless_tokens, stop_at_eos=False)
+        speculative = run_to_summary(generate(target, drafter, prompt_set[0], config, display=False))
+        base = run_to_summary(generate_plain(target, prompt_set[0], config))
+        entry.update(lossless_tokens=lossless_tokens,
+                     lossless=metrics.first_difference(speculative.tokens, base.tokens) is None)
         result["drafters"][kind] = entry
         say(f"{kind}: tau {entry['tau']:.2f}; by prompt length "
             + ", ".join(f"{L}: {v['tau']:.2f}" for L, v in entry["by_prompt_length"].items())

@@ -43,34 +43,34 @@ class _Steps:
             self.progress(self.done, self.total, what)
 
 
-def _checked(target, prompts: Sequence, settings: GenerationConfig) -> list:
+def _checked(target, prompts: Sequence, config: GenerationConfig) -> list:
     prompts = list(prompts)
     if not prompts:
         raise DsparkError("no prompts to diagnose with")
-    settings.check(target.dims.vocab_size)
+    config.check(target.dims.vocab_size)
     return prompts
 
 
-def diagnose(target, drafter, prompts: Sequence, settings: GenerationConfig = GenerationConfig(), *,
+def diagnose(target, drafter, prompts: Sequence, config: GenerationConfig = GenerationConfig(), *,
              profile: Profile | None = None, progress: Progress | None = None,
              cancel: Callable[[], bool] | None = None) -> Diagnosis:
     """Measure ``drafter`` with ``target`` on ``prompts`` (texts or token-id lists) under
-    ``settings`` (every draft verified), compare with ``profile`` (``profile.find``) and say what
+    ``config`` (every draft verified), compare with ``profile`` (``profile.find``) and say what
     lowers acceptance, most severe first."""
-    prompts = _checked(target, prompts, settings)
-    greedy_cfg = dataclasses.replace(settings, temperature=0.0)
-    templated, thinking = style.run_style(target, settings, prompts)
+    prompts = _checked(target, prompts, config)
+    greedy_config = dataclasses.replace(config, temperature=0.0)
+    templated, thinking = style.run_style(target, config, prompts)
     needs_template = target.has_chat_template and not templated and any(isinstance(p, str) for p in prompts)
-    steps = _Steps(progress, len(prompts), 1 + (settings.temperature > 0) + needs_template)
-    main = measure(target, drafter, prompts, settings, step=steps, cancel=cancel, what="as asked")
-    greedy = main if settings.temperature <= 0 else \
-        measure(target, drafter, prompts, greedy_cfg, step=steps, cancel=cancel, what="greedy")
-    with_template = measure(target, drafter, prompts, dataclasses.replace(greedy_cfg, chat_template=True), step=steps,
-                            cancel=cancel, what="with the chat template") if needs_template else None
-    tried, now = _conventions(target, drafter, prompts, greedy_cfg, greedy=greedy, profile=profile, steps=steps,
+    steps = _Steps(progress, len(prompts), 1 + (config.temperature > 0) + needs_template)
+    main = measure(target, drafter, prompts, config, step=steps, cancel=cancel, what="as asked")
+    greedy = main if config.temperature <= 0 else \
+        measure(target, drafter, prompts, greedy_config, step=steps, cancel=cancel, what="greedy")
+    with_template = measure(target, drafter, prompts, dataclasses.replace(greedy_config, chat_template=True),
+                            step=steps, cancel=cancel, what="with the chat template") if needs_template else None
+    tried, now = _conventions(target, drafter, prompts, greedy_config, greedy=greedy, profile=profile, steps=steps,
                               cancel=cancel)
-    facts = Facts(main=main, greedy=greedy, temperature=settings.temperature,
-                  block_size=settings.block_size or drafter.block_size, trained_block=drafter.block_size,
+    facts = Facts(main=main, greedy=greedy, temperature=config.temperature,
+                  block_size=config.block_size or drafter.block_size, trained_block=drafter.block_size,
                   target_fingerprint=target_fingerprint(target),
                   recorded_fingerprint=(profile.target_fingerprint if profile is not None else None)
                   or getattr(drafter, "target_weights", None),
@@ -98,10 +98,10 @@ def _looks_low(greedy: Measurement, profile: Profile | None, target) -> bool:
     return accepted_within(greedy.per_position, m) < FAR_BELOW * accepted_within(profile.per_position_acceptance, m)
 
 
-def _conventions(target, drafter, prompts, greedy_cfg, *, greedy: Measurement, profile, steps: _Steps, cancel):
+def _conventions(target, drafter, prompts, greedy_config, *, greedy: Measurement, profile, steps: _Steps, cancel):
     """([(name, value, Measurement)] for each other reading tried, the current reading): only for a
     published checkpoint whose acceptance looks low (the ``greedy`` pass against ``profile``),
-    each reading measured greedy (``greedy_cfg``) on ``prompts``, counted by ``steps`` and stopped
+    each reading measured greedy (``greedy_config``) on ``prompts``, counted by ``steps`` and stopped
     by ``cancel``. A window rule is not tried when no context reached the windows (both rules
     then read the same rows)."""
     from ..formats import conventions
@@ -111,7 +111,7 @@ def _conventions(target, drafter, prompts, greedy_cfg, *, greedy: Measurement, p
         return [], None
     options = conventions.alternatives(drafter.spec, target.dims.hidden_size)
     narrowest = min((w for w in drafter.spec.layout.windows if w), default=None)
-    reach = greedy.max_position + (greedy_cfg.block_size or drafter.block_size) + 1
+    reach = greedy.max_position + (greedy_config.block_size or drafter.block_size) + 1
     options = [(n, v) for n, v in options if n != "window_from_anchor" or (narrowest and reach > narrowest - 1)]
     steps.more(len(options))
     tried = []
@@ -120,24 +120,27 @@ def _conventions(target, drafter, prompts, greedy_cfg, *, greedy: Measurement, p
             other = conventions.variant(drafter, name, value)
         except DsparkError:
             continue
-        cfg = greedy_cfg if greedy_cfg.block_size is None else dataclasses.replace(greedy_cfg, block_size=None)
-        tried.append((name, value, measure(target, other, prompts, cfg, step=steps, cancel=cancel,
+        config = (greedy_config if greedy_config.block_size is None
+                  else dataclasses.replace(greedy_config, block_size=None))
+        tried.append((name, value, measure(target, other, prompts, config, step=steps, cancel=cancel,
                                            what=f"read with {name} = {value}")))
     return tried, conventions.current(drafter.spec)
 
 
-def record(target, drafter, prompts: Sequence, settings: GenerationConfig = GenerationConfig(), *,
+def record(target, drafter, prompts: Sequence, config: GenerationConfig = GenerationConfig(), *,
            progress: Progress | None = None, cancel: Callable[[], bool] | None = None) -> Profile:
-    """A profile measured now: greedy, every draft verified, the prompt style as ``settings`` makes
+    """A profile measured now: greedy, every draft verified, the prompt style as ``config`` makes
     it (``dspark diagnose --record``; the caller stores it with ``profile.write_recorded``)."""
-    prompts = _checked(target, prompts, settings)
-    cfg = dataclasses.replace(settings, temperature=0.0)
-    m = measure(target, drafter, prompts, cfg, step=_Steps(progress, len(prompts), 1), cancel=cancel, what="recording")
+    prompts = _checked(target, prompts, config)
+    greedy_config = dataclasses.replace(config, temperature=0.0)
+    m = measure(target, drafter, prompts, greedy_config, step=_Steps(progress, len(prompts), 1), cancel=cancel,
+                what="recording")
     if not m.per_position:
         raise DsparkError("no round drafted on these prompts: nothing to record (give more --max-tokens)")
-    templated, thinking = style.run_style(target, settings, prompts)
-    return measured(m.per_position, target, block_size=cfg.block_size or drafter.block_size, templated=templated,
-                    thinking=thinking, context_length=None, source="recorded", prompts=len(prompts), rounds=m.rounds)
+    templated, thinking = style.run_style(target, config, prompts)
+    return measured(m.per_position, target, block_size=greedy_config.block_size or drafter.block_size,
+                    templated=templated, thinking=thinking, context_length=None, source="recorded",
+                    prompts=len(prompts), rounds=m.rounds)
 
 
 __all__ = ["diagnose", "record"]

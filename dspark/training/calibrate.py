@@ -128,10 +128,10 @@ def collect_rounds(
     with raw confidence logits, and per prompt its (RoundEvents, Rounds) for tau and acceptance."""
     rounds: list[Round] = []
     events: list[tuple[list[RoundEvent], list[Round]]] = []
-    cfg = GenerationConfig(max_tokens=max_tokens, temperature=0.0, block_size=block_size or drafter.block_size,
+    config = GenerationConfig(max_tokens=max_tokens, temperature=0.0, block_size=block_size or drafter.block_size,
                            policy="fixed", stop_at_eos=False)
     for prompt in prompts:
-        evs = [ev for ev in generate(target, drafter, prompt, cfg) if isinstance(ev, RoundEvent)]
+        evs = [ev for ev in generate(target, drafter, prompt, config) if isinstance(ev, RoundEvent)]
         rounds.extend(Round(ev.confidence_logits, ev.verify_width, ev.accepted) for ev in evs)
         events.append((evs, rounds[len(rounds) - len(evs):]))
         if max_rounds is not None and len(rounds) >= max_rounds:
