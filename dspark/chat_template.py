@@ -116,7 +116,7 @@ def _bounded_filter(name: str, f: Callable) -> Callable:
 
 
 def _sandbox_class():
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: PLC0415 (optional: jinja2 comes with transformers)
 
     class BoundedSandbox(ImmutableSandboxedEnvironment):
         """transformers' sandbox with a size budget on every step that can build something large."""
@@ -146,7 +146,7 @@ def install() -> bool:
     """Make transformers compile chat templates in :class:`BoundedSandbox` (and forget templates it
     compiled before); False when this transformers has no such hook (the time budget still holds)."""
     try:
-        from transformers.utils import chat_template_utils as ctu
+        from transformers.utils import chat_template_utils as ctu  # noqa: PLC0415 (optional: transformers)
     except ImportError:
         return False
     if not hasattr(ctu, "ImmutableSandboxedEnvironment"):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 
 from .errors import DsparkError
 from .options import check_options, option
+from .reading import parse_json
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class GenerationConfig:
         return SamplingParams(self.temperature, self.top_p, self.top_k)
 
     def check(self, vocab_size: int | None = None) -> None:
-        from .policy import parse
+        from .policy import parse  # noqa: PLC0415 (not needed for --help)
 
         check_options(self)
         parse(self.policy)
@@ -65,8 +66,6 @@ class GenerationConfig:
         default, and how the published drafters were trained; mlx-lm turns it on)."""
         if not self.chat_template_config.strip():
             return {"enable_thinking": False}
-        from .reading import parse_json
-
         # bounded like every JSON dspark reads (depth, number length, keys given twice)
         extra = parse_json(self.chat_template_config, "chat-template-config", allow_nan=False)
         if not isinstance(extra, dict):

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
+import math
 import os
 import platform
 import subprocess
@@ -35,13 +37,18 @@ from typing import Callable
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
+from mlx_lm.generate import generate_step
+from platformdirs import user_cache_dir
 
 from . import blas, rounds
 from .cache import rollback
 from .config import SamplingParams
+from .errors import DsparkError
 from .files import write_text
 from .policy import Scheduler
 from .policy import parse as parse_policy
+from .reading import read_json
+from .validate import costs_problem
 
 #: Bumped whenever what is measured changes, so costs cached by an older version are measured again.
 VERSION = 8
@@ -96,8 +103,6 @@ class Costs:
         """Costs from ``to_dict``'s record, checked whole (``dspark.validate.costs_problem``):
         ValueError for a record of another version or with any value out of range, so a damaged
         or crafted cache is measured again, never acted on (10^6 BLAS threads, a negative time)."""
-        from .validate import costs_problem
-
         if not isinstance(d, dict) or d.get("version") != VERSION:
             raise ValueError("another version")
         problem = costs_problem(d, max_threads=min(1024, os.cpu_count() or 1024))
@@ -112,8 +117,6 @@ class Costs:
 
 def _point(p) -> tuple[int, tuple[float, ...], float, float]:
     """One longer-context point of a cached record, checked (ValueError: measured again)."""
-    import math
-
     if not isinstance(p, (list, tuple)) or len(p) != 4 or not isinstance(p[1], (list, tuple)) or len(p[1]) > 65:
         raise ValueError("a longer-context point is malformed")
     context, verify, draft, step = int(p[0]), tuple(float(x) for x in p[1]), float(p[2]), float(p[3])
@@ -123,8 +126,6 @@ def _point(p) -> tuple[int, tuple[float, ...], float, float]:
 
 
 def cache_dir() -> Path:
-    from platformdirs import user_cache_dir
-
     return Path(os.environ.get("DSPARK_COSTS_DIR") or Path(user_cache_dir("dspark", "DSpark")) / "costs")
 
 
@@ -181,9 +182,6 @@ def load_or_measure(target, drafter, block_size: int, remeasure: bool = False, s
     key = key_for(target, drafter, block_size)
     path = cache_dir() / f"{key}.json"
     if not remeasure and path.is_file():
-        from .errors import DsparkError
-        from .reading import read_json
-
         try:  # through the bounded reader: a huge or 10^5-deep file is refused, not a RecursionError
             return Costs.from_dict(read_json(path, 1 << 20, "costs cache"))
         except (DsparkError, OSError, ValueError, KeyError, TypeError):
@@ -326,10 +324,6 @@ def _step_turn(target, prompt: list[int], turns: int):
     for ``turns`` turns: at 3,000 tokens a prefill per turn was most of the measuring time. A step
     timed alone, with the cache rolled back after it, cost about twice as much on the demo target:
     the pipelining is part of what a plain step costs."""
-    import itertools
-
-    from mlx_lm.generate import generate_step
-
     steps = generate_step(mx.array(prompt), target.model, max_tokens=STEP_TOKENS * turns + 2, prefill_step_size=512)
     next(steps)  # the prefill and the first token
     mx.synchronize()

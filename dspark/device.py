@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .errors import DsparkError
+from .files import write_text
+from .version import __version__
 
 ENV = "DSPARK_DEVICE"
 #: How long the child may take before the GPU counts as hung (a first Metal run compiles its
@@ -98,7 +100,7 @@ def use_env_device() -> str | None:
         return None
     if name not in ("cpu", "gpu"):
         raise DsparkError(f"{ENV} is {name[:20]!r}: it must be cpu or gpu (or unset: MLX's own default)")
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
     if name == "gpu" and not mx.is_available(mx.gpu):
         raise DsparkError(f"{ENV} is gpu, but this MLX has no GPU backend here: unset it, or set it to cpu")
@@ -108,7 +110,7 @@ def use_env_device() -> str | None:
 
 def gpu_name() -> str:
     """The name MLX gives the GPU ("" when it has none or cannot say)."""
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
     if not mx.is_available(mx.gpu):
         return ""
@@ -123,9 +125,7 @@ def check_key() -> dict:
     """What a kept answer holds for: a new dspark, MLX or OS, or another machine, asks again. The
     GPU itself is not asked (that would start Metal in the app's own process, which is what the
     child is for)."""
-    import mlx.core as mx
-
-    from .version import __version__
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
     return {"dspark": __version__, "mlx": mx.__version__, "os": platform.platform(), "machine": platform.machine(),
             "node": platform.node()}
@@ -191,8 +191,6 @@ def kept(path: Path, key: dict) -> DeviceCheck | None:
 def keep(path: Path, check: DeviceCheck) -> None:
     """Keep ``check`` at ``path`` (whole or not at all); a folder that cannot be written only
     means the check runs again next time."""
-    from .files import write_text
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, json.dumps(check.to_dict(), indent=1))
@@ -202,7 +200,7 @@ def keep(path: Path, check: DeviceCheck) -> None:
 
 def needs_check() -> bool:
     """True when MLX would compute on a GPU that nobody chose explicitly."""
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
     return not os.environ.get(ENV, "").strip() and mx.is_available(mx.gpu)
 
@@ -233,7 +231,7 @@ def apply(check: DeviceCheck) -> None:
     that :mod:`dspark` picks it where it is imported again) and remember it for :func:`current`."""
     if check.fell_back:
         os.environ[ENV] = "cpu"
-        import mlx.core as mx
+        import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
         mx.set_default_device(mx.cpu)
     _current["check"] = check

@@ -25,6 +25,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 import numpy as np
+from platformdirs import user_data_dir
 
 from .errors import DsparkError
 from .files import write_text
@@ -94,8 +95,8 @@ def target_fingerprint(target) -> str:
 def drafter_fingerprint(drafter) -> str:
     """A drafter's weights, for keying its recorded profile: every parameter's name, shape and
     dtype, and its first and last 64 values, hashed. A retrained drafter gets another key."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
+    import mlx.core as mx  # noqa: PLC0415 (slow: mlx)
+    from mlx.utils import tree_flatten  # noqa: PLC0415 (slow: mlx)
 
     h = hashlib.sha256()
     for name, v in sorted(tree_flatten(drafter.net.parameters()), key=lambda kv: kv[0]):
@@ -122,8 +123,6 @@ def measured(per_position, target, *, block_size: int, templated: bool | None, t
 def recorded_dir() -> Path:
     """Where ``dspark diagnose --record`` keeps profiles: the user's dspark data folder
     (``DSPARK_PROFILES_DIR`` overrides it), beside the costs cache's user folders."""
-    from platformdirs import user_data_dir
-
     return Path(os.environ.get("DSPARK_PROFILES_DIR") or Path(user_data_dir("dspark", "DSpark")) / "profiles")
 
 

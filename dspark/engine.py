@@ -15,6 +15,8 @@ from typing import Callable, Iterator, Sequence
 
 import mlx.core as mx
 import numpy as np
+from mlx_lm.generate import generate_step
+from mlx_lm.sample_utils import make_sampler
 
 from . import blas, metrics
 from .config import GenerationConfig
@@ -210,9 +212,6 @@ def generate_plain(
     cancel: Callable[[], bool] | None = None,
 ) -> Iterator[RoundEvent | Summary]:
     """Plain decoding by mlx-lm's own ``generate_step``, in the same event schema."""
-    from mlx_lm.generate import generate_step
-    from mlx_lm.sample_utils import make_sampler
-
     config.check(target.dims.vocab_size)
     ids = prompt_ids(target, prompt, config)
     sp = config.sampling

@@ -57,7 +57,7 @@ def log_dir() -> Path:
     home = os.environ.get("DSPARK_STUDIO_HOME")
     if home:
         return Path(home) / "logs"
-    from platformdirs import user_log_dir
+    from platformdirs import user_log_dir  # noqa: PLC0415 (slow: platformdirs, not needed for --help)
 
     return Path(user_log_dir("dspark-studio", "DSpark"))
 

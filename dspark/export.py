@@ -29,7 +29,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten
 
-from . import serving
+from . import metrics, serving
 from .config import GenerationConfig, SamplingParams
 from .drafting import DraftOpts
 from .errors import DsparkError
@@ -95,8 +95,7 @@ def same_drafts(original, exported, proj, rows: int = 24) -> str | None:
 
 def acceptance(target, drafter, prompts: list[str], tokens: int) -> float:
     """Greedy tau (committed tokens per round, bonus included) of ``drafter`` over ``prompts``."""
-    from . import metrics
-    from .engine import generate
+    from .engine import generate  # noqa: PLC0415 (slow: the engine, only for dropped heads)
 
     config = GenerationConfig(max_tokens=tokens, stop_at_eos=False)
     rounds = [ev for p in prompts for ev in list(generate(target, drafter, p, config, display=False))[:-1]]

@@ -116,7 +116,7 @@ def write_text(path: Path, text: str) -> None:
 
 
 def save_safetensors(path: Path, arrays: dict, metadata: dict | None = None) -> None:
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     def write(tmp: Path) -> None:
         try:

@@ -260,7 +260,7 @@ def moe_cpu_extra_bytes(directory: Path, config: dict) -> int:
 
 def _cpu() -> bool:
     """MLX computes on its CPU backend (Linux; a Mac only when told to, DSPARK_DEVICE=cpu)."""
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (slow: mlx, not needed for the checks)
 
     return mx.default_device() == mx.cpu
 
@@ -274,8 +274,8 @@ def cpu_safe_experts(model) -> int:
     layers were changed (0 off the CPU)."""
     if not _cpu():
         return 0
-    import mlx.core as mx
-    from mlx_lm.models.switch_layers import SwitchLinear
+    import mlx.core as mx  # noqa: PLC0415 (slow: mlx, not needed for the checks)
+    from mlx_lm.models.switch_layers import SwitchLinear  # noqa: PLC0415 (slow: mlx, not needed for the checks)
 
     changed = 0
     for _, m in model.named_modules():
@@ -290,8 +290,8 @@ def cpu_safe_experts(model) -> int:
 
 @functools.lru_cache(maxsize=1)
 def _float32_experts_class():
-    import mlx.core as mx
-    from mlx_lm.models.switch_layers import SwitchLinear
+    import mlx.core as mx  # noqa: PLC0415 (slow: mlx, not needed for the checks)
+    from mlx_lm.models.switch_layers import SwitchLinear  # noqa: PLC0415 (slow: mlx, not needed for the checks)
 
     class Float32Experts(SwitchLinear):
         """A SwitchLinear whose expert products run in float32 and return the input's dtype."""

@@ -11,8 +11,11 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from .blas import use_fast_blas
 from .device import ENV, DeviceCheck, check_key, failed, gpu_name, no_gpu
 from .errors import DsparkError
+from .prompts import held_out_prompt
+from .resources import demo_dir, demo_model
 
 #: Greedy tokens the check decodes on each device: enough for a wrong kernel to show in the
 #: tokens, few enough for a first launch (about a second on a Mac, the model load included).
@@ -34,8 +37,8 @@ class Decoded:
 def greedy_on(model, prompt_ids: Sequence[int], *, tokens: int, device) -> Decoded:
     """``tokens`` greedy tokens of ``model`` after ``prompt_ids``, every operation on ``device``
     (a fresh cache; mlx-lm's greedy rule, the argmax of the log-softmax)."""
-    import mlx.core as mx
-    from mlx_lm.models.cache import make_prompt_cache
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
+    from mlx_lm.models.cache import make_prompt_cache  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
     out, rows = [], []
     with mx.stream(device):
@@ -56,7 +59,7 @@ def compare_decodes(gpu: Decoded, cpu: Decoded, *, gpu_label: str = "the GPU") -
     same and every log-probability is within :data:`TOLERANCE`; "tie" when the first different
     token comes where both devices' log-probabilities are still within it (the same computation,
     rounded differently, on two candidates closer than that); "wrong" otherwise, including NaN."""
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
     n = min(len(gpu.tokens), len(cpu.tokens))
     first = next((i for i in range(n) if gpu.tokens[i] != cpu.tokens[i]), None)
@@ -85,7 +88,7 @@ def check_devices(model, prompt_ids: Sequence[int], *, tokens: int = CHECK_TOKEN
     """The check on ``model``: decode on the GPU (``run_gpu``, by default :func:`greedy_on` on
     MLX's GPU) and on the CPU, and compare. A GPU that raises is "failed". Without a GPU
     (and no ``run_gpu``) there is nothing to compare: "cpu"."""
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
     label = f"this GPU ({gpu})" if gpu else "this GPU"
     if run_gpu is None:
@@ -106,9 +109,7 @@ def check_demo(run_gpu: Callable | None = None, *, gpu: str | None = None) -> De
     """:func:`check_devices` on the bundled demo target and the self-test's held-out prompt;
     ``gpu`` names the GPU (default: as MLX names it). DsparkError when the demo target is
     missing."""
-    from .loading import load_target
-    from .prompts import held_out_prompt
-    from .resources import demo_dir, demo_model
+    from .loading import load_target  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
     path = demo_model("target")
     if path is None:
@@ -130,8 +131,6 @@ def main(argv: list[str] | None = None, *, run_gpu: Callable | None = None, gpu:
         print("usage: python -m dspark.gpu_check --check", file=sys.stderr)
         return 2
     os.environ.pop(ENV, None)  # the check compares both devices whatever the parent was told
-    from .blas import use_fast_blas
-
     use_fast_blas()
     try:
         check = check_demo(run_gpu, gpu=gpu)

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import DsparkError
+from .modeldir import MAX_CONFIG_BYTES
+from .modeldir import kind_of as kind_of_config
+from .reading import read_json
 
 #: What mlx-lm downloads for a model (``mlx_lm.utils.DEFAULT_ALLOW_PATTERNS``), less code.
 ALLOW_PATTERNS = ["*.json", "model*.safetensors", "*.safetensors", "tokenizer.model", "*.tiktoken", "tiktoken.model",
@@ -55,10 +58,6 @@ def is_repo_id(name: str) -> bool:
 
 def kind_of(directory: str | Path) -> str:
     """"target" for a Gemma-4 model directory, "drafter" for anything else with a config."""
-    from .modeldir import MAX_CONFIG_BYTES
-    from .modeldir import kind_of as kind_of_config
-    from .reading import read_json
-
     try:  # bounded, regular files only: whatever the folder holds, this answers at once
         config = read_json(Path(directory) / "config.json", MAX_CONFIG_BYTES, "config file")
     except DsparkError:
@@ -67,7 +66,7 @@ def kind_of(directory: str | Path) -> str:
 
 
 def cache_dir() -> Path:
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # noqa: PLC0415 (slow: huggingface_hub)
 
     return Path(constants.HF_HUB_CACHE)
 
@@ -78,8 +77,9 @@ def resolve(name: str, download: bool = True, tqdm_class=None, say=None) -> Path
     p = Path(name).expanduser()
     if p.exists() or not is_repo_id(name):
         return p
-    from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
+    from huggingface_hub import constants, snapshot_download  # noqa: PLC0415 (slow: huggingface_hub)
+    from huggingface_hub.errors import (  # noqa: PLC0415 (slow: huggingface_hub)
+        HfHubHTTPError, HFValidationError, LocalEntryNotFoundError)
 
     try:
         return Path(snapshot_download(name, allow_patterns=ALLOW_PATTERNS, local_files_only=True))
@@ -125,7 +125,7 @@ def cached(name: str) -> Path | None:
     """The local snapshot of ``name`` when the cache holds one, without asking the hub."""
     if not is_repo_id(name):
         return None
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # noqa: PLC0415 (slow: huggingface_hub)
 
     try:
         return Path(snapshot_download(name, allow_patterns=ALLOW_PATTERNS, local_files_only=True))
@@ -135,7 +135,7 @@ def cached(name: str) -> Path | None:
 
 def download_size(name: str) -> int | None:
     """Bytes still to download for ``name`` (None when the hub does not say)."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # noqa: PLC0415 (slow: huggingface_hub)
 
     try:
         files = snapshot_download(name, allow_patterns=ALLOW_PATTERNS, dry_run=True)
@@ -152,7 +152,7 @@ def _existing_parent(p: Path) -> Path:
 
 def _offline(e: Exception) -> bool:
     """Whether a failed download means the hub could not be reached at all."""
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415 (slow: huggingface_hub)
 
     text = " ".join(str(e).split()).lower()
     return isinstance(e, LocalEntryNotFoundError) or any(s in text for s in (

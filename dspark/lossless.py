@@ -38,6 +38,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+from .metrics import first_difference
+
 #: Significand bits after the point of each floating dtype: one ulp at 1.0 is 2**-bits.
 _MANTISSA = {"bfloat16": 7, "float16": 10, "float32": 23}
 #: How many ulps of the logits' dtype two log-probabilities may differ by and still be a tie:
@@ -143,8 +145,6 @@ def classify(index: int, *, speculative: int | None, plain: int | None, plain_lo
 def compare(target, speculative, plain, prefill_step_size: int = 2048) -> Verdict:
     """The verdict on a greedy speculative run against plain greedy decoding of the same prompt
     on the same target (both ``dspark.events.Summary``)."""
-    from .metrics import first_difference
-
     i = first_difference(speculative.tokens, plain.tokens)
     if i is None:
         return Verdict(True)
@@ -165,8 +165,8 @@ def compare(target, speculative, plain, prefill_step_size: int = 2048) -> Verdic
 def _plain_logprobs(target, prompt_ids: Sequence[int], index: int, prefill_step_size: int):
     """Plain decoding's log-probabilities [V] at output position ``index`` and their dtype, by
     replaying mlx-lm's ``generate_step`` (greedy) up to there."""
-    import mlx.core as mx
-    from mlx_lm.generate import generate_step
+    import mlx.core as mx  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from mlx_lm.generate import generate_step  # noqa: PLC0415 (slow: mlx-lm)
 
     steps = generate_step(mx.array(list(prompt_ids)), target.model, max_tokens=index + 1,
                           prefill_step_size=prefill_step_size)
@@ -182,7 +182,7 @@ def _plain_logprobs(target, prompt_ids: Sequence[int], index: int, prefill_step_
 def _one_pass_logprobs(target, prefix: list[int], prefill_step_size: int):
     """Log-probabilities [V] of the token after ``prefix``, from many-row forwards (the last
     chunk holds the final position, as a verify does)."""
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     cache = target.make_cache()
     for start in range(0, len(prefix), prefill_step_size):

@@ -253,7 +253,7 @@ def machine_memory() -> int | None:
 
 def loaded_bytes() -> int:
     """Memory MLX holds now (the models already loaded)."""
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (slow: mlx)
 
     return int(mx.get_active_memory())
 
@@ -270,7 +270,7 @@ def metal_working_set() -> int | None:
     if sys.platform != "darwin":
         return None
     try:
-        import mlx.core as mx
+        import mlx.core as mx  # noqa: PLC0415 (slow: mlx)
 
         if mx.default_device().type != mx.gpu:
             return None

@@ -147,7 +147,7 @@ def _check_shape(raw: bytes, where) -> None:
     brackets = bare.translate(None, _BRACKETS_ONLY)
     if len(brackets) <= MAX_JSON_DEPTH:
         return
-    import numpy as np
+    import numpy as np  # noqa: PLC0415 (slow: numpy, only for deeply nested JSON)
 
     codes = np.frombuffer(brackets, np.uint8)
     depth = np.cumsum(np.where((codes == ord("[")) | (codes == ord("{")), 1, -1), dtype=np.int64)

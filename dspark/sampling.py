@@ -7,6 +7,8 @@ filters, so speculative sampling and plain mlx-lm sampling target the same distr
 
 from __future__ import annotations
 
+import math
+
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_top_k, apply_top_p
 
@@ -56,8 +58,6 @@ def tie_margin(vocab: int, dtype, softcap: float | None = None) -> float:
     spacings at the cap's magnitude: a rounded tanh may be off by an ulp and need not be
     monotone to the last bit, so a token below the runner-up before the cap may come out an
     ulp above it after, and the capped best an ulp below."""
-    import math
-
     bits = {mx.bfloat16: 7, mx.float16: 10}.get(dtype, 23)
     magnitude = max(2 * math.log(max(vocab, 2)), 1.0)
     margin = 2 * 2.0 ** (math.floor(math.log2(magnitude)) - bits)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import sys
 
-from . import device, gpu_check
+import dspark
+
+from . import blas, device, gpu_check, lossless, metrics, resources
 from .prompts import HELD_OUT_SET, held_out_prompt
 
 TOKENS = 32
@@ -24,7 +26,7 @@ TOKENS = 32
 
 def computed_on() -> tuple[str, str]:
     """The device MLX computes on by default, ("gpu" or "cpu", its name from ``mx.device_info``)."""
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS; a broken mlx is reported)
 
     dev = mx.default_device()
     kind = "gpu" if dev.type == mx.gpu else "cpu"
@@ -40,7 +42,7 @@ def device_check(model, ids: list[int], *, run_gpu=None) -> tuple[str | None, st
     """(None, what was found) when MLX's default device computes what the CPU computes (the same
     greedy tokens, or a numerical tie said as one), or is the CPU; else (why not, in one
     sentence, the same sentence). ``run_gpu`` replaces the GPU's decode (a test double)."""
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
     if run_gpu is None and mx.default_device().type != mx.gpu:
         return None, "the CPU (nothing to compare)"
@@ -52,8 +54,6 @@ def check(tokens: int = TOKENS, *, platform: str | None = None) -> tuple[bool, s
     """The headless check: (passed, one line saying what ran and what came out). ``platform``:
     whose rules apply (default ``sys.platform``; on "darwin" the run must be on Metal unless the
     CPU was asked for)."""
-    from dspark import blas, resources
-
     try:
         kind, name = computed_on()
     except (ImportError, OSError, RuntimeError) as e:  # a broken mlx install or a missing metallib
@@ -67,9 +67,7 @@ def check(tokens: int = TOKENS, *, platform: str | None = None) -> tuple[bool, s
     if prompt is None:
         return False, f"{head}; the prompt set {HELD_OUT_SET!r} is missing under {resources.prompts_dir()}"
     try:
-        import dspark
-        from dspark import lossless, metrics
-        from dspark.loading import load_drafter
+        from dspark.loading import load_drafter  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
         target = dspark.load_target(paths["target"])
         drafter = load_drafter(paths["dspark"], target)
@@ -105,14 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m dspark.selftest``: the check, one line, exit 0 or 1. ``--device``: only whether
     MLX's default device computes what the CPU computes on the demo target (CI asks this of a
     runner before choosing where the test suite runs; a GPU that crashes the process says so too)."""
-    from dspark import blas
-
     blas.use_fast_blas()
     args = sys.argv[1:] if argv is None else argv
     if args == ["--device"]:
-        import dspark
-        from dspark import resources
-
         try:
             target = dspark.load_target(resources.demo_model("target"))
         except dspark.DsparkError as e:

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 from . import chat_template
 from .errors import DsparkError, NotGemma4Error
@@ -240,8 +241,6 @@ def _target_id(dims: TargetDims, args, tokenizer) -> str:
 def _weights_fingerprint(lm: nn.Module) -> str:
     """Tells checkpoints of one architecture apart, whatever their quantization: norm weights
     stay in floating point when mlx-lm quantizes a model, so they are hashed (rounded)."""
-    import numpy as np
-
     h = hashlib.sha256()
     for norm in [lm.model.norm] + [layer.input_layernorm for layer in lm.model.layers]:
         h.update(np.round(np.array(norm.weight.astype(mx.float32)), 3).tobytes())

@@ -72,12 +72,11 @@ def test_the_loop_runs_at_the_thread_count_whole_rounds_are_faster_at(slow, tmp_
 
 
 def _recording_generate_step(monkeypatch, log: list, sleep_s: float = 0.0):
-    """mlx-lm's generate_step, each token it yields logged as "step" (after ``sleep_s``)."""
-    import importlib
+    """mlx-lm's generate_step as dspark.costs calls it, each token it yields logged as "step"
+    (after ``sleep_s``)."""
     import time
 
-    module = importlib.import_module("mlx_lm.generate")  # the attribute mlx_lm.generate is the function
-    real = module.generate_step
+    real = costs_mod.generate_step
 
     def steps(*a, **k):
         for out in real(*a, **k):
@@ -85,7 +84,7 @@ def _recording_generate_step(monkeypatch, log: list, sleep_s: float = 0.0):
             log.append("step")
             yield out
 
-    monkeypatch.setattr(module, "generate_step", steps)
+    monkeypatch.setattr(costs_mod, "generate_step", steps)
 
 
 

@@ -9,7 +9,6 @@ import pytest
 
 import dspark.loading
 import dspark.training.train as train
-from dspark import corpus
 from dspark.demo import build
 from dspark.files import save_safetensors
 from dspark.training.trainer import STATE_FILE
@@ -29,9 +28,9 @@ def trained(monkeypatch):
     """The kinds train_drafter was called for; nothing is loaded or trained."""
     calls = []
     monkeypatch.setattr(dspark.loading, "load_target", lambda path: None)
-    monkeypatch.setattr(corpus, "iter_texts", lambda split: iter(()))
-    monkeypatch.setattr(corpus, "prompt_sites", lambda split: [])
-    monkeypatch.setattr(corpus, "heldout_prompts", lambda n: [])
+    monkeypatch.setattr(build, "iter_texts", lambda split: iter(()))
+    monkeypatch.setattr(build, "prompt_sites", lambda split: [])
+    monkeypatch.setattr(build, "heldout_prompts", lambda n: [])
     monkeypatch.setattr(train, "train_drafter", lambda target, texts, out, *a, **k: calls.append(out.name))
     return calls
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from time import perf_counter
 
 import mlx.core as mx
+from mlx_lm.generate import generate_step, speculative_generate_step
+from mlx_lm.sample_utils import make_sampler
 
 from .. import blas
 from ..config import GenerationConfig
@@ -27,8 +29,6 @@ from .report import PLAIN
 
 
 def _sampler(config: GenerationConfig):
-    from mlx_lm.sample_utils import make_sampler
-
     sp = config.sampling
     return make_sampler(sp.temperature, top_p=sp.top_p if sp.top_p < 1 else 0.0, top_k=sp.top_k)
 
@@ -58,8 +58,6 @@ class Plain:
         return {**runs[best], "blas_threads": best, "tokens_per_sec_by_threads": {str(k): v for k, v in rate.items()}}
 
     def _run(self, ids: list[int], max_tokens: int, seed: int, threads: int | None) -> dict:
-        from mlx_lm.generate import generate_step
-
         if threads:
             blas.set_threads(threads)
         else:
@@ -120,8 +118,6 @@ class MlxLmDraft:
         self.name = f"mlx-lm draft {draft_name}"
 
     def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
-        from mlx_lm.generate import speculative_generate_step
-
         mx.random.seed(seed)
         mx.reset_peak_memory()
         start = perf_counter()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 
+from ..corpus import iter_texts
 from ..errors import DsparkError
 
 #: The shortest and longest context a benchmark builds.
@@ -33,8 +34,6 @@ def parse(text: str) -> list[int]:
 
 def padded(target, prompts: list[list[int]], length: int) -> list[list[int]]:
     """Each prompt (token ids) as exactly ``length`` ids: padded in front as the module says."""
-    from ..corpus import iter_texts
-
     sep = target.encode("\n\n")
     corpus = None
     out = []

@@ -21,10 +21,13 @@ is the tokens after the first over the time after it (mlx-lm's own definition); 
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +35,7 @@ from pathlib import Path
 def zlab_load(target_dir: str, drafter_dir: str):
     """z-lab's target and drafter from local folders (``load_draft`` takes hub names only, so
     ``snapshot_download`` is pointed at the folder for the call): (model, draft, tokenizer)."""
-    import dflash.model_mlx as zl
+    import dflash.model_mlx as zl  # noqa: PLC0415 (optional: the peer package)
 
     model, tokenizer = zl.load(target_dir)
     original = zl.snapshot_download
@@ -47,11 +50,11 @@ def zlab_load(target_dir: str, drafter_dir: str):
 def mlxvlm_target(target_dir: str):
     """mlx-vlm's gemma4.Model holding the mlx-lm target's weights (a 1-layer unused vision
     tower): mlx-dspark runs Gemma-4 only through mlx-vlm."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-    from mlx_lm import load
-    from mlx_vlm.models.gemma4 import Model
-    from mlx_vlm.models.gemma4.config import ModelConfig, TextConfig, VisionConfig
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
+    from mlx.utils import tree_flatten  # noqa: PLC0415 (ordered: after the BLAS is loaded)
+    from mlx_lm import load  # noqa: PLC0415 (ordered: after the device is chosen)
+    from mlx_vlm.models.gemma4 import Model  # noqa: PLC0415 (optional: mlx-vlm)
+    from mlx_vlm.models.gemma4.config import ModelConfig, TextConfig, VisionConfig  # noqa: PLC0415 (optional: mlx-vlm)
 
     lm, tokenizer = load(target_dir)
     cfg = {**vars(lm.args)}
@@ -65,8 +68,8 @@ def mlxvlm_target(target_dir: str):
 
 
 def load_dflash(target_dir: str, drafter_dir: str):
-    import dflash.model_mlx as zl
-    import mlx.core as mx
+    import dflash.model_mlx as zl  # noqa: PLC0415 (optional: the peer package)
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
     model, draft, tokenizer = zlab_load(target_dir, drafter_dir)
 
@@ -81,10 +84,10 @@ def load_dflash(target_dir: str, drafter_dir: str):
 
 
 def load_dflash_mlx(target_dir: str, drafter_dir: str):
-    from dflash_mlx.engine.events import SummaryEvent, TokenEvent
-    from dflash_mlx.runtime import stream_dflash_generate
-    from dflash_mlx.runtime.bundle import load_runtime_bundle
-    from dflash_mlx.runtime.context import build_offline_runtime_context
+    from dflash_mlx.engine.events import SummaryEvent, TokenEvent  # noqa: PLC0415 (optional: the peer package)
+    from dflash_mlx.runtime import stream_dflash_generate  # noqa: PLC0415 (optional: the peer package)
+    from dflash_mlx.runtime.bundle import load_runtime_bundle  # noqa: PLC0415 (optional: the peer package)
+    from dflash_mlx.runtime.context import build_offline_runtime_context  # noqa: PLC0415 (optional: the peer package)
 
     context = build_offline_runtime_context(verify_mode="dflash")
     b = load_runtime_bundle(model_ref=target_dir, draft_ref=_with_rope_theta(drafter_dir), draft_quant="none",
@@ -139,10 +142,6 @@ def _with_taps_as_read(drafter_dir: str) -> str:
 def _relabelled(drafter_dir: str, config: dict, prefix: str) -> str:
     """A temporary folder (removed at exit) holding ``config`` as config.json and links to the
     drafter's other files: a peer reads the same weights under the config it understands."""
-    import atexit
-    import shutil
-    import tempfile
-
     dst = Path(tempfile.mkdtemp(prefix=prefix))
     atexit.register(shutil.rmtree, dst, ignore_errors=True)
     for f in Path(drafter_dir).iterdir():
@@ -153,9 +152,9 @@ def _relabelled(drafter_dir: str, config: dict, prefix: str) -> str:
 
 
 def load_mlx_dspark(target_dir: str, drafter_dir: str):
-    import mlx_dspark.generate as G
-    from mlx_dspark.load import load_drafter
-    from mlx_dspark.target import Target
+    import mlx_dspark.generate as G  # noqa: PLC0415 (optional: the peer package)
+    from mlx_dspark.load import load_drafter  # noqa: PLC0415 (optional: the peer package)
+    from mlx_dspark.target import Target  # noqa: PLC0415 (optional: the peer package)
 
     vlm, tokenizer = mlxvlm_target(target_dir)
     target = Target(vlm, tokenizer)
@@ -180,7 +179,7 @@ def use_env_device() -> None:
     generation stream takes the default device of that moment)."""
     name = os.environ.get("DSPARK_DEVICE", "").strip().lower()
     if name in ("cpu", "gpu"):
-        import mlx.core as mx
+        import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
         mx.set_default_device(mx.cpu if name == "cpu" else mx.gpu)
 
@@ -196,7 +195,7 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001  (reported to the benchmark, which goes on without this arm)
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
         return
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
     for line in sys.stdin:
         req = json.loads(line)

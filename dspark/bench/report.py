@@ -40,7 +40,8 @@ from pathlib import Path
 from statistics import median
 from typing import Iterable
 
-from .. import metrics
+from .. import __version__, blas, metrics
+from ..reading import parse_json, read_text
 
 PLAIN = "plain"  # plain decoding's arm
 CSV_FIELDS = ["arm", "drafter", "policy", "repeat", "prompt_index", "tokens", "tokens_per_sec", "speedup", "tau",
@@ -157,15 +158,15 @@ def summarize(trials: Iterable[dict]) -> list[dict]:
 
 def environment(repo: Path | None = None) -> dict:
     """OS, CPU, MLX and its device, the BLAS and its threads, and the git revision."""
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
-    from .. import __version__, blas, device
-    from ..costs import machine
+    from .. import device  # noqa: PLC0415 (not needed for --help)
+    from ..costs import machine  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     env = {**machine(), "python": platform.python_version(), "dspark": __version__, "blas_threads": blas.threads(),
            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     try:
-        import mlx_lm
+        import mlx_lm  # noqa: PLC0415 (slow: mlx-lm, not needed for --help)
 
         env["mlx_lm"] = mlx_lm.__version__
     except (ImportError, AttributeError):
@@ -241,8 +242,6 @@ MAX_TRIALS_BYTES = 256 * 2**20
 def read_trials(folder: Path) -> list[dict]:
     """The trials of a benchmark folder (none when it has no trials.jsonl), read as every file is
     (``dspark.reading``: a regular file, bounded; each line bounded JSON)."""
-    from ..reading import parse_json, read_text
-
     path = folder / "trials.jsonl"
     if not path.exists():
         return []

@@ -7,17 +7,18 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+from .. import lossless, prompts, resources
+from ..config import GenerationConfig
 from ..errors import DsparkError
-from ..files import reason
+from ..files import output_dir, reason, write_text
 from . import contexts, report
 
 
 def _prompts(a) -> tuple[dict, list[str]]:
-    from .. import prompts
-
     if a.prompts:
         s = prompts.read_set(Path(a.prompts))
     else:
@@ -35,11 +36,10 @@ def _peer_python(a) -> str:
 
 def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
     """The arms, plain decoding first, and this machine's costs for each drafter."""
-    from .. import resources
-    from ..costs import load_or_measure
-    from ..loading import load_drafter
-    from ..policy import parse
-    from . import arms
+    from ..costs import load_or_measure  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..loading import load_drafter  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..policy import parse  # noqa: PLC0415 (not needed for --help)
+    from . import arms  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     drafters = list(a.drafter)
     if not drafters and Path(target_dir).resolve() == (resources.demo_model("target") or Path("/nonexistent")).resolve():
@@ -66,7 +66,7 @@ def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
             else:
                 say(f"the {kind} peer does not read {name} ({fmt} format): no {kind} arm for it")
     if a.mlx_lm_draft:
-        from ..loading import load_target
+        from ..loading import load_target  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
         draft = load_target(a.mlx_lm_draft, say=say)
         speculative_arms.append(arms.MlxLmDraft(target, draft.model, draft_name=Path(a.mlx_lm_draft).name,
@@ -80,12 +80,9 @@ def _verdict(target, *, trial: dict, plain: dict, plain_runs: dict, key, config,
     computed once per ``key`` and kept in ``plain_runs``."""
     if trial["token_ids"] == plain["token_ids"]:
         return {"identical": True, "lossless": True}
-    from .. import lossless
-    from ..engine import generate_plain, run_to_summary
+    from ..engine import generate_plain, run_to_summary  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     if key not in plain_runs:  # plain decoding's own log-probabilities, once per prompt
-        from dataclasses import replace
-
         c = replace(config, max_tokens=len(plain["token_ids"]), stop_at_eos=False)
         plain_runs[key] = run_to_summary(generate_plain(target, prompt, c))
     # the target's own evaluations judge a difference (lossless.compare): a peer is judged alike
@@ -98,12 +95,9 @@ def run(a, say) -> dict:
     """``dspark bench`` with the options ``a`` (as its parser gives them, checked): load and check
     every input, then measure (:func:`_measure`) and write ``summary.json`` beside the trials;
     returns the summary."""
-    from .. import resources
-    from ..config import GenerationConfig
-    from ..engine import prompt_ids
-    from ..files import output_dir
-    from ..hub import resolve
-    from ..loading import load_target
+    from ..engine import prompt_ids  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..hub import resolve  # noqa: PLC0415 (not needed for --help)
+    from ..loading import load_target  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     target_dir = a.target or (str(resources.demo_model("target")) if resources.demo_model("target") else None)
     if target_dir is None:
@@ -167,7 +161,7 @@ def _measure(a, target, config, *, arm_list: list, costs: dict, ids_at: dict, do
     against its plain one and appended to ``trials`` and ``log`` as it finishes, so an interrupt
     keeps what was measured. The isolated costs are measured again in every repeat at the
     thread counts of ``costs`` and kept in ``doc``; ``bar`` (or None) counts the trials."""
-    from ..costs import measure
+    from ..costs import measure  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     plain_runs: dict = {}
     drafters = {arm.drafter: arm.model for arm in arm_list if hasattr(arm, "model")}
@@ -206,8 +200,6 @@ def _judge(a, target, config, *, arm_list: list, group: dict, now: dict, plain_r
     (speed-up, with the isolated costs ``now``; for greedy runs whether it was identical or
     lossless, plain decoding of ``prompt`` kept in ``plain_runs`` by ``key``, seeded by
     ``repeat``) and record it in ``trials`` and ``log``."""
-    from dataclasses import replace
-
     plain = group[report.PLAIN]
     for arm in arm_list:
         t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None, now.get(arm.drafter))
@@ -236,9 +228,7 @@ def keep(doc: dict, trials: list[dict], out: Path) -> None:
     was measured elsewhere and say where, in one sentence (DsparkError): the summary and every
     trial in a folder under the system's temporary directory, else the trials the output folder
     already holds."""
-    import tempfile
-
-    from ..files import write_text
+    import tempfile  # noqa: PLC0415 (slow: tempfile, shutil, not needed for --help)
 
     try:
         write_text(out / "summary.json", json.dumps(doc, indent=1))
@@ -261,7 +251,7 @@ def keep(doc: dict, trials: list[dict], out: Path) -> None:
 def _bar(a, total: int):
     if a.no_progress:
         return None
-    from tqdm import tqdm
+    from tqdm import tqdm  # noqa: PLC0415 (slow: tqdm, not needed for --help)
 
     return tqdm(total=total, unit="trial", file=sys.stderr, leave=False)
 

@@ -30,9 +30,9 @@ def add_parser(subparsers):
 
 
 def run(a) -> int:
-    from ..loading import load_drafter, load_target  # slow: mlx, not needed for --help
-    from ..training.calibrate import calibrate_drafter, format_calibration  # slow: mlx, the training stack
-    from ..training.data import cut_prompts, encode_all  # slow: mlx
+    from ..loading import load_drafter, load_target  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..training.calibrate import calibrate_drafter, format_calibration  # noqa: PLC0415 (slow: the training stack)
+    from ..training.data import cut_prompts, encode_all  # noqa: PLC0415 (slow: mlx)
 
     for flag, value, hi in (("--rounds", a.rounds, 100_000), ("--max-tokens", a.max_tokens, 1_000_000),
                             ("--prompt-len", a.prompt_len, 1_000_000)):
@@ -66,8 +66,8 @@ def _profile(target, drafter, prompts, *, acceptance: list[float], src: Path, ou
     the profile training wrote, when there is one."""
     if not acceptance:
         return
-    from ..drafter_profile import PROFILE_FILE, measured, read_file, write_own  # slow: numpy
-    from ..diagnose.style import run_style  # slow: numpy
+    from ..drafter_profile import PROFILE_FILE, measured, read_file, write_own  # noqa: PLC0415 (slow: numpy)
+    from ..diagnose.style import run_style  # noqa: PLC0415 (slow: numpy)
 
     before = read_file(src / PROFILE_FILE) if (src / PROFILE_FILE).is_file() else None
     templated, thinking = run_style(target, GenerationConfig(), prompts)  # calibrate generates with the defaults

@@ -21,8 +21,8 @@ def add_parser(subparsers):
 
 
 def run(a) -> int:
-    from ..costs import describe, load_or_measure  # slow: mlx, not needed for --help
-    from ..loading import load_drafter, load_target  # slow: mlx
+    from ..costs import describe, load_or_measure  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..loading import load_drafter, load_target  # noqa: PLC0415 (slow: mlx)
 
     check_range("--block-size", a.block_size, 1, 64)  # as generate's: measuring allocates per width
     target = load_target(a.target, say=say_printable)

@@ -13,7 +13,7 @@ HELP = "write a drafter in a format vLLM or SGLang serves (dspark export --help)
 
 
 def add_parser(subparsers):
-    from ..export_plan import FORMATS  # slow: mlx, not needed for --help
+    from ..export_plan import FORMATS  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     p = subparsers.add_parser("export", help=HELP, description="Write a drafter as a published format's own "
                               "checkpoint, for vLLM or SGLang to serve: exactly (loaded back, it drafts what the "
@@ -40,7 +40,7 @@ def add_parser(subparsers):
 
 
 def run(a) -> int:
-    from ..export import export_drafter, summary  # slow: mlx, not needed for --help
+    from ..export import export_drafter, summary  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     if a.max_tokens < 2:
         raise DsparkError("--max-tokens must be at least 2")

@@ -68,8 +68,8 @@ def _prompt(a) -> str:
 def _models_for_generate(a, config):
     """(prompt, target_dir, target, drafter_dir, drafter): the demo target when no --target is
     given, and its demo drafter unless --plain; loading warnings on stderr."""
-    from ..engine import length_note, prompt_ids  # slow: mlx, not needed for --help
-    from ..loading import load_drafter, load_target  # slow: mlx
+    from ..engine import length_note, prompt_ids  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..loading import load_drafter, load_target  # noqa: PLC0415 (slow: mlx)
 
     demo_target = resources.demo_model("target")
     target_dir = a.target or (str(demo_target) if demo_target else None)
@@ -101,8 +101,8 @@ def _print_generated(result: dict, summary, verdict, plain: bool) -> None:
 
 
 def run(a) -> int:
-    from ..costs import for_policy  # slow: mlx, not needed for --help
-    from ..engine import generate, generate_plain, run_to_summary  # slow: mlx
+    from ..costs import for_policy  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..engine import generate, generate_plain, run_to_summary  # noqa: PLC0415 (slow: mlx)
 
     config = from_args(GenerationConfig, a)
     config.check()

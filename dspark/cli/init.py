@@ -21,8 +21,8 @@ def add_parser(subparsers):
 
 
 def run(a) -> int:
-    from ..convert import cannot_carry, new_drafter  # slow: mlx, not needed for --help
-    from ..loading import load_target  # slow: mlx
+    from ..convert import cannot_carry, new_drafter  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..loading import load_target  # noqa: PLC0415 (slow: mlx)
 
     cfg = from_args(DflashConfig, a)
     check_options(cfg)

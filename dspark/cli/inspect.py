@@ -15,8 +15,8 @@ def add_parser(subparsers):
 
 
 def run(a) -> int:
-    from ..export_plan import exportable, exports_lines  # slow: mlx, not needed for --help
-    from ..loading import describe_drafter as describe  # slow: mlx
+    from ..export_plan import exportable, exports_lines  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..loading import describe_drafter as describe  # noqa: PLC0415 (slow: mlx)
 
     info = {**describe(a.dir), "exports": exportable(a.dir)}
     if a.json:

@@ -17,7 +17,7 @@ HELP = "rebuild and measure the bundled demo models (dspark make-demo --help)"
 
 
 def add_parser(subparsers):
-    from ..demo import build  # slow: mlx, the training stack (its recipe is TrainSettings)
+    from ..demo import build  # noqa: PLC0415 (slow: mlx, the training stack: its recipe is TrainSettings)
 
     ap = subparsers.add_parser("make-demo", help=HELP, description=build.__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(demo_dir()), help="where the demo models go (default: resources/demo)")
@@ -32,8 +32,8 @@ def add_parser(subparsers):
 
 
 def run(a) -> int:
-    from ..demo import build  # slow: mlx, the training stack
-    from ..loading import load_target  # slow: mlx
+    from ..demo import build  # noqa: PLC0415 (slow: mlx, the training stack)
+    from ..loading import load_target  # noqa: PLC0415 (slow: mlx)
 
     for flag, value in (("--target-minutes", a.target_minutes), ("--drafter-minutes", a.drafter_minutes)):
         check_range(flag, value, 0.01)

@@ -16,7 +16,7 @@ def add_parser(subparsers):
 
 
 def run(a) -> int:
-    from ..convert import quantize_drafter  # slow: mlx, not needed for --help
+    from ..convert import quantize_drafter  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     r = quantize_drafter(a.dir, a.out, a.bits, a.group_size)
     print(f"wrote a {r['bits']}-bit {r['format']} drafter to {a.out}: {r['bytes_before'] / 2**20:.1f} MiB -> "

@@ -35,7 +35,7 @@ with one sentence (one that stops answering: after --rank-timeout); the last che
 
 
 def add_parser(subparsers):
-    from ..training.trainer import TrainSettings  # slow: mlx, the training stack
+    from ..training.trainer import TrainSettings  # noqa: PLC0415 (slow: mlx, the training stack)
 
     ap = subparsers.add_parser("train", help=HELP, description="Train a DSpark drafter against a frozen Gemma-4 "
                                "target.", epilog=TRAIN_EPILOG, formatter_class=KeepEpilogLines)
@@ -57,7 +57,7 @@ def add_parser(subparsers):
 
 
 def run(a) -> int:
-    from ..training.distributed import OtherRankStopped, RankLost, Refused, World  # slow: mlx
+    from ..training.distributed import OtherRankStopped, RankLost, Refused, World  # noqa: PLC0415 (slow: mlx)
 
     world = World.join()  # the processes mlx.launch started, else this one alone (--rank-timeout once checked)
     try:
@@ -75,9 +75,9 @@ def _train(parser, a, argv, world) -> int:
     """``dspark train`` in this process (one of ``world``): the checks every process passes
     before any writes (a refusal said once), rank 0's run on every process when resuming, the
     training, and the rank's own log when there are several."""
-    from ..loading import load_target  # slow: mlx
-    from ..training.train import DATA_FILE, REPORT_FILE, train_drafter  # slow: mlx, the training stack
-    from ..training.trainer import STATE_FILE, TRAIN_DIR  # slow: mlx
+    from ..loading import load_target  # noqa: PLC0415 (slow: mlx)
+    from ..training.train import DATA_FILE, REPORT_FILE, train_drafter  # noqa: PLC0415 (slow: mlx, the training stack)
+    from ..training.trainer import STATE_FILE, TRAIN_DIR  # noqa: PLC0415 (slow: mlx)
 
     out = Path(a.out)
     with world.together():
@@ -106,8 +106,8 @@ def _train(parser, a, argv, world) -> int:
 def _train_settings(parser, a, argv, src: Path):
     """(drafter config, training settings) from the options, checked; with ``--resume``, those
     the run in ``src`` was started with, for every option not given again."""
-    from ..training.train import saved_run  # slow: mlx, the training stack
-    from ..training.trainer import TrainSettings  # slow: mlx
+    from ..training.train import saved_run  # noqa: PLC0415 (slow: mlx, the training stack)
+    from ..training.trainer import TrainSettings  # noqa: PLC0415 (slow: mlx)
 
     saved = saved_run(src) if a.resume and src.is_dir() else None
     if saved:  # continue as the run was started: options not given again keep their saved values

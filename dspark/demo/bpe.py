@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ..files import write_text
 
@@ -23,8 +24,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE):
     """Byte-level BPE: every byte is representable, whitespace and newlines survive."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -62,8 +61,6 @@ def save_tokenizer(tok, out_dir: Path) -> None:
 
 
 def load_tokenizer(directory: Path):
-    from tokenizers import Tokenizer
-
     return Tokenizer.from_file(str(directory / "tokenizer.json"))
 
 

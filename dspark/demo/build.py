@@ -22,9 +22,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..corpus import heldout_prompts, iter_texts, prompt_sites
 from ..drafter import DflashConfig
 from ..training.trainer import TrainSettings
 from .evaluation import say_stderr
+from .pretrain import train_target
 from .target_model import CKPT_DIR, CKPT_FILE
 
 #: The demo recipe, as data: few draft layers, so a block costs a small share of a step of the
@@ -47,8 +49,6 @@ STAGES = ("target", "drafters", "calibrate", "prompts", "measure")
 
 
 def build_target(out: Path, minutes: float | None, resume: bool) -> None:
-    from .pretrain import train_target
-
     if resume and (out / "target" / "config.json").is_file() and not (out / "target" / CKPT_DIR / CKPT_FILE).is_file():
         print(f"the demo target in {out / 'target'} is built (no checkpoint to continue): kept; --fresh rebuilds it",
               file=sys.stderr)
@@ -58,9 +58,8 @@ def build_target(out: Path, minutes: float | None, resume: bool) -> None:
 
 
 def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple(DRAFTERS)) -> None:
-    from ..loading import load_target
-    from ..training.train import DATA_FILE, saved_step, train_drafter
-    from ..corpus import heldout_prompts, iter_texts, prompt_sites
+    from ..loading import load_target  # noqa: PLC0415 (slow: this stage only)
+    from ..training.train import DATA_FILE, saved_step, train_drafter  # noqa: PLC0415 (slow: this stage only)
 
     target = load_target(out / "target")
     # Prompts: stretches of the train files, and def/class headers of the train files (the
@@ -83,9 +82,8 @@ def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple
 
 def calibrate(out: Path, rounds: int = 600) -> None:
     """The DSpark drafter's confidence head calibrated anew on ``rounds`` held-out rounds."""
-    from ..loading import load_drafter, load_target
-    from ..training.calibrate import calibrate_drafter, format_calibration
-    from ..corpus import heldout_prompts
+    from ..loading import load_drafter, load_target  # noqa: PLC0415 (slow: this stage only)
+    from ..training.calibrate import calibrate_drafter, format_calibration  # noqa: PLC0415 (slow: this stage only)
 
     target = load_target(out / "target")
     drafter = load_drafter(out / "dspark", target)

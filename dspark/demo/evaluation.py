@@ -21,6 +21,14 @@ import sys
 import time
 from pathlib import Path
 
+from .. import metrics
+from ..bench.contexts import padded
+from ..blas import describe as blas
+from ..config import GenerationConfig
+from ..corpus import heldout_prompts
+from ..files import write_text
+from ..metrics import repetition_share
+
 #: How many held-out openings are tried, how many make the set, and the filter's threshold.
 CANDIDATES, SET_SIZE, MAX_REPETITION = 800, 10, 0.2
 CONTEXTS = (64, 1024, 3000)
@@ -28,9 +36,7 @@ CONTEXTS = (64, 1024, 3000)
 
 def passing_openings(target, say) -> tuple[list[str], int]:
     """(the held-out openings on which the target writes 256 tokens of real text, how many were tried)."""
-    from ..metrics import repetition_share
-    from ..training.distill import greedy_continuations
-    from ..corpus import heldout_prompts
+    from ..training.distill import greedy_continuations  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     texts = heldout_prompts(CANDIDATES)
     ids = [target.encode(t) for t in texts]
@@ -47,8 +53,6 @@ def passing_openings(target, say) -> tuple[list[str], int]:
 
 def write_prompt_set(out_file: Path, target, say) -> dict:
     """``resources/prompts/demo.json`` anew (its description is completed by the measure stage)."""
-    from ..files import write_text
-
     passing, tried = passing_openings(target, say)
     if len(passing) < SET_SIZE:
         raise RuntimeError(f"only {len(passing)} of {tried} held-out openings pass the filter")
@@ -69,9 +73,7 @@ def write_prompt_set(out_file: Path, target, say) -> dict:
 def acceptance(target, drafter, prompts: list, tokens: int = 128) -> dict:
     """Greedy tau, acceptance by position and by context length of ``drafter`` over ``prompts``
     (texts or token ids), ``tokens`` each, every draft verified."""
-    from .. import metrics
-    from ..config import GenerationConfig
-    from ..engine import generate
+    from ..engine import generate  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     config = GenerationConfig(max_tokens=tokens, stop_at_eos=False)
     runs = [list(generate(target, drafter, p, config, display=False)) for p in prompts]
@@ -84,14 +86,10 @@ def acceptance(target, drafter, prompts: list, tokens: int = 128) -> dict:
 
 def measure(out: Path, drafters: dict, prompt_set: list[str], say, lossless_tokens: int = 600) -> dict:
     """``results.json``: the figures the demo README cites (module docstring)."""
-    import mlx.core as mx
+    import mlx.core as mx  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
-    from .. import metrics
-    from ..bench.contexts import padded
-    from ..blas import describe as blas
-    from ..config import GenerationConfig
-    from ..engine import generate, generate_plain, prompt_ids, run_to_summary
-    from ..loading import load_drafter, load_target
+    from ..engine import generate, generate_plain, prompt_ids, run_to_summary  # noqa: PLC0415 (slow: mlx)
+    from ..loading import load_drafter, load_target  # noqa: PLC0415 (slow: mlx)
 
     target = load_target(out / "target")
     result = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
@@ -115,8 +113,6 @@ def measure(out: Path, drafters: dict, prompt_set: list[str], say, lossless_toke
         say(f"{kind}: tau {entry['tau']:.2f}; by prompt length "
             + ", ".join(f"{L}: {v['tau']:.2f}" for L, v in entry["by_prompt_length"].items())
             + f"; identical to plain for {lossless_tokens} tokens: {entry['lossless']}")
-    from ..files import write_text
-
     write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
     return result
 

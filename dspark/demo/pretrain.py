@@ -37,6 +37,8 @@ import mlx.optimizers as optim
 import numpy as np
 
 from ..errors import DsparkError
+from ..modeldir import read_header
+from ..reading import parse_json
 from ..training.loop import Progress, train_loop
 from .. import corpus
 from .bpe import encode_documents, load_tokenizer, save_tokenizer, train_tokenizer
@@ -204,9 +206,6 @@ def _resumed_recipe(ckpt_path: Path, asked: TargetRecipe) -> TargetRecipe:
     and the schedule depend on every field)."""
     if not ckpt_path.is_file():
         raise DsparkError(f"no checkpoint to resume from at {ckpt_path}")
-    from ..modeldir import read_header
-    from ..reading import parse_json
-
     meta = read_header(ckpt_path).get("__metadata__") or {}
     try:  # the checkpoint is checked whole and its metadata read bounded before anything is used
         saved = TargetRecipe.from_dict(parse_json(meta.get("meta", ""), f"{ckpt_path} (its metadata)")["recipe"])

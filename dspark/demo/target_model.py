@@ -16,11 +16,15 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
+import mlx_lm
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models import gemma4_text
 
+from ..errors import DsparkError
 from ..files import atomic_write, save_safetensors, write_text
+from ..modeldir import read_header
+from ..reading import parse_json
 from .bpe import BOS_ID, EOS_ID, MASK_ID, PAD_ID, TOKENIZER_FILES, VOCAB_SIZE
 
 #: The demo target's shape: Gemma-4's proportions in small. 12 layers, five sliding-window layers
@@ -167,10 +171,6 @@ def save_checkpoint(path: Path, model, optimizer, *, step: int, meta: dict) -> N
 def load_checkpoint(path: Path, model, optimizer) -> tuple[int, dict]:
     """The step and metadata of a pretraining checkpoint, its weights and optimizer state loaded;
     the file is checked whole first (its header, a step that counts updates, bounded metadata)."""
-    from ..errors import DsparkError
-    from ..modeldir import read_header
-    from ..reading import parse_json
-
     read_header(path)
     arrays, metadata = mx.load(str(path), return_metadata=True)
     step = metadata.get("step", "")
@@ -201,8 +201,6 @@ def save_model(model, config: dict, *, tok_dir: Path, out_dir: Path, extra_files
 def verify_saved(out_dir: Path, model, sample_text: str) -> dict:
     """Reload ``out_dir`` with plain ``mlx_lm.load`` and check it is the same model (same
     logits) with a tokenizer that round-trips text. Raises ``RuntimeError`` if not."""
-    import mlx_lm
-
     loaded, tok = mlx_lm.load(str(out_dir))
     ids = tok.encode(sample_text)
     if tok.decode(ids) != sample_text:

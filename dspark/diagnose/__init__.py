@@ -15,6 +15,8 @@ used.
 
 from __future__ import annotations
 
+import importlib
+
 from .findings import CODES, SEVERITIES, Diagnosis, Finding
 
 _LAZY = {"diagnose": "run", "record": "run"}
@@ -22,8 +24,6 @@ _LAZY = {"diagnose": "run", "record": "run"}
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -48,7 +48,7 @@ def measure(target, drafter, prompts: Sequence, config: GenerationConfig, *,
     """Generate every prompt with ``config`` (policy ``fixed``: every drafted token verified, so
     each position's acceptance is defined) and measure the rounds. ``step(what)`` is called after
     each prompt; ``cancel()`` stops between rounds and raises :class:`Stopped`."""
-    from ..engine import generate
+    from ..engine import generate  # noqa: PLC0415 (slow: mlx)
 
     config = dataclasses.replace(config, policy="fixed")
     events: list[RoundEvent] = []

@@ -93,7 +93,7 @@ def convention(f: Facts) -> Finding | None:
     """Another reading of a published checkpoint accepts far more: name the flag that selects it."""
     if not f.conventions:
         return None
-    from ..formats.conventions import describe, flag
+    from ..formats.conventions import describe, flag  # noqa: PLC0415 (slow: mlx)
 
     name, value, best = max(f.conventions, key=lambda c: _acc(c[2]))
     now, alt = _acc(f.greedy), _acc(best)

@@ -104,8 +104,8 @@ def _conventions(target, drafter, prompts, greedy_config, *, greedy: Measurement
     each reading measured greedy (``greedy_config``) on ``prompts``, counted by ``steps`` and stopped
     by ``cancel``. A window rule is not tried when no context reached the windows (both rules
     then read the same rows)."""
-    from ..formats import conventions
-    from ..formats.base import CheckpointDrafter
+    from ..formats import conventions  # noqa: PLC0415 (slow: mlx)
+    from ..formats.base import CheckpointDrafter  # noqa: PLC0415 (slow: mlx)
 
     if not isinstance(drafter, CheckpointDrafter) or not _looks_low(greedy, profile, target):
         return [], None

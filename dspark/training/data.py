@@ -13,8 +13,12 @@ from typing import Sequence
 
 import mlx.core as mx
 import numpy as np
+from tqdm import tqdm
 
 from ..errors import DsparkError
+from ..files import save_safetensors
+from ..modeldir import read_header
+from ..reading import parse_json
 from ..target import Target
 
 # ----------------------------------------------------------------------------- data
@@ -39,8 +43,6 @@ class Sequences:
 
     def save(self, path: Path, heldout: list[list[int]]) -> None:
         """Write the sequences and the held-out prompts (JSON metadata) for ``--resume``."""
-        from ..files import save_safetensors
-
         arrays = {"tokens": mx.array(self.tokens), "lengths": mx.array(self.lengths), "first_anchor": mx.array(self.first_anchor)}
         save_safetensors(path, arrays, {"heldout": json.dumps([list(map(int, h)) for h in heldout])})
 
@@ -49,9 +51,6 @@ class Sequences:
         """Sequences and held-out prompts that ``save`` wrote, checked whole before any is used:
         shapes, lengths and anchors inside each row, token ids inside the target's vocabulary
         (an id past it would index past the embedding)."""
-        from ..modeldir import read_header
-        from ..reading import parse_json
-
         header = read_header(path)
         want = {"tokens": 2, "lengths": 1, "first_anchor": 1}
         if set(header) - {"__metadata__"} != set(want) or any(
@@ -191,8 +190,6 @@ def _rows(a: mx.array, width: int) -> mx.array:
 def progress_bar(total: int, progress: bool, desc: str, unit: str):
     if not progress:
         return None
-    from tqdm import tqdm
-
     return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, file=sys.stderr)
 
 

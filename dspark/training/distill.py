@@ -19,6 +19,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import DsparkError
+from ..files import save_safetensors
 from ..sampling import greedy_choice
 from ..target import Target
 from .data import Sequences, cut_prompts, data_sequences, long_prompts, progress_bar, split_heldout
@@ -68,8 +69,6 @@ class FinishedBatches:
     def save(self) -> None:
         if self.path is None:
             return
-        from ..files import save_safetensors
-
         arrays = {"tokens": mx.array(self.tokens), "lengths": mx.array(self.lengths),
                   "first_anchor": mx.array(self.first)}
         save_safetensors(self.path, arrays, {"key": self.key, "done": json.dumps(sorted(self.done))})

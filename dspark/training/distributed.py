@@ -37,6 +37,7 @@ from typing import Iterator, Sequence
 import mlx.core as mx
 import numpy as np
 
+from ..blas import default_threads, set_threads
 from ..errors import DsparkError
 
 DEFAULT_TIMEOUT = 600.0
@@ -88,8 +89,6 @@ class World:
         (names,) = self.sum([mx.array(names)], "the start")
         here = int((np.array(names) == name).sum())
         if here > 1:
-            from ..blas import default_threads, set_threads
-
             threads = max(1, (default_threads() or os.cpu_count() or 1) // here)
             set_threads(threads)
             os.environ.setdefault("RAYON_NUM_THREADS", str(threads))

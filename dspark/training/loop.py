@@ -62,7 +62,7 @@ class Progress:
         self.first, self.t0, self.budget_s = step, time.perf_counter(), budget_s
         self.tqdm = None
         if self.enabled and self.bar and sys.stderr.isatty():
-            from tqdm import tqdm
+            from tqdm import tqdm  # noqa: PLC0415 (slow: tqdm, only for a bar on a terminal)
 
             self.tqdm = tqdm(total=self.total, initial=step, desc=self.desc, unit="step", dynamic_ncols=True,
                             file=sys.stderr)

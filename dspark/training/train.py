@@ -28,12 +28,16 @@ import numpy as np
 
 from ..config import DflashConfig, default_taps
 from ..convert import new_drafter
+from ..diagnose.style import data_style
 from ..drafter import DflashDrafter
+from ..drafter_profile import longest_context, measured, write_own
 from ..drafting import BlockDrafter
 from ..formats.base import EXTENSION
 from ..loading import load_drafter
 from ..errors import DsparkError
 from ..files import output_dir, remove_stale, write_text
+from ..modeldir import read_header
+from ..reading import parse_json
 from ..target import Target
 from .budget import check_training_shapes
 from .data import Sequences, encode_all, held_out_prompts
@@ -157,7 +161,7 @@ def _evaluate(target: Target, drafter: BlockDrafter, held, s: TrainSettings, *, 
     """The held-out evaluation on the ``held`` prompts and calibration, into ``report`` (and the
     drafter's calibration, saved again in ``out``); ``say`` hears each step."""
     if s.eval_prompts > 0 and held:
-        from .calibrate import evaluate_drafter
+        from .calibrate import evaluate_drafter  # noqa: PLC0415 (slow: the engine, only to evaluate)
 
         report["heldout"], calibration = evaluate_drafter(target, drafter, held[: s.eval_prompts], s.eval_tokens,
                                                           say=say)
@@ -175,9 +179,6 @@ def _profile(target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSet
     acc = (report.get("heldout") or {}).get("per_position_acceptance")
     if not acc:
         return
-    from ..drafter_profile import longest_context, measured, write_own
-    from ..diagnose.style import data_style
-
     rows = [row[:n] for row, n in zip(seqs.tokens[:512], seqs.lengths[:512])]  # a sample is evidence enough
     context = longest_context(s.seq_len, s.prompt_len, s.long_prompts if s.self_distill else 0, s.long_prompt_len)
     templated, thinking = data_style(target, rows)
@@ -254,9 +255,6 @@ def saved_step(out: Path) -> int | None:
 
 
 def _saved_meta(out: Path) -> dict | None:
-    from ..modeldir import read_header
-    from ..reading import parse_json
-
     path = out / STATE_FILE
     if not path.is_file():
         return None

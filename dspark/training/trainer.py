@@ -34,7 +34,9 @@ from mlx.utils import tree_flatten, tree_unflatten
 from ..drafting import BlockDrafter
 from ..errors import DsparkError
 from ..files import save_safetensors
+from ..modeldir import read_header
 from ..options import option
+from ..reading import parse_json
 from ..target import Target
 from .data import Sequences, TargetFeatures
 from .distributed import DEFAULT_TIMEOUT, World
@@ -261,9 +263,6 @@ class DrafterTrainer:
 
     def load_state(self, out_dir: Path) -> dict:
         """Restore a checkpoint, refusing one that is damaged or does not fit this drafter."""
-        from ..modeldir import read_header
-        from ..reading import parse_json
-
         path = out_dir / STATE_FILE
         read_header(path)  # the file as a whole: byte ranges, dtypes, no key twice
         try:
