@@ -33,7 +33,7 @@ def _figures(doc: dict, theme):
     arms = [a for a in doc["arms"] if "speedup" in a]
     # the colours and line styles of the Compare tab: one colour per drafter, one style per policy
     styles, colours = arm_styles(theme, bench_rows(doc))
-    style = {a["arm"]: styles.get(a["arm"], (theme.base, "dash")) for a in doc["arms"]}
+    style = {a["arm"]: styles.get(a["arm"], (theme.plain, "dash")) for a in doc["arms"]}
     out = {}
 
     w = make_plot(f"Speedup over plain mlx-lm decoding ({doc['prompts']['count']} prompts x "
@@ -45,7 +45,7 @@ def _figures(doc: dict, theme):
     hi = [a["speedup_spread"]["p75"] - a["speedup"] for a in arms]
     w.addItem(pg.ErrorBarItem(x=np.array(xs, float), y=np.array([a["speedup"] for a in arms]),
                               top=np.array(hi), bottom=np.array(lo), beam=0.2, pen=pg.mkPen(theme.fg, width=2)))
-    w.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(theme.base, width=2, style=Qt.DashLine)))
+    w.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(theme.plain, width=2, style=Qt.DashLine)))
     w.getAxis("bottom").setTicks([[(i, a["arm"]) for i, a in enumerate(arms)], []])
     w.setYRange(0, max([1.2] + [a["speedup_spread"]["p75"] * 1.1 for a in arms]), padding=0)
     out["speedup"] = w

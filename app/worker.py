@@ -223,12 +223,12 @@ class Worker(QObject):
     def _check(self, done: list, config: GenerationConfig) -> None:
         """Check each greedy speculative run of one prompt ((arm, key, summary) of each run)
         against plain decoding of it."""
-        base = next((s for arm, _, s in done if not arm.drafter), None)
-        if base is None or not config.sampling.greedy or base.finish_reason == "cancelled":
+        plain = next((s for arm, _, s in done if not arm.drafter), None)
+        if plain is None or not config.sampling.greedy or plain.finish_reason == "cancelled":
             return
         for arm, key, s in done:
             if arm.drafter and s is not None and s.finish_reason != "cancelled":
-                self.message.emit(Checked(key, lossless.compare(self._target, s, base)))
+                self.message.emit(Checked(key, lossless.compare(self._target, s, plain)))
 
     def _costs_estimates(self, paths: list[str]) -> list[float]:
         """Seconds measuring each drafter's costs will take, about: timing every phase at three

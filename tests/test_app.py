@@ -56,24 +56,26 @@ def test_run_fills_every_pane(qtbot, window, dirs, tmp_path):
     setup(w, dirs)
     info = run_job(qtbot, w, w.start_run)
     assert info["ok"] and not info["cancelled"]
-    spec, base = w.session.shown_runs()
-    assert spec.method == "speculative" and base.method == "plain"
-    assert spec.done and base.done and len(spec.summary.tokens) == 12
+    speculative, plain = w.session.shown_runs()
+    assert speculative.method == "speculative" and plain.method == "plain"
+    assert speculative.done and plain.done and len(speculative.summary.tokens) == 12
     # text view: the prompt plus every committed token, with a tooltip per token
-    assert w.results.text.text.count == len(spec.tokens())
+    assert w.results.text.text.count == len(speculative.tokens())
     assert PROMPT in w.results.text.text.toPlainText()
     # draft grid: one row per round
-    assert len(w.results.drafts.grid.rounds) == spec.summary.rounds > 0
+    assert len(w.results.drafts.grid.rounds) == speculative.summary.rounds > 0
     bar = w.results.drafts.scroll.verticalScrollBar()
     assert bar.value() == bar.maximum()  # the newest round stays in view
     # plots: bars per draft position, histogram, both curves
-    assert len(w.results.plots.pos_bars.opts["height"]) == spec.block_size() == 4
-    assert sum(w.results.plots.hist_bars.opts["height"]) == spec.summary.rounds
+    assert len(w.results.plots.pos_bars.opts["height"]) == speculative.block_size() == 4
+    assert sum(w.results.plots.hist_bars.opts["height"]) == speculative.summary.rounds
     # tokens/sec over a moving window, from the round that reached 8 tokens on
-    assert list(w.results.plots.spec_curve.getData()[1]) == spec.curve()[1] and 0 < len(spec.curve()[1]) <= spec.summary.rounds
-    assert len(w.results.plots.base_curve.getData()[0]) == 12 - 8 + 1
+    curve = speculative.curve()[1]
+    assert list(w.results.plots.speculative_curve.getData()[1]) == curve
+    assert 0 < len(curve) <= speculative.summary.rounds
+    assert len(w.results.plots.plain_curve.getData()[0]) == 12 - 8 + 1
     # header strip
-    for key in ("spec", "base", "speedup", "tau", "ttft", "mem"):
+    for key in ("speculative", "plain", "speedup", "tau", "ttft", "mem"):
         assert w.results.header.values[key].text() not in ("", "–"), key
     assert w.results.header.values["same"].text() == "✓"  # greedy speculative == plain decoding
     # exports
@@ -99,10 +101,10 @@ def test_stop_ends_within_one_round(qtbot, window, dirs):
         seen = len(w.session.runs[0].rounds)
         w.stop()
     assert sig.args[0]["cancelled"]
-    spec = w.session.runs[0]
-    assert spec.summary.finish_reason == "cancelled"
-    assert len(spec.rounds) <= seen + 2  # the round in flight (+ one already queued to the GUI)
-    assert len(spec.summary.tokens) == len(spec.tokens()) > 0  # kept what it produced
+    speculative = w.session.runs[0]
+    assert speculative.summary.finish_reason == "cancelled"
+    assert len(speculative.rounds) <= seen + 2  # the round in flight (+ one already queued to the GUI)
+    assert len(speculative.summary.tokens) == len(speculative.tokens()) > 0  # kept what it produced
     assert [r.method for r in w.session.runs] == ["speculative"]  # the baseline was skipped
     assert w.actions.run_b.isEnabled()
 
@@ -165,8 +167,8 @@ def test_a_home_that_cannot_be_created_still_runs_and_says_the_run_was_not_kept(
     monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "a-file" / "home"))
     setup(w, dirs, max_tokens=6)
     assert run_job(qtbot, w, w.start_run)["ok"]
-    spec, base = w.session.shown_runs()
-    assert spec.done and base.done
+    speculative, plain = w.session.shown_runs()
+    assert speculative.done and plain.done
     assert "not kept in the history" in w.statusBar().currentMessage()
 
 

@@ -222,8 +222,9 @@ def test_a_run_saved_before_the_inspector_still_opens(qtbot, window, saved, tmp_
     old = tmp_path / "old.json"
     old.write_text(json.dumps(_without_inspector(json.loads(saved["files"]["run"].read_text()))))
     _replay(qtbot, w, old)
-    spec, _ = w.session.shown_runs()
-    assert [e.position for e in spec.rounds] == [e.position for e in events]  # from the prompt and the tokens made
+    speculative, _ = w.session.shown_runs()
+    # from the prompt and the tokens made
+    assert [e.position for e in speculative.rounds] == [e.position for e in events]
     row, k = _cells(events)["rejected"]
     s = _click(qtbot, w, row, k).story
     assert s.top == () and s.rank is None and s.verdict == "rejected"
@@ -271,12 +272,12 @@ def test_every_app_run_records_the_inspector_and_dspark_bench_never_computes_it(
     try:
         setup(w, dirs)
         assert run_job(qtbot, w, w.start_run)["ok"]
-        spec, base = w.session.shown_runs()
+        speculative, plain = w.session.shown_runs()
         tok = load_target(dirs["target"]).tokenizer
-        verified = [(e, t) for e, t in zip(spec.rounds, spec.top_text) if e.verify_width]
+        verified = [(e, t) for e, t in zip(speculative.rounds, speculative.top_text) if e.verify_width]
         assert verified and all(len(e.target_top) == len(e.draft_rank) == e.verify_width for e, _ in verified)
         assert all(t == tuple(tuple(tok.decode([i]) for i, _p in row) for row in e.target_top) for e, t in verified)
-        assert all(e.target_top is None for e in base.rounds)  # plain decoding has nothing to inspect
+        assert all(e.target_top is None for e in plain.rounds)  # plain decoding has nothing to inspect
     finally:
         w.close()
     target = load_target(dirs["target"])

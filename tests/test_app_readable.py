@@ -150,8 +150,8 @@ def test_exports_are_named_after_what_they_hold_and_the_history_keeps_the_newest
     w = window
     setup(w, dirs, max_tokens=6, prompt="def fibonacci(n):")
     assert run_job(qtbot, w, w.start_run)["ok"]
-    spec, base = w.session.shown_runs()
-    name = run_export.default_name([spec, base], False, "json")
+    speculative, plain = w.session.shown_runs()
+    name = run_export.default_name([speculative, plain], False, "json")
     assert name.endswith("-drafter-def-fibonacci-n.json") and name[:8].isdigit()
     folder = tmp_path / "runs"
     folder.mkdir()

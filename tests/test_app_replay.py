@@ -24,7 +24,7 @@ from dspark_studio.window.main_window import MainWindow  # noqa: E402
 from test_app_support import shown_window  # noqa: E402
 from test_app import LONG, dirs, run_job  # noqa: E402,F401  (dirs: the shared fixture)
 
-HEADER = ("spec", "base", "speedup", "tau", "rate", "ttft", "mem", "same")
+HEADER = ("speculative", "plain", "speedup", "tau", "rate", "ttft", "mem", "same")
 
 
 def test_events_round_trip_through_json():
@@ -57,13 +57,13 @@ def _wait(w, start) -> None:
 
 def _screen(w) -> dict:
     """What a person sees: the header, the text, the draft rows, the curves, the table."""
-    spec, _ = w.session.shown_runs()
+    speculative, _ = w.session.shown_runs()
     return {
         "header": {k: w.results.header.values[k].text() for k in HEADER},
         "headline": w.results.header.headline.text(),
         "text": w.results.text.text.toPlainText(),
         "draft_rows": [tuple(t) for t in w.results.drafts.grid.texts],
-        "spec_curve": list(w.results.plots.spec_curve.getData()[1]) if spec else [],
+        "speculative_curve": list(w.results.plots.speculative_curve.getData()[1]) if speculative else [],
         "table": [[w.results.compare.table.item(r, c).text() for c in range(w.results.compare.table.columnCount())]
                   for r in range(w.results.compare.table.rowCount())],
     }
@@ -209,5 +209,6 @@ def test_a_run_saved_before_replay_existed_still_replays(qtbot, fresh, saved, tm
     screen, then = _screen(w), saved["run"]["screen"]
     assert screen["header"] == {**then["header"], "same": "–"} and screen["text"] == then["text"]
     pieces = {t.id: t.text for r in w.session.runs for e in r.rounds for t in e.committed}
-    spec = w.session.shown_runs()[0]
-    assert [list(t) for t in w.results.drafts.grid.texts] == [[pieces.get(d, f"#{d}") for d in e.drafted] for e in spec.rounds]
+    speculative = w.session.shown_runs()[0]
+    assert [list(t) for t in w.results.drafts.grid.texts] == [[pieces.get(d, f"#{d}") for d in e.drafted]
+                                                               for e in speculative.rounds]

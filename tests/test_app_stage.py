@@ -76,13 +76,13 @@ def test_a_stopped_pooled_comparison_s_header_equals_the_figures_of_the_runs_it_
     view = s.view()
     header.show_view(view)
     kept = [r for r in s.comparison if r.prompt_index in (0, 1)]  # what the figures may pool: prompts 1 and 2
-    spec = [r for r in kept if r.label == "d1"]
-    pairs = [(r.rounds, b.rounds) for r in spec for b in kept
+    speculative_runs = [r for r in kept if r.label == "d1"]
+    pairs = [(r.rounds, b.rounds) for r in speculative_runs for b in kept
              if b.label == PLAIN_LABEL and b.prompt_index == r.prompt_index]
     ratio, compared = metrics.comparable_speedup(pairs)
-    tau = metrics.summarize(e for r in spec for e in r.rounds).tau
-    shown = {k: header.values[k].text() for k in ("spec", "base", "speedup", "tau", "same")}
-    assert shown == {"spec": f"{pooled(kept, 'd1'):.1f}", "base": f"{pooled(kept, PLAIN_LABEL):.1f}",
+    tau = metrics.summarize(e for r in speculative_runs for e in r.rounds).tau
+    shown = {k: header.values[k].text() for k in ("speculative", "plain", "speedup", "tau", "same")}
+    assert shown == {"speculative": f"{pooled(kept, 'd1'):.1f}", "plain": f"{pooled(kept, PLAIN_LABEL):.1f}",
                      "speedup": f"{ratio:.2f}×", "tau": f"{tau:.2f}", "same": "✓"}
     assert header.headline.text() == "d1 vs plain decoding · pooled over 2 of 3 prompts · stopped"
     assert "Pooled over the 2 prompts" in header.values["speedup"].toolTip()
@@ -145,9 +145,9 @@ def test_a_replay_after_a_replay_of_another_run_shows_that_run_s_text(qtbot, sav
         with qtbot.waitSignal(w.job_finished, timeout=30_000):
             assert w.open_replay([str(path)], "instant"), w.session.message
         w.refresh()
-        spec = next(r for r in json.loads(path.read_text())["runs"] if r["method"] == "speculative")
-        text = spec["prompt"] + "".join(t["text"] for ev in spec["events"] for t in ev["committed"])
+        speculative = next(r for r in json.loads(path.read_text())["runs"] if r["method"] == "speculative")
+        text = speculative["prompt"] + "".join(t["text"] for ev in speculative["events"] for t in ev["committed"])
         assert w.results.text.text.toPlainText() == text
-        assert len(w.results.drafts.grid.rounds) == len(spec["events"])
+        assert len(w.results.drafts.grid.rounds) == len(speculative["events"])
 
 

@@ -83,8 +83,8 @@ def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
     assert h.values["speedup"].text() == cell(1, "Speedup") and h.values["tau"].text() == cell(1, "τ")
     w.results.tabs.setCurrentWidget(w.results.run_split)  # the Run tab: drafter2's run of the last prompt
     assert h.headline.text() == "drafter2 vs plain decoding · prompt 2 of 2"
-    spec, _base = w.session.shown_runs()
-    assert spec.label == "drafter2" and h.values["tau"].text() == f"{spec.figures().tau:.2f}"
+    speculative, _plain = w.session.shown_runs()
+    assert speculative.label == "drafter2" and h.values["tau"].text() == f"{speculative.figures().tau:.2f}"
     # a one-prompt comparison: the header shows the selected drafter, not the last one run
     w.actions.all_prompts.setChecked(False)
     w.controls.drafters.setCurrentRow(0)
@@ -133,22 +133,22 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
         return r
 
     # plain decoding: 10 tok/s for its first 20 tokens, then much faster (its whole-run rate is 44 tok/s)
-    base = record(2, "plain", 200, lambda k: 10.0 if k <= 20 else k / (2 + (k - 20) / 100), 1)
-    spec = record(1, "speculative", 20, lambda k: 20.0, 4)  # EOS after 20 tokens
+    plain = record(2, "plain", 200, lambda k: 10.0 if k <= 20 else k / (2 + (k - 20) / 100), 1)
+    speculative = record(1, "speculative", 20, lambda k: 20.0, 4)  # EOS after 20 tokens
     h = HeaderStrip()
     qtbot.addWidget(h)
-    h.show_view(View(kind="run", tab="run", spec=spec, base=base, runs=(spec, base), prompts=1, comparison=(), rows=(),
-                     compare_prompts=0, focus=None, busy=False))
+    h.show_view(View(kind="run", tab="run", speculative=speculative, plain=plain, runs=(speculative, plain), prompts=1,
+                     comparison=(), rows=(), compare_prompts=0, focus=None, busy=False))
     assert h.values["speedup"].text() == "2.00×"  # 20 tok/s against 10 over the same 20 tokens (not 0.45×)
     assert "both measured over the first 20" in h.values["speedup"].toolTip()
     # the two tok/s shown are the two the speedup divides, and say so
-    assert (h.values["spec"].text(), h.values["base"].text()) == ("20.0", "10.0")
-    assert h.captions["base"].text() == "plain tok/s · first 20 tokens"
+    assert (h.values["speculative"].text(), h.values["plain"].text()) == ("20.0", "10.0")
+    assert h.captions["plain"].text() == "plain tok/s · first 20 tokens"
     short = record(3, "speculative", 2, lambda k: 20.0, 2)  # EOS after 2 tokens: too few to compare
-    h.show_view(View(kind="run", tab="run", spec=short, base=base, runs=(short, base), prompts=1, comparison=(),
-                     rows=(), compare_prompts=0, focus=None, busy=False))
+    h.show_view(View(kind="run", tab="run", speculative=short, plain=plain, runs=(short, plain), prompts=1,
+                     comparison=(), rows=(), compare_prompts=0, focus=None, busy=False))
     assert h.values["speedup"].text() == "–" and "too few to compare" in h.values["speedup"].toolTip()
-    assert h.captions["base"].text() == "plain tok/s"  # whole-run rates again
+    assert h.captions["plain"].text() == "plain tok/s"  # whole-run rates again
 
 
 def test_a_bad_drafter_comes_in_unticked_and_unselected_and_compare_skips_it(qtbot, window, dirs):

@@ -35,8 +35,8 @@ def test_token_tooltip_and_presentation_keys(qtbot, dirs, home):
     setup(w, dirs, max_tokens=6)
     run_job(qtbot, w, w.start_run)
     view = w.results.text.text
-    spec = w.session.shown_runs()[0]
-    first = spec.rounds[0].committed[0]
+    speculative = w.session.shown_runs()[0]
+    first = speculative.rounds[0].committed[0]
     cur = view.textCursor()
     cur.setPosition(len(PROMPT) + max(len(first.text) // 2, 0))
     rect = view.cursorRect(cur)
@@ -122,8 +122,8 @@ def test_a_published_format_drafter_runs_in_the_app(qtbot, dirs, home, tmp_path)
     w.add_drafter(str(zlab), select=True)
     info = run_job(qtbot, w, w.start_run)
     assert info["ok"], w.results.message.text()
-    spec, base = w.session.shown_runs()
-    assert spec.summary.tokens == base.summary.tokens and spec.block_size() == 7
+    speculative, plain = w.session.shown_runs()
+    assert speculative.summary.tokens == plain.summary.tokens and speculative.block_size() == 7
     item = w.controls.drafters.item(0)
     assert "zlab-dflash drafter, 7 drafts per round" in item.toolTip()
     w.close()

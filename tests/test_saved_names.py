@@ -60,9 +60,10 @@ def test_a_run_saved_with_method_baseline_reads_as_plain_decoding(tmp_path):
     assert rec_old.runs == rec_new.runs
     from dspark_studio.state.runs import PLAIN_LABEL, speedup
 
-    assert view_old.base is not None and view_old.base.label == PLAIN_LABEL and view_old.base.method == "plain"
-    assert view_old.base.summary == view_new.base.summary and view_old.spec.summary == view_new.spec.summary
-    assert speedup(view_old.spec, view_old.base) == speedup(view_new.spec, view_new.base)
+    assert view_old.plain is not None and view_old.plain.label == PLAIN_LABEL and view_old.plain.method == "plain"
+    assert view_old.plain.summary == view_new.plain.summary
+    assert view_old.speculative.summary == view_new.speculative.summary
+    assert speedup(view_old.speculative, view_old.plain) == speedup(view_new.speculative, view_new.plain)
 
 
 def test_generate_baseline_is_still_generate_plain():

@@ -29,20 +29,22 @@ def summary(method: str, tokens: list[int], rounds: int, tps: float) -> Summary:
                    total_seconds=1.0, finish_reason="length")
 
 
-def play(s: Session, job, prompt_index=0, key0=1, tokens=tuple(range(10, 22)), spec_tps=150.0, base_tps=100.0):
-    """A speculative run (rounds of 4 tokens at ``spec_tps``) and plain decoding of one prompt."""
+def play(s: Session, job, prompt_index=0, key0=1, tokens=tuple(range(10, 22)), speculative_tps=150.0, plain_tps=100.0):
+    """A speculative run (rounds of 4 tokens at ``speculative_tps``) and plain decoding of one prompt."""
     tokens = list(tokens)
     s.apply(RunStarted(job=job.id, key=key0, label="d1", method="speculative", drafter="/d1", prompt="p",
                        prompt_index=prompt_index, config={}))
     for i in range(0, len(tokens), 4):
         n = min(i + 4, len(tokens))
-        s.apply(RoundDone(key0, event(i // 4, 3, 3, tokens[i:n], generated=n, seconds=n / spec_tps), ("a", "b", "c")))
-    s.apply(RunDone(key0, summary("speculative", tokens, (len(tokens) + 3) // 4, spec_tps)))
+        made = event(i // 4, 3, 3, tokens[i:n], generated=n, seconds=n / speculative_tps)
+        s.apply(RoundDone(key0, made, ("a", "b", "c")))
+    s.apply(RunDone(key0, summary("speculative", tokens, (len(tokens) + 3) // 4, speculative_tps)))
     s.apply(RunStarted(job=job.id, key=key0 + 1, label=PLAIN_LABEL, method="plain", drafter=None, prompt="p",
                        prompt_index=prompt_index, config={}))
     for i, t in enumerate(tokens):
-        s.apply(RoundDone(key0 + 1, event(i, 0, 0, [t], Source.TARGET, generated=i + 1, seconds=(i + 1) / base_tps), ()))
-    s.apply(RunDone(key0 + 1, summary("plain", tokens, len(tokens), base_tps)))
+        made = event(i, 0, 0, [t], Source.TARGET, generated=i + 1, seconds=(i + 1) / plain_tps)
+        s.apply(RoundDone(key0 + 1, made, ()))
+    s.apply(RunDone(key0 + 1, summary("plain", tokens, len(tokens), plain_tps)))
     s.apply(Checked(key0, Verdict(True)))
 
 
@@ -54,8 +56,8 @@ def test_a_run_job_fills_the_view():
     s.apply(JobDone(job.id, True, False))
     v = s.view()
     assert not v.busy and v.kind == "run" and v.rows == ()
-    assert v.spec.label == "d1" and v.base.method == "plain"
-    f = v.spec.figures()
+    assert v.speculative.label == "d1" and v.plain.method == "plain"
+    f = v.speculative.figures()
     assert (f.rounds, f.tokens, f.tau, f.acceptance_rate) == (3, 12, 4.0, 1.0)
 
 
@@ -70,7 +72,7 @@ def test_messages_of_an_older_job_are_ignored_and_results_survive_a_failed_start
                                   prompt_index=0, config={}))  # stale
     s.apply(JobDone(second.id, False, False))  # failed before any run started
     v = s.view()
-    assert v.kind == "run" and v.spec.key == 1 and s.version > version  # the first job's runs stay shown
+    assert v.kind == "run" and v.speculative.key == 1 and s.version > version  # the first job's runs stay shown
 
 
 def test_compare_rows_pool_prompts_and_check_identity():
@@ -106,9 +108,9 @@ def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
     s.apply(RoundDone(9, event(0, 1, 3, [5, 6]), ("a", "b", "c")))
     s.apply(JobDone(job.id, True, False))
     v = s.view()
-    assert v.focus == "d1" and v.spec.label == "d1"  # the drafter asked for, not the last one run
+    assert v.focus == "d1" and v.speculative.label == "d1"  # the drafter asked for, not the last one run
     s.set_focus("d2")
-    assert s.view().spec.label == "d2"
+    assert s.view().speculative.label == "d2"
     compared = s.view().comparison
     run = s.new_job("run", "/t", ["p"], ARMS, config={})
     play(s, run, key0=20)
@@ -138,8 +140,8 @@ def test_a_sampled_comparison_compares_each_prompt_over_the_tokens_both_runs_mad
     s.apply(JobDone(job.id, True, False))
     row = s.view().row("d1")
     assert not row["same_length"] and row["compared_tokens"] == 12
-    (spec, base) = row["compared_rates"]
-    assert abs(spec - 40.0) < 1e-9 and abs(base - 20.0) < 1e-9 and abs(row["speedup"] - 2.0) < 1e-9
+    (speculative, plain) = row["compared_rates"]
+    assert abs(speculative - 40.0) < 1e-9 and abs(plain - 20.0) < 1e-9 and abs(row["speedup"] - 2.0) < 1e-9
     assert row["tokens_per_sec"] == 40.0  # the table's whole-run rate is still there
 
 

@@ -54,7 +54,7 @@ def comparison_to_bench(runs: list[Run], target: str | None, prompts: int, *,
     done = [r for r in runs if r.prompt_index in complete and r.summary.tokens_per_sec > 0]
     if not done:
         raise DsparkError("nothing to save yet: no prompt of the comparison has finished")
-    bases = {r.prompt_index: r for r in done if r.method == "plain"}
+    plain_by_prompt = {r.prompt_index: r for r in done if r.method == "plain"}
     costs = costs or {}
     trials = []
     for r in done:
@@ -64,10 +64,11 @@ def comparison_to_bench(runs: list[Run], target: str | None, prompts: int, *,
         policy = str(r.config.get("policy", "fixed"))
         # what report.derive reads of a dspark.costs.Costs, from its dict (no MLX here)
         c = SimpleNamespace(**costs[r.drafter]) if r.drafter in costs else None
-        base = bases.get(r.prompt_index)
-        t = report.derive(_trial(r, f"{r.label} {policy}", policy), _trial(base, report.PLAIN, None) if base else None, c)
-        if base is not None:
-            ratio, compared = speedup(r, base)
+        plain = plain_by_prompt.get(r.prompt_index)
+        plain_trial = _trial(plain, report.PLAIN, None) if plain else None
+        t = report.derive(_trial(r, f"{r.label} {policy}", policy), plain_trial, c)
+        if plain is not None:
+            ratio, compared = speedup(r, plain)
             t["speedup"] = ratio if compared >= MIN_COMPARED else None
             if t.get("limit") and t["speedup"]:
                 t["efficiency"] = t["speedup"] / t["limit"]

@@ -250,7 +250,7 @@ def export_rejections(session: Session, folder: str) -> list[Path]:
     """The Rejections tab's two views as CSV into ``folder`` (``write_rejections``): the
     last job's run, or every drafter of its comparison, as the tab draws them."""
     view = session.view()
-    groups = inspector.drafter_runs(view.runs, view.kind, view.spec)
+    groups = inspector.drafter_runs(view.runs, view.kind, view.speculative)
     if not groups:
         session.fail("nothing to export yet: run first (the Rejections tab describes the last run or comparison)")
         return []

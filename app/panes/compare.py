@@ -48,14 +48,14 @@ TIP_TPS_POOLED = TIP_TPS + "\nEach drafter's prompts are drawn back to back: one
 
 def format_cell(key: str, row: dict) -> str:
     v = row.get(key)
-    is_base = row["label"] == PLAIN_LABEL
+    is_plain = row["label"] == PLAIN_LABEL
     if key == "label":
         return v
     if key == "runs":
         if row.get("runs_text"):  # a benchmark's arm: prompts × repeats
             return row["runs_text"]
         return f"{row['finished']}/{row['planned']}" + (" · stopped" if row.get("stopped") else "")
-    if key in ("tau", "acceptance_rate", "per_position_acceptance") and is_base:
+    if key in ("tau", "acceptance_rate", "per_position_acceptance") and is_plain:
         return "–"
     if key == "tau":
         return f"{v:.2f}"
@@ -238,7 +238,7 @@ def arm_styles(t: Theme, rows: list[dict]) -> tuple[dict[str, tuple[str, str]], 
     one line style per verify policy, so a benchmark's arms of one drafter share its colour
     in the table, in every plot and in every export; plain decoding grey and dashed."""
     colours = drafter_colours(t, [drafter_name(r) for r in rows if r["label"] != PLAIN_LABEL])
-    return ({r["label"]: (t.base, "dash") if r["label"] == PLAIN_LABEL else
+    return ({r["label"]: (t.plain, "dash") if r["label"] == PLAIN_LABEL else
              (colours[drafter_name(r)], policy_style(r.get("policy"))) for r in rows}, colours)
 
 

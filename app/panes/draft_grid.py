@@ -324,12 +324,13 @@ class DraftPane(QWidget):
         return {"draft_rows": self}
 
     def show_view(self, view: View) -> None:
-        spec = view.spec
-        if (spec is None or self.run is None or spec.serial != self.run.serial) and self.grid.selected is not None:
+        speculative = view.speculative
+        another = speculative is None or self.run is None or speculative.serial != self.run.serial
+        if another and self.grid.selected is not None:
             self.grid.selected = None  # another run: its cells tell their own stories
             self.told.emit(None)
-        self.run = spec
-        self.set_rounds(spec.rounds if spec else [], spec.drafted_text if spec else [])
+        self.run = speculative
+        self.set_rounds(speculative.rounds if speculative else [], speculative.drafted_text if speculative else [])
 
     def _tell(self, row: int, col: int) -> None:
         """A cell was chosen: its story told, and the cell kept in view (once the story's panel

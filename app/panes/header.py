@@ -23,8 +23,9 @@ SPEEDUP_TIP = (
     "the same tokens, so N is the whole output. Fewer than {min} tokens in common: not shown."
 ).format(min=MIN_COMPARED)
 FIELDS = [
-    ("spec", "speculative tok/s", "Decode tokens/sec of the speculative run (tokens / seconds after the prompt)."),
-    ("base", "plain tok/s", "Decode tokens/sec of plain mlx-lm decoding, same prompt, same loaded target."),
+    ("speculative", "speculative tok/s",
+     "Decode tokens/sec of the speculative run (tokens / seconds after the prompt)."),
+    ("plain", "plain tok/s", "Decode tokens/sec of plain mlx-lm decoding, same prompt, same loaded target."),
     ("speedup", "speedup", SPEEDUP_TIP),
     ("tau", "τ (accept length)", "Mean acceptance length: committed tokens per round, the target's\n"
                                  "correction or bonus token included (a round accepting nothing counts 1)."),
@@ -137,63 +138,64 @@ class HeaderStrip(QFrame):
         self._say_busy(busy)
         for key, caption, _tip in FIELDS:
             self.values[key].setText(values.get(key) or "–")
-            self.captions[key].setText(f"{caption} · {basis}" if basis and key in ("spec", "base") else caption)
+            both_rates = basis and key in ("speculative", "plain")
+            self.captions[key].setText(f"{caption} · {basis}" if both_rates else caption)
         self.values["speedup"].setToolTip(SPEEDUP_TIP + ("\n\n" + speedup_tip if speedup_tip else ""))
 
     def _show_run(self, view: View) -> None:
-        spec, base = view.spec, view.base
-        spec_tps = spec.tokens_per_sec() if spec and spec.rounds else 0.0
-        base_tps = base.tokens_per_sec() if base and base.rounds else 0.0
-        shown = spec if spec is not None else base
+        speculative, plain = view.speculative, view.plain
+        speculative_tps = speculative.tokens_per_sec() if speculative and speculative.rounds else 0.0
+        plain_tps = plain.tokens_per_sec() if plain and plain.rounds else 0.0
+        shown = speculative if speculative is not None else plain
         where = f" · prompt {shown.prompt_index + 1} of {view.prompts}" if shown and view.prompts > 1 else ""
-        if spec is not None:
-            headline = f"{spec.label} vs plain decoding{where}"
+        if speculative is not None:
+            headline = f"{speculative.label} vs plain decoding{where}"
         else:
-            headline = f"plain decoding only{where}" if base is not None else "Run: the figures of a run appear here"
-        ratio, compared = speedup(spec, base)
+            headline = f"plain decoding only{where}" if plain is not None else "Run: the figures of a run appear here"
+        ratio, compared = speedup(speculative, plain)
         basis = ""
-        if ratio and len(spec.summary.tokens) != len(base.summary.tokens):  # e.g. one met EOS early
-            spec_tps, base_tps = compared_rates(spec, base)
+        if ratio and len(speculative.summary.tokens) != len(plain.summary.tokens):  # e.g. one met EOS early
+            speculative_tps, plain_tps = compared_rates(speculative, plain)
             basis = f"first {compared} tokens"
-        f = spec.figures() if spec and spec.rounds else None
-        first = spec if spec is not None else base
+        f = speculative.figures() if speculative and speculative.rounds else None
+        first = speculative if speculative is not None else plain
         mem = first.summary.peak_memory_bytes if first and first.done else 0
-        verdict = spec.verdict if spec is not None else None
+        verdict = speculative.verdict if speculative is not None else None
         self._show({
-            "spec": f"{spec_tps:.1f}" if spec_tps else "",
-            "base": f"{base_tps:.1f}" if base_tps else "",
+            "speculative": f"{speculative_tps:.1f}" if speculative_tps else "",
+            "plain": f"{plain_tps:.1f}" if plain_tps else "",
             "speedup": f"{ratio:.2f}×" if ratio else "",
             "tau": f"{f.tau:.2f}" if f else "",
             "rate": f"{f.acceptance_rate:.0%}" if f else "",
             "ttft": f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "",
             "mem": f"{mem / 2**20:.0f} MB" if mem else "",
             "same": same_as_plain([verdict]) or "",
-        }, headline, speedup_tip=_compared_note(compared, spec, base), basis=basis,
-            busy=busy_note(machine([r for r in (spec, base) if r is not None])))
+        }, headline, speedup_tip=_compared_note(compared, speculative, plain), basis=basis,
+            busy=busy_note(machine([r for r in (speculative, plain) if r is not None])))
         self.values["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
 
     def _show_comparison(self, view: View) -> None:
-        row, base = view.row(view.focus), view.row(PLAIN_LABEL)
+        row, plain = view.row(view.focus), view.row(PLAIN_LABEL)
         n = view.compare_prompts
         if row is not None and view.bench is not None:
             headline = f"{row['label']} vs plain mlx-lm decoding · dspark bench: medians over {row['runs_text']} trials"
         elif row is not None:
             headline = f"{row['label']} vs plain decoding · {coverage(row, view.busy)}"
-        elif base is not None:
-            headline = f"plain decoding only · {coverage(base, view.busy)}"
+        elif plain is not None:
+            headline = f"plain decoding only · {coverage(plain, view.busy)}"
         else:
             headline = "Compare: the figures of the drafter selected in the table appear here"
         r = row or {}
         ttft, mem = r.get("ttft_seconds"), r.get("peak_memory_bytes")
-        spec_tps = r.get("tokens_per_sec") or 0.0
-        base_tps = base.get("tokens_per_sec") or 0.0 if base else 0.0
+        speculative_tps = r.get("tokens_per_sec") or 0.0
+        plain_tps = plain.get("tokens_per_sec") or 0.0 if plain else 0.0
         basis = ""
         if r.get("speedup") and not r.get("same_length", True):  # sampled runs of different lengths
-            spec_tps, base_tps = r["compared_rates"]
+            speculative_tps, plain_tps = r["compared_rates"]
             basis = f"{r['compared_tokens']} tokens compared"
         self._show({
-            "spec": f"{spec_tps:.1f}" if spec_tps else "",
-            "base": f"{base_tps:.1f}" if base_tps else "",
+            "speculative": f"{speculative_tps:.1f}" if speculative_tps else "",
+            "plain": f"{plain_tps:.1f}" if plain_tps else "",
             "speedup": f"{r['speedup']:.2f}×" if r.get("speedup") else "",
             "tau": f"{r['tau']:.2f}" if r.get("rounds") else "",
             "rate": f"{r['acceptance_rate']:.0%}" if r.get("rounds") else "",
@@ -201,7 +203,7 @@ class HeaderStrip(QFrame):
             "mem": f"{mem / 2**20:.0f} MB" if mem else "",
             "same": r.get("identical") or "",
         }, headline, speedup_tip=_pooled_note(view, r, n) if row is not None else "", basis=basis,
-            busy=busy_note((row or base or {}).get("machine")))
+            busy=busy_note((row or plain or {}).get("machine")))
         self.values["same"].setToolTip(SAME_TIP)
 
 
@@ -228,12 +230,12 @@ def _pooled_note(view: View, row: dict, n: int) -> str:
             f"{row.get('compared_tokens', 0)} tokens compared.")
 
 
-def _compared_note(compared: int, spec, base) -> str:
+def _compared_note(compared: int, speculative, plain) -> str:
     if not compared:
         return ""
     if compared < MIN_COMPARED:
         return f"This run: only {compared} tokens in common (one run stopped at EOS): too few to compare."
-    lengths = (len(spec.summary.tokens), len(base.summary.tokens))
+    lengths = (len(speculative.summary.tokens), len(plain.summary.tokens))
     if lengths[0] == lengths[1]:
         return f"This run: both made {compared} tokens."
     return (f"This run: speculative made {lengths[0]} tokens, plain decoding {lengths[1]}; "

@@ -165,8 +165,8 @@ def draw_costs(w: pg.PlotWidget, costs: dict, t: Theme, colours: dict[str, str] 
         top, width = max(top, max(v), float(c["draft_ms"])), max(width, len(v))
     if costs:
         step = float(next(iter(costs.values()))["step_ms"])
-        w.addItem(pg.InfiniteLine(pos=step, angle=0, pen=pen(t.base, "solid", 2)))
-        keys.append((t.base, f"plain step {step:.1f} ms", "solid"))
+        w.addItem(pg.InfiniteLine(pos=step, angle=0, pen=pen(t.plain, "solid", 2)))
+        keys.append((t.plain, f"plain step {step:.1f} ms", "solid"))
         w.setYRange(0, max(top, step) * 1.15, padding=0)
         w.setXRange(-0.4, width - 0.6, padding=0)
         integer_ticks(w, range(width))
@@ -241,8 +241,8 @@ class PlotsPane(QWidget):
         self.hist.addItem(self.hist_bars)
         self.tps = make_plot("Decode tok/s", "tok/s", "seconds of decoding")
         self.tps.setToolTip(TIP_TPS)
-        self.spec_curve = self.tps.plot([], [])
-        self.base_curve = self.tps.plot([], [])
+        self.speculative_curve = self.tps.plot([], [])
+        self.plain_curve = self.tps.plot([], [])
         self.boxes = {
             "position": PlotBox(self.position, "per draft position, after a speculative run"),
             "hist": PlotBox(self.hist, "rounds by accepted drafts, after a speculative run"),
@@ -262,19 +262,19 @@ class PlotsPane(QWidget):
         self.theme = t
         for w in self.plots().values():
             style_plot(w, t)
-        fit_title(self.tps, t, "Decode tok/s", [(t.spec, "speculative", "solid"), (t.base, "plain", "dash")])
+        fit_title(self.tps, t, "Decode tok/s", [(t.speculative, "speculative", "solid"), (t.plain, "plain", "dash")])
         self.pos_bars.setOpts(brush=t.accepted, pen=pg.mkPen(t.fg, width=0.5))
         self.hist_bars.setOpts(brush=t.bonus, pen=pg.mkPen(t.fg, width=0.5))
-        self.spec_curve.setPen(pen(t.spec, "solid", 2.5))
-        self.base_curve.setPen(pen(t.base, "dash", 2.5))
+        self.speculative_curve.setPen(pen(t.speculative, "solid", 2.5))
+        self.plain_curve.setPen(pen(t.plain, "dash", 2.5))
 
     def show_view(self, view: View) -> None:
         """Redraw from the speculative run and the plain run (either may be None)."""
-        spec, base = view.spec, view.base
+        speculative, plain = view.speculative, view.plain
         t = self.theme
-        has_spec = spec is not None and bool(spec.rounds)
-        if has_spec:
-            f = spec.figures()
+        has_speculative = speculative is not None and bool(speculative.rounds)
+        if has_speculative:
+            f = speculative.figures()
             rates = f.per_position_acceptance
             self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1, dtype=float), height=np.array(rates, float))
             self.position.setXRange(0.4, max(len(rates), 1) + 0.6, padding=0)
@@ -290,10 +290,10 @@ class PlotsPane(QWidget):
             self.pos_bars.setOpts(x=[], height=[])
             self.hist_bars.setOpts(x=[], height=[])
             fit_title(self.hist, t, "Accepted length")  # no τ over empty axes
-        self.boxes["position"].set_empty(not has_spec)
-        self.boxes["hist"].set_empty(not has_spec)
+        self.boxes["position"].set_empty(not has_speculative)
+        self.boxes["hist"].set_empty(not has_speculative)
         curves = []
-        for run, curve in ((spec, self.spec_curve), (base, self.base_curve)):
+        for run, curve in ((speculative, self.speculative_curve), (plain, self.plain_curve)):
             x, y = run.curve() if run is not None and run.rounds else ([], [])
             curve.setData(np.array(x, float), np.array(y, float))
             curves.append(y)

@@ -78,7 +78,7 @@ class RejectionsPane(QWidget):
     def show_view(self, view: View) -> None:
         """The views of the last job: its run, or every drafter of its comparison. Drawn only on
         screen (a run's rounds arrive 25 times a second), computed whenever they changed."""
-        groups = drafter_runs(view.runs, view.kind, view.spec)
+        groups = drafter_runs(view.runs, view.kind, view.speculative)
         key = tuple((label, tuple((r.serial, len(r.rounds)) for r in rs)) for label, rs in groups.items())
         if key != self._computed:
             self._computed = key

@@ -99,7 +99,7 @@ class TextPane(QWidget):
     def show_view(self, view: View) -> None:
         """Show the speculative run (else plain decoding), appending only its new rounds; another
         run (a replay's keys start again at 1) is drawn from its prompt on."""
-        shown = view.spec if view.spec is not None else view.base
+        shown = view.speculative if view.speculative is not None else view.plain
         self.setProperty("empty", shown is None)  # nothing for a PNG export to save
         if shown is None or shown.serial != self._serial or len(shown.rounds) < self._rounds:
             self._serial, self._rounds = (shown.serial if shown else None), 0

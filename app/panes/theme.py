@@ -27,8 +27,8 @@ class Theme:
     discarded: str  # verified after the first rejection: scored, thrown away
     unverified: str
     cell_fg: str
-    spec: str  # speculative curve
-    base: str  # plain decoding curve
+    speculative: str  # speculative curve
+    plain: str  # plain decoding curve
     series: tuple[str, ...]  # comparison curves, one per drafter
 
 
@@ -38,7 +38,7 @@ NORMAL = Theme(
     accent="#2f6fdb", error="#b3261e",
     accepted="#b9e6c3", correction="#ffd3a6", bonus="#b8d4ff",
     rejected="#e8575a", discarded="#f2b8b9", unverified="#d9dce1", cell_fg="#111111",
-    spec="#0072b2", base="#7a7f8a",
+    speculative="#0072b2", plain="#7a7f8a",
     series=("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9"),
 )
 
@@ -48,7 +48,7 @@ PRESENTATION = Theme(
     accent="#4dabf7", error="#ff6b6b",
     accepted="#1f8f3a", correction="#c25e00", bonus="#1c5fc9",
     rejected="#e03131", discarded="#6b2323", unverified="#3a3a3a", cell_fg="#ffffff",
-    spec="#56b4e9", base="#e9ecef",
+    speculative="#56b4e9", plain="#e9ecef",
     series=("#56b4e9", "#e69f00", "#2fd6a0", "#f0e442", "#e08fc0", "#ff7a3d"),
 )
 

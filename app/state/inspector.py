@@ -141,13 +141,13 @@ def _unverified(run: Run, r) -> str:
 
 
 # --------------------------------------------------------------------------- the two views' data
-def drafter_runs(runs, kind: str, spec: Run | None) -> dict[str, list[Run]]:
+def drafter_runs(runs, kind: str, speculative: Run | None) -> dict[str, list[Run]]:
     """The runs each view describes, by drafter label in the order they first ran: after a
     comparison (``kind`` "compare") every drafter's runs of the prompts every arm finished
     (``runs.complete_prompts``, as the comparison's table pools them; before any prompt finished,
     every run so far); else the run the Run tab shows."""
     if kind != "compare":
-        return {spec.label: [spec]} if spec is not None and spec.rounds else {}
+        return {speculative.label: [speculative]} if speculative is not None and speculative.rounds else {}
     runs = list(runs)
     complete = set(complete_prompts(runs))
     out: dict[str, list[Run]] = {}

@@ -172,19 +172,19 @@ def same_as_plain(verdicts: list[Verdict | None]) -> str | None:
     return verdicts[0].label() if len(verdicts) == 1 else f"≈ {ties} tie{'s' * (ties > 1)}"
 
 
-def speedup(spec: Run | None, base: Run | None) -> tuple[float, int]:
+def speedup(speculative: Run | None, plain: Run | None) -> tuple[float, int]:
     """A finished speculative run against plain decoding of its prompt, over comparable work
     (``dspark.metrics.comparable_speedup``): (speedup, tokens compared); (0.0, 0) when either
     is missing or unfinished, (0.0, n) when n < MIN_COMPARED tokens could be compared."""
-    if spec is None or base is None or not (spec.done and base.done):
+    if speculative is None or plain is None or not (speculative.done and plain.done):
         return 0.0, 0
-    ratio, compared = metrics.comparable_speedup([(spec.rounds, base.rounds)])
+    ratio, compared = metrics.comparable_speedup([(speculative.rounds, plain.rounds)])
     return (ratio if compared >= MIN_COMPARED else 0.0), compared
 
 
-def compared_rates(spec: Run, base: Run) -> tuple[float, float]:
+def compared_rates(speculative: Run, plain: Run) -> tuple[float, float]:
     """The two tokens/sec ``speedup`` divides (``dspark.metrics.comparable_rates``)."""
-    s, b, _n = metrics.comparable_rates([(spec.rounds, base.rounds)])
+    s, b, _n = metrics.comparable_rates([(speculative.rounds, plain.rounds)])
     return s, b
 
 
@@ -215,20 +215,20 @@ def compare_rows(runs: list[Run], planned: int | None = None) -> list[dict]:
         labels.setdefault(r.label, []).append(r)
     coverage = {"planned": planned or len({r.prompt_index for r in runs}), "finished": len(complete),
                 "stopped": sum(r.stopped for r in runs), "partial": not complete, "machine": machine(pooled)}
-    bases = {r.prompt_index: r for r in labels.get(PLAIN_LABEL, []) if r.done}
-    return [_row(label, rs, bases, coverage) for label, rs in labels.items()]
+    plain_by_prompt = {r.prompt_index: r for r in labels.get(PLAIN_LABEL, []) if r.done}
+    return [_row(label, rs, plain_by_prompt, coverage) for label, rs in labels.items()]
 
 
-def _row(label: str, rs: list[Run], bases: dict[int, Run], coverage: dict) -> dict:
+def _row(label: str, rs: list[Run], plain_by_prompt: dict[int, Run], coverage: dict) -> dict:
     f = metrics.summarize(e for r in rs for e in r.rounds)
-    spec_rate = base_rate = 0.0
+    speculative_rate = plain_rate = 0.0
     same_length = True
     if label == PLAIN_LABEL:
-        speed, compared = (1.0, f.tokens) if bases else (0.0, 0)
+        speed, compared = (1.0, f.tokens) if plain_by_prompt else (0.0, 0)
     else:
-        paired = [(r, bases[r.prompt_index]) for r in rs if r.done and r.prompt_index in bases]
-        spec_rate, base_rate, compared = metrics.comparable_rates([(r.rounds, b.rounds) for r, b in paired])
-        speed = metrics.speedup(spec_rate, base_rate) if compared >= MIN_COMPARED else 0.0
+        paired = [(r, plain_by_prompt[r.prompt_index]) for r in rs if r.done and r.prompt_index in plain_by_prompt]
+        speculative_rate, plain_rate, compared = metrics.comparable_rates([(r.rounds, b.rounds) for r, b in paired])
+        speed = metrics.speedup(speculative_rate, plain_rate) if compared >= MIN_COMPARED else 0.0
         same_length = all(len(r.summary.tokens) == len(b.summary.tokens) for r, b in paired)
     return {
         "label": label,
@@ -247,7 +247,7 @@ def _row(label: str, rs: list[Run], bases: dict[int, Run], coverage: dict) -> di
         "compared_tokens": compared,
         # the rates the speedup divides; they differ from tokens_per_sec when some prompt's
         # two runs made different numbers of tokens (sampling, EOS): then same_length is False
-        "compared_rates": [spec_rate, base_rate],
+        "compared_rates": [speculative_rate, plain_rate],
         "same_length": same_length,
         "identical": same_as_plain([r.verdict for r in rs]) if label != PLAIN_LABEL else None,
         "ttft_seconds": _mean([r.summary.ttft_seconds for r in rs if r.done]),

@@ -33,8 +33,8 @@ class View:
 
     kind: str  # the kind of the job whose runs the Run tab shows: "run" or "compare" ("" before any)
     tab: str  # the tab on screen (RUN_TAB, COMPARE_TAB or REJECTIONS_TAB): the header describes it
-    spec: Run | None  # the speculative run the Run tab shows
-    base: Run | None  # plain decoding of the same prompt
+    speculative: Run | None  # the speculative run the Run tab shows
+    plain: Run | None  # plain decoding of the same prompt
     runs: tuple[Run, ...]  # every run of the last job, in order
     prompts: int  # prompts of the last job
     comparison: tuple[Run, ...]  # every run of the last comparison
@@ -305,30 +305,30 @@ class Session:
     def shown_runs(self) -> tuple[Run | None, Run | None]:
         """The speculative run the Run tab shows, and plain decoding of its prompt: the latest
         run of the last job; after a comparison, the latest run of its focused drafter."""
-        specs = [r for r in self.runs if r.method == "speculative"]
+        speculative_runs = [r for r in self.runs if r.method == "speculative"]
         if self.shown_kind == "compare":
             label = self.focused_label()
-            specs = [r for r in specs if r.label == label] or specs
-        spec = specs[-1] if specs else None
-        bases = [r for r in self.runs if r.method == "plain"]
-        if spec is not None:
-            base = next((r for r in bases if r.prompt_index == spec.prompt_index), None)
+            speculative_runs = [r for r in speculative_runs if r.label == label] or speculative_runs
+        speculative = speculative_runs[-1] if speculative_runs else None
+        plain_runs = [r for r in self.runs if r.method == "plain"]
+        if speculative is not None:
+            plain = next((r for r in plain_runs if r.prompt_index == speculative.prompt_index), None)
         else:
-            base = bases[-1] if bases else None
-        return spec, base
+            plain = plain_runs[-1] if plain_runs else None
+        return speculative, plain
 
     def view(self) -> View:
         """One snapshot of everything shown: every pane of one redraw draws the same rounds,
         however many of the worker's messages arrive while it draws."""
         shot = {id(r): r.snapshot() for r in self.runs + self.comparison}
-        spec, base = (shot[id(r)] if r is not None else None for r in self.shown_runs())
+        speculative, plain = (shot[id(r)] if r is not None else None for r in self.shown_runs())
         comparison = tuple(shot[id(r)] for r in self.comparison)
         if self.bench is not None:
             rows, costs = tuple(bench_rows(self.bench)), bench_costs(self.bench)
         else:
             rows = tuple(compare_rows(list(comparison), self.compare_prompts)) if comparison else ()
             costs = {Path(p).name: c for p, c in self.costs.items()}
-        return View(kind=self.shown_kind, tab=self.tab, spec=spec, base=base,
+        return View(kind=self.shown_kind, tab=self.tab, speculative=speculative, plain=plain,
                     runs=tuple(shot[id(r)] for r in self.runs), prompts=self.prompt_count, comparison=comparison, rows=rows, compare_prompts=self.compare_prompts,
                     focus=self.focused_label(), busy=self.busy, replay=self.replay, bench=self.bench, costs=costs,
                     message=self.message, caption=self.caption, compare_replay=self.compare_replay,
