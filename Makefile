@@ -20,7 +20,7 @@ PYTHON ?= $(shell for c in python3.12 python3.13 $$HOME/.pyenv/versions/3.12*/bi
 
 PEERS := .venv-peers
 
-.PHONY: run test setup peers demo bundle clean system-packages
+.PHONY: run test lint setup peers demo bundle clean system-packages
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python >= 3.12 not found: install python3.12 or python3.13"; exit 1; }
@@ -69,9 +69,16 @@ run: setup
 # Two workers (pytest-xdist), a test module to each at a time, so that a module's fixtures are built
 # once: most tests drive tiny models from Python on one core. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-test: setup peers
+test: setup peers lint
 	QT_QPA_PLATFORM=offscreen PYTHONFAULTHANDLER=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider \
 	  -n $(TEST_WORKERS) --dist loadscope --durations=15 $(ARGS)
+
+# ruff's formatter and its rules (pyproject.toml, [tool.ruff]) over the whole tree, before the
+# tests: a line out of form is found in a second rather than after the suite. `ruff format .`
+# and `ruff check --fix .` in .venv mend most of what it finds.
+lint: setup
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
 
 demo: setup
 	$(VENV)/bin/dspark make-demo $(ARGS)

@@ -116,7 +116,7 @@ def checked_device(app, *, ask=None, gpu: bool | None = None):
     GPU in tests. Returns the applied :class:`dspark.device.DeviceCheck`."""
     import threading  # noqa: PLC0415 (light: --help and --check-device load no threading)
 
-    from PySide6.QtCore import QEventLoop, QTimer, Qt  # noqa: PLC0415 (slow: Qt, not for --help or --check-device)
+    from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: PLC0415 (slow: Qt, not for --help or --check-device)
     from PySide6.QtWidgets import QLabel  # noqa: PLC0415 (slow: Qt, not for --help or --check-device)
 
     from dspark import device  # noqa: PLC0415 (ordered: dspark after main applies --device)
@@ -216,8 +216,8 @@ def recorded_drafters(paths: list[str]) -> list[str]:
     """The drafter directories saved runs ran (files that are not runs are said when opened)."""
     from dspark.errors import DsparkError  # noqa: PLC0415 (ordered: dspark after main applies --device)
 
-    from .state.playlist import Playlist  # noqa: PLC0415 (slow: dataclasses, off the --help path)
     from .files.replay import read_recording  # noqa: PLC0415 (ordered: Qt and dspark, after main applies --device)
+    from .state.playlist import Playlist  # noqa: PLC0415 (slow: dataclasses, off the --help path)
 
     recordings = []
     for p in paths:

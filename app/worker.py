@@ -18,20 +18,35 @@ from pathlib import Path
 import mlx.core as mx
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from dspark import DsparkError, GenerationConfig, Summary, generate, generate_plain, load_drafter, load_target
+from dspark import DsparkError, GenerationConfig, Summary, generate, generate_plain, load_drafter, load_target, lossless
 from dspark import drafter_profile as profile
-from dspark import lossless
 from dspark.bench.report import environment
 from dspark.costs import Costs, for_policy, load_or_measure
 from dspark.diagnose.acceptance import Stopped
-from dspark.errors import report_bug
 from dspark.engine import run_to_summary
+from dspark.errors import report_bug
 from dspark.export import export_drafter, summary
 from dspark.loading import read_drafter_config
 
 from .state.messages import (
-    Checked, CostsMeasured, CostsRequest, Diagnosed, DrafterInfo, Exported, ExportRequest, Failed, Job, JobDone, Loaded,
-    LoadRequest, Progress, RoundDone, RunDone, Arm, RunStarted, Status,
+    Arm,
+    Checked,
+    CostsMeasured,
+    CostsRequest,
+    Diagnosed,
+    DrafterInfo,
+    Exported,
+    ExportRequest,
+    Failed,
+    Job,
+    JobDone,
+    Loaded,
+    LoadRequest,
+    Progress,
+    RoundDone,
+    RunDone,
+    RunStarted,
+    Status,
 )
 
 WARMUP_IDS = [2, 3, 4, 5]
@@ -138,7 +153,7 @@ class Worker(QObject):
                 for msg in self._ensure(req.target, []).values():
                     self.message.emit(Failed(msg))
                 target = self._target
-            say = lambda text: self.message.emit(Status(text))  # noqa: E731
+            say = lambda text: self.message.emit(Status(text))
             r = export_drafter(req.drafter, req.format, req.out, verifier=req.verifier or None,
                                drop_heads=req.drop_heads, force=req.force, target=target, prompts=list(req.prompts),
                                tokens=req.tokens, say=say)
@@ -166,7 +181,7 @@ class Worker(QObject):
                 task, drafter = f"diagnosing {arm.label}", self._drafters[arm.drafter]
                 self.message.emit(Progress(task, 0, len(job.prompts)))
                 self.message.emit(Status(f"{task} …"))
-                step = lambda done, total, what: self.message.emit(Progress(task, done, total, what))  # noqa: E731
+                step = lambda done, total, what, task=task: self.message.emit(Progress(task, done, total, what))
                 found = diagnose(self._target, drafter, list(job.prompts), config, progress=step,
                                  profile=profile.find(read_drafter_config(arm.drafter)[0], drafter),
                                  cancel=self.cancel_event.is_set)
@@ -248,7 +263,7 @@ class Worker(QObject):
     def _costs_for(self, path: str, block_size: int, remeasure: bool = False) -> Costs:
         """The drafter's costs at this block size (cached per machine and model by
         ``dspark.costs``), sent to the window so it can draw the curve the scheduler reads."""
-        say = lambda text: self.message.emit(Status(text))  # noqa: E731
+        say = lambda text: self.message.emit(Status(text))
         costs = load_or_measure(self._target, self._drafters[path], block_size, remeasure=remeasure, say=say)
         self.message.emit(CostsMeasured(path, costs.to_dict()))
         return costs

@@ -6,7 +6,7 @@ GUI thread needs — does not load MLX.
 
 from importlib import import_module
 
-from .version import __version__
+from .version import __version__ as __version__  # the public version, dspark.__version__
 
 _WHERE = {
     "DflashConfig": "drafter",

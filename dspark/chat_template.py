@@ -23,7 +23,7 @@ import re
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import DsparkError
 
@@ -133,7 +133,7 @@ def _sandbox_class():
             check_result(result)
             return result
 
-        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805  (jinja's own signature)
+        def call(__self, __context, __obj, *args, **kwargs):  # jinja's own signature
             check_arguments(__obj, args, kwargs)
             result = super().call(__context, __obj, *args, **kwargs)
             check_result(result)

@@ -104,7 +104,7 @@ class DflashConfig:
                          choices=("native", "speculators", "zlab", "deepspec"))
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DflashConfig":
+    def from_dict(cls, d: dict) -> DflashConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:

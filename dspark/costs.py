@@ -30,10 +30,10 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import median
-from typing import Callable
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
@@ -76,7 +76,7 @@ class Costs:
     def points(self) -> list[tuple[int, tuple[float, ...], float, float]]:
         return [(self.context, self.verify_ms, self.draft_ms, self.step_ms), *self.longer]
 
-    def at(self, position: int) -> "Costs":
+    def at(self, position: int) -> Costs:
         """These costs at a cache of ``position`` tokens: piecewise linear between the measured
         contexts, so a round at 3,000 tokens is priced at 3,000 tokens, not at the context the
         costs were measured at. Past the last context the last segment's slope continues, but
@@ -99,7 +99,7 @@ class Costs:
                        draft_ms=lerp(d0, d1), step_ms=lerp(s0, s1), context=position, longer=())
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Costs":
+    def from_dict(cls, d: dict) -> Costs:
         """Costs from ``to_dict``'s record, checked whole (``dspark.validate.costs_problem``):
         ValueError for a record of another version or with any value out of range, so a damaged
         or crafted cache is measured again, never acted on (10^6 BLAS threads, a negative time)."""
@@ -192,7 +192,7 @@ def load_or_measure(target, drafter, block_size: int, remeasure: bool = False, s
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, json.dumps(costs.to_dict(), indent=1))
-    except Exception:  # noqa: BLE001  (a read-only cache only means measuring again next time)
+    except Exception:  # a read-only cache only means measuring again next time
         pass
     return costs
 

@@ -33,9 +33,9 @@ import platform
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .errors import DsparkError
 from .files import write_text
@@ -69,7 +69,7 @@ class DeviceCheck:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d) -> "DeviceCheck":
+    def from_dict(cls, d) -> DeviceCheck:
         """A check read back from JSON (the child's line, the kept answer); DsparkError when the
         record is not one."""
         if (not isinstance(d, dict) or d.get("outcome") not in OUTCOMES or d.get("device") not in ("gpu", "cpu")

@@ -12,9 +12,10 @@ tokens.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
@@ -149,7 +150,7 @@ class DflashDrafter(BlockDrafter):
             "cfg": asdict(self.cfg), "calibration": self.calibration, "quantization": self.quantization})
 
     @classmethod
-    def load(cls, path: str | Path, target: Target | None = None) -> "DflashDrafter":
+    def load(cls, path: str | Path, target: Target | None = None) -> DflashDrafter:
         """A drafter directory in this project's own format (the seed's ``load(dir)``); with
         ``target``, one that does not fit it is refused before its weights are read. Published
         formats: ``dspark.loading.load_drafter``."""

@@ -24,6 +24,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
 import numpy as np
 from platformdirs import user_data_dir
 
@@ -54,7 +55,7 @@ class Profile:
         return {"version": VERSION, **asdict(self), "per_position_acceptance": list(self.per_position_acceptance)}
 
     @classmethod
-    def from_dict(cls, d, where) -> "Profile":
+    def from_dict(cls, d, where) -> Profile:
         """A profile read from a file, checked field by field (one sentence naming ``where``)."""
         def bad(what: str):
             return DsparkError(f"{where} is not a drafter profile ({what}): delete it, or record it again")

@@ -12,8 +12,8 @@ draft vocabulary mapped to target ids (``draft_to_target``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import mlx.core as mx
 
@@ -285,7 +285,7 @@ class BlockDrafter:
         return mx.sigmoid(z / mx.array(temps, z.dtype))
 
     # --- the engine's proposer protocol -------------------------------------------------
-    def start(self, target: Target) -> "BlockDraftSession":
+    def start(self, target: Target) -> BlockDraftSession:
         self.check_target(target)
         return BlockDraftSession(self, target.projection)
 

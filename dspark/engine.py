@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable, Iterator, Sequence
 from time import perf_counter
-from typing import Callable, Iterator, Sequence
 
 import mlx.core as mx
 import numpy as np

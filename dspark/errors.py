@@ -68,7 +68,7 @@ def report_bug(exc: BaseException, program: str = "dspark") -> str:
     is written escaped, and whatever goes wrong while saving leaves the line without a path."""
     try:
         what = printable(f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
-    except BaseException:  # noqa: BLE001  (an exception whose str() itself raises)
+    except BaseException:  # an exception whose str() itself raises
         what = type(exc).__name__
     try:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -77,6 +77,6 @@ def report_bug(exc: BaseException, program: str = "dspark") -> str:
         path = folder / f"{program}-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
         path.write_text(f"{program} {' '.join(sys.argv[1:])}\n\n{text}", encoding="utf-8", errors="backslashreplace")
         where = f"details in {printable(str(path))}"
-    except Exception:  # noqa: BLE001  (a report that cannot be saved still gets its one line)
+    except Exception:  # a report that cannot be saved still gets its one line
         where = "the details could not be saved"
     return f"internal error (a bug, please report it): {what}; {where}"

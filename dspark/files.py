@@ -9,9 +9,9 @@ import errno
 import glob
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from .errors import DsparkError
 

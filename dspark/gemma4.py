@@ -12,8 +12,18 @@ import re
 from pathlib import Path
 
 from .errors import DsparkError
-from .modeldir import (FLOATS, TOWER_PREFIXES, check_files, kind_of, read_config, read_header, read_headers,
-                       refuse_code, safetensors_files, tensor_bytes)
+from .modeldir import (
+    FLOATS,
+    TOWER_PREFIXES,
+    check_files,
+    kind_of,
+    read_config,
+    read_header,
+    read_headers,
+    refuse_code,
+    safetensors_files,
+    tensor_bytes,
+)
 from .validate import Fields
 
 # --------------------------------------------------------------------------- what a target directory may be

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from .blas import use_fast_blas
 from .device import ENV, DeviceCheck, check_key, failed, gpu_name, no_gpu
@@ -94,7 +94,7 @@ def check_devices(model, prompt_ids: Sequence[int], *, tokens: int = CHECK_TOKEN
     if run_gpu is None:
         if not mx.is_available(mx.gpu):
             return no_gpu()
-        run_gpu = lambda: greedy_on(model, prompt_ids, tokens=tokens, device=mx.Device(mx.gpu))  # noqa: E731
+        run_gpu = lambda: greedy_on(model, prompt_ids, tokens=tokens, device=mx.Device(mx.gpu))
     run_cpu = run_cpu or (lambda: greedy_on(model, prompt_ids, tokens=tokens, device=mx.Device(mx.cpu)))
     try:
         on_gpu = run_gpu()

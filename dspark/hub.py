@@ -78,8 +78,7 @@ def resolve(name: str, download: bool = True, tqdm_class=None, say=None) -> Path
     if p.exists() or not is_repo_id(name):
         return p
     from huggingface_hub import constants, snapshot_download  # noqa: PLC0415 (slow: huggingface_hub)
-    from huggingface_hub.errors import (  # noqa: PLC0415 (slow: huggingface_hub)
-        HfHubHTTPError, HFValidationError, LocalEntryNotFoundError)
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError  # noqa: PLC0415 (slow: huggingface_hub)
 
     try:
         return Path(snapshot_download(name, allow_patterns=ALLOW_PATTERNS, local_files_only=True))
@@ -129,7 +128,7 @@ def cached(name: str) -> Path | None:
 
     try:
         return Path(snapshot_download(name, allow_patterns=ALLOW_PATTERNS, local_files_only=True))
-    except Exception:  # noqa: BLE001  (not cached, or a damaged cache: not usable as it is)
+    except Exception:  # not cached, or a damaged cache: not usable as it is
         return None
 
 

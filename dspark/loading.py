@@ -14,14 +14,24 @@ from pathlib import Path
 
 from mlx_lm.utils import _get_classes, load_model, load_tokenizer
 
+from . import drafter_profile as profiles
 from . import finite, gemma4, hub
 from .device import use_env_device
-from . import drafter_profile as profiles
 from .drafter import DflashDrafter
 from .errors import DsparkError, NotGemma4Error
 from .formats import conventions, deepspec, native, speculators, zlab
-from .modeldir import (check_files, check_fits, drafter_format, loaded_bytes, not_a_drafter, read_config, read_headers,
-                       refuse_code, safetensors_files, tensor_bytes)
+from .modeldir import (
+    check_files,
+    check_fits,
+    drafter_format,
+    loaded_bytes,
+    not_a_drafter,
+    read_config,
+    read_headers,
+    refuse_code,
+    safetensors_files,
+    tensor_bytes,
+)
 from .rust_calls import rust_call
 from .target import Target, language_model
 

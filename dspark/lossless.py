@@ -35,8 +35,8 @@ log-probabilities, for anyone to judge.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 from .metrics import first_difference
 

@@ -13,8 +13,8 @@ the demo and the benchmark all report through it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 
 def tau(committed: Sequence[int]) -> float:

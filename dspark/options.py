@@ -19,8 +19,9 @@ import functools
 import math
 import types
 import typing
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .errors import DsparkError
 

@@ -95,7 +95,7 @@ def auto_width(a: list[float], draft_ms: float, verify_ms: list[float], width: i
     ``a[j-1]`` = a_j; ``verify_ms[w]`` = cost of verifying w drafts (1 + w rows)."""
     width = min(width, len(a), len(verify_ms) - 1)
     best_k, expected = 0, 1.0
-    cost = lambda w: max(draft_ms + verify_ms[w], 1e-9)  # noqa: E731  (measured costs are positive; never divide by 0)
+    cost = lambda w: max(draft_ms + verify_ms[w], 1e-9)  # measured costs are positive; never divide by 0
     best = expected / cost(0)
     for j in range(1, width + 1):
         expected += a[j - 1]

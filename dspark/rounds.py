@@ -17,9 +17,10 @@ as mlx-lm's own decoding is, so those stretches run at plain decoding's speed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Protocol
 
 import mlx.core as mx
 
@@ -27,15 +28,23 @@ from . import blas
 from .cache import rollback
 from .config import SamplingParams
 from .policy import Scheduler
-from .sampling import (accept_sampled, distribution, greedy_choice, greedy_with_margin, sample, soft_cap, tie_margin,
-                       token_probs)
+from .sampling import (
+    accept_sampled,
+    distribution,
+    greedy_choice,
+    greedy_with_margin,
+    sample,
+    soft_cap,
+    tie_margin,
+    token_probs,
+)
 from .target import Target
 
 
 class Proposer(Protocol):
     """Anything that drafts: ``DflashDrafter`` or, in tests, an oracle."""
 
-    def start(self, target: Target) -> "DraftSession": ...
+    def start(self, target: Target) -> DraftSession: ...
 
 
 class DraftSession(Protocol):
@@ -73,7 +82,7 @@ class RoundOutcome:
     verify_seconds: float
     new_rows: mx.array  # tap rows of [anchor, d_1..d_a], the drafter's next context
     plain_step: bool = False  # no draft was verified (a plain step)
-    inspected: "Inspection | None" = None  # what the target thought at each verified position (inspect=True)
+    inspected: Inspection | None = None  # what the target thought at each verified position (inspect=True)
 
 
 @dataclass(frozen=True)
@@ -110,7 +119,7 @@ class VerifyRows:
     dist: mx.array | None
 
     @classmethod
-    def of(cls, raw: mx.array, softcap: float | None, sp: SamplingParams) -> "VerifyRows":
+    def of(cls, raw: mx.array, softcap: float | None, sp: SamplingParams) -> VerifyRows:
         logits = soft_cap(raw, softcap)
         return cls(logits, mx.logsumexp(logits.astype(mx.float32), axis=-1),
                    None if sp.greedy else distribution(logits, sp))
@@ -168,7 +177,7 @@ def speculative_round(target: Target, draft_session: DraftSession, cache: list, 
 
 
 def plain_outcome(token: int, prob: float, *, seconds: float, new_rows: mx.array | None,
-                  inspected: "Inspection | None" = None, plain_step: bool = True) -> RoundOutcome:
+                  inspected: Inspection | None = None, plain_step: bool = True) -> RoundOutcome:
     """A round of the target alone: no draft, ``token`` committed by the target with probability
     ``prob``, ``seconds`` counted as the verify's. ``plain_step``: a speculative run's plain step
     (True), or a step of plain decoding itself (False: its rounds are what tau counts there)."""

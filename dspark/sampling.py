@@ -101,7 +101,7 @@ def accept_sampled(p: mx.array, q: mx.array, drafted: mx.array, key: mx.array):
     Returns ``(accepted_mask [l], fallback_tokens [l+1])``: fallback k is the residual sample
     for a rejection at k (k < l) or the bonus (k = l). The caller takes the first rejection.
     """
-    l = drafted.shape[0]
+    l = drafted.shape[0]  # noqa: E741 (the docstring's l: the drafted length)
     k_u, k_res = mx.random.split(key)
     if l == 0:
         return mx.zeros((0,), mx.bool_), sample(p, k_res)

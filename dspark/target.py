@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -21,8 +21,8 @@ import numpy as np
 
 from . import chat_template
 from .errors import DsparkError, NotGemma4Error
-from .rust_calls import rust_call
 from .gemma4 import cpu_safe_experts
+from .rust_calls import rust_call
 from .sampling import soft_cap
 
 

@@ -79,7 +79,7 @@ def timed(target, drafter, prompt: str, config, display: bool, inspect: bool,
 
 def quantiles(xs: list[float]) -> dict:
     xs = sorted(xs)
-    at = lambda q: xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]  # noqa: E731
+    at = lambda q: xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
     return {"median": statistics.median(xs), "p25": at(0.25), "p75": at(0.75), "min": xs[0], "max": xs[-1], "n": len(xs)}
 
 

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     recorded = _load(a.load) if a.load else _record(a)
     if a.save:
         Path(a.save).write_text(json.dumps([{**r, "costs": r["costs"].to_dict()} for r in recorded]))
-    geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
+    geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
     for r in recorded:
         costs, prior, b, traces = r["costs"], r["prior"], r["block"], r["traces"]
         print(f"{r['drafter']:10s} {r['length']:6d} tokens: fixed {geo([fixed(t, costs, b, a.bias) for t in traces]):.3f}x"

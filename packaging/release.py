@@ -29,7 +29,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fill_cask  # noqa: E402
+import fill_cask
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION_FILE = ROOT / "dspark" / "version.py"

@@ -23,13 +23,13 @@ atexit.register(shutil.rmtree, os.environ["DSPARK_STUDIO_HOME"], ignore_errors=T
 os.environ["DSPARK_COSTS_DIR"] = os.path.join(os.environ["DSPARK_STUDIO_HOME"], "costs")
 
 # OpenBLAS before mlx is first imported, as the entry points do (see dspark.blas).
-from dspark.blas import use_fast_blas  # noqa: E402
+from dspark.blas import use_fast_blas  # noqa: E402 (after the test folders are set in the environment)
 
 use_fast_blas()
 
 # DSPARK_DEVICE=cpu|gpu (dspark.device): CI on a virtual Mac whose GPU does not run MLX runs the
 # suite on the CPU; subprocesses inherit it and apply it when they load a model.
-from dspark.device import use_env_device  # noqa: E402
+from dspark.device import use_env_device  # noqa: E402 (after the fast BLAS is loaded)
 
 use_env_device()
 

@@ -26,9 +26,8 @@ from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
-from mlx.utils import tree_flatten
-
 from miniatures import chat_template
+from mlx.utils import tree_flatten
 from tiny import tiny_model, write_tokenizer
 
 VOCAB, H, BOS, SINK = 300, 64, 2, 7

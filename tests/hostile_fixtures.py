@@ -11,9 +11,9 @@ import tempfile
 from pathlib import Path
 
 import mlx.core as mx
+from tiny import write_tiny_target_dir
 
 from dspark.cli import main
-from tiny import write_tiny_target_dir
 
 
 def good_pair(root: Path, *init_options: str) -> dict:

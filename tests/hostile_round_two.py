@@ -8,10 +8,25 @@ from __future__ import annotations
 from pathlib import Path
 
 import mlx.core as mx
-
-from hostile_fixtures import (alias, cfg, copy, drafter_variant, duplicate_key_to_zeros, edit_json, fifo,
-                              header_variant, huge_shape, link_to_dev_zero, nested, overlap, read_st, setting,
-                              target_variant, unix_socket, write_st)
+from hostile_fixtures import (
+    alias,
+    cfg,
+    copy,
+    drafter_variant,
+    duplicate_key_to_zeros,
+    edit_json,
+    fifo,
+    header_variant,
+    huge_shape,
+    link_to_dev_zero,
+    nested,
+    overlap,
+    read_st,
+    setting,
+    target_variant,
+    unix_socket,
+    write_st,
+)
 
 EMBED = "model.embed_tokens.weight"
 NORM = "model.norm.weight"

@@ -13,12 +13,12 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtGui import QImage  # noqa: E402
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage
+from test_app_support import make_tiny_dirs, shown_window
 
-from dspark_studio.state.runs import PLAIN_LABEL  # noqa: E402
-from dspark_studio.window.main_window import MainWindow  # noqa: E402
-from test_app_support import make_tiny_dirs, shown_window  # noqa: E402
+from dspark_studio.state.runs import PLAIN_LABEL
+from dspark_studio.window.main_window import MainWindow
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "the a of and to in"

@@ -11,13 +11,13 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from dspark.bench import report  # noqa: E402
-from dspark.cli import main  # noqa: E402
-from dspark_studio.files import benchmark  # noqa: E402
-from dspark_studio.state.runs import PLAIN_LABEL  # noqa: E402
-from dspark_studio.state.session import COMPARE_TAB  # noqa: E402
-from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
+from test_app import LONG, dirs, run_job, setup, window  # noqa: F401  (shared fixtures)
 
+from dspark.bench import report
+from dspark.cli import main
+from dspark_studio.files import benchmark
+from dspark_studio.state.runs import PLAIN_LABEL
+from dspark_studio.state.session import COMPARE_TAB
 
 pytestmark = pytest.mark.usefixtures("costs_measured_once")  # benchmarks need costs; test_policy tests measuring
 

@@ -19,20 +19,20 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QThread  # noqa: E402
+from PySide6.QtCore import QThread
+from test_app import LONG, ROOT, run_job
+from test_app_truth import menu_action
 
-from dspark.cli import main as dspark  # noqa: E402
-from dspark.diagnose.findings import SEVERITIES, Diagnosis, Finding  # noqa: E402
-from dspark.resources import demo_model  # noqa: E402
-from dspark_studio.state import diagnoses  # noqa: E402
-from dspark_studio.state.diagnoses import HEALTHY, MARKS, Entry  # noqa: E402
-from dspark_studio.state.messages import JobDone, Loaded  # noqa: E402
-from dspark_studio.panes.diagnosis import view_html  # noqa: E402
-from dspark_studio.state.session import Session  # noqa: E402
-from dspark_studio.panes.theme import NORMAL, PRESENTATION  # noqa: E402
-from dspark_studio.window.main_window import MainWindow  # noqa: E402
-from test_app import LONG, ROOT, run_job  # noqa: E402
-from test_app_truth import menu_action  # noqa: E402
+from dspark.cli import main as dspark
+from dspark.diagnose.findings import SEVERITIES, Diagnosis, Finding
+from dspark.resources import demo_model
+from dspark_studio.panes.diagnosis import view_html
+from dspark_studio.panes.theme import NORMAL, PRESENTATION
+from dspark_studio.state import diagnoses
+from dspark_studio.state.diagnoses import HEALTHY, MARKS, Entry
+from dspark_studio.state.messages import JobDone, Loaded
+from dspark_studio.state.session import Session
+from dspark_studio.window.main_window import MainWindow
 
 CHIP = re.compile("(" + "|".join(MARKS.values()) + r")&nbsp;(ERROR|WARN|INFO)")
 

@@ -10,15 +10,15 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtWidgets import QDialog  # noqa: E402
+from PySide6.QtWidgets import QDialog
+from test_app import LONG, dirs, setup, window  # noqa: F401  (shared fixtures)
+from test_app_truth import menu_action
 
-from dspark import DflashConfig, load_drafter, load_target  # noqa: E402
-from dspark.cli import main as dspark  # noqa: E402
-from dspark.convert import new_drafter  # noqa: E402
-from dspark_studio.window import drafter_export as dialog_module  # noqa: E402
-from dspark_studio.state.wording import in_app  # noqa: E402
-from test_app import LONG, dirs, setup, window  # noqa: E402,F401  (shared fixtures)
-from test_app_truth import menu_action  # noqa: E402
+from dspark import DflashConfig, load_drafter, load_target
+from dspark.cli import main as dspark
+from dspark.convert import new_drafter
+from dspark_studio.state.wording import in_app
+from dspark_studio.window import drafter_export as dialog_module
 
 
 def choose(monkeypatch, drafter, fmt: str, out, **ticks) -> dict:

@@ -16,21 +16,21 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtGui import QTextDocument  # noqa: E402
+from oracle import OracleDrafter
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextDocument
+from test_app import dirs, run_job, setup  # noqa: F401  (dirs: the shared fixture)
+from test_app_support import shown_window
 
-from dspark import GenerationConfig, generate, generate_plain, load_target, metrics  # noqa: E402
-from dspark.engine import prompt_ids  # noqa: E402
-from dspark.errors import DsparkError  # noqa: E402
-from dspark_studio.files import run_export  # noqa: E402
-from dspark_studio.state import inspector  # noqa: E402
-from dspark_studio.files.checking import check_document  # noqa: E402
-from dspark_studio.state.inspector import visible  # noqa: E402
-from dspark_studio.state.runs import PLAIN_LABEL, Run  # noqa: E402
-from dspark_studio.window.main_window import MainWindow  # noqa: E402
-from oracle import OracleDrafter  # noqa: E402
-from test_app import dirs, run_job, setup  # noqa: E402,F401  (dirs: the shared fixture)
-from test_app_support import shown_window  # noqa: E402
+from dspark import GenerationConfig, generate, generate_plain, load_target, metrics
+from dspark.engine import prompt_ids
+from dspark.errors import DsparkError
+from dspark_studio.files import run_export
+from dspark_studio.files.checking import check_document
+from dspark_studio.state import inspector
+from dspark_studio.state.inspector import visible
+from dspark_studio.state.runs import PLAIN_LABEL, Run
+from dspark_studio.window.main_window import MainWindow
 
 PROMPT = "the a of and to in"
 CONFIG = {"max_tokens": 40, "temperature": 0.0, "policy": "fixed", "stop_at_eos": False}
@@ -38,7 +38,7 @@ CONFIG = {"max_tokens": 40, "temperature": 0.0, "policy": "fixed", "stop_at_eos"
 
 def _run(target, label: str, drafter: str | None, events: list, key: int, prompt_index: int = 0) -> Run:
     """A run as the app keeps it from the worker's messages (texts decoded as the worker does)."""
-    piece = lambda t: target.tokenizer.decode([t])  # noqa: E731
+    piece = lambda t: target.tokenizer.decode([t])
     run = Run(key=key, label=label, method="speculative" if drafter else "plain", prompt=PROMPT,
               prompt_index=prompt_index, drafter=drafter, config=dict(CONFIG))
     for ev in events[:-1]:
@@ -179,7 +179,7 @@ def test_the_two_views_hold_the_metrics_figures_and_export_them(qtbot, window, s
     out = w.export_rejections(str(tmp_path / "csv"))
     assert [p.name for p in out] == ["acceptance_by_context.csv", "what_it_gets_wrong.csv"]
     rows = list(csv.DictReader(out[0].open()))
-    text = lambda v: "" if v is None else str(v)  # noqa: E731  (how csv writes a value)
+    text = lambda v: "" if v is None else str(v)  # how csv writes a value
     assert [(r["drafter"], r["from"], r["to"], r["rounds"], r["acceptance_rate"]) for r in rows] == [
         ("oracle-a", text(b["from"]), text(b["to"]), text(b["rounds"]), text(b["acceptance_rate"]))
         for b in pane.context[1]["oracle-a"]]

@@ -10,17 +10,17 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QByteArray, QRect, Qt  # noqa: E402
+from PySide6.QtCore import QByteArray, QRect, Qt
+from test_app import LONG, dirs, run_job, setup, window  # noqa: F401  (shared fixtures)
+from test_app_truth import menu_action, two_prompt_set
 
-from dspark.events import CommittedToken, RoundEvent, Source  # noqa: E402
-from dspark_studio.files import run_export, settings  # noqa: E402
-from dspark_studio.window import geometry  # noqa: E402
-from dspark_studio.state.choices import TYPED  # noqa: E402
-from dspark_studio.panes.draft_grid import DraftPane  # noqa: E402
-from dspark_studio.panes.theme import PRESENTATION  # noqa: E402
-from dspark_studio.window.main_window import MainWindow  # noqa: E402
-from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
-from test_app_truth import menu_action, two_prompt_set  # noqa: E402
+from dspark.events import CommittedToken, RoundEvent, Source
+from dspark_studio.files import run_export, settings
+from dspark_studio.panes.draft_grid import DraftPane
+from dspark_studio.panes.theme import PRESENTATION
+from dspark_studio.state.choices import TYPED
+from dspark_studio.window import geometry
+from dspark_studio.window.main_window import MainWindow
 
 
 def rounds_with_text(n: int, texts: tuple[str, ...]) -> tuple[list, list]:

@@ -15,14 +15,14 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
-from PySide6.QtGui import QImage  # noqa: E402
+from PySide6.QtCore import QEventLoop, Qt, QTimer
+from PySide6.QtGui import QImage
+from test_app import LONG, dirs, run_job  # noqa: F401  (dirs: the shared fixture)
+from test_app_support import shown_window
 
-from dspark.events import CommittedToken, RoundEvent, Source, Summary, event_from_dict, event_to_dict  # noqa: E402
-from dspark_studio.files import replay  # noqa: E402
-from dspark_studio.window.main_window import MainWindow  # noqa: E402
-from test_app_support import shown_window  # noqa: E402
-from test_app import LONG, dirs, run_job  # noqa: E402,F401  (dirs: the shared fixture)
+from dspark.events import CommittedToken, RoundEvent, Source, Summary, event_from_dict, event_to_dict
+from dspark_studio.files import replay
+from dspark_studio.window.main_window import MainWindow
 
 HEADER = ("speculative", "plain", "speedup", "tau", "rate", "ttft", "mem", "same")
 

@@ -16,19 +16,19 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QPoint, QRect, Qt  # noqa: E402
-from PySide6.QtGui import QColor, QFontInfo, QImage  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtGui import QColor, QFontInfo, QImage
+from PySide6.QtWidgets import QApplication
+from test_app import LONG, ROOT, dirs, run_job, setup, window  # noqa: F401  (shared fixtures)
+from test_app_replay import saved  # noqa: F401  (runs saved by the app)
+from test_app_truth import two_prompt_set
+from test_session import event, summary
 
-from dspark_studio.state import runs as runs_module  # noqa: E402
-from dspark_studio.state.messages import CostsMeasured, Progress, RoundDone, RunDone, RunStarted  # noqa: E402
-from dspark_studio.state.runs import PLAIN_LABEL  # noqa: E402
-from dspark_studio.state.session import COMPARE_TAB  # noqa: E402
-from dspark_studio.window.main_window import MainWindow  # noqa: E402
-from test_app import LONG, ROOT, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
-from test_app_replay import saved  # noqa: E402,F401  (runs saved by the app)
-from test_app_truth import two_prompt_set  # noqa: E402
-from test_session import event, summary  # noqa: E402
+from dspark_studio.state import runs as runs_module
+from dspark_studio.state.messages import CostsMeasured, Progress, RoundDone, RunDone, RunStarted
+from dspark_studio.state.runs import PLAIN_LABEL
+from dspark_studio.state.session import COMPARE_TAB
+from dspark_studio.window.main_window import MainWindow
 
 
 def compared(qtbot, w, dirs, size):
@@ -343,7 +343,7 @@ def load_run(w, load: float, own: float, plain_rates=(100.0,)):
 
 
 def test_a_busy_machine_is_said_beside_the_speedup_and_a_replay_says_it_too(qtbot, window, tmp_path):
-    from dspark_studio.files import run_export, replay
+    from dspark_studio.files import replay, run_export
 
     w = window
     load_run(w, load=1.1, own=1.0)  # this app alone: quiet

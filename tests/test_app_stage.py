@@ -10,17 +10,18 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from dspark import metrics  # noqa: E402
-from dspark.events import Source  # noqa: E402
-from dspark.lossless import Verdict  # noqa: E402
-from dspark_studio.state.messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted  # noqa: E402
-from dspark_studio.panes.header import HeaderStrip  # noqa: E402
-from dspark_studio.panes.results import ResultsPanel  # noqa: E402
-from dspark_studio.state.runs import PLAIN_LABEL  # noqa: E402
-from dspark_studio.state.session import COMPARE_TAB, Session  # noqa: E402
-from test_app import dirs  # noqa: E402,F401  (the shared tiny models)
-from test_app_replay import fresh, saved  # noqa: E402,F401  (a window, and runs saved by the app)
-from test_session import event, summary  # noqa: E402
+from test_app import dirs  # noqa: F401  (the shared tiny models)
+from test_app_replay import fresh, saved  # noqa: F401  (a window, and runs saved by the app)
+from test_session import event, summary
+
+from dspark import metrics
+from dspark.events import Source
+from dspark.lossless import Verdict
+from dspark_studio.panes.header import HeaderStrip
+from dspark_studio.panes.results import ResultsPanel
+from dspark_studio.state.messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted
+from dspark_studio.state.runs import PLAIN_LABEL
+from dspark_studio.state.session import COMPARE_TAB, Session
 
 ARMS = (Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(PLAIN_LABEL, None))
 

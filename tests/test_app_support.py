@@ -17,7 +17,7 @@ WORDS = (
 
 
 def _tokenizer_files(out: Path, vocab_size: int) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
     words = specials + WORDS
@@ -34,8 +34,8 @@ def _tokenizer_files(out: Path, vocab_size: int) -> None:
 
 def save_tiny_target(out: Path, seed: int = 0, vocab: int = 96, **kw) -> Path:
     """Write a tiny random Gemma-4 target directory that ``dspark.load_target`` reads."""
-    from mlx.utils import tree_flatten
     import mlx.core as mx
+    from mlx.utils import tree_flatten
     from tiny import tiny_args, tiny_model
 
     out = Path(out)

@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtGui import QImage  # noqa: E402
+from PySide6.QtGui import QImage
+from test_app import LONG, dirs, run_job, setup, window  # noqa: F401  (shared fixtures)
 
-from dspark_studio.window import file_menu  # noqa: E402  (where the file dialogs are)
-from test_app import LONG, dirs, run_job, setup, window  # noqa: E402,F401  (shared fixtures)
+from dspark_studio.window import file_menu
 
 
 def menu_action(w, menu: str, text: str):
@@ -116,10 +116,11 @@ def test_a_new_run_shows_the_run_tab_also_from_presentation_mode(qtbot, window, 
 def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
     """Sampled runs: the speculative run stopped at EOS, plain decoding went on. The header's
     speedup measures both over the tokens both made, and says so."""
+    from test_session import event, summary
+
     from dspark_studio.panes.header import HeaderStrip
     from dspark_studio.state.runs import PLAIN_LABEL, Run
     from dspark_studio.state.session import View
-    from test_session import event, summary
 
     def record(key, method, n, tps_at, per_round):
         r = Run(key=key, label="d1" if method == "speculative" else PLAIN_LABEL, method=method, prompt="p",

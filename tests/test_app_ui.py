@@ -8,12 +8,12 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtCore import Qt
+from test_app import LONG, PROMPT, dirs, run_job, setup  # noqa: F401  (dirs: the shared fixture)
 
-from dspark import DsparkError, prompts  # noqa: E402
-from dspark_studio.files import settings  # noqa: E402
-from dspark_studio.window.main_window import MainWindow  # noqa: E402
-from test_app import LONG, PROMPT, dirs, run_job, setup  # noqa: E402,F401  (dirs: the shared fixture)
+from dspark import DsparkError, prompts
+from dspark_studio.files import settings
+from dspark_studio.window.main_window import MainWindow
 
 
 @pytest.fixture
@@ -90,7 +90,6 @@ def test_settings_and_recent_dirs_persist(qtbot, dirs, home):
 
 def test_download_dialog_opens_a_cached_model_by_name(qtbot, dirs, home, tmp_path, monkeypatch):
     from huggingface_hub import constants
-
     from miniatures import populate_hub_cache
 
     snap = populate_hub_cache(tmp_path / "hub", "someone/tiny-gemma-4", dirs["target"])

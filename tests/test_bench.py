@@ -8,9 +8,9 @@ import json
 import os
 from pathlib import Path
 
+import drafter_checkpoints as ckpt
 import pytest
 
-import drafter_checkpoints as ckpt
 from dspark.bench import report
 from dspark.cli import main
 from dspark.costs import Costs

@@ -4,6 +4,7 @@ scaled confidence head on rounds of the real generation loop."""
 import mlx.core as mx
 import numpy as np
 import pytest
+from tiny import tiny_target
 
 from dspark import DflashConfig, DflashDrafter, GenerationConfig, RoundEvent, generate
 from dspark.training.calibrate import (
@@ -16,7 +17,6 @@ from dspark.training.calibrate import (
 )
 from dspark.training.distill import greedy_continuations
 from dspark.training.trainer import DrafterTrainer, TrainSettings
-from tiny import tiny_target
 
 
 def test_expected_calibration_error():

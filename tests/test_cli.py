@@ -7,9 +7,9 @@ import sys
 import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
+from tiny import write_tiny_target_dir
 
 from dspark.cli import main
-from tiny import write_tiny_target_dir
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from tiny import tiny_target
 
 from dspark import DflashConfig, DflashDrafter
 from dspark import costs as costs_mod
 from dspark.costs import Costs
 from dspark.policy import auto_width
-from tiny import tiny_target
 
 
 def test_costs_are_measured_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
@@ -130,8 +130,9 @@ def test_measured_verify_costs_are_made_non_decreasing():
 
 
 def test_the_costs_command_measures_then_reads_the_cache(tmp_path, monkeypatch, capsys):
-    from dspark.cli import main
     from tiny import write_tiny_target_dir
+
+    from dspark.cli import main
 
     monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path / "costs"))
     target = write_tiny_target_dir(tmp_path / "target")

@@ -3,11 +3,11 @@
 from pathlib import Path
 
 import pytest
+from same import assert_same_greedy
 
 from dspark import GenerationConfig, generate, generate_plain, load_drafter, load_target, run_to_summary
-from dspark.demo.evaluation import acceptance
 from dspark.corpus import heldout_prompts
-from same import assert_same_greedy
+from dspark.demo.evaluation import acceptance
 
 DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo"
 

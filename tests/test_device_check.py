@@ -102,7 +102,7 @@ def test_the_answer_is_kept_per_machine_and_software_and_asked_again_when_they_c
 
 
 def test_no_gpu_or_a_device_asked_for_is_not_checked(tmp_path, monkeypatch):
-    never = lambda: pytest.fail("the child must not be asked")  # noqa: E731
+    never = lambda: pytest.fail("the child must not be asked")
     monkeypatch.delenv(device.ENV, raising=False)
     check = device.startup_check(tmp_path / "c.json", ask=never, gpu=False)
     assert check.outcome == "cpu" and not check.fell_back

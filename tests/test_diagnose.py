@@ -16,19 +16,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from diagnose_world import PROMPTS, bos_prompt, write_target
 
 from dspark import DflashConfig, load_drafter, load_target
 from dspark.cli import main as dspark
 from dspark.config import GenerationConfig
-from dspark.diagnose import diagnose
 from dspark.diagnose import checks as C
-from dspark.diagnose.findings import Finding, ordered
+from dspark.diagnose import diagnose
 from dspark.diagnose.acceptance import Measurement, Stopped, conditional, pooled_conditional
+from dspark.diagnose.findings import Finding, ordered
 from dspark.drafter_profile import PROFILE_FILE, Profile, find, read_file
 from dspark.resources import demo_model
 from dspark.training.train import train_drafter
 from dspark.training.trainer import TrainSettings
-from diagnose_world import PROMPTS, bos_prompt, write_target
 
 TRAIN = TrainSettings(steps=200, batch_anchors=32, lr=3e-3, seq_len=64, prompt_len=8, self_distill=True,
                       eval_prompts=4, eval_tokens=32, anchors_per_seq=8)

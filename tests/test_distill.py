@@ -4,6 +4,7 @@ that was never stopped (dspark.training.distill)."""
 
 import numpy as np
 import pytest
+from tiny import tiny_target
 
 import dspark.training.distill as distill
 from dspark import DflashConfig
@@ -11,7 +12,6 @@ from dspark.training.data import Sequences
 from dspark.training.distill import PARTIAL_GLOB, greedy_continuations
 from dspark.training.train import DATA_FILE, train_drafter
 from dspark.training.trainer import TrainSettings
-from tiny import tiny_target
 
 CFG = DflashConfig(block_size=4, num_layers=1, tap_layers=(1, 3), markov_rank=16)
 

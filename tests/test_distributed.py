@@ -18,14 +18,14 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
+from hostile_fixtures import good_pair
+from tiny import tiny_target
 
 from dspark import DflashConfig, DflashDrafter
 from dspark.cli import main
 from dspark.training.distill import greedy_continuations
 from dspark.training.distributed import World
 from dspark.training.trainer import DrafterTrainer, TrainSettings
-from hostile_fixtures import good_pair
-from tiny import tiny_target
 
 BIN = Path(sys.executable).parent
 STEPS = 24

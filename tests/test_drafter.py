@@ -3,11 +3,10 @@
 import mlx.core as mx
 import numpy as np
 import pytest
-
-from dspark import DflashConfig, DflashDrafter, DraftOpts, DrafterMismatchError, DsparkError, SamplingParams
-from dspark.backbone import ContextKV
-from dspark import Target
 from tiny import tiny_model, tiny_target
+
+from dspark import DflashConfig, DflashDrafter, DrafterMismatchError, DraftOpts, DsparkError, SamplingParams, Target
+from dspark.backbone import ContextKV
 
 CFG = DflashConfig(block_size=5, num_layers=2, tap_layers=(1, 3), markov_rank=16)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import mlx.core as mx
 import pytest
-
-from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, run_to_summary
 from same import assert_same_greedy
 from tiny import PROMPT, STEEP, WRAPPING, wrapping_case
+
+from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, run_to_summary
 
 
 @pytest.fixture(scope="module", params=list(WRAPPING))

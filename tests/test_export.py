@@ -18,19 +18,19 @@ import re
 import subprocess
 from pathlib import Path
 
+import drafter_checkpoints as ckpt
 import mlx.core as mx
 import numpy as np
 import pytest
 from mlx.utils import tree_flatten, tree_unflatten
+from test_formats import PEERS, Capture, N
 
-import drafter_checkpoints as ckpt
 from dspark import DflashConfig, GenerationConfig, generate, generate_plain, load_drafter, load_target, run_to_summary
 from dspark.cli import main as dspark
 from dspark.convert import new_drafter
 from dspark.export import ProbeProjection, same_drafts
 from dspark.modeldir import read_header
 from dspark.sampling import soft_cap
-from test_formats import N, PEERS, Capture
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMATS = ("speculators", "deepspec", "zlab")

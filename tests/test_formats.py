@@ -7,18 +7,17 @@ themselves (run in the test-only environment ``.venv-peers``, ``make peers``).""
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import os
 import re
 import subprocess
 from pathlib import Path
 
+import drafter_checkpoints as ckpt
 import mlx.core as mx
 import numpy as np
 import pytest
 
-import drafter_checkpoints as ckpt
 from dspark import GenerationConfig, generate, generate_plain, load_target, run_to_summary
 from dspark.cli import main as dspark
 from dspark.drafting import BlockLayout

@@ -22,13 +22,13 @@ import time
 import unicodedata
 from pathlib import Path
 
+import hostile_round_two
 import mlx.core as mx
 import pytest
-
-import hostile_round_two
-from dspark.cli import main
 from hostile_fixtures import cfg as _cfg
 from hostile_fixtures import copy, drafter_variant, edit_json, good_pair, target_variant
+
+from dspark.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny import write_tiny_target_dir
 
 from dspark.cli import main
-from tiny import write_tiny_target_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_S = 120  # each headless run's wall-clock limit; the refusals take a few seconds

@@ -13,13 +13,13 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import drafter_checkpoints as ckpt
 import limits
+import pytest
+from hostile_fixtures import good_pair
+
 from dspark.bench import report
 from dspark.cli import main
-from hostile_fixtures import good_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 

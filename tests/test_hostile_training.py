@@ -14,13 +14,13 @@ import sys
 import time
 from pathlib import Path
 
+import limits
 import mlx.core as mx
 import numpy as np
 import pytest
-
-import limits
-from dspark.cli import main
 from hostile_fixtures import good_pair
+
+from dspark.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import json
 
 import mlx.core as mx
 import pytest
+from tiny import tiny_target, write_tiny_target_dir
 
 from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate
 from dspark.cli import main
-from tiny import tiny_target, write_tiny_target_dir
 
 PROMPT = [5, 9, 11, 3, 7, 21, 2]
 
@@ -63,7 +63,7 @@ def test_sampled_rounds_carry_the_sampling_distribution_and_ranks():
     cfg = GenerationConfig(max_tokens=40, stop_at_eos=False, temperature=0.8, top_k=20)
     events = list(generate(target, drafter, PROMPT, cfg, inspect=True))[:-1]
     for e in events:
-        for row, rank, d in zip(e.target_top, e.draft_rank, e.drafted):
+        for row, rank, _drafted in zip(e.target_top, e.draft_rank, e.drafted):
             assert 0 <= rank < 96 and abs(sum(p for _, p in row) - 1) < 1.01
             assert all(p == 0 for t, p in row[-1:]) or len({t for t, _ in row}) == 5
 
@@ -89,8 +89,7 @@ def test_dspark_generate_inspect_json_lists_every_round(tmp_path, capsys):
 def test_the_greedy_invariants_hold_on_the_demo_pair(name):
     """The bundled demo target and drafter on a held-out demo prompt: a trained pair, so rounds
     both accept and reject, with the auto policy's plain steps among them."""
-    from dspark import load_drafter, load_target, resources
-    from dspark import prompts
+    from dspark import load_drafter, load_target, prompts, resources
 
     target = load_target(resources.demo_model("target"))
     drafter = load_drafter(resources.demo_model(name), target)

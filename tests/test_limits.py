@@ -11,9 +11,8 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 import limits
+import pytest
 
 GB = 1 << 30
 MB = 1 << 20

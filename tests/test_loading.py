@@ -7,9 +7,10 @@ import json
 
 
 def test_load_drafter_reads_the_profile_and_a_damaged_one_does_not_stop_it(tmp_path, monkeypatch):
+    from tiny import write_tiny_target_dir
+
     from dspark.cli import main
     from dspark.loading import load_drafter, load_target
-    from tiny import write_tiny_target_dir
 
     monkeypatch.setenv("DSPARK_PROFILES_DIR", str(tmp_path / "profiles"))  # never the person's records
     target_dir = write_tiny_target_dir(tmp_path / "target")

@@ -4,11 +4,11 @@ random Gemma-4 targets whose sliding window wraps several times (float32)."""
 import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
-
-from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, run_to_summary
 from oracle import OracleDrafter
 from same import assert_same_greedy
 from tiny import tiny_target
+
+from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, run_to_summary
 
 TARGETS = {
     "sliding16": dict(window=16),

@@ -1,5 +1,6 @@
-import pytest
 """The metric definitions, on counts small enough to check by hand."""
+
+import pytest
 
 from dspark import metrics
 

@@ -17,8 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "packaging"))
-import bundle  # noqa: E402
-import make_icon  # noqa: E402
+import bundle  # noqa: E402 (from packaging/, on the path just above)
+import make_icon  # noqa: E402 (from packaging/, on the path just above)
 
 
 def _touch(path: Path, data: bytes = b"x") -> Path:

@@ -5,14 +5,14 @@ window wraps. The costs they weigh: ``test_costs.py``."""
 from __future__ import annotations
 
 import pytest
+from oracle import OracleDrafter
+from same import assert_same_greedy
+from tiny import PROMPT, STEEP, WRAPPING, wrapping_case
 
 from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, run_to_summary
 from dspark.costs import Costs
 from dspark.errors import DsparkError
 from dspark.policy import RunningAcceptance, auto_width, parse, survival, threshold_width
-from oracle import OracleDrafter
-from same import assert_same_greedy
-from tiny import PROMPT, STEEP, WRAPPING, wrapping_case
 
 #: A machine where a round pays when its first drafts are mostly right, and each further row
 #: costs more: the width the running acceptance supports is short when later drafts are wrong.

@@ -11,9 +11,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import portability
 import pytest
 
-import portability
 from dspark import costs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,8 +13,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from dspark import resources
-from dspark import corpus
+from dspark import corpus, resources
 from dspark.demo import pretrain
 from dspark.demo.pretrain import Phase, TargetRecipe
 

@@ -15,14 +15,24 @@ import sys
 import zlib
 from pathlib import Path
 
+import miniatures as mini
 import mlx.core as mx
 import pytest
-
-import miniatures as mini
-from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, generate_plain, load_target, run_to_summary
-from dspark import gemma4, lossless, modeldir
-from dspark.errors import DsparkError
 from oracle import OracleDrafter
+
+from dspark import (
+    DflashConfig,
+    DflashDrafter,
+    GenerationConfig,
+    gemma4,
+    generate,
+    generate_plain,
+    load_target,
+    lossless,
+    modeldir,
+    run_to_summary,
+)
+from dspark.errors import DsparkError
 
 PROMPT = "Hello world"
 LAYOUTS = {  # name -> (writer, tokens compared)
@@ -136,7 +146,7 @@ def test_a_planted_rollback_bug_is_a_mismatch(root, name, monkeypatch):
 def test_chat_template_wraps_the_prompt_as_one_user_turn(root):
     target = load_target(layout(root, "e2b-it-hf-bf16"))
     tok = target.tokenizer
-    render = lambda text: tok.decode(text)  # noqa: E731
+    render = lambda text: tok.decode(text)
     ids = generate_ids(target, GenerationConfig())
     assert render(ids) == "<bos><|turn>user\nHello world<turn|>\n<|turn>model\n"
     with_system = generate_ids(target, GenerationConfig(system_prompt="Be brief."))

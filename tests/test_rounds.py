@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import mlx.core as mx
 import pytest
-
 from tiny import PROMPT, WRAPPING, wrapping_case
 
 

@@ -19,12 +19,12 @@ import math
 import mlx.core as mx
 import numpy as np
 import pytest
+from oracle import OracleDrafter
+from tiny import tiny_target
 
 from dspark import DflashConfig, DflashDrafter, GenerationConfig, SamplingParams, generate, run_to_summary
 from dspark.costs import Costs
 from dspark.sampling import distribution
-from oracle import OracleDrafter
-from tiny import tiny_target
 
 VOCAB, PROMPT, N, DELTA = 12, [3, 7, 1, 9, 4], 1500, 1e-4
 

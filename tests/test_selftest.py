@@ -76,17 +76,16 @@ def test_a_gpu_that_computes_garbage_fails_the_self_test_loudly():
     if mx.default_device().type != mx.gpu:
         assert selftest.device_check(target.model, ids) == (None, "the CPU (nothing to compare)")
     n = gpu_check.CHECK_TOKENS
-    honest = lambda: gpu_check.greedy_on(target.model, ids, tokens=n, device=mx.Device(mx.cpu))  # noqa: E731
+    honest = lambda: gpu_check.greedy_on(target.model, ids, tokens=n, device=mx.Device(mx.cpu))
     why, found = selftest.device_check(target.model, ids, run_gpu=honest)
     assert why is None and "computes what the CPU computes" in found  # the same numbers: fine
-    zeros = lambda: gpu_check.Decoded(tokens=[0] * n, logprobs=[mx.zeros((target.dims.vocab_size,))] * n)  # noqa: E731
+    zeros = lambda: gpu_check.Decoded(tokens=[0] * n, logprobs=[mx.zeros((target.dims.vocab_size,))] * n)
     why, found = selftest.device_check(target.model, ids, run_gpu=zeros)
     assert why == found and "computed other numbers than the CPU" in why, why
 
 
 def test_self_test_fails_with_the_reason_when_demo_models_are_missing(tmp_path, monkeypatch):
-    from dspark import resources
-    from dspark import selftest
+    from dspark import resources, selftest
 
     monkeypatch.setenv("DSPARK_RESOURCES", str(tmp_path))
     resources.root.cache_clear()

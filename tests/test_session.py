@@ -2,7 +2,7 @@
 
 from dspark.events import CommittedToken, RoundEvent, Source, Summary
 from dspark.lossless import Difference, Verdict
-from dspark_studio.state.messages import Checked, JobDone, RoundDone, RunDone, Arm, RunStarted
+from dspark_studio.state.messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted
 from dspark_studio.state.runs import PLAIN_LABEL
 from dspark_studio.state.session import Session
 

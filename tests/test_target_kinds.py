@@ -9,11 +9,20 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.generate import generate_step
 from mlx_lm.models import gemma4
-
-from dspark import DflashConfig, DflashDrafter, GenerationConfig, NotGemma4Error, Target, generate, load_target, run_to_summary
 from oracle import OracleDrafter
 from same import assert_same_greedy
 from tiny import tiny_args, tiny_model, write_tokenizer
+
+from dspark import (
+    DflashConfig,
+    DflashDrafter,
+    GenerationConfig,
+    NotGemma4Error,
+    Target,
+    generate,
+    load_target,
+    run_to_summary,
+)
 
 PROMPT = [5, 9, 11, 3, 7, 21, 2]
 

@@ -8,6 +8,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx.utils import tree_flatten
+from tiny import tiny_args, tiny_model, tiny_target
 
 from dspark import DflashConfig, DflashDrafter, load_target
 from dspark.cli import main as dspark
@@ -16,7 +17,6 @@ from dspark.training.distill import greedy_continuations
 from dspark.training.losses import dspark_loss, position_weights
 from dspark.training.train import train_drafter
 from dspark.training.trainer import DrafterTrainer, TrainSettings
-from tiny import tiny_args, tiny_model, tiny_target
 
 CFG = DflashConfig(block_size=4, num_layers=1, tap_layers=(1, 3), markov_rank=16)
 WORDS = ("def class return self if else for in while import from as with try except print value name "

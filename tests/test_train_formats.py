@@ -12,6 +12,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx.utils import tree_flatten
+from tiny import tiny_target
 
 from dspark import DflashConfig, load_drafter
 from dspark.cli import main as dspark
@@ -21,7 +22,6 @@ from dspark.drafting import DraftOpts
 from dspark.errors import DsparkError
 from dspark.training.train import train_drafter
 from dspark.training.trainer import TrainSettings
-from tiny import tiny_target
 
 KINDS = {
     "speculators": DflashConfig(block_size=4, num_layers=2, tap_layers=(1, 3), markov_rank=16, format="speculators",

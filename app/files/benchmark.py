@@ -182,4 +182,4 @@ def save_comparison(session: Session, folder: str) -> Path | None:
         return None
 
 
-__all__ = ["bench_costs", "bench_rows", "comparison_to_bench", "is_bench", "is_bench_file", "read_bench", "write_bench"]
+__all__ = ["bench_rows", "comparison_to_bench", "is_bench", "is_bench_file", "read_bench", "write_bench"]

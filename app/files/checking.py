@@ -13,7 +13,7 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Callable
+from collections.abc import Callable
 
 from dspark.errors import DsparkError
 from dspark.events import CommittedToken, RoundEvent, Source, Summary
@@ -110,7 +110,7 @@ def record(fields: dict[str, Rule], required: tuple[str, ...] = (), strict: bool
 
 def flat_object(n: int) -> Rule:
     """An object of at most ``n`` plain values (a config as the app saves it)."""
-    value = lambda x: None if x is None or isinstance(x, bool) else (  # noqa: E731
+    value = lambda x: None if x is None or isinstance(x, bool) else (
         text(10_000)(x) if isinstance(x, str) else number(-1e15, 1e15)(x))
 
     def check(v):
@@ -274,7 +274,7 @@ def _fail(name: str, where: str, problem: str | None) -> None:
 # --------------------------------------------------------------------------- a dspark bench summary
 def plain_value(v) -> str | None:
     """A value a newer dspark may add to a record: a plain value, or a short list or object of them."""
-    scalar = lambda x: None if x is None or isinstance(x, bool) else (  # noqa: E731
+    scalar = lambda x: None if x is None or isinstance(x, bool) else (
         text(10_000)(x) if isinstance(x, str) else number(-1e15, 1e15)(x))
     if isinstance(v, list):
         return items(scalar, 1_000)(v)
@@ -302,7 +302,7 @@ ARM = record({"arm": text(500), "drafter": optional(text(4096)), "policy": optio
              ("arm", "tokens_per_sec"), strict=False, others=plain_value)
 
 
-ENVIRONMENT = lambda v: None if isinstance(v, dict) and len(v) <= 100 and not any(  # noqa: E731
+ENVIRONMENT = lambda v: None if isinstance(v, dict) and len(v) <= 100 and not any(
     plain_value(x) for x in v.values()) else "must be an object of at most 100 plain values"
 BENCH = record({"command": text(100_000), "environment": ENVIRONMENT, "target": optional(text(4096)),
                 "started": optional(text(100)), "finished": optional(text(100)), "interrupted": optional(boolean),

@@ -13,9 +13,9 @@ run's steps on the session: the files read into the playlist, one of them starte
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from PySide6.QtCore import QElapsedTimer, QObject, QTimer
 

@@ -19,16 +19,33 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
-    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 
-from .header import SPEEDUP_TIP
-from .plots import (
-    TIP_COSTS, TIP_POSITION, TIP_TPS, PlotBox, draw_costs, fit_title, integer_ticks, make_plot, pen, rate_range, style_plot,
-    zero_based_range,
-)
 from ..state.runs import PLAIN_LABEL
 from ..state.session import View
+from .header import SPEEDUP_TIP
+from .plots import (
+    TIP_COSTS,
+    TIP_POSITION,
+    TIP_TPS,
+    PlotBox,
+    draw_costs,
+    fit_title,
+    integer_ticks,
+    make_plot,
+    pen,
+    rate_range,
+    style_plot,
+    zero_based_range,
+)
 from .theme import NORMAL, Theme, drafter_colours, policy_style
 
 COLUMNS = [

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QToolTip, QVBoxLayout
 from ..state.inspector import STATES, cell_state, story, visible
 from ..state.session import View
 from .theme import FOCUS_PX, NORMAL, Theme
+
 STATE_NAMES = {
     "accepted": "accepted",
     "rejected": "rejected (first mismatch)",

@@ -12,7 +12,7 @@ from html import escape
 
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from ..state.runs import PLAIN_LABEL, MIN_COMPARED, busy_note, compared_rates, machine, same_as_plain, speedup
+from ..state.runs import MIN_COMPARED, PLAIN_LABEL, busy_note, compared_rates, machine, same_as_plain, speedup
 from ..state.session import COMPARE_TAB, View
 from .flow import FlowLayout
 
@@ -20,8 +20,8 @@ SPEEDUP_TIP = (
     "speculative ÷ plain decode tokens/sec over comparable work: both runs are measured over the\n"
     "first N tokens, N = the shorter output (to the end of the speculative round that reached N),\n"
     "so a sampled run that stopped at EOS early is not compared with a long one. Greedy runs make\n"
-    "the same tokens, so N is the whole output. Fewer than {min} tokens in common: not shown."
-).format(min=MIN_COMPARED)
+    f"the same tokens, so N is the whole output. Fewer than {MIN_COMPARED} tokens in common: not shown."
+)
 FIELDS = [
     ("speculative", "speculative tok/s",
      "Decode tokens/sec of the speculative run (tokens / seconds after the prompt)."),

@@ -12,8 +12,8 @@ from PySide6.QtWidgets import QHBoxLayout, QWidget
 
 from ..state.inspector import bucket_name, context_view, drafter_names, drafter_runs, visible, wrong_view
 from ..state.session import View
-from .theme import NORMAL, Theme, drafter_colours
 from .plots import IntegerAxis, PlotBox, fit_title, make_plot, style_plot, zero_based_range
+from .theme import NORMAL, Theme, drafter_colours
 
 TIP_CONTEXT = (
     "Acceptance by context length: the rounds that drafted, bucketed by their anchor's position\n"

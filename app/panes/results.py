@@ -10,16 +10,16 @@ import time
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
-from .compare import CompareView
 from ..state.messages import Progress
-from .draft_grid import DraftPane
+from ..state.session import COMPARE_TAB, REJECTIONS_TAB, RUN_TAB, View
+from .compare import CompareView
 from .diagnosis import DiagnosisPane
+from .draft_grid import DraftPane
 from .header import HeaderStrip
 from .plots import PlotsPane
 from .rejections import RejectionsPane
 from .story import StoryPanel
 from .text_view import TextPane
-from ..state.session import COMPARE_TAB, REJECTIONS_TAB, RUN_TAB, View
 from .theme import Theme
 
 #: The share of the Run tab's height the plots' row takes once a diagnosis is shown beside them

@@ -49,7 +49,7 @@ class Run:
             self._figures = (len(self.rounds), metrics.summarize(self.rounds))
         return self._figures[1]
 
-    def snapshot(self) -> "Run":
+    def snapshot(self) -> Run:
         """This run as it is now, for one redraw: every pane of it draws the same rounds (the
         live run grows as the worker's messages arrive)."""
         return replace(self, rounds=tuple(self.rounds), drafted_text=tuple(self.drafted_text),
@@ -139,7 +139,7 @@ def plain_spread(plain: list[Run]) -> float | None:
     rates = sorted(y for r in plain for y in r.curve()[1])
     if len(rates) < 5:
         return None
-    at = lambda q: rates[min(len(rates) - 1, int(q * len(rates)))]  # noqa: E731
+    at = lambda q: rates[min(len(rates) - 1, int(q * len(rates)))]
     return (at(0.9) - at(0.1)) / at(0.5) if at(0.5) > 0 else None
 
 

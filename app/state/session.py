@@ -18,7 +18,17 @@ from pathlib import Path
 from . import diagnoses
 from .choices import Choices, drafter_label
 from .messages import (
-    Arm, Checked, CostsMeasured, CostsRequest, Diagnosed, Job, JobDone, Loaded, Progress, RoundDone, RunDone,
+    Arm,
+    Checked,
+    CostsMeasured,
+    CostsRequest,
+    Diagnosed,
+    Job,
+    JobDone,
+    Loaded,
+    Progress,
+    RoundDone,
+    RunDone,
     RunStarted,
 )
 from .runs import PLAIN_LABEL, Run, bench_costs, bench_rows, compare_rows

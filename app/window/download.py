@@ -8,10 +8,18 @@ from __future__ import annotations
 import re
 import shutil
 
-from PySide6.QtCore import QObject, QThread, Qt, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import (
-    QDialog, QDialogButtonBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QProgressBar,
-    QPushButton, QVBoxLayout,
+    QDialog,
+    QDialogButtonBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
 )
 from tqdm.auto import tqdm
 
@@ -70,7 +78,7 @@ class Fetcher(QObject):
         except DsparkError as e:  # one sentence already
             self.failed.emit(repo, str(e))
             return
-        except Exception as e:  # noqa: BLE001  (anything else the hub library raises: its first sentence)
+        except Exception as e:  # anything else the hub library raises: its first sentence
             first = re.split(r"(?<=[.!?])\s", " ".join(str(e).split()), maxsplit=1)[0]
             self.failed.emit(repo, f"cannot download {repo}: {first[:200] or type(e).__name__}")
             return

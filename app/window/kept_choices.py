@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dspark.config import GenerationConfig
 
-from ..state.choices import TYPED, Choices
-from ..panes.config_form import form_values
 from ..files.settings import Settings
+from ..panes.config_form import form_values
+from ..state.choices import TYPED, Choices
 
 
 def restore(prefs: Settings | None, choices: Choices, target: str | None, drafters: list[str]) -> str | None:

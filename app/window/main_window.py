@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QTimer, Qt, Signal, Slot
+from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QScrollArea, QSplitter, QVBoxLayout, QWidget
 
@@ -26,21 +26,21 @@ from dspark import blas
 from dspark.config import GenerationConfig
 from dspark.prompts import prompt_sets
 
+from ..files import replay, run_export, settings
+from ..panes.config_form import form_values
+from ..panes.controls import ActionBar, ControlPanel
+from ..panes.results import ResultsPanel
+from ..panes.theme import NORMAL, PRESENTATION, Theme, palette, scaled, stylesheet
 from ..state import diagnoses
-from ..files import run_export, replay, settings
+from ..state.messages import Exported, Failed, JobDone, Loaded, LoadRequest, Status
+from ..state.playlist import Playlist
+from ..state.session import Session
+from ..state.wording import about_text, in_app
+from ..worker import WorkerThread
 from . import file_menu, geometry, kept_choices
 from .download import DownloadDialog
 from .menus import build_menus
-from ..state.messages import Exported, Failed, JobDone, Loaded, LoadRequest, Status
-from ..panes.controls import ActionBar, ControlPanel
-from ..panes.config_form import form_values
-from ..state.playlist import Playlist
 from .presentation import Presenter
-from ..panes.results import ResultsPanel
-from ..state.session import Session
-from ..panes.theme import NORMAL, PRESENTATION, Theme, palette, scaled, stylesheet
-from ..state.wording import about_text, in_app
-from ..worker import WorkerThread
 
 REFRESH_MS = 40
 

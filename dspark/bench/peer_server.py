@@ -192,7 +192,7 @@ def main() -> None:
     try:
         run = {"dflash": load_dflash, "dflash-mlx": load_dflash_mlx, "mlx-dspark": load_mlx_dspark}[kind](target_dir, drafter_dir)
         print(json.dumps({"ready": True}), flush=True)
-    except Exception as e:  # noqa: BLE001  (reported to the benchmark, which goes on without this arm)
+    except Exception as e:  # reported to the benchmark, which goes on without this arm
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
         return
     import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
@@ -213,7 +213,7 @@ def main() -> None:
                    "ttft_seconds": (t_first - start) if t_first else None, "rounds": len(rounds),
                    "accepted": [len(c) - 1 for c in rounds],
                    "draft_seconds": 0.0, "verify_seconds": 0.0, "peak_memory_bytes": int(mx.get_peak_memory())}
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             out = {"error": f"{type(e).__name__}: {e}"}
         print(json.dumps(out), flush=True)
 

@@ -36,9 +36,9 @@ import json
 import os
 import platform
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 from statistics import median
-from typing import Iterable
 
 from .. import __version__, blas, metrics
 from ..reading import parse_json, read_text
@@ -113,7 +113,7 @@ def _spread(values: list[float]) -> dict:
     v = sorted(values)
     if not v:
         return {}
-    q = lambda p: v[min(len(v) - 1, int(p * (len(v) - 1) + 0.5))]  # noqa: E731  (nearest rank)
+    q = lambda p: v[min(len(v) - 1, int(p * (len(v) - 1) + 0.5))]  # nearest rank
     return {"median": median(v), "p25": q(0.25), "p75": q(0.75), "min": v[0], "max": v[-1], "n": len(v)}
 
 

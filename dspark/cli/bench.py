@@ -70,7 +70,7 @@ def table(doc: dict) -> str:
     for s in doc["arms"]:
         sp = s.get("speedup_spread") or {}
         speed = f"{s['speedup']:.2f}x [{sp['p25']:.2f}-{sp['p75']:.2f}]" if "speedup" in s else "1 (plain)"
-        f = lambda k, fmt="{:.1f}": fmt.format(s[k]) if s.get(k) is not None else "-"  # noqa: E731
+        f = lambda k, fmt="{:.1f}", s=s: fmt.format(s[k]) if s.get(k) is not None else "-"
         same = f"{s['identical']}/{s['compared']}" + (f" ({s['lossless'] - s['identical']} ties)"
                                                       if s["lossless"] > s["identical"] else "") if "compared" in s else ""
         name = f"{s['arm']} @{s['context']}" if s.get("context") else s["arm"]

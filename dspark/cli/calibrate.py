@@ -66,8 +66,8 @@ def _profile(target, drafter, prompts, *, acceptance: list[float], src: Path, ou
     the profile training wrote, when there is one."""
     if not acceptance:
         return
-    from ..drafter_profile import PROFILE_FILE, measured, read_file, write_own  # noqa: PLC0415 (slow: numpy)
     from ..diagnose.style import run_style  # noqa: PLC0415 (slow: numpy)
+    from ..drafter_profile import PROFILE_FILE, measured, read_file, write_own  # noqa: PLC0415 (slow: numpy)
 
     before = read_file(src / PROFILE_FILE) if (src / PROFILE_FILE).is_file() else None
     templated, thinking = run_style(target, GenerationConfig(), prompts)  # calibrate generates with the defaults

@@ -53,8 +53,8 @@ def _progress(done: int, total: int, what: str) -> None:
 
 
 def run(a) -> int:
-    from ..drafter_profile import find, write_recorded  # noqa: PLC0415 (slow: numpy, not needed for --help)
     from ..diagnose.run import diagnose, record  # noqa: PLC0415 (slow: numpy)
+    from ..drafter_profile import find, write_recorded  # noqa: PLC0415 (slow: numpy, not needed for --help)
     from ..loading import load_drafter, load_target, read_drafter_config  # noqa: PLC0415 (slow: mlx)
 
     check_range("--limit", a.limit, 1, 100_000)

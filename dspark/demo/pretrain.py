@@ -26,25 +26,39 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 
+from .. import corpus
 from ..errors import DsparkError
 from ..modeldir import read_header
 from ..reading import parse_json
 from ..training.loop import Progress, train_loop
-from .. import corpus
 from .bpe import encode_documents, load_tokenizer, save_tokenizer, train_tokenizer
-from .target_model import (CKPT_DIR, CKPT_FILE, MODEL_ARGS, Batches, build_model, count_parameters, eval_windows,
-                           evaluate, load_checkpoint, loss_fn, lr_schedule, model_config, save_checkpoint, save_model,
-                           verify_saved)
+from .target_model import (
+    CKPT_DIR,
+    CKPT_FILE,
+    MODEL_ARGS,
+    Batches,
+    build_model,
+    count_parameters,
+    eval_windows,
+    evaluate,
+    load_checkpoint,
+    loss_fn,
+    lr_schedule,
+    model_config,
+    save_checkpoint,
+    save_model,
+    verify_saved,
+)
 
 
 @dataclass(frozen=True)
@@ -87,7 +101,7 @@ class TargetRecipe:
         return {**asdict(self), "phases": [asdict(p) for p in self.phases]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TargetRecipe":
+    def from_dict(cls, d: dict) -> TargetRecipe:
         return cls(**{**d, "phases": tuple(Phase(**p) for p in d["phases"])})
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from functools import partial
 import shutil
+from functools import partial
 from pathlib import Path
 
 import mlx.core as mx

@@ -5,8 +5,8 @@ token verified, and the figures the checks read (pure functions, definitions in 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from .. import metrics
 from ..config import GenerationConfig

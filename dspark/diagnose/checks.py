@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .findings import Finding
-from .acceptance import Measurement, accepted_within, context_rounds, pooled_conditional, share_lost
 from ..drafter_profile import Profile
+from .acceptance import Measurement, accepted_within, context_rounds, pooled_conditional, share_lost
+from .findings import Finding
 
 #: Fewer rounds than this in a group are too few to judge it: a share of 8 rounds moves by 12%
 #: with one round.

@@ -9,15 +9,15 @@ calls :func:`diagnose` on its model-owner thread, with ``progress`` and ``cancel
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..config import GenerationConfig
+from ..drafter_profile import Profile, measured, target_fingerprint
 from ..errors import DsparkError
 from . import style
+from .acceptance import Measurement, accepted_within, measure
 from .checks import FAR_BELOW, Facts, run_checks
 from .findings import Diagnosis, ordered
-from .acceptance import Measurement, accepted_within, measure
-from ..drafter_profile import Profile, measured, target_fingerprint
 
 #: Other conventions of a published checkpoint are tried only when position-1 acceptance is under
 #: this (or far below the profile): a drafter read the wrong way accepts little, so a healthy one

@@ -4,9 +4,9 @@ nothing allocated), which checks a target and builds a ``CheckpointDrafter`` fro
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -107,7 +107,7 @@ class Spec:
             net.confidence_head = ConfidenceHead(self.hidden + (self.markov_rank if self.confidence_with_markov else 0))
         return net
 
-    def build(self, directory: Path, config: dict | None = None) -> "CheckpointDrafter":
+    def build(self, directory: Path, config: dict | None = None) -> CheckpointDrafter:
         header = {}
         for f in safetensors_files(directory):
             header.update(read_header(f))

@@ -15,8 +15,8 @@ their scale is corrected. The caller stores the temperatures as ``drafter.calibr
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -201,7 +201,7 @@ def evaluate_drafter(target: Target, drafter: BlockDrafter, prompts, max_tokens:
 
 
 def format_calibration(c: Calibration) -> str:
-    per = lambda xs: " ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    per = lambda xs: " ".join(f"{x:.3f}" for x in xs)
     return (f"ECE before {c.ece_before:.4f} -> after {c.ece_after:.4f} "
             f"({c.check_rounds} rounds checked, {c.fit_rounds} fitted)\n"
             f"  per position before: {per(c.per_position_before)}\n"

@@ -7,9 +7,9 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -20,6 +20,7 @@ from ..files import save_safetensors
 from ..modeldir import read_header
 from ..reading import parse_json
 from ..target import Target
+
 
 # ----------------------------------------------------------------------------- data
 @dataclass
@@ -35,7 +36,7 @@ class Sequences:
         return len(self.tokens)
 
     @classmethod
-    def concat(cls, parts: list["Sequences"]) -> "Sequences":
+    def concat(cls, parts: list[Sequences]) -> Sequences:
         """One set of sequences, each kept as long as it is (the shorter padded after its end)."""
         width = max(p.tokens.shape[1] for p in parts)
         tokens = np.concatenate([np.pad(p.tokens, ((0, 0), (0, width - p.tokens.shape[1]))) for p in parts])
@@ -47,7 +48,7 @@ class Sequences:
         save_safetensors(path, arrays, {"heldout": json.dumps([list(map(int, h)) for h in heldout])})
 
     @classmethod
-    def load(cls, path: Path, vocab_size: int) -> tuple["Sequences", list[list[int]]]:
+    def load(cls, path: Path, vocab_size: int) -> tuple[Sequences, list[list[int]]]:
         """Sequences and held-out prompts that ``save`` wrote, checked whole before any is used:
         shapes, lengths and anchors inside each row, token ids inside the target's vocabulary
         (an id past it would index past the embedding)."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -111,11 +111,11 @@ def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int,
                for b in range(0, len(members), batch)]
     mine = [b for b in range(len(batches)) if b % world.size == world.rank]
     key = _job_key(target, prompts, f"{seq_len}|{new_tokens}", batch)
-    new_of = lambda n: seq_len - n if new_tokens is None else min(new_tokens, seq_len - n)  # noqa: E731
+    new_of = lambda n: seq_len - n if new_tokens is None else min(new_tokens, seq_len - n)
     rows = FinishedBatches(keep_in if world.size == 1 else None, key, n=len(prompts), seq_len=seq_len,
                            vocab_size=target.dims.vocab_size, say=say)
     rows.load(len(batches))
-    tokens_of = lambda b: len(batches[b][1]) * new_of(batches[b][0])  # noqa: E731
+    tokens_of = lambda b: len(batches[b][1]) * new_of(batches[b][0])
     bar = progress_bar(sum(tokens_of(b) for b in mine), progress, label, "tok")
     if bar:
         bar.update(sum(tokens_of(b) for b in rows.done))

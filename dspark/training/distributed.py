@@ -30,9 +30,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -71,7 +71,7 @@ class World:
         self._stderr = sys.stderr
 
     @classmethod
-    def join(cls, timeout: float = DEFAULT_TIMEOUT) -> "World":
+    def join(cls, timeout: float = DEFAULT_TIMEOUT) -> World:
         """The processes ``mlx.launch`` started (any backend MLX has), or this one alone."""
         group = mx.distributed.init()
         world = cls(group if group.size() > 1 else None, timeout)

@@ -13,8 +13,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 class StopSignals:
@@ -26,7 +26,7 @@ class StopSignals:
         self.asked: int | None = None
         self._previous: dict = {}
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             self._previous = {s: signal.signal(s, self._note) for s in (signal.SIGINT, signal.SIGTERM)}
         return self

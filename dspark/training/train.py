@@ -19,9 +19,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -32,10 +32,10 @@ from ..diagnose.style import data_style
 from ..drafter import DflashDrafter
 from ..drafter_profile import longest_context, measured, write_own
 from ..drafting import BlockDrafter
-from ..formats.base import EXTENSION
-from ..loading import load_drafter
 from ..errors import DsparkError
 from ..files import output_dir, remove_stale, write_text
+from ..formats.base import EXTENSION
+from ..loading import load_drafter
 from ..modeldir import read_header
 from ..reading import parse_json
 from ..target import Target

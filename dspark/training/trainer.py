@@ -21,9 +21,9 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -172,7 +172,7 @@ class DrafterTrainer:
         feats = self.features.get_many(chosen, S)
         taps = mx.stack([f[0] for f in feats])
         hidden = mx.concatenate([f[1] for f in feats], axis=0)
-        flat = lambda pos: owner[:, None] * S + np.clip(pos, 0, S - 1)  # noqa: E731  (index into the batch's rows)
+        flat = lambda pos: owner[:, None] * S + np.clip(pos, 0, S - 1)  # index into the batch's rows
         return (
             taps,
             mx.array(owner, mx.int32),

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import drafter_checkpoints as ckpt  # noqa: E402
+import drafter_checkpoints as ckpt
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 # the benchmark's peer loaders (a script of plain Python, importing nothing from dspark)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dspark" / "bench"))
-from peer_server import mlxvlm_target, use_env_device, zlab_load  # noqa: E402
+from peer_server import mlxvlm_target, use_env_device, zlab_load
 
 use_env_device()  # where dspark computes (DSPARK_DEVICE), before any mlx-lm import
 
