@@ -1,10 +1,9 @@
 """Figures of a ``dspark bench`` result, drawn with the app's own plot styling, as PNG files:
 ``dspark-studio --bench-figures BENCH_OUT_DIR [--presentation]`` (plotting stays in the app; the
-``dspark`` library never imports Qt). It reads ``summary.json`` and writes ``speedup.png`` (each arm's median speedup over plain
-mlx-lm decoding, with the middle half of its trials), ``acceptance.png`` (acceptance by draft
-position per arm) and ``costs.png`` (this machine's measured verify cost by width, and the
-draft's), and prints each path.
-"""
+``dspark`` library never imports Qt). It reads ``summary.json`` and writes ``speedup.png`` (each
+arm's median speedup over plain mlx-lm decoding, with the middle half of its trials),
+``acceptance.png`` (acceptance by draft position per arm) and ``costs.png`` (this machine's measured
+verify cost by width, and the draft's), and prints each path."""
 
 from __future__ import annotations
 
@@ -30,28 +29,47 @@ SIZE = (1200, 700)
 
 
 def _figures(doc: dict, theme):
+    """The three figures of a benchmark, drawn; long because each plot's styling is spelled out in turn."""
     arms = [a for a in doc["arms"] if "speedup" in a]
     # the colours and line styles of the Compare tab: one colour per drafter, one style per policy
     styles, colours = arm_styles(theme, bench_rows(doc))
     style = {a["arm"]: styles.get(a["arm"], (theme.plain, "dash")) for a in doc["arms"]}
     out = {}
 
-    w = make_plot(f"Speedup over plain mlx-lm decoding ({doc['prompts']['count']} prompts x "
-                  f"{doc['settings']['repeats']}, {doc['settings']['max_tokens']} tokens)", "x plain", "")
+    w = make_plot(
+        f"Speedup over plain mlx-lm decoding ({doc['prompts']['count']} prompts x "
+        f"{doc['settings']['repeats']}, {doc['settings']['max_tokens']} tokens)",
+        "x plain",
+        "",
+    )
     xs = list(range(len(arms)))
-    w.addItem(pg.BarGraphItem(x=xs, height=[a["speedup"] for a in arms], width=0.6,
-                              brushes=[style[a["arm"]][0] for a in arms], pen=None))
+    w.addItem(
+        pg.BarGraphItem(
+            x=xs, height=[a["speedup"] for a in arms], width=0.6, brushes=[style[a["arm"]][0] for a in arms], pen=None
+        )
+    )
     lo = [a["speedup"] - a["speedup_spread"]["p25"] for a in arms]
     hi = [a["speedup_spread"]["p75"] - a["speedup"] for a in arms]
-    w.addItem(pg.ErrorBarItem(x=np.array(xs, float), y=np.array([a["speedup"] for a in arms]),
-                              top=np.array(hi), bottom=np.array(lo), beam=0.2, pen=pg.mkPen(theme.fg, width=2)))
+    w.addItem(
+        pg.ErrorBarItem(
+            x=np.array(xs, float),
+            y=np.array([a["speedup"] for a in arms]),
+            top=np.array(hi),
+            bottom=np.array(lo),
+            beam=0.2,
+            pen=pg.mkPen(theme.fg, width=2),
+        )
+    )
     w.addItem(pg.InfiniteLine(pos=1.0, angle=0, pen=pg.mkPen(theme.plain, width=2, style=Qt.DashLine)))
     w.getAxis("bottom").setTicks([[(i, a["arm"]) for i, a in enumerate(arms)], []])
     w.setYRange(0, max([1.2] + [a["speedup_spread"]["p75"] * 1.1 for a in arms]), padding=0)
     out["speedup"] = w
 
-    w = make_plot("Acceptance by draft position (rounds with drafts 1..k accepted / rounds verifying k)",
-                  "rate", "draft position k")
+    w = make_plot(
+        "Acceptance by draft position (rounds with drafts 1..k accepted / rounds verifying k)",
+        "rate",
+        "draft position k",
+    )
     keys = []
     for a in (a for a in arms if a.get("per_position_acceptance")):
         ys = a["per_position_acceptance"]

@@ -1,8 +1,8 @@
 """``dspark-studio --screenshot FILE``: the window run once headless (a generation, a comparison
 or a replay on the chosen models, then with ``--diagnose`` a diagnosis of its drafters), grabbed
-whole into a PNG, then closed; exit 0 when the run (and the diagnosis) finished, 1 when one failed, 2 when it ran past ``--timeout`` or a file given with ``--replay``
-is not one the app can open (one sentence, before a window is made). The self-test's window
-run is this one (``dspark_studio.install_check``).
+whole into a PNG, then closed; exit 0 when the run (and the diagnosis) finished, 1 when one failed,
+2 when it ran past ``--timeout`` or a file given with ``--replay`` is not one the app can open
+(one sentence, before a window is made). The self-test's window run is this one (``dspark_studio.install_check``).
 
 ``--timeout`` always ends the process: the run is first asked to stop (the window closes, the
 screenshot is kept), and if the process is still there ``GRACE_S`` seconds later a watchdog
@@ -48,8 +48,11 @@ def start_watchdog(timeout: float) -> threading.Event:
 
     def watch() -> None:
         if not done.wait(timeout + GRACE_S):
-            print(f"dspark-studio: screenshot run timed out after {timeout:g} s and did not stop: ended",
-                  file=sys.stderr, flush=True)
+            print(
+                f"dspark-studio: screenshot run timed out after {timeout:g} s and did not stop: ended",
+                file=sys.stderr,
+                flush=True,
+            )
             os._exit(2)
 
     threading.Thread(target=watch, name="timeout watchdog", daemon=True).start()
@@ -91,8 +94,12 @@ def _grab_and_quit(app, win, args, status: dict) -> None:
     show_asked(win, args)
     app.processEvents()
     ok = win.grab().save(args.screenshot)
-    print(f"dspark-studio: saved {args.screenshot} ({win.width()}x{win.height()})" if ok
-          else f"dspark-studio: could not write {args.screenshot}", file=sys.stderr)
+    print(
+        f"dspark-studio: saved {args.screenshot} ({win.width()}x{win.height()})"
+        if ok
+        else f"dspark-studio: could not write {args.screenshot}",
+        file=sys.stderr,
+    )
     if not ok:
         status["code"] = 1
     win.close()
@@ -160,4 +167,3 @@ def _run(args) -> int:
     QTimer.singleShot(0, start)
     app.exec()
     return status["code"]
-

@@ -11,53 +11,101 @@ import sys
 from pathlib import Path
 
 SCREENSHOT_SIZE = (1600, 1000)
-FIRST_START = ("These are the demo models. Your own: File ▸ Open target… (a Gemma-4 folder), "
-               "File ▸ Add drafter…, or File ▸ Download…")
+FIRST_START = (
+    "These are the demo models. Your own: File ▸ Open target… (a Gemma-4 folder), "
+    "File ▸ Add drafter…, or File ▸ Download…"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The options of ``dspark-studio``; long because it lists every one, a call each."""
     p = argparse.ArgumentParser(prog="dspark-studio", description="Watch speculative decoding with block drafters.")
     p.add_argument("--target", help="target model directory (default: last used, else the demo target)")
     p.add_argument("--drafter", action="append", default=[], help="drafter directory (repeatable)")
     p.add_argument("--prompt", help="prompt text (default: the first prompt of the set)")
     p.add_argument("--max-tokens", type=int, help="tokens to generate")
-    p.add_argument("--temperature", type=float,
-                   help="sampling temperature, 0 greedy (default: the app's setting: the last used, else 0)")
-    p.add_argument("--block-size", type=int, help="drafted tokens per round (default: the app's setting: the last "
-                   "used, else the drafter's own)")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        help="sampling temperature, 0 greedy (default: the app's setting: the last used, else 0)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        help="drafted tokens per round (default: the app's setting: the last used, else the drafter's own)",
+    )
     p.add_argument("--presentation", action="store_true", help="start in presentation mode")
     p.add_argument("--compare", action="store_true", help="with --screenshot: compare every drafter")
-    p.add_argument("--replay", metavar="FILE", nargs="+",
-                   help="play saved runs or comparisons back, or open a dspark bench summary.json on the "
-                   "Compare tab (File ▸ Open run or benchmark…); no model is loaded")
-    p.add_argument("--replay-speed", choices=["1", "2", "instant"],
-                   help="replay at the recorded speed (1, the default), twice as fast, or at once")
+    p.add_argument(
+        "--replay",
+        metavar="FILE",
+        nargs="+",
+        help="play saved runs or comparisons back, or open a dspark bench summary.json on the "
+        "Compare tab (File ▸ Open run or benchmark…); no model is loaded",
+    )
+    p.add_argument(
+        "--replay-speed",
+        choices=["1", "2", "instant"],
+        help="replay at the recorded speed (1, the default), twice as fast, or at once",
+    )
     p.add_argument("--screenshot", metavar="FILE", help="run once headless, save the window as PNG, exit")
-    p.add_argument("--size", metavar="WxH", type=_size, default=SCREENSHOT_SIZE,
-                   help="with --screenshot: the window size (default 1600x1000)")
+    p.add_argument(
+        "--size",
+        metavar="WxH",
+        type=_size,
+        default=SCREENSHOT_SIZE,
+        help="with --screenshot: the window size (default 1600x1000)",
+    )
     p.add_argument("--timeout", type=float, default=900, help="with --screenshot: give up after this many seconds")
-    p.add_argument("--tab", choices=["run", "compare", "rejections"],
-                   help="with --screenshot: the tab to grab (default: the one the run or replay shows)")
-    p.add_argument("--diagnose", action="store_true",
-                   help="with --screenshot: after the run (or the comparison), Run ▸ Diagnose the same drafters on "
-                   "the same prompt and settings, and grab the window once the diagnosis has ended (default: off)")
-    p.add_argument("--inspect", metavar="CELL", type=_cell,
-                   help="with --screenshot: choose a draft-rows cell first and show its story: 'rejected' (the "
-                   "newest round's rejected draft) or ROUND:K (draft K of that round, 0 its target token; a "
-                   "negative ROUND counts from the newest: --inspect=-1:2) (default: none)")
-    p.add_argument("--self-test", nargs="?", const="", metavar="FILE.png",
-                   help="check the demo models run (and, with FILE, save the window); print one line, exit")
-    p.add_argument("--bench-figures", metavar="DIR",
-                   help="write a dspark bench result's figures (speedup, acceptance, costs) as PNG files into DIR, exit")
-    p.add_argument("--device", choices=["cpu", "gpu"],
-                   help="compute on MLX's CPU or GPU device (default: the GPU where it passes the first-launch "
-                   "check, else the CPU; the environment variable DSPARK_DEVICE does the same)")
-    p.add_argument("--check-device", action="store_true",
-                   help="check that MLX's GPU computes what its CPU computes on the demo target, print the answer "
-                   "as one JSON line and exit (what the app runs in a child process at its first launch)")
-    p.add_argument("--on-screen", action="store_true",
-                   help="with --screenshot or --self-test FILE: show the window on the screen while it runs "
-                   "(default: drawn offscreen, whatever display there is)")
+    p.add_argument(
+        "--tab",
+        choices=["run", "compare", "rejections"],
+        help="with --screenshot: the tab to grab (default: the one the run or replay shows)",
+    )
+    p.add_argument(
+        "--diagnose",
+        action="store_true",
+        help="with --screenshot: after the run (or the comparison), Run ▸ Diagnose the same drafters on "
+        "the same prompt and settings, and grab the window once the diagnosis has ended (default: off)",
+    )
+    p.add_argument(
+        "--inspect",
+        metavar="CELL",
+        type=_cell,
+        help="with --screenshot: choose a draft-rows cell first and show its story: 'rejected' (the "
+        "newest round's rejected draft) or ROUND:K (draft K of that round, 0 its target token; a "
+        "negative ROUND counts from the newest: --inspect=-1:2) (default: none)",
+    )
+    p.add_argument(
+        "--self-test",
+        nargs="?",
+        const="",
+        metavar="FILE.png",
+        help="check the demo models run (and, with FILE, save the window); print one line, exit",
+    )
+    p.add_argument(
+        "--bench-figures",
+        metavar="DIR",
+        help="write a dspark bench result's figures (speedup, acceptance, costs) as PNG files into DIR, exit",
+    )
+    p.add_argument(
+        "--device",
+        choices=["cpu", "gpu"],
+        help="compute on MLX's CPU or GPU device (default: the GPU where it passes the first-launch "
+        "check, else the CPU; the environment variable DSPARK_DEVICE does the same)",
+    )
+    p.add_argument(
+        "--check-device",
+        action="store_true",
+        help="check that MLX's GPU computes what its CPU computes on the demo target, print the answer "
+        "as one JSON line and exit (what the app runs in a child process at its first launch)",
+    )
+    p.add_argument(
+        "--on-screen",
+        action="store_true",
+        help="with --screenshot or --self-test FILE: show the window on the screen while it runs "
+        "(default: drawn offscreen, whatever display there is)",
+    )
     return p
 
 
@@ -99,13 +147,14 @@ def missing_system_library() -> str | None:
     import ctypes.util  # noqa: PLC0415 (slow: ctypes, X11 only, off the --help path)
 
     if ctypes.util.find_library("xcb-cursor") is None:
-        return ("dspark-studio: Qt needs libxcb-cursor0 to open a window on X11: run "
-                "sudo apt-get install libxcb-cursor0 (make setup installs it and the rest when run as root)")
+        return (
+            "dspark-studio: Qt needs libxcb-cursor0 to open a window on X11: run "
+            "sudo apt-get install libxcb-cursor0 (make setup installs it and the rest when run as root)"
+        )
     return None
 
 
-CHECKING = ("Checking that this Mac's GPU computes what its CPU computes (once, at the first launch of this "
-            "version) …")
+CHECKING = "Checking that this Mac's GPU computes what its CPU computes (once, at the first launch of this version) …"
 
 
 def checked_device(app, *, ask=None, gpu: bool | None = None):
@@ -232,5 +281,16 @@ def replay_speed(args) -> str | None:
     return {"1": "1×", "2": "2×", "instant": "instant"}.get(args.replay_speed or "", None)
 
 
-__all__ = ["CHECKING", "FIRST_START", "SCREENSHOT_SIZE", "build_parser", "checked_device", "choose_models",
-           "headless_platform", "missing_system_library", "open_window", "recorded_drafters", "replay_speed"]
+__all__ = [
+    "CHECKING",
+    "FIRST_START",
+    "SCREENSHOT_SIZE",
+    "build_parser",
+    "checked_device",
+    "choose_models",
+    "headless_platform",
+    "missing_system_library",
+    "open_window",
+    "recorded_drafters",
+    "replay_speed",
+]

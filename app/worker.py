@@ -96,8 +96,15 @@ class Worker(QObject):
             scale = 1.0  # measured / estimated, from the drafters done so far
             for i, p in enumerate(paths):
                 left = scale * sum(estimates[i:])
-                self.message.emit(Progress("measuring this machine's costs", i, len(paths), now=Path(p).name,
-                                           seconds_left=left if req.remeasure else None))
+                self.message.emit(
+                    Progress(
+                        "measuring this machine's costs",
+                        i,
+                        len(paths),
+                        now=Path(p).name,
+                        seconds_left=left if req.remeasure else None,
+                    )
+                )
                 clock = time.monotonic()
                 self._costs_for(p, self._drafters[p].block_size, remeasure=req.remeasure)
                 if estimates[i] > 0:
@@ -154,9 +161,18 @@ class Worker(QObject):
                     self.message.emit(Failed(msg))
                 target = self._target
             say = lambda text: self.message.emit(Status(text))
-            r = export_drafter(req.drafter, req.format, req.out, verifier=req.verifier or None,
-                               drop_heads=req.drop_heads, force=req.force, target=target, prompts=list(req.prompts),
-                               tokens=req.tokens, say=say)
+            r = export_drafter(
+                req.drafter,
+                req.format,
+                req.out,
+                verifier=req.verifier or None,
+                drop_heads=req.drop_heads,
+                force=req.force,
+                target=target,
+                prompts=list(req.prompts),
+                tokens=req.tokens,
+                say=say,
+            )
             self.message.emit(Exported(r["out"], summary(r, req.drop_heads)))
         except DsparkError as e:
             self.message.emit(Failed(str(e)))
@@ -182,9 +198,15 @@ class Worker(QObject):
                 self.message.emit(Progress(task, 0, len(job.prompts)))
                 self.message.emit(Status(f"{task} …"))
                 step = lambda done, total, what, task=task: self.message.emit(Progress(task, done, total, what))
-                found = diagnose(self._target, drafter, list(job.prompts), config, progress=step,
-                                 profile=profile.find(read_drafter_config(arm.drafter)[0], drafter),
-                                 cancel=self.cancel_event.is_set)
+                found = diagnose(
+                    self._target,
+                    drafter,
+                    list(job.prompts),
+                    config,
+                    progress=step,
+                    profile=profile.find(read_drafter_config(arm.drafter)[0], drafter),
+                    cancel=self.cancel_event.is_set,
+                )
                 self.message.emit(Diagnosed(job.id, arm.drafter, found))
             ok = len(errors) < len(job.arms)  # some drafter was diagnosed
         except Stopped:
@@ -210,14 +232,29 @@ class Worker(QObject):
         self._key += 1
         key = self._key
         method = "speculative" if arm.drafter else "plain"
-        self.message.emit(RunStarted(job=job.id, key=key, label=arm.label, method=method, drafter=arm.drafter,
-                                     prompt=prompt, prompt_index=prompt_index, config=dict(job.config)))
+        self.message.emit(
+            RunStarted(
+                job=job.id,
+                key=key,
+                label=arm.label,
+                method=method,
+                drafter=arm.drafter,
+                prompt=prompt,
+                prompt_index=prompt_index,
+                config=dict(job.config),
+            )
+        )
         self.message.emit(Status(f"{arm.label}: generating"))
         cancel = self.cancel_event.is_set
         if arm.drafter:
             drafter = self._drafters[arm.drafter]
-            costs = for_policy(config.policy, self._target, drafter, config.block_size or drafter.block_size,
-                               say=lambda text: self.message.emit(Status(text)))
+            costs = for_policy(
+                config.policy,
+                self._target,
+                drafter,
+                config.block_size or drafter.block_size,
+                say=lambda text: self.message.emit(Status(text)),
+            )
             if costs is not None:  # the scheduler reads them: show which
                 self.message.emit(CostsMeasured(arm.drafter, costs.to_dict()))
             # inspect: every run keeps what the target thought of each verified draft (the cell's
@@ -254,8 +291,11 @@ class Worker(QObject):
         out = []
         for p in paths:
             d = self._drafters[p]
-            summary = run_to_summary(generate(self._target, d, self._warm_ids(), GenerationConfig(
-                max_tokens=4 * d.block_size, stop_at_eos=False)))
+            summary = run_to_summary(
+                generate(
+                    self._target, d, self._warm_ids(), GenerationConfig(max_tokens=4 * d.block_size, stop_at_eos=False)
+                )
+            )
             per_round = summary.total_seconds / max(summary.rounds, 1)
             out.append(per_round * COSTS_ROUNDS_PER_SLOT * (d.block_size + 3))
         return out
@@ -304,12 +344,21 @@ class Worker(QObject):
                     continue
             d = self._drafters[p]
             note = "; ".join(self._notes.get(p, []) + [n for n in [d.weights_note(self._target)] if n]) or None
-            infos[p] = DrafterInfo(block_size=d.block_size, confidence=d.has_confidence, params=d.num_params(),
-                                   note=note, format=d.format)
+            infos[p] = DrafterInfo(
+                block_size=d.block_size, confidence=d.has_confidence, params=d.num_params(), note=note, format=d.format
+            )
         if not self._environment:  # the machine, MLX and BLAS a saved benchmark names (MLX asked here)
             self._environment = environment()
-        self.message.emit(Loaded(target=target_path, target_id=self._target.target_id, drafters=infos, errors=errors,
-                                 environment=dict(self._environment), notes=tuple(self._target_notes)))
+        self.message.emit(
+            Loaded(
+                target=target_path,
+                target_id=self._target.target_id,
+                drafters=infos,
+                errors=errors,
+                environment=dict(self._environment),
+                notes=tuple(self._target_notes),
+            )
+        )
         self.message.emit(Status("ready"))
         return errors
 

@@ -36,8 +36,9 @@ def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None)
 class DraftLayer(nn.Module):
     """A Gemma-style block: sandwich norms, QK-norm attention with GQA, GeGLU MLP."""
 
-    def __init__(self, hidden: int, *, heads: int, kv_heads: int, head_dim: int, ffn: int, eps: float,
-                 rope_theta: float):
+    def __init__(
+        self, hidden: int, *, heads: int, kv_heads: int, head_dim: int, ffn: int, eps: float, rope_theta: float
+    ):
         """A layer of width ``hidden``: ``heads`` query heads over ``kv_heads`` key/value heads of
         ``head_dim`` each, an MLP of width ``ffn``, norms of epsilon ``eps`` and RoPE of base
         ``rope_theta``."""
@@ -159,8 +160,15 @@ class DraftNet(nn.Module):
         self.fc = nn.Linear(m * H, H, bias=False)
         self.hidden_norm = nn.RMSNorm(H, eps=dims.rms_norm_eps)
         self.layers = [
-            DraftLayer(H, heads=dims.num_heads, kv_heads=dims.num_kv_heads, head_dim=dims.head_dim, ffn=ffn,
-                       eps=dims.rms_norm_eps, rope_theta=cfg.rope_theta)
+            DraftLayer(
+                H,
+                heads=dims.num_heads,
+                kv_heads=dims.num_kv_heads,
+                head_dim=dims.head_dim,
+                ffn=ffn,
+                eps=dims.rms_norm_eps,
+                rope_theta=cfg.rope_theta,
+            )
             for _ in range(cfg.num_layers)
         ]
         self.norm = nn.RMSNorm(H, eps=dims.rms_norm_eps)

@@ -77,8 +77,6 @@ def _rollback_rotating(c: RotatingKVCache, n: int) -> None:
         # before anything attends to it, and a many-row update trims it as the oldest row.
         pad, k = c.max_size - kept, c.keep
         keys = mx.concatenate([keys[..., :k, :], mx.zeros_like(keys[..., :pad, :]), keys[..., k:, :]], axis=2)
-        values = mx.concatenate(
-            [values[..., :k, :], mx.zeros_like(values[..., :pad, :]), values[..., k:, :]], axis=2
-        )
+        values = mx.concatenate([values[..., :k, :], mx.zeros_like(values[..., :pad, :]), values[..., k:, :]], axis=2)
         kept += pad
     c.keys, c.values, c._idx = keys, values, kept

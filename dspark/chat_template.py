@@ -65,8 +65,13 @@ def check_binop(op: str, left, right) -> None:
         if _length(left) is not None and _length(right) is not None and _length(left) + _length(right) > _limit():
             _refuse(f"a sequence of {_length(left) + _length(right):,} items")
     elif op == "**":
-        if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0 and \
-                right * math.log2(abs(left)) > MAX_POWER_BITS:
+        if (
+            isinstance(left, int)
+            and isinstance(right, int)
+            and abs(left) > 1
+            and right > 0
+            and right * math.log2(abs(left)) > MAX_POWER_BITS
+        ):
             _refuse(f"an integer of about {right * math.log2(abs(left)):,.0f} bits")
     elif op == "%" and isinstance(left, str) and _WIDE.search(left):
         _refuse("a formatted text with a width of ten million or more")
@@ -106,8 +111,8 @@ def _bounded_filter(name: str, f: Callable) -> Callable:
     @functools.wraps(f)
     def bounded(*args, **kwargs):
         check_arguments(f, args[skip:], kwargs)
-        if name == "replace" and len(args) >= skip + 2 and all(isinstance(a, str) for a in args[skip - 1: skip + 2]):
-            _check_replace(*args[skip - 1: skip + 2])
+        if name == "replace" and len(args) >= skip + 2 and all(isinstance(a, str) for a in args[skip - 1 : skip + 2]):
+            _check_replace(*args[skip - 1 : skip + 2])
         result = f(*args, **kwargs)
         check_result(result)
         return result
@@ -176,16 +181,20 @@ def render(fn: Callable[[], str], text_chars: int, seconds: float = TIME_BUDGET_
     try:
         rendered = fn()
     except TemplateBudgetError as e:
-        raise DsparkError(f"the target's chat template was stopped: {e} (a template from the model directory "
-                          f"that loops or grows without end)") from None
+        raise DsparkError(
+            f"the target's chat template was stopped: {e} (a template from the model directory "
+            f"that loops or grows without end)"
+        ) from None
     finally:
         sys.settrace(previous)
         del _budget.chars
     if not isinstance(rendered, str):
         raise DsparkError(f"the target's chat template rendered {type(rendered).__name__}, not text")
     if len(rendered) > BASE_CHARS + 4 * text_chars:
-        raise DsparkError(f"the target's chat template made {len(rendered):,} characters of a "
-                          f"{text_chars:,}-character prompt: more than its budget")
+        raise DsparkError(
+            f"the target's chat template made {len(rendered):,} characters of a "
+            f"{text_chars:,}-character prompt: more than its budget"
+        )
     return rendered
 
 

@@ -25,28 +25,49 @@ class SamplingParams:
 @dataclass(frozen=True, kw_only=True)
 class GenerationConfig:
     max_tokens: int = option(256, "tokens to generate", lo=1, hi=1_000_000)
-    temperature: float = option(0.0, "sampling temperature; 0 is greedy (output equals plain greedy decoding)",
-                                lo=0.0, hi=100.0, step=0.1)
-    top_p: float = option(1.0, "nucleus sampling: keep the most likely tokens up to this probability (1: off)",
-                          lo=0.0, hi=1.0, label="Top-p", step=0.05)
+    temperature: float = option(
+        0.0, "sampling temperature; 0 is greedy (output equals plain greedy decoding)", lo=0.0, hi=100.0, step=0.1
+    )
+    top_p: float = option(
+        1.0,
+        "nucleus sampling: keep the most likely tokens up to this probability (1: off)",
+        lo=0.0,
+        hi=1.0,
+        label="Top-p",
+        step=0.05,
+    )
     top_k: int = option(0, "keep only the k most likely tokens (0: off)", lo=0, hi=10_000_000, label="Top-k")
     seed: int = option(0, "random seed of sampling", lo=0, hi=2**31 - 1)
     block_size: int | None = option(None, "drafted tokens per round", lo=0, hi=64, none="the drafter's own")
-    policy: str = option("fixed", "how many drafted tokens the target verifies each round: fixed (all), fixed:K "
-                         "(the first K), threshold:C (the prefix whose predicted survival stays above C; needs a "
-                         "confidence head) or auto (as many as raise the expected tokens per second on this "
-                         "machine's measured costs)", label="Verify policy",
-                         suggest=("fixed", "auto", "threshold:0.3", "fixed:2", "fixed:4"))
-    stop_at_eos: bool = option(True, "stop at the target's end-of-sequence token", flag="--ignore-eos",
-                               label="Stop at EOS")
-    chat_template: bool = option(True, "wrap a text prompt in the tokenizer's chat template as one user turn, "
-                                 "when the tokenizer has one (instruction-tuned -it models)",
-                                 flag="--ignore-chat-template", label="Chat template")
+    policy: str = option(
+        "fixed",
+        "how many drafted tokens the target verifies each round: fixed (all), fixed:K "
+        "(the first K), threshold:C (the prefix whose predicted survival stays above C; needs a "
+        "confidence head) or auto (as many as raise the expected tokens per second on this "
+        "machine's measured costs)",
+        label="Verify policy",
+        suggest=("fixed", "auto", "threshold:0.3", "fixed:2", "fixed:4"),
+    )
+    stop_at_eos: bool = option(
+        True, "stop at the target's end-of-sequence token", flag="--ignore-eos", label="Stop at EOS"
+    )
+    chat_template: bool = option(
+        True,
+        "wrap a text prompt in the tokenizer's chat template as one user turn, "
+        "when the tokenizer has one (instruction-tuned -it models)",
+        flag="--ignore-chat-template",
+        label="Chat template",
+    )
     system_prompt: str = option("", "a system turn before the prompt (with the chat template)", label="System prompt")
-    chat_template_config: str = option("", "JSON object of extra chat-template options, as mlx-lm's; thinking is off "
-                                       "unless it says {\"enable_thinking\": true}", form=False)
-    prefill_step_size: int = option(2048, "prompt tokens per forward while processing the prompt",
-                                    lo=1, hi=1_000_000, form=False)
+    chat_template_config: str = option(
+        "",
+        "JSON object of extra chat-template options, as mlx-lm's; thinking is off "
+        'unless it says {"enable_thinking": true}',
+        form=False,
+    )
+    prefill_step_size: int = option(
+        2048, "prompt tokens per forward while processing the prompt", lo=1, hi=1_000_000, form=False
+    )
 
     @property
     def sampling(self) -> SamplingParams:
@@ -87,21 +108,31 @@ class DflashConfig:
 
     block_size: int = option(7, "tokens drafted per round (G)", lo=1, hi=64)
     num_layers: int = option(2, "drafter transformer layers", flag="--layers", lo=1, hi=64)
-    tap_layers: tuple[int, ...] = option((), "comma-separated target layer indices whose outputs the drafter reads",
-                                         flag="--taps", none="evenly spaced")
-    mask_token_id: int = option(4, "the mask token filling the block after the anchor (Gemma's <mask> is 4)",
-                                lo=0, hi=10_000_000)
+    tap_layers: tuple[int, ...] = option(
+        (), "comma-separated target layer indices whose outputs the drafter reads", flag="--taps", none="evenly spaced"
+    )
+    mask_token_id: int = option(
+        4, "the mask token filling the block after the anchor (Gemma's <mask> is 4)", lo=0, hi=10_000_000
+    )
     markov: bool = option(True, "DSpark's Markov head (--no-markov: DFlash-style)")
     markov_rank: int = option(256, "rank of the Markov head", lo=1, hi=65_536)
     confidence: bool = option(True, "the confidence head")
     rope_theta: float = option(10000.0, "RoPE base of the drafter's attention", lo=1.0, hi=1e12)
     intermediate_size: int = option(0, "MLP width (0: the target's)", lo=0, hi=1_000_000)
-    context_window: int = option(0, "context rows a block attends to before its anchor, in training and drafting "
-                                 "(0: all of them): bounds the draft's cost on long prompts", lo=0, hi=10_000_000)
-    format: str = option("native", "the checkpoint format the drafter is built in: native (this project's "
-                         "Gemma-style layers), speculators (vLLM), zlab (z-lab DFlash; no heads) or deepspec "
-                         "(DeepSeek; no context window); a published format serves as it is",
-                         choices=("native", "speculators", "zlab", "deepspec"))
+    context_window: int = option(
+        0,
+        "context rows a block attends to before its anchor, in training and drafting "
+        "(0: all of them): bounds the draft's cost on long prompts",
+        lo=0,
+        hi=10_000_000,
+    )
+    format: str = option(
+        "native",
+        "the checkpoint format the drafter is built in: native (this project's "
+        "Gemma-style layers), speculators (vLLM), zlab (z-lab DFlash; no heads) or deepspec "
+        "(DeepSeek; no context window); a published format serves as it is",
+        choices=("native", "speculators", "zlab", "deepspec"),
+    )
 
     @classmethod
     def from_dict(cls, d: dict) -> DflashConfig:

@@ -34,25 +34,45 @@ WRITERS = {"speculators": speculators, "zlab": zlab, "deepspec": deepspec}
 def shape_of(target: Target, cfg: DflashConfig) -> DraftShape:
     """The architecture ``cfg`` asks for, on this target's dimensions."""
     d = target.dims
-    limit = target.config.get("max_position_embeddings") or (target.config.get("text_config") or {}).get(
-        "max_position_embeddings") or 4096
-    return DraftShape(hidden=d.hidden_size, layers=cfg.num_layers, heads=d.num_heads, kv_heads=d.num_kv_heads,
-                      head_dim=d.head_dim, intermediate=cfg.intermediate_size or d.intermediate_size,
-                      vocab=d.vocab_size, taps=tuple(cfg.tap_layers or default_taps(d.num_layers)),
-                      block_size=cfg.block_size, mask_token_id=cfg.mask_token_id, num_target_layers=d.num_layers,
-                      eps=d.rms_norm_eps, rope_theta=cfg.rope_theta, markov_rank=cfg.markov_rank if cfg.markov else 0,
-                      confidence=cfg.confidence, window=cfg.context_window, softcap=d.final_logit_softcapping,
-                      max_positions=int(limit))
+    limit = (
+        target.config.get("max_position_embeddings")
+        or (target.config.get("text_config") or {}).get("max_position_embeddings")
+        or 4096
+    )
+    return DraftShape(
+        hidden=d.hidden_size,
+        layers=cfg.num_layers,
+        heads=d.num_heads,
+        kv_heads=d.num_kv_heads,
+        head_dim=d.head_dim,
+        intermediate=cfg.intermediate_size or d.intermediate_size,
+        vocab=d.vocab_size,
+        taps=tuple(cfg.tap_layers or default_taps(d.num_layers)),
+        block_size=cfg.block_size,
+        mask_token_id=cfg.mask_token_id,
+        num_target_layers=d.num_layers,
+        eps=d.rms_norm_eps,
+        rope_theta=cfg.rope_theta,
+        markov_rank=cfg.markov_rank if cfg.markov else 0,
+        confidence=cfg.confidence,
+        window=cfg.context_window,
+        softcap=d.final_logit_softcapping,
+        max_positions=int(limit),
+    )
 
 
 def cannot_carry(cfg: DflashConfig) -> str | None:
     """Why ``cfg.format`` cannot hold the drafter ``cfg`` describes (None: it can)."""
     if cfg.format == "zlab" and (cfg.markov or cfg.confidence):
-        return ("z-lab DFlash heads have no Markov or confidence head: train it with --no-markov --no-confidence, "
-                "or in --format speculators, deepspec or native, which carry them")
+        return (
+            "z-lab DFlash heads have no Markov or confidence head: train it with --no-markov --no-confidence, "
+            "or in --format speculators, deepspec or native, which carry them"
+        )
     if cfg.format == "deepspec" and cfg.context_window:
-        return ("DeepSpec's Gemma-4 drafter has no context window: train it without --context-window, or in --format "
-                "speculators, zlab or native, which have one")
+        return (
+            "DeepSpec's Gemma-4 drafter has no context window: train it without --context-window, or in --format "
+            "speculators, zlab or native, which have one"
+        )
     return None
 
 

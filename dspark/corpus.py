@@ -23,8 +23,9 @@ from pathlib import Path
 
 #: Directories skipped anywhere in the stdlib tree: installed third-party code, the test
 #: suite (huge, full of deliberately odd code), and a few rarely representative packages.
-SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib",
-                       "lib2to3", "turtledemo", "__pycache__"})
+SKIP_DIRS = frozenset(
+    {"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo", "__pycache__"}
+)
 #: Files larger than this are mostly generated tables (e.g. unicode data); skip them.
 MAX_FILE_BYTES = 200_000
 #: Percentage of files held out for evaluation and prompts.
@@ -114,7 +115,7 @@ def _prompt_sites(text: str, max_lines: int, max_chars: int) -> list[str]:
     prompts = []
     for i, line in enumerate(lines):
         if _HEADER.match(line):
-            prompt = "".join(lines[i:i + max_lines])[:max_chars]
+            prompt = "".join(lines[i : i + max_lines])[:max_chars]
             if prompt.strip():
                 prompts.append(prompt)
     return prompts
@@ -127,7 +128,13 @@ def prompt_sites(split: str, max_lines: int = 6, max_chars: int = 400) -> list[s
     Boilerplate repeats across files (every ``encodings`` module has the same ``Codec``
     class), so a site of the train split that also occurs verbatim in another split is left
     out: an evaluation prompt is never a training prompt."""
-    others = {site for s in SPLITS if s != split for text in iter_texts(s) for site in _prompt_sites(text, max_lines, max_chars)}
+    others = {
+        site
+        for s in SPLITS
+        if s != split
+        for text in iter_texts(s)
+        for site in _prompt_sites(text, max_lines, max_chars)
+    }
     seen: dict[str, None] = {}
     for text in iter_texts(split):
         for site in _prompt_sites(text, max_lines, max_chars):

@@ -94,9 +94,16 @@ class Costs:
             if f > 1:
                 return b + (f - 1) * max(0.0, b - a)
             return max(a + f * (b - a), 0.5 * min(a, b))
+
         width = min(len(v0), len(v1))
-        return replace(self, verify_ms=tuple(monotone([lerp(v0[w], v1[w]) for w in range(width)])),
-                       draft_ms=lerp(d0, d1), step_ms=lerp(s0, s1), context=position, longer=())
+        return replace(
+            self,
+            verify_ms=tuple(monotone([lerp(v0[w], v1[w]) for w in range(width)])),
+            draft_ms=lerp(d0, d1),
+            step_ms=lerp(s0, s1),
+            context=position,
+            longer=(),
+        )
 
     @classmethod
     def from_dict(cls, d: dict) -> Costs:
@@ -109,10 +116,16 @@ class Costs:
         if problem:
             raise ValueError(problem)
         longer = tuple(_point(p) for p in d.get("longer", ()))
-        return cls(verify_ms=tuple(float(x) for x in d["verify_ms"]), draft_ms=float(d["draft_ms"]),
-                   step_ms=float(d["step_ms"]), threads={str(k): int(v) for k, v in d.get("threads", {}).items()},
-                   context=int(d.get("context", 0)), measured_at=str(d.get("measured_at", "")), key=str(d.get("key", "")),
-                   longer=longer)
+        return cls(
+            verify_ms=tuple(float(x) for x in d["verify_ms"]),
+            draft_ms=float(d["draft_ms"]),
+            step_ms=float(d["step_ms"]),
+            threads={str(k): int(v) for k, v in d.get("threads", {}).items()},
+            context=int(d.get("context", 0)),
+            measured_at=str(d.get("measured_at", "")),
+            key=str(d.get("key", "")),
+            longer=longer,
+        )
 
 
 def _point(p) -> tuple[int, tuple[float, ...], float, float]:
@@ -153,8 +166,9 @@ def cpu_name() -> str:
             pass
     elif sys.platform == "darwin":
         try:  # by its full path: an app started from the Finder may have no /usr/sbin on PATH
-            r = subprocess.run(["/usr/sbin/sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
-                               timeout=10)
+            r = subprocess.run(
+                ["/usr/sbin/sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=10
+            )
             if r.returncode == 0 and r.stdout.strip():
                 return r.stdout.strip()
         except (OSError, subprocess.SubprocessError):
@@ -164,19 +178,36 @@ def cpu_name() -> str:
 
 def machine() -> dict:
     """This machine and software, as the costs (and the benchmark's records) depend on them."""
-    return {"os": platform.platform(), "node": platform.node(), "cpu": cpu_name(), "cpus": os.cpu_count(),
-            "mlx": mx.__version__, "device": str(mx.default_device()), "blas": blas.describe()}
+    return {
+        "os": platform.platform(),
+        "node": platform.node(),
+        "cpu": cpu_name(),
+        "cpus": os.cpu_count(),
+        "mlx": mx.__version__,
+        "device": str(mx.default_device()),
+        "blas": blas.describe(),
+    }
 
 
 def key_for(target, drafter, block_size: int) -> str:
     m = machine()
-    parts = [m["node"], m["cpu"], m["mlx"], m["device"], m["blas"].split(",")[0], shape_fingerprint(target.lm),
-             shape_fingerprint(getattr(drafter, "net", drafter)), str(block_size), str(VERSION)]
+    parts = [
+        m["node"],
+        m["cpu"],
+        m["mlx"],
+        m["device"],
+        m["blas"].split(",")[0],
+        shape_fingerprint(target.lm),
+        shape_fingerprint(getattr(drafter, "net", drafter)),
+        str(block_size),
+        str(VERSION),
+    ]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:20]
 
 
-def load_or_measure(target, drafter, block_size: int, remeasure: bool = False, say: Callable[[str], None] | None = None,
-                    **kw) -> Costs:
+def load_or_measure(
+    target, drafter, block_size: int, remeasure: bool = False, say: Callable[[str], None] | None = None, **kw
+) -> Costs:
     """The cached costs for this machine, target, drafter shape and block size, measured now
     when there are none (or ``remeasure``)."""
     key = key_for(target, drafter, block_size)
@@ -204,8 +235,16 @@ def for_policy(policy: str, target, drafter, block_size: int, say: Callable[[str
     return load_or_measure(target, drafter, block_size, say=say)
 
 
-def measure(target, drafter, block_size: int, *, contexts: tuple[int, ...] = CONTEXTS, repeats: int = 7, key: str = "",
-            threads: dict[str, int] | None = None) -> Costs:
+def measure(
+    target,
+    drafter,
+    block_size: int,
+    *,
+    contexts: tuple[int, ...] = CONTEXTS,
+    repeats: int = 7,
+    key: str = "",
+    threads: dict[str, int] | None = None,
+) -> Costs:
     """Time each phase on caches holding each of ``contexts`` tokens (those that fit the
     target's positions); medians of ``repeats`` runs after a warm-up. ``threads`` (phase ->
     BLAS threads) fixes the counts; without it the plain step keeps the count it is timed faster
@@ -217,13 +256,33 @@ def measure(target, drafter, block_size: int, *, contexts: tuple[int, ...] = CON
     first, best = _at_context(target, drafter, block_size, context=contexts[0], repeats=repeats, threads=threads)
     # longer caches: fewer repeats and three widths (verify time is close to linear in the rows
     # between them), so that measuring stays a matter of seconds on the project's demo pair
-    longer = tuple((c, *_at_context(target, drafter, block_size, context=c, repeats=max(3, repeats // 2),
-                                    threads=best, widths=sorted({0, block_size // 2, block_size}))[0])
-                   for c in contexts[1:])
+    longer = tuple(
+        (
+            c,
+            *_at_context(
+                target,
+                drafter,
+                block_size,
+                context=c,
+                repeats=max(3, repeats // 2),
+                threads=best,
+                widths=sorted({0, block_size // 2, block_size}),
+            )[0],
+        )
+        for c in contexts[1:]
+    )
     blas.restore_threads()
     verify, draft, step = first
-    return Costs(verify_ms=verify, draft_ms=draft, step_ms=step, threads=best, context=contexts[0],
-                 measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), key=key, longer=longer)
+    return Costs(
+        verify_ms=verify,
+        draft_ms=draft,
+        step_ms=step,
+        threads=best,
+        context=contexts[0],
+        measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        key=key,
+        longer=longer,
+    )
 
 
 def _max_positions(target) -> int:
@@ -232,8 +291,16 @@ def _max_positions(target) -> int:
     return int(limit) if isinstance(limit, int) and limit > 0 else 4096
 
 
-def _at_context(target, drafter, block_size: int, *, context: int, repeats: int, threads: dict[str, int] | None,
-                widths: list[int] | None = None):
+def _at_context(
+    target,
+    drafter,
+    block_size: int,
+    *,
+    context: int,
+    repeats: int,
+    threads: dict[str, int] | None,
+    widths: list[int] | None = None,
+):
     """((verify_ms by width, draft_ms, step_ms), the thread counts used) on a cache of ``context``
     random tokens, medians of ``repeats``, at the ``threads`` given (None: the fastest found);
     only ``widths`` are timed when given, the others read off the line between."""
@@ -246,24 +313,36 @@ def _at_context(target, drafter, block_size: int, *, context: int, repeats: int,
     # chunks of 512: the cache is only set up here, and wide chunks cost more in the attention masks
     rows = rounds.prefill(target, cache, ids[:context].tolist(), taps, step=512)
     anchor = int(ids[context].item())
-    first = draft_session.propose(anchor, context, new_rows=rows, block_size=block_size, sampling=SamplingParams(),
-                            key=mx.random.key(0))
+    first = draft_session.propose(
+        anchor, context, new_rows=rows, block_size=block_size, sampling=SamplingParams(), key=mx.random.key(0)
+    )
     mx.eval(first.tokens, draft_session.state())
 
     def draft():
-        d = draft_session.propose(anchor, context, new_rows=None, block_size=block_size, sampling=SamplingParams(),
-                            key=mx.random.key(0))
+        d = draft_session.propose(
+            anchor, context, new_rows=None, block_size=block_size, sampling=SamplingParams(), key=mx.random.key(0)
+        )
         rounds.read_draft(d, draft_session, display=False, heads=False)  # as a round reads it without a screen
 
-    drafted = ids[None, context + 1:]  # random drafts: a greedy verify costs the same whatever it accepts
+    drafted = ids[None, context + 1 :]  # random drafts: a greedy verify costs the same whatever it accepts
 
     def verify(w):
         def run():
-            logits, taps_ = rounds.verify_forward(target, cache, tap_layers=taps, anchor=anchor, draft_tokens=drafted,
-                                                  width=w)
-            rounds.accept(logits[0], target.projection.softcap, drafted[0, :w].tolist(), None,
-                          sampling=SamplingParams(), key=None, taps=taps_, display=False)
+            logits, taps_ = rounds.verify_forward(
+                target, cache, tap_layers=taps, anchor=anchor, draft_tokens=drafted, width=w
+            )
+            rounds.accept(
+                logits[0],
+                target.projection.softcap,
+                drafted[0, :w].tolist(),
+                None,
+                sampling=SamplingParams(),
+                key=None,
+                taps=taps_,
+                display=False,
+            )
             rollback(cache, 1 + w)
+
         return run
 
     timed = widths or list(range(block_size + 1))
@@ -336,8 +415,9 @@ def _step_turn(target, prompt: list[int], turns: int):
     return turn, steps
 
 
-def _fastest_loop_threads(target, drafter, prompt: list[int], block_size: int, *, choices: list[int],
-                          repeats: int = 3, n_rounds: int = 8) -> int:
+def _fastest_loop_threads(
+    target, drafter, prompt: list[int], block_size: int, *, choices: list[int], repeats: int = 3, n_rounds: int = 8
+) -> int:
     """The BLAS thread count (of ``choices``) at which whole speculative rounds run fastest:
     ``n_rounds`` rounds as the engine runs them without a screen (every draft verified, greedy)
     from the same prefilled prompt, the counts taking turns; median milliseconds per round after
@@ -353,9 +433,21 @@ def _fastest_loop_threads(target, drafter, prompt: list[int], block_size: int, *
             anchor, position, key = prompt[-1], len(prompt) - 1, mx.random.key(0)
             t0 = time.perf_counter()
             for _ in range(n_rounds):
-                v = rounds.speculative_round(target, draft_session, cache, anchor=anchor, position=position,
-                                             new_rows=new_rows, block_size=block_size, budget=block_size, sched=sched,
-                                             sampling=SamplingParams(), key=key, threads=threads, display=False)
+                v = rounds.speculative_round(
+                    target,
+                    draft_session,
+                    cache,
+                    anchor=anchor,
+                    position=position,
+                    new_rows=new_rows,
+                    block_size=block_size,
+                    budget=block_size,
+                    sched=sched,
+                    sampling=SamplingParams(),
+                    key=key,
+                    threads=threads,
+                    display=False,
+                )
                 anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
             if rep:
                 ms[n].append((time.perf_counter() - t0) / n_rounds * 1000)
@@ -397,11 +489,26 @@ def describe(costs: Costs) -> str:
     """One line for a terminal or a status bar."""
     v = ", ".join(f"{x:.1f}" for x in costs.verify_ms)
     t = ", ".join(f"{k} {n}" for k, n in costs.threads.items())
-    longer = "; ".join(f"at {c}: step {st:.1f}, draft {d:.1f}, verify of all {ver[-1]:.1f}" for c, ver, d, st in costs.longer)
-    return (f"at {costs.context} tokens: plain step {costs.step_ms:.1f} ms, draft {costs.draft_ms:.1f} ms, verify of "
-            f"0..{len(costs.verify_ms) - 1} drafts [{v}] ms" + (f"; {longer} ms" if longer else "")
-            + (f"; BLAS threads: {t}" if t else ""))
+    longer = "; ".join(
+        f"at {c}: step {st:.1f}, draft {d:.1f}, verify of all {ver[-1]:.1f}" for c, ver, d, st in costs.longer
+    )
+    return (
+        f"at {costs.context} tokens: plain step {costs.step_ms:.1f} ms, draft {costs.draft_ms:.1f} ms, verify of "
+        f"0..{len(costs.verify_ms) - 1} drafts [{v}] ms"
+        + (f"; {longer} ms" if longer else "")
+        + (f"; BLAS threads: {t}" if t else "")
+    )
 
 
-__all__ = ["Costs", "PHASES", "cache_dir", "describe", "for_policy", "key_for", "load_or_measure", "machine",
-           "measure", "shape_fingerprint"]
+__all__ = [
+    "Costs",
+    "PHASES",
+    "cache_dir",
+    "describe",
+    "for_policy",
+    "key_for",
+    "load_or_measure",
+    "machine",
+    "measure",
+    "shape_fingerprint",
+]

@@ -72,12 +72,22 @@ class DeviceCheck:
     def from_dict(cls, d) -> DeviceCheck:
         """A check read back from JSON (the child's line, the kept answer); DsparkError when the
         record is not one."""
-        if (not isinstance(d, dict) or d.get("outcome") not in OUTCOMES or d.get("device") not in ("gpu", "cpu")
-                or not isinstance(d.get("sentence"), str) or not isinstance(d.get("gpu", ""), str)
-                or not isinstance(d.get("key", {}), dict)):
+        if (
+            not isinstance(d, dict)
+            or d.get("outcome") not in OUTCOMES
+            or d.get("device") not in ("gpu", "cpu")
+            or not isinstance(d.get("sentence"), str)
+            or not isinstance(d.get("gpu", ""), str)
+            or not isinstance(d.get("key", {}), dict)
+        ):
             raise DsparkError("not a GPU check record")
-        return cls(outcome=d["outcome"], device=d["device"], sentence=d["sentence"][:2000], gpu=d.get("gpu", ""),
-                   key=dict(d.get("key", {})))
+        return cls(
+            outcome=d["outcome"],
+            device=d["device"],
+            sentence=d["sentence"][:2000],
+            gpu=d.get("gpu", ""),
+            key=dict(d.get("key", {})),
+        )
 
 
 _current: dict = {"check": None}
@@ -127,11 +137,17 @@ def check_key() -> dict:
     child is for)."""
     import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
 
-    return {"dspark": __version__, "mlx": mx.__version__, "os": platform.platform(), "machine": platform.machine(),
-            "node": platform.node()}
+    return {
+        "dspark": __version__,
+        "mlx": mx.__version__,
+        "os": platform.platform(),
+        "machine": platform.machine(),
+        "node": platform.node(),
+    }
 
 
 # --- asking the child, keeping the answer, applying it (in the parent) ----------------------------
+
 
 def child_command() -> list[str]:
     """How to start the check in a child: the app's own executable in a frozen bundle (where
@@ -168,8 +184,14 @@ def ask_child(command: Sequence[str] | None = None, *, timeout: float = CHILD_TI
     window of its own, :mod:`dspark_studio.startup`)."""
     env = {k: v for k, v in os.environ.items() if k != ENV}
     try:
-        r = subprocess.run(list(command or child_command()), capture_output=True, text=True, timeout=timeout,
-                           env=env, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            list(command or child_command()),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return read_child(None, "", "", timeout=timeout)
     except OSError as e:
@@ -205,16 +227,20 @@ def needs_check() -> bool:
     return not os.environ.get(ENV, "").strip() and mx.is_available(mx.gpu)
 
 
-def startup_check(cache: Path, *, ask: Callable[[], DeviceCheck] | None = None, gpu: bool | None = None,
-                  again: bool = False) -> DeviceCheck:
+def startup_check(
+    cache: Path, *, ask: Callable[[], DeviceCheck] | None = None, gpu: bool | None = None, again: bool = False
+) -> DeviceCheck:
     """The device this process should compute on, decided once per machine and software: the
     kept answer for this key at ``cache``, else the child's (``ask``, by default
     :func:`ask_child`), kept. ``gpu`` overrides whether there is a GPU to check (tests);
     ``again`` asks even when an answer is kept."""
     if os.environ.get(ENV, "").strip():
         name = os.environ[ENV].strip().lower()
-        return DeviceCheck(outcome="asked", device=name if name in ("cpu", "gpu") else "cpu",
-                           sentence=f"the {name.upper()} was asked for ({ENV}={name}); the GPU was not checked")
+        return DeviceCheck(
+            outcome="asked",
+            device=name if name in ("cpu", "gpu") else "cpu",
+            sentence=f"the {name.upper()} was asked for ({ENV}={name}); the GPU was not checked",
+        )
     if not (needs_check() if gpu is None else gpu):
         return no_gpu()
     key = check_key()
@@ -248,5 +274,3 @@ def describe_current() -> dict:
     if check is None:
         return {}
     return {"outcome": check.outcome, "device": check.device, "gpu": check.gpu, "sentence": check.sentence}
-
-

@@ -105,8 +105,14 @@ class DflashDrafter(BlockDrafter):
         masks = proj.embed(mx.full((anchor_emb.shape[0], block_size - 1), self.cfg.mask_token_id, mx.int32))
         return mx.concatenate([anchor_emb[:, None, :], masks], axis=1)
 
-    def forward_train(self, proj: DraftProjection, h_ctx: mx.array, ctx_mask: mx.array | None, anchor_emb: mx.array,
-                      prev_toks: mx.array) -> TrainOut:
+    def forward_train(
+        self,
+        proj: DraftProjection,
+        h_ctx: mx.array,
+        ctx_mask: mx.array | None,
+        anchor_emb: mx.array,
+        prev_toks: mx.array,
+    ) -> TrainOut:
         """Teacher-forced parallel forward. ``h_ctx`` [A, L, m*H] are the tap rows strictly
         before each anchor (right-aligned), ``ctx_mask`` [A, L] marks real rows (or None),
         ``anchor_emb`` [A, H] is ``proj.embed(anchor)``, ``prev_toks`` [A, G] are the true
@@ -131,9 +137,7 @@ class DflashDrafter(BlockDrafter):
                 f"drafter was made for different target dimensions ({'; '.join(diff)}, drafter vs target)"
             )
         if self.target_id != target.target_id:
-            raise DrafterMismatchError(
-                f"drafter was made for target {self.target_id!r}, not {target.target_id!r}"
-            )
+            raise DrafterMismatchError(f"drafter was made for target {self.target_id!r}, not {target.target_id!r}")
 
     def weights_note(self, target: Target) -> str | None:
         """A warning when the drafter was trained against other weights of the same architecture
@@ -145,9 +149,18 @@ class DflashDrafter(BlockDrafter):
     # --- files (dspark.formats.native) ----------------------------------------------------
     def save(self, path: str | Path) -> None:
         """``config.json`` + ``model.safetensors``, each written whole or not at all."""
-        native.write(path, self.net, {
-            "target_id": self.target_id, "target_weights": self.target_weights, "dims": self.dims.to_dict(),
-            "cfg": asdict(self.cfg), "calibration": self.calibration, "quantization": self.quantization})
+        native.write(
+            path,
+            self.net,
+            {
+                "target_id": self.target_id,
+                "target_weights": self.target_weights,
+                "dims": self.dims.to_dict(),
+                "cfg": asdict(self.cfg),
+                "calibration": self.calibration,
+                "quantization": self.quantization,
+            },
+        )
 
     @classmethod
     def load(cls, path: str | Path, target: Target | None = None) -> DflashDrafter:
@@ -159,8 +172,9 @@ class DflashDrafter(BlockDrafter):
             raise DsparkError(f"drafter directory not found: {p}")
         meta = read_config(p, "a drafter")
         dims, cfg = native.read_config(p, meta)
-        drafter = cls(native.empty_net(p, meta, dims, cfg), dims, cfg, meta["target_id"],
-                      calibration=meta.get("calibration"))
+        drafter = cls(
+            native.empty_net(p, meta, dims, cfg), dims, cfg, meta["target_id"], calibration=meta.get("calibration")
+        )
         drafter.target_weights = meta.get("target_weights")
         drafter.quantization = meta.get("quantization")
         if target is not None:
@@ -177,4 +191,11 @@ def _with(cfg: DflashConfig, **changes) -> DflashConfig:
     return DflashConfig(**{**asdict(cfg), **changes})
 
 
-__all__ = ["DflashConfig", "DflashDrafter", "DraftOpts", "DraftRows", "TrainOut", "default_taps"]  # config's re-exported
+__all__ = [
+    "DflashConfig",
+    "DflashDrafter",
+    "DraftOpts",
+    "DraftRows",
+    "TrainOut",
+    "default_taps",
+]  # config's re-exported

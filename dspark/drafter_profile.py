@@ -57,29 +57,51 @@ class Profile:
     @classmethod
     def from_dict(cls, d, where) -> Profile:
         """A profile read from a file, checked field by field (one sentence naming ``where``)."""
+
         def bad(what: str):
             return DsparkError(f"{where} is not a drafter profile ({what}): delete it, or record it again")
 
         if not isinstance(d, dict) or d.get("version") != VERSION:
             raise bad(f"version {d.get('version') if isinstance(d, dict) else None!r}, expected {VERSION}")
         acc = d.get("per_position_acceptance")
-        if not isinstance(acc, list) or not 1 <= len(acc) <= 64 or not all(
-                type(x) in (int, float) and 0.0 <= x <= 1.0 for x in acc):
+        if (
+            not isinstance(acc, list)
+            or not 1 <= len(acc) <= 64
+            or not all(type(x) in (int, float) and 0.0 <= x <= 1.0 for x in acc)
+        ):
             raise bad("per_position_acceptance is not 1 to 64 shares between 0 and 1")
-        for key, kinds in (("block_size", (int,)), ("context_length", (int, type(None))), ("prompts", (int,)),
-                           ("rounds", (int,)), ("templated", (bool, type(None))), ("thinking", (bool, type(None))),
-                           ("target_id", (str, type(None))), ("target_fingerprint", (str, type(None))),
-                           ("source", (str,))):
+        for key, kinds in (
+            ("block_size", (int,)),
+            ("context_length", (int, type(None))),
+            ("prompts", (int,)),
+            ("rounds", (int,)),
+            ("templated", (bool, type(None))),
+            ("thinking", (bool, type(None))),
+            ("target_id", (str, type(None))),
+            ("target_fingerprint", (str, type(None))),
+            ("source", (str,)),
+        ):
             value = d.get(key, 0 if key in ("prompts", "rounds") else None)
-            if type(value) not in kinds or (isinstance(value, str) and len(value) > 200) or \
-                    (type(value) is int and not 0 <= value <= 10**9):
+            if (
+                type(value) not in kinds
+                or (isinstance(value, str) and len(value) > 200)
+                or (type(value) is int and not 0 <= value <= 10**9)
+            ):
                 raise bad(f"{key} is {json.dumps(value)[:40]}")
         if not 1 <= d["block_size"] <= 64:
             raise bad(f"block_size is {d['block_size']}")
-        return cls(per_position_acceptance=tuple(float(x) for x in acc), block_size=d["block_size"],
-                   target_id=d.get("target_id"), target_fingerprint=d.get("target_fingerprint"),
-                   templated=d.get("templated"), thinking=d.get("thinking"), context_length=d.get("context_length"),
-                   source=d["source"], prompts=d.get("prompts", 0), rounds=d.get("rounds", 0))
+        return cls(
+            per_position_acceptance=tuple(float(x) for x in acc),
+            block_size=d["block_size"],
+            target_id=d.get("target_id"),
+            target_fingerprint=d.get("target_fingerprint"),
+            templated=d.get("templated"),
+            thinking=d.get("thinking"),
+            context_length=d.get("context_length"),
+            source=d["source"],
+            prompts=d.get("prompts", 0),
+            rounds=d.get("rounds", 0),
+        )
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -109,15 +131,34 @@ def drafter_fingerprint(drafter) -> str:
     return h.hexdigest()[:20]
 
 
-def measured(per_position, target, *, block_size: int, templated: bool | None, thinking: bool | None,
-             context_length: int | None, source: str, prompts: int = 0, rounds: int = 0) -> Profile:
+def measured(
+    per_position,
+    target,
+    *,
+    block_size: int,
+    templated: bool | None,
+    thinking: bool | None,
+    context_length: int | None,
+    source: str,
+    prompts: int = 0,
+    rounds: int = 0,
+) -> Profile:
     """A profile of acceptance ``per_position`` measured on ``target`` (its id and fingerprint
     recorded) with ``block_size`` drafts a round, on ``prompts`` prompts over ``rounds`` rounds in
     the prompt style ``templated`` / ``thinking`` (None: unknown), by ``source`` (the
     :class:`Profile` field); ``context_length``: the longest context trained on (None: unknown)."""
-    return Profile(per_position_acceptance=tuple(float(x) for x in per_position), block_size=int(block_size),
-                   target_id=target.target_id, target_fingerprint=target_fingerprint(target), templated=templated,
-                   thinking=thinking, context_length=context_length, source=source, prompts=prompts, rounds=rounds)
+    return Profile(
+        per_position_acceptance=tuple(float(x) for x in per_position),
+        block_size=int(block_size),
+        target_id=target.target_id,
+        target_fingerprint=target_fingerprint(target),
+        templated=templated,
+        thinking=thinking,
+        context_length=context_length,
+        source=source,
+        prompts=prompts,
+        rounds=rounds,
+    )
 
 
 # ----------------------------------------------------------------------------- where profiles live
@@ -158,12 +199,25 @@ def from_report(path: Path, drafter) -> Profile | None:
         report = read_json(path, 16 * MAX_BYTES, "training report", allow_nan=False)
         held, s = report["heldout"], report.get("settings") or {}
         acc = [float(x) for x in held["per_position_acceptance"]]
-        context = longest_context(s.get("seq_len"), s.get("prompt_len"), s.get("long_prompts"), s.get("long_prompt_len"))
-        return Profile.from_dict({
-            "version": VERSION, "per_position_acceptance": acc, "block_size": len(acc), "source": REPORT_FILE,
-            "target_id": report.get("target_id"), "target_fingerprint": getattr(drafter, "target_weights", None),
-            "templated": None, "thinking": None, "context_length": context, "prompts": int(held.get("prompts", 0)),
-            "rounds": int(held.get("rounds", 0))}, path)
+        context = longest_context(
+            s.get("seq_len"), s.get("prompt_len"), s.get("long_prompts"), s.get("long_prompt_len")
+        )
+        return Profile.from_dict(
+            {
+                "version": VERSION,
+                "per_position_acceptance": acc,
+                "block_size": len(acc),
+                "source": REPORT_FILE,
+                "target_id": report.get("target_id"),
+                "target_fingerprint": getattr(drafter, "target_weights", None),
+                "templated": None,
+                "thinking": None,
+                "context_length": context,
+                "prompts": int(held.get("prompts", 0)),
+                "rounds": int(held.get("rounds", 0)),
+            },
+            path,
+        )
     except (DsparkError, KeyError, TypeError, ValueError):
         return None  # not a report with held-out figures: no profile
 
@@ -196,5 +250,18 @@ def write_recorded(drafter, profile: Profile) -> Path:
     return path
 
 
-__all__ = ["PROFILE_FILE", "Profile", "drafter_fingerprint", "find", "from_report", "longest_context", "measured",
-           "read_file", "recorded_dir", "recorded_path", "target_fingerprint", "write_own", "write_recorded"]
+__all__ = [
+    "PROFILE_FILE",
+    "Profile",
+    "drafter_fingerprint",
+    "find",
+    "from_report",
+    "longest_context",
+    "measured",
+    "read_file",
+    "recorded_dir",
+    "recorded_path",
+    "target_fingerprint",
+    "write_own",
+    "write_recorded",
+]

@@ -120,8 +120,9 @@ class BlockDrafter:
 
     def _block(self, proj: DraftProjection, anchors: mx.array, length: int) -> mx.array:
         """Embeddings of ``[anchor, mask, .., mask]`` (``length`` slots) per anchor."""
-        ids = mx.concatenate([anchors[:, None], mx.full((anchors.shape[0], length - 1), self.mask_token_id, mx.int32)],
-                             axis=1)
+        ids = mx.concatenate(
+            [anchors[:, None], mx.full((anchors.shape[0], length - 1), self.mask_token_id, mx.int32)], axis=1
+        )
         return self.embed(proj, ids)
 
     def _attention(self, context: ContextKV, length: int) -> tuple[list, list]:
@@ -152,8 +153,16 @@ class BlockDrafter:
         return ctx, masks
 
     # --- training (teacher-forced, every block position at once) ----------------------------
-    def forward_train_packed(self, proj: DraftProjection, h_seq: mx.array, *, owner: mx.array, positions: mx.array,
-                             prev_toks: mx.array, ctx_len: int = 0) -> TrainOut:
+    def forward_train_packed(
+        self,
+        proj: DraftProjection,
+        h_seq: mx.array,
+        *,
+        owner: mx.array,
+        positions: mx.array,
+        prev_toks: mx.array,
+        ctx_len: int = 0,
+    ) -> TrainOut:
         """The training forward of anchors that share sequences: each sequence's tap rows
         ``h_seq`` [N, S, m*H] are projected once, not once per anchor. Anchor ``a`` sits at
         position ``positions[a]`` of sequence ``owner[a]`` and its block sees that sequence's
@@ -177,7 +186,9 @@ class BlockDrafter:
             logits = base + bias
         z = None
         if self.has_confidence:
-            z = self.net.confidence_head(h if e is None or not self.confidence_with_markov else mx.concatenate([h, e], -1))
+            z = self.net.confidence_head(
+                h if e is None or not self.confidence_with_markov else mx.concatenate([h, e], -1)
+            )
         return TrainOut(logits, base, z, h)
 
     def _train_masks(self, positions: mx.array, S: int, length: int, ctx_len: int) -> list:
@@ -210,8 +221,16 @@ class BlockDrafter:
             masks.append(mx.concatenate([seen, block], axis=-1)[:, None])
         return masks
 
-    def forward_rows(self, proj: DraftProjection, h_ctx: mx.array | None, anchors: mx.array | Sequence[int],
-                     gamma: int, *, opts: DraftOpts | None = None, context: ContextKV | None = None) -> DraftRows:
+    def forward_rows(
+        self,
+        proj: DraftProjection,
+        h_ctx: mx.array | None,
+        anchors: mx.array | Sequence[int],
+        gamma: int,
+        *,
+        opts: DraftOpts | None = None,
+        context: ContextKV | None = None,
+    ) -> DraftRows:
         """Draft ``gamma`` tokens (the block size, under the seed API's name) after each anchor, as
         ``opts`` says (None: greedy). New committed tap rows ``h_ctx`` [A, n, m*H] (or None) are
         projected and appended to ``context`` first (None: a fresh context)."""
@@ -229,8 +248,11 @@ class BlockDrafter:
         base = self.cap(proj, raw)  # lazy
         sp = opts.sampling
         # one key per position, only when drawing (greedy drafting reads none)
-        keys = [None] * max(gamma, 1) if sp.greedy else \
-            mx.random.split(opts.key if opts.key is not None else mx.random.key(0), max(gamma, 1))
+        keys = (
+            [None] * max(gamma, 1)
+            if sp.greedy
+            else mx.random.split(opts.key if opts.key is not None else mx.random.key(0), max(gamma, 1))
+        )
         e = None
         table = markov.bias_table(self) if self.has_markov else None
         if self.has_markov and table is None and markov.scores_candidates(self.net.markov_head):
@@ -261,10 +283,18 @@ class BlockDrafter:
             draft_probs = mx.take_along_axis(q, choice[..., None], axis=-1)[..., 0]
         z = None
         if self.has_confidence:
-            z = self.net.confidence_head(h if e is None or not self.confidence_with_markov else mx.concatenate([h, e], -1))
-        return DraftRows(tokens=self.to_target(choice), q=self.widen(q, proj.vocab_size), draft_probs=draft_probs,
-                         confidences=self._calibrated(z) if z is not None else None, hidden=h, conf_logits=z,
-                         logits=logits)
+            z = self.net.confidence_head(
+                h if e is None or not self.confidence_with_markov else mx.concatenate([h, e], -1)
+            )
+        return DraftRows(
+            tokens=self.to_target(choice),
+            q=self.widen(q, proj.vocab_size),
+            draft_probs=draft_probs,
+            confidences=self._calibrated(z) if z is not None else None,
+            hidden=h,
+            conf_logits=z,
+            logits=logits,
+        )
 
     def to_target(self, draft_ids: mx.array) -> mx.array:
         return draft_ids if self.draft_to_target is None else self.draft_to_target[draft_ids]
@@ -294,13 +324,18 @@ class BlockDrafter:
         d = target.dims
         bad = [t for t in self.tap_layers if not 0 <= t < d.num_layers]
         if bad:
-            raise DrafterMismatchError(f"the drafter taps target layer {bad[0]}, but the target has {d.num_layers} layers")
+            raise DrafterMismatchError(
+                f"the drafter taps target layer {bad[0]}, but the target has {d.num_layers} layers"
+            )
         if self.net.fc.weight.shape[-1] * _packing(self.net.fc) != len(self.tap_layers) * d.hidden_size:
-            raise DrafterMismatchError(f"the drafter reads {len(self.tap_layers)} target layers of width "
-                                       f"{self.net.fc.weight.shape[0]}, but the target's hidden size is {d.hidden_size}")
+            raise DrafterMismatchError(
+                f"the drafter reads {len(self.tap_layers)} target layers of width "
+                f"{self.net.fc.weight.shape[0]}, but the target's hidden size is {d.hidden_size}"
+            )
         if not 0 <= self.mask_token_id < d.vocab_size:
-            raise DrafterMismatchError(f"the drafter's mask token {self.mask_token_id} is outside the target's "
-                                       f"vocabulary ({d.vocab_size})")
+            raise DrafterMismatchError(
+                f"the drafter's mask token {self.mask_token_id} is outside the target's vocabulary ({d.vocab_size})"
+            )
 
     def weights_note(self, target: Target) -> str | None:
         return None
@@ -330,13 +365,22 @@ class BlockDraftSession:
         self.tap_layers = drafter.tap_layers
         self.block_size = drafter.block_size
 
-    def propose(self, anchor: int, position: int, *, new_rows: mx.array | None, block_size: int,
-                sampling: SamplingParams, key: mx.array) -> DraftRows:
+    def propose(
+        self,
+        anchor: int,
+        position: int,
+        *,
+        new_rows: mx.array | None,
+        block_size: int,
+        sampling: SamplingParams,
+        key: mx.array,
+    ) -> DraftRows:
         """``block_size`` drafts after ``anchor`` at ``position`` (the context's length once
         ``new_rows`` are appended), drawn as ``sampling`` says with ``key``
         (:meth:`dspark.rounds.DraftSession.propose`)."""
-        rows = self.drafter.forward_rows(self.proj, new_rows, [anchor], block_size, opts=DraftOpts(sampling, key),
-                                         context=self.context)
+        rows = self.drafter.forward_rows(
+            self.proj, new_rows, [anchor], block_size, opts=DraftOpts(sampling, key), context=self.context
+        )
         assert self.context.offset == position, "drafter context out of step with the target"
         return rows
 

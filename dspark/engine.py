@@ -47,20 +47,25 @@ def prompt_ids(target: Target, prompt: str | Sequence[int], config: GenerationCo
     if bad:
         raise DsparkError(f"token id {bad[0]} is outside the target's vocabulary ({target.dims.vocab_size})")
     limit = target.config.get("max_position_embeddings") or (target.config.get("text_config") or {}).get(
-        "max_position_embeddings")
+        "max_position_embeddings"
+    )
     if isinstance(limit, int) and len(ids) > limit:  # refused before a prefill of minutes on positions it never saw
-        raise DsparkError(f"the prompt is {len(ids):,} tokens, more than the {limit:,} positions this target holds: "
-                          f"shorten it")
+        raise DsparkError(
+            f"the prompt is {len(ids):,} tokens, more than the {limit:,} positions this target holds: shorten it"
+        )
     return ids
 
 
 def length_note(target: Target, prompt_tokens: int, max_tokens: int) -> str | None:
     """A warning when the prompt and the output exceed the positions the target was trained on."""
     limit = target.config.get("max_position_embeddings") or (target.config.get("text_config") or {}).get(
-        "max_position_embeddings")
+        "max_position_embeddings"
+    )
     if isinstance(limit, int) and prompt_tokens + max_tokens > limit:
-        return (f"the prompt ({prompt_tokens} tokens) and up to {max_tokens} new tokens exceed the {limit} positions "
-                f"this target was trained on: expect degraded output past position {limit}")
+        return (
+            f"the prompt ({prompt_tokens} tokens) and up to {max_tokens} new tokens exceed the {limit} positions "
+            f"this target was trained on: expect degraded output past position {limit}"
+        )
     return None
 
 
@@ -123,17 +128,40 @@ def generate(
             budget = run.remaining - 1
             if block_size and (drafts_next or sched.drafts(position, budget)):
                 drafts_next = False
-                v = speculative_round(target, draft_session, cache, anchor=anchor, position=position, new_rows=new_rows,
-                                      block_size=block_size, budget=budget, sched=sched, sampling=config.sampling,
-                                      key=next(keys), threads=threads, display=display, inspect=inspect)
+                v = speculative_round(
+                    target,
+                    draft_session,
+                    cache,
+                    anchor=anchor,
+                    position=position,
+                    new_rows=new_rows,
+                    block_size=block_size,
+                    budget=budget,
+                    sched=sched,
+                    sampling=config.sampling,
+                    key=next(keys),
+                    threads=threads,
+                    display=display,
+                    inspect=inspect,
+                )
                 yield run.commit(anchor, v, position)
                 anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
                 continue
             # plain steps: their tap rows wait, with any before them, for the drafter's next draft
             rows = [] if new_rows is None else [new_rows]
-            steps = plain_steps(target, cache, tap_layers=draft_session.tap_layers, anchor=anchor, position=position,
-                                sampling=config.sampling, keys=keys, more=plain_next, threads=threads,
-                                display=display, inspect=inspect)
+            steps = plain_steps(
+                target,
+                cache,
+                tap_layers=draft_session.tap_layers,
+                anchor=anchor,
+                position=position,
+                sampling=config.sampling,
+                keys=keys,
+                more=plain_next,
+                threads=threads,
+                display=display,
+                inspect=inspect,
+            )
             shadow = None
             try:
                 for v in steps:
@@ -145,9 +173,17 @@ def generate(
                     if not run.wants_more():
                         break
                     if shadow is None and sched.shadow_due():
-                        shadow = position, draft_session.propose(anchor, position, new_rows=_rows(rows),
-                                                           block_size=block_size, sampling=config.sampling,
-                                                           key=next(shadow_keys)).tokens
+                        shadow = (
+                            position,
+                            draft_session.propose(
+                                anchor,
+                                position,
+                                new_rows=_rows(rows),
+                                block_size=block_size,
+                                sampling=config.sampling,
+                                key=next(shadow_keys),
+                            ).tokens,
+                        )
                         mx.async_eval(shadow[1], draft_session.state())  # read block_size steps later: no wait
                         rows = []
             finally:
@@ -172,7 +208,7 @@ def judge_shadow(sched: Scheduler, shadow, sequence: list[int], final: bool = Fa
     position, tokens = shadow
     known = len(sequence) - 1 - position
     drafted = tokens[0].tolist()[:known]
-    truth = sequence[position + 1: position + 1 + len(drafted)]
+    truth = sequence[position + 1 : position + 1 + len(drafted)]
     matched = next((k for k, (d, t) in enumerate(zip(drafted, truth)) if d != t), None)
     if matched is not None:
         sched.observe_shadow(position, matched + 1, matched)
@@ -299,11 +335,22 @@ class _Generation:
         index, a = len(self.events), v.accepted
         committed = []
         for k, tok in enumerate(v.tokens):
-            src = Source.ACCEPTED if k < a else (Source.TARGET if v.width == 0 else
-                                                 Source.BONUS if a == v.width else Source.CORRECTION)
-            committed.append(CommittedToken(id=tok, text=self._piece(tok), source=src, round=index, position=k,
-                                            target_prob=v.target_probs[k],
-                                            draft_prob=v.draft_probs[k] if k < a else None))
+            src = (
+                Source.ACCEPTED
+                if k < a
+                else (Source.TARGET if v.width == 0 else Source.BONUS if a == v.width else Source.CORRECTION)
+            )
+            committed.append(
+                CommittedToken(
+                    id=tok,
+                    text=self._piece(tok),
+                    source=src,
+                    round=index,
+                    position=k,
+                    target_prob=v.target_probs[k],
+                    draft_prob=v.draft_probs[k] if k < a else None,
+                )
+            )
             self.out.append(tok)
             if tok in self.stop_ids:
                 self.finish = "stop"
@@ -316,11 +363,18 @@ class _Generation:
             self.draft_seconds += v.draft_seconds
             self.verify_seconds += v.verify_seconds
         ev = RoundEvent(
-            index=index, anchor=anchor, drafted=tuple(v.drafted), draft_probs=tuple(v.draft_probs),
+            index=index,
+            anchor=anchor,
+            drafted=tuple(v.drafted),
+            draft_probs=tuple(v.draft_probs),
             confidences=tuple(v.confidences) if v.confidences is not None else None,
-            verify_width=v.width, accepted=a, committed=tuple(committed),
-            draft_seconds=v.draft_seconds, verify_seconds=v.verify_seconds,
-            elapsed_seconds=perf_counter() - self.start, tokens_generated=len(self.out),
+            verify_width=v.width,
+            accepted=a,
+            committed=tuple(committed),
+            draft_seconds=v.draft_seconds,
+            verify_seconds=v.verify_seconds,
+            elapsed_seconds=perf_counter() - self.start,
+            tokens_generated=len(self.out),
             tokens_per_sec=self.tokens_per_sec(),
             confidence_logits=tuple(v.conf_logits) if v.conf_logits is not None else None,
             plain_step=v.plain_step,
@@ -359,8 +413,12 @@ class _Generation:
             peak_memory_bytes=int(mx.get_peak_memory()),
             accepted_histogram=f.accepted_histogram,
             plain_steps=f.plain_steps,
-            token_logprobs=tuple(math.log(max(t.target_prob, 1e-45)) for e in self.events for t in e.committed
-                                 if not math.isnan(t.target_prob)),
+            token_logprobs=tuple(
+                math.log(max(t.target_prob, 1e-45))
+                for e in self.events
+                for t in e.committed
+                if not math.isnan(t.target_prob)
+            ),
         )
 
 
@@ -375,5 +433,12 @@ def run_to_summary(events: Iterator[RoundEvent | Summary]) -> Summary:
 
 generate_baseline = generate_plain  # the old name of generate_plain, kept so that users' code runs on
 
-__all__ = ["GenerationConfig", "Proposer", "generate", "generate_baseline", "generate_plain", "prompt_ids",
-           "run_to_summary"]
+__all__ = [
+    "GenerationConfig",
+    "Proposer",
+    "generate",
+    "generate_baseline",
+    "generate_plain",
+    "prompt_ids",
+    "run_to_summary",
+]

@@ -123,8 +123,15 @@ def event_from_dict(d: dict) -> RoundEvent | Summary:
         raise ValueError(f"unknown event kind {kind!r}")
     if "method" in d:
         d["method"] = plain_method(d["method"])
-    for name in ("tokens", "prompt_tokens", "accepted_lengths", "verify_widths", "per_position_acceptance",
-                 "accepted_histogram", "token_logprobs"):
+    for name in (
+        "tokens",
+        "prompt_tokens",
+        "accepted_lengths",
+        "verify_widths",
+        "per_position_acceptance",
+        "accepted_histogram",
+        "token_logprobs",
+    ):
         if name in d:
             d[name] = tuple(d[name])
     return Summary(**d)

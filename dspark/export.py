@@ -75,11 +75,15 @@ def same_drafts(original, exported, proj, rows: int = 24) -> str | None:
     kh, ka = mx.random.split(mx.random.key(11))
     context = mx.random.normal((1, rows, m * H), key=kh)
     anchor = int(mx.random.randint(0, proj.vocab_size, (1,), key=ka)[0])
-    a, b = (d.forward_rows(proj, context, [anchor], original.block_size, opts=DraftOpts(SamplingParams()))
-            for d in (original, exported))
-    pairs = {"backbone output": (a.hidden, b.hidden),
-             "logits": (original.head(proj, a.hidden), exported.head(proj, b.hidden)),
-             "draft probabilities": (a.draft_probs, b.draft_probs)}
+    a, b = (
+        d.forward_rows(proj, context, [anchor], original.block_size, opts=DraftOpts(SamplingParams()))
+        for d in (original, exported)
+    )
+    pairs = {
+        "backbone output": (a.hidden, b.hidden),
+        "logits": (original.head(proj, a.hidden), exported.head(proj, b.hidden)),
+        "draft probabilities": (a.draft_probs, b.draft_probs),
+    }
     if a.conf_logits is not None or b.conf_logits is not None:
         if a.conf_logits is None or b.conf_logits is None:
             return "the confidence head"
@@ -149,8 +153,19 @@ def write(folder: Path, drafter, p: Plan) -> None:
     write_text(folder / "config.json", json.dumps(p.config, indent=2) + "\n")
 
 
-def export_drafter(path, fmt: str, out, *, verifier: str | None = None, drop_heads: bool = False, force: bool = False,
-                   target=None, prompts: list[str] | None = None, tokens: int = 128, say=None) -> dict:
+def export_drafter(
+    path,
+    fmt: str,
+    out,
+    *,
+    verifier: str | None = None,
+    drop_heads: bool = False,
+    force: bool = False,
+    target=None,
+    prompts: list[str] | None = None,
+    tokens: int = 128,
+    say=None,
+) -> dict:
     """Write the drafter at ``path`` as ``fmt`` into ``out``, exactly, or raise DsparkError (one
     sentence) with nothing written. ``verifier``: the target's name that serving loads (written
     into the config and the README); ``drop_heads`` leaves out the Markov and confidence heads;
@@ -168,8 +183,14 @@ def export_drafter(path, fmt: str, out, *, verifier: str | None = None, drop_hea
     drafter = load_drafter(p, target, say=say)
     src = loaded_source(drafter, p, config)
     planned = plan(src, fmt, verifier, drop_heads)
-    report = {"out": str(out), "format": fmt, "source": str(p), "source_format": src.format,
-              "dropped": planned.dropped, "verifier": verifier}
+    report = {
+        "out": str(out),
+        "format": fmt,
+        "source": str(p),
+        "source_format": src.format,
+        "dropped": planned.dropped,
+        "verifier": verifier,
+    }
     if planned.dropped and target is not None:
         say(f"measuring the drafter with its heads on {len(prompts or [])} prompts ...")
         report["tau_with_heads"] = acceptance(target, drafter, prompts or [], tokens)
@@ -181,13 +202,21 @@ def export_drafter(path, fmt: str, out, *, verifier: str | None = None, drop_hea
         proj = target.projection if target is not None else ProbeProjection(src.spec.vocab, src.spec.hidden)
         differs = same_drafts(drafter, back, proj)
         if differs:
-            raise DsparkError(f"the {fmt} export would not draft what the drafter drafts ({differs}): nothing was written")
+            raise DsparkError(
+                f"the {fmt} export would not draft what the drafter drafts ({differs}): nothing was written"
+            )
         if planned.dropped and target is not None:
             say("measuring the export without them ...")
             report["tau_without_heads"] = acceptance(target, back, prompts or [], tokens)
         report["acceptance"] = acceptance_words(report, len(prompts or []), tokens)
-        info = {"source": str(p), "source_format": src.format, "block_size": drafter.block_size,
-                "taps": list(drafter.tap_layers), "dropped": planned.dropped, "acceptance": report["acceptance"]}
+        info = {
+            "source": str(p),
+            "source_format": src.format,
+            "block_size": drafter.block_size,
+            "taps": list(drafter.tap_layers),
+            "dropped": planned.dropped,
+            "acceptance": report["acceptance"],
+        }
         write_text(tmp / "README.md", serving.readme(fmt, planned.config, info, str(out), verifier=verifier))
     report["serve"] = serving.commands(fmt, planned.config, drafter.block_size, str(out), verifier=verifier)
     return report
@@ -198,15 +227,22 @@ def acceptance_words(report: dict, prompts: int, tokens: int) -> str:
     if not report["dropped"]:
         return ""
     if "tau_without_heads" in report:
-        return (f"greedy tau {report['tau_without_heads']:.2f} without them against {report['tau_with_heads']:.2f} "
-                f"with them ({prompts} prompts, {tokens} tokens each)")
-    return (f"the acceptance without them was not measured (no --target): measure it with dspark bench --target "
-            f"TARGET --drafter {report['out']} --prompt-set demo, beside the original drafter")
+        return (
+            f"greedy tau {report['tau_without_heads']:.2f} without them against {report['tau_with_heads']:.2f} "
+            f"with them ({prompts} prompts, {tokens} tokens each)"
+        )
+    return (
+        f"the acceptance without them was not measured (no --target): measure it with dspark bench --target "
+        f"TARGET --drafter {report['out']} --prompt-set demo, beside the original drafter"
+    )
 
 
 def summary(r: dict, drop_heads: bool) -> str:
     """What an export wrote, in a sentence or two (the command's output, the app's status line)."""
-    text = f"wrote a {serving.TITLES[r['format']]} drafter to {r['out']} (loaded back, it drafts what {r['source']} drafts)"
+    text = (
+        f"wrote a {serving.TITLES[r['format']]} drafter to {r['out']} "
+        f"(loaded back, it drafts what {r['source']} drafts)"
+    )
     if r["dropped"]:
         text += f"; left out its {' and '.join(r['dropped'])} head{'s' * (len(r['dropped']) > 1)}: {r['acceptance']}"
     elif drop_heads:

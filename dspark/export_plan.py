@@ -34,8 +34,11 @@ LOADED_AS = {"speculators": "speculators", "deepspec": "deepspec", "zlab": "zlab
 #: The parts of a drafter an export must carry, in the order a refusal names the first missing one.
 PARTS = ("layers", "target", "anchor", "block_size", "windows", "embedding", "head", "markov", "confidence")
 HEADS = ("markov", "confidence")
-LAYER_WORDS = {"DraftLayer": "native Gemma-style draft layers (dspark's own: values without a norm, full RoPE)",
-               "Qwen3Layer": "Qwen3-style draft layers", "Gemma4Layer": "Gemma-4 global-attention draft layers"}
+LAYER_WORDS = {
+    "DraftLayer": "native Gemma-style draft layers (dspark's own: values without a norm, full RoPE)",
+    "Qwen3Layer": "Qwen3-style draft layers",
+    "Gemma4Layer": "Gemma-4 global-attention draft layers",
+}
 
 
 @dataclass(kw_only=True)
@@ -52,15 +55,32 @@ class Source:
 
 def native_spec(dims, cfg) -> Spec:
     """A native drafter in a Spec's words: the target's embedding and head, the anchor slot predicting."""
-    layout = BlockLayout(windows=(cfg.context_window,) * cfg.num_layers, window_from_anchor=True) \
-        if cfg.context_window else BlockLayout()
-    return Spec(format=native.FORMAT, variant="native", hidden=dims.hidden_size, vocab=dims.vocab_size,
-                draft_vocab=dims.vocab_size, taps=tuple(cfg.tap_layers), block_size=cfg.block_size,
-                mask_token_id=cfg.mask_token_id, layout=layout, make_layers=lambda: [], eps=dims.rms_norm_eps,
-                own_embedding=False,
-                embed_scale=None, own_head=False, softcap=dims.final_logit_softcapping,
-                markov_rank=cfg.markov_rank if cfg.markov else 0, confidence=cfg.confidence,
-                confidence_with_markov=cfg.markov, num_target_layers=dims.num_layers)
+    layout = (
+        BlockLayout(windows=(cfg.context_window,) * cfg.num_layers, window_from_anchor=True)
+        if cfg.context_window
+        else BlockLayout()
+    )
+    return Spec(
+        format=native.FORMAT,
+        variant="native",
+        hidden=dims.hidden_size,
+        vocab=dims.vocab_size,
+        draft_vocab=dims.vocab_size,
+        taps=tuple(cfg.tap_layers),
+        block_size=cfg.block_size,
+        mask_token_id=cfg.mask_token_id,
+        layout=layout,
+        make_layers=lambda: [],
+        eps=dims.rms_norm_eps,
+        own_embedding=False,
+        embed_scale=None,
+        own_head=False,
+        softcap=dims.final_logit_softcapping,
+        markov_rank=cfg.markov_rank if cfg.markov else 0,
+        confidence=cfg.confidence,
+        confidence_with_markov=cfg.markov,
+        num_target_layers=dims.num_layers,
+    )
 
 
 def read_source(path) -> Source:
@@ -75,8 +95,9 @@ def read_source(path) -> Source:
 
 def loaded_source(drafter, path: Path, config: dict) -> Source:
     if isinstance(drafter, DflashDrafter):
-        return Source(path=path, format=native.FORMAT, spec=native_spec(drafter.dims, drafter.cfg), net=drafter.net,
-                      config=config)
+        return Source(
+            path=path, format=native.FORMAT, spec=native_spec(drafter.dims, drafter.cfg), net=drafter.net, config=config
+        )
     return Source(path=path, format=drafter.format, spec=drafter.spec, net=drafter.net, config=config)
 
 
@@ -108,15 +129,34 @@ def shape_of(src: Source, drop_heads: bool = False) -> DraftShape:
     windows = [w for w in s.layout.windows if w]
     # a DraftShape's window is the context rows the anchor sees: z-lab's per-slot window counts the slot itself
     window = (windows[0] if s.layout.window_from_anchor else windows[0] - 1) if windows else 0
-    tl = src.config.get("transformer_layer_config") if isinstance(src.config.get("transformer_layer_config"), dict) else {}
+    tl = (
+        src.config.get("transformer_layer_config")
+        if isinstance(src.config.get("transformer_layer_config"), dict)
+        else {}
+    )
     limit = src.config.get("max_position_embeddings") or tl.get("max_position_embeddings") or 4096
     return DraftShape(
-        hidden=s.hidden, layers=len(src.net.layers), heads=attn.heads, kv_heads=attn.kv_heads, head_dim=attn.head_dim,
-        intermediate=mlp.gate_proj.weight.shape[0], vocab=s.vocab, taps=tuple(s.taps), block_size=s.block_size,
-        mask_token_id=s.mask_token_id, num_target_layers=s.num_target_layers, eps=s.eps,
-        rope_theta=float(getattr(layer.rope, "base", 10000.0)), markov_rank=0 if drop_heads else s.markov_rank,
-        confidence=s.confidence and not drop_heads, window=window, softcap=s.softcap, max_positions=int(limit),
-        anchor_predicts=s.layout.anchor_predicts, draft_vocab=s.draft_vocab if s.draft_vocab < s.vocab else 0)
+        hidden=s.hidden,
+        layers=len(src.net.layers),
+        heads=attn.heads,
+        kv_heads=attn.kv_heads,
+        head_dim=attn.head_dim,
+        intermediate=mlp.gate_proj.weight.shape[0],
+        vocab=s.vocab,
+        taps=tuple(s.taps),
+        block_size=s.block_size,
+        mask_token_id=s.mask_token_id,
+        num_target_layers=s.num_target_layers,
+        eps=s.eps,
+        rope_theta=float(getattr(layer.rope, "base", 10000.0)),
+        markov_rank=0 if drop_heads else s.markov_rank,
+        confidence=s.confidence and not drop_heads,
+        window=window,
+        softcap=s.softcap,
+        max_positions=int(limit),
+        anchor_predicts=s.layout.anchor_predicts,
+        draft_vocab=s.draft_vocab if s.draft_vocab < s.vocab else 0,
+    )
 
 
 def tensor_names(src: Source, drop_heads: bool) -> set[str]:
@@ -138,8 +178,11 @@ def _written(fmt: str, src: Source, drop_heads: bool, verifier: str | None):
             ext.pop("calibration", None)  # the confidence head it calibrated is gone
         if ext:
             config[EXTENSION] = ext
-        spec = module.read_spec(src.path, config, tensor_names(src, drop_heads)) if fmt == "speculators" \
+        spec = (
+            module.read_spec(src.path, config, tensor_names(src, drop_heads))
+            if fmt == "speculators"
             else module.read_spec(src.path, config)
+        )
         return config, parts(spec, spec.net())
     except (DsparkError, AttributeError, IndexError, TypeError):  # a layer kind the writers have no words for
         return None
@@ -157,8 +200,10 @@ def plan(src: Source, fmt: str, verifier: str | None = None, drop_heads: bool = 
     if fmt not in FORMATS:
         raise DsparkError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if src.config.get("quantization"):
-        raise DsparkError(f"{src.path} is quantized in mlx's layout, which vLLM and SGLang do not read: export the "
-                          f"drafter it was quantized from")
+        raise DsparkError(
+            f"{src.path} is quantized in mlx's layout, which vLLM and SGLang do not read: export the "
+            f"drafter it was quantized from"
+        )
     have = parts(src.spec, src.net, drop_heads)
     written = {f: _written(f, src, drop_heads, verifier) for f in FORMATS}
     mine = written[fmt]
@@ -181,9 +226,14 @@ def refusal(src: Source, fmt: str, *, wrong: list[str], have: dict, written: dic
     carriers = [f for f in FORMATS if carries(f, named)]
     exact = [f for f in FORMATS if carries(f, PARTS)]
     theirs = written[fmt][1] if written[fmt] is not None else None
-    what = " and ".join(words(p, src, theirs) for p in named).replace("head and confidence head", "and confidence heads")
-    where = (f"which {_either(carriers)} {'carries' if len(carriers) == 1 else 'carry'}" if carriers
-             else "which no published format dspark writes carries")
+    what = " and ".join(words(p, src, theirs) for p in named).replace(
+        "head and confidence head", "and confidence heads"
+    )
+    where = (
+        f"which {_either(carriers)} {'carries' if len(carriers) == 1 else 'carry'}"
+        if carriers
+        else "which no published format dspark writes carries"
+    )
     if part is None:
         then = ": export with --drop-heads to leave them out" + (f", or to {_either(exact)}" if exact else "")
     elif exact:
@@ -207,32 +257,50 @@ def words(part: str, src: Source, theirs: dict | None = None) -> str:
     s, have = src.spec, parts(src.spec, src.net)
     same_kind = theirs is not None and theirs["layers"][0] == have["layers"][0]
     if part == "layers":
-        return LAYER_WORDS.get(have["layers"][0], f"{have['layers'][0]} draft layers") + \
-            (f" of these sizes ({have['layers'][1]}, fc {list(have['layers'][3])})" if same_kind else "")
+        return LAYER_WORDS.get(have["layers"][0], f"{have['layers'][0]} draft layers") + (
+            f" of these sizes ({have['layers'][1]}, fc {list(have['layers'][3])})" if same_kind else ""
+        )
     if part == "anchor":
-        return ("anchor slot that predicts the first draft (DSpark's block convention)" if s.layout.anchor_predicts
-                else "anchor slot that only reads (z-lab's block convention: the drafts start at the next slot)")
+        return (
+            "anchor slot that predicts the first draft (DSpark's block convention)"
+            if s.layout.anchor_predicts
+            else "anchor slot that only reads (z-lab's block convention: the drafts start at the next slot)"
+        )
     if part == "windows":
         w = next((x for x in s.layout.windows if x), None)
         if w is None:
             return "attention over the whole context"
         causal = " with causal attention inside the block" if any(s.layout.causal) else ""
-        return (f"context window of {w} rows before the anchor" if s.layout.window_from_anchor
-                else f"sliding window of {w} positions per block slot") + causal
+        return (
+            f"context window of {w} rows before the anchor"
+            if s.layout.window_from_anchor
+            else f"sliding window of {w} positions per block slot"
+        ) + causal
     if part == "embedding":
         if s.own_embedding:
             return "embedding table of its own"
         return "block embedding of the target's table, " + (
-            "scaled by sqrt(hidden)" if s.embed_scale is None else "unscaled" if s.embed_scale == 1.0
-            else f"scaled by {s.embed_scale:g}")
+            "scaled by sqrt(hidden)"
+            if s.embed_scale is None
+            else "unscaled"
+            if s.embed_scale == 1.0
+            else f"scaled by {s.embed_scale:g}"
+        )
     if part == "head":
         if s.draft_vocab < s.vocab:
             return f"reduced draft vocabulary of {s.draft_vocab} ids (a d2t table)"
         own = "output head of its own" if s.own_head else "borrowed output head (the target's)"
-        return own + (f", soft-capped at {s.softcap:g}" if s.softcap else "") + \
-            (f", times {s.output_multiplier:g}" if s.output_multiplier != 1.0 else "")
-    return {"target": "taps and mask token", "block_size": f"{s.block_size} drafts per round",
-            "markov": f"Markov head (rank {s.markov_rank})", "confidence": "confidence head"}[part]
+        return (
+            own
+            + (f", soft-capped at {s.softcap:g}" if s.softcap else "")
+            + (f", times {s.output_multiplier:g}" if s.output_multiplier != 1.0 else "")
+        )
+    return {
+        "target": "taps and mask token",
+        "block_size": f"{s.block_size} drafts per round",
+        "markov": f"Markov head (rank {s.markov_rank})",
+        "confidence": "confidence head",
+    }[part]
 
 
 def exportable(path) -> dict:
@@ -250,5 +318,7 @@ def exportable(path) -> dict:
 
 def exports_lines(exports: dict) -> list[str]:
     """``exportable``'s answer as ``dspark inspect`` prints it."""
-    return [f"  exports exactly to: {', '.join(exports['exact']) or 'no published format'} (dspark export)",
-            *(f"  not to {fmt}: {why}" for fmt, why in exports["refused"].items())]
+    return [
+        f"  exports exactly to: {', '.join(exports['exact']) or 'no published format'} (dspark export)",
+        *(f"  not to {fmt}: {why}" for fmt, why in exports["refused"].items()),
+    ]

@@ -68,7 +68,7 @@ def staged_dir(path: str | Path) -> Iterator[Path]:
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         for stale in p.parent.glob(f".{glob.escape(p.name)}.*.tmp"):  # what a killed write of this folder left
-            pid = stale.name[len(p.name) + 2: -len(".tmp")]
+            pid = stale.name[len(p.name) + 2 : -len(".tmp")]
             if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
                 shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir()

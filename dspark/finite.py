@@ -22,8 +22,11 @@ PROBE_TOKENS = 8
 
 def check_params(module, where) -> None:
     """Refuse ``module`` when one of its norms or small floating-point tensors holds NaN or inf."""
-    named = [(name, v) for name, v in tree_flatten(module.parameters())
-             if mx.issubdtype(v.dtype, mx.floating) and (v.size <= SMALL or "norm" in name)]
+    named = [
+        (name, v)
+        for name, v in tree_flatten(module.parameters())
+        if mx.issubdtype(v.dtype, mx.floating) and (v.size <= SMALL or "norm" in name)
+    ]
     if not named:
         return
     flags = mx.stack([mx.isfinite(v).all() for _, v in named])
@@ -43,8 +46,10 @@ def check_target(target, where) -> None:
     ok = mx.isfinite(logits).all()
     mx.eval(ok)
     if not ok.item():
-        raise DsparkError(f"the target in {where} computes NaN or infinite logits on a first forward of "
-                          f"{PROBE_TOKENS} tokens: its weights or config are damaged")
+        raise DsparkError(
+            f"the target in {where} computes NaN or infinite logits on a first forward of "
+            f"{PROBE_TOKENS} tokens: its weights or config are damaged"
+        )
 
 
 __all__ = ["PROBE_TOKENS", "SMALL", "check_params", "check_target"]

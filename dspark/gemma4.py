@@ -29,20 +29,34 @@ from .validate import Fields
 # --------------------------------------------------------------------------- what a target directory may be
 #: mlx-lm's Gemma-4 text fields (``gemma4_text.ModelArgs``) that are integers -> (LIMITS key, may be null).
 INT_FIELDS = {
-    "hidden_size": ("hidden_size", False), "num_hidden_layers": ("num_hidden_layers", False),
-    "intermediate_size": ("intermediate_size", False), "num_attention_heads": ("num_attention_heads", False),
-    "num_key_value_heads": ("num_key_value_heads", False), "head_dim": ("head_dim", False),
-    "global_head_dim": ("head_dim", False), "vocab_size": ("vocab_size", False),
-    "vocab_size_per_layer_input": ("vocab_size", False), "sliding_window": ("sliding_window", False),
-    "sliding_window_pattern": ("num_hidden_layers", False), "max_position_embeddings": ("max_position_embeddings", False),
-    "num_kv_shared_layers": ("layer_count", False), "pad_token_id": ("token_id", False),
-    "hidden_size_per_layer_input": ("width", False), "num_global_key_value_heads": ("num_key_value_heads", True),
-    "num_experts": ("experts", True), "top_k_experts": ("experts", True), "moe_intermediate_size": ("intermediate_size", True),
+    "hidden_size": ("hidden_size", False),
+    "num_hidden_layers": ("num_hidden_layers", False),
+    "intermediate_size": ("intermediate_size", False),
+    "num_attention_heads": ("num_attention_heads", False),
+    "num_key_value_heads": ("num_key_value_heads", False),
+    "head_dim": ("head_dim", False),
+    "global_head_dim": ("head_dim", False),
+    "vocab_size": ("vocab_size", False),
+    "vocab_size_per_layer_input": ("vocab_size", False),
+    "sliding_window": ("sliding_window", False),
+    "sliding_window_pattern": ("num_hidden_layers", False),
+    "max_position_embeddings": ("max_position_embeddings", False),
+    "num_kv_shared_layers": ("layer_count", False),
+    "pad_token_id": ("token_id", False),
+    "hidden_size_per_layer_input": ("width", False),
+    "num_global_key_value_heads": ("num_key_value_heads", True),
+    "num_experts": ("experts", True),
+    "top_k_experts": ("experts", True),
+    "moe_intermediate_size": ("intermediate_size", True),
 }
 #: ... that are numbers -> (LIMITS key, may be null); and that are true or false.
-FLOAT_FIELDS = {"global_partial_rotary_factor": ("fraction", False), "partial_rotary_factor": ("fraction", False),
-                "rms_norm_eps": ("rms_norm_eps", False), "final_logit_softcapping": ("logit_softcap", True),
-                "rope_theta": ("rope_theta", False)}
+FLOAT_FIELDS = {
+    "global_partial_rotary_factor": ("fraction", False),
+    "partial_rotary_factor": ("fraction", False),
+    "rms_norm_eps": ("rms_norm_eps", False),
+    "final_logit_softcapping": ("logit_softcap", True),
+    "rope_theta": ("rope_theta", False),
+}
 BOOL_FIELDS = ("rope_traditional", "attention_k_eq_v", "use_double_wide_mlp", "enable_moe_block", "tie_word_embeddings")
 LAYER_TYPES = ("sliding_attention", "full_attention")
 #: RoPE kinds mlx-lm builds (``rope_utils.initialize_rope``); Gemma-4 uses the first two.
@@ -117,16 +131,21 @@ def check_text_config(text: dict, where) -> None:
     if shared:
         if shared >= layers:
             raise f._fail("num_kv_shared_layers", shared, f"fewer than num_hidden_layers ({layers})")
-        if types is not None and set(types[layers - shared:]) - set(types[: layers - shared]):
+        if types is not None and set(types[layers - shared :]) - set(types[: layers - shared]):
             raise DsparkError(f"{where}: a KV-shared layer's type has no earlier layer to share keys and values with")
-    if got.get("top_k_experts") is not None and got.get("num_experts") is not None and \
-            got["top_k_experts"] > got["num_experts"]:
+    if (
+        got.get("top_k_experts") is not None
+        and got.get("num_experts") is not None
+        and got["top_k_experts"] > got["num_experts"]
+    ):
         raise f._fail("top_k_experts", got["top_k_experts"], f"at most num_experts ({got['num_experts']})")
     if text.get("enable_moe_block"):
         for key in ("num_experts", "top_k_experts", "moe_intermediate_size"):
             if got.get(key) is None:
                 raise DsparkError(f"{where}: enable_moe_block is true but {key} is not set")
-    check_rope(text, where, {"full_attention": got.get("global_head_dim", 512), "sliding_attention": got.get("head_dim", 256)})
+    check_rope(
+        text, where, {"full_attention": got.get("global_head_dim", 512), "sliding_attention": got.get("head_dim", 256)}
+    )
 
 
 def check_rope(text: dict, where, head_dims: dict[str, int]) -> None:
@@ -135,7 +154,11 @@ def check_rope(text: dict, where, head_dims: dict[str, int]) -> None:
     rope = text.get("rope_parameters")
     if rope is None:
         return
-    if not isinstance(rope, dict) or set(rope) - set(LAYER_TYPES) or not all(isinstance(v, dict) for v in rope.values()):
+    if (
+        not isinstance(rope, dict)
+        or set(rope) - set(LAYER_TYPES)
+        or not all(isinstance(v, dict) for v in rope.values())
+    ):
         raise DsparkError(f"{where}: rope_parameters must map {' / '.join(LAYER_TYPES)} to their RoPE settings")
     for kind, params in rope.items():
         f = Fields(params, f"{where} (rope_parameters.{kind})")
@@ -150,8 +173,11 @@ def check_rope(text: dict, where, head_dims: dict[str, int]) -> None:
             share = f.float("partial_rotary_factor", "fraction")
             rotated = int(head_dims[kind] * share)
             if rope_type == "proportional" and (rotated < 2 or rotated % 2):
-                raise f._fail("partial_rotary_factor", share, f"a share of the {head_dims[kind]}-wide head that "
-                              f"rotates whole pairs")
+                raise f._fail(
+                    "partial_rotary_factor",
+                    share,
+                    f"a share of the {head_dims[kind]}-wide head that rotates whole pairs",
+                )
 
 
 def check_quantization(config: dict, where) -> None:
@@ -186,8 +212,10 @@ def check_tokenizer_config(directory: Path, tokenizer: dict) -> None:
     """What mlx-lm and transformers act on in tokenizer_config.json: no custom code, and the
     names of mlx-lm's own template and tool-parser modules (imported by name) plain names."""
     if "auto_map" in tokenizer:
-        raise DsparkError(f"{directory}/tokenizer_config.json asks to run a custom tokenizer (auto_map); dspark "
-                          f"never runs code from a model directory")
+        raise DsparkError(
+            f"{directory}/tokenizer_config.json asks to run a custom tokenizer (auto_map); dspark "
+            f"never runs code from a model directory"
+        )
     for key in ("chat_template_type", "tool_parser_type"):
         value = tokenizer.get(key)
         if value is not None and not (isinstance(value, str) and re.fullmatch(r"[a-z0-9_]{1,64}", value)):
@@ -205,12 +233,16 @@ def check_target_weights(directory: Path) -> None:
             continue
         dtype, base = info["dtype"], name.rsplit(".", 1)[0]
         packed = headers.get(base + ".weight", {}).get("dtype") == "U32" and base + ".scales" in headers
-        ok = (dtype in FLOATS
-              or (packed and name.endswith(".weight") and dtype == "U32")
-              or (packed and name.endswith(".scales") and dtype == "U8"))
+        ok = (
+            dtype in FLOATS
+            or (packed and name.endswith(".weight") and dtype == "U32")
+            or (packed and name.endswith(".scales") and dtype == "U8")
+        )
         if not ok:
-            raise DsparkError(f"{directory}: {name[:200]} is stored as {dtype}; a Gemma-4 target's weights are F32, F16 "
-                              f"or BF16, or mlx's quantized layout (uint32 beside scales)")
+            raise DsparkError(
+                f"{directory}: {name[:200]} is stored as {dtype}; a Gemma-4 target's weights are F32, F16 "
+                f"or BF16, or mlx's quantized layout (uint32 beside scales)"
+            )
         if 0 in info["shape"]:
             raise DsparkError(f"{directory}: {name[:200]} is empty (shape {info['shape']})")
 
@@ -227,8 +259,10 @@ def legacy_text_config(config: dict) -> dict | None:
     if not plc or "global_head_dim" in text:
         return None
     if not isinstance(plc, dict) or not isinstance(text.get("layer_types"), list):
-        raise DsparkError("config.json has a per_layer_config this version cannot read (expected a map from "
-                          "layer index to head_dim / num_key_value_heads)")
+        raise DsparkError(
+            "config.json has a per_layer_config this version cannot read (expected a map from "
+            "layer index to head_dim / num_key_value_heads)"
+        )
     try:
         by_layer = {int(k): v for k, v in plc.items()}
     except ValueError:
@@ -237,8 +271,10 @@ def legacy_text_config(config: dict) -> dict | None:
     head_dims = {o.get("head_dim") for o in full}
     kv_heads = {o.get("num_key_value_heads") for o in full}
     if len(head_dims) != 1 or len(kv_heads) != 1:
-        raise DsparkError("config.json per_layer_config gives the full-attention layers different shapes, "
-                          "which mlx-lm's Gemma-4 cannot hold")
+        raise DsparkError(
+            "config.json per_layer_config gives the full-attention layers different shapes, "
+            "which mlx-lm's Gemma-4 cannot hold"
+        )
     fixed = dict(text)
     fixed["global_head_dim"] = head_dims.pop() or text.get("head_dim")
     fixed["num_global_key_value_heads"] = kv_heads.pop()
@@ -307,8 +343,12 @@ def _float32_experts_class():
         """A SwitchLinear whose expert products run in float32 and return the input's dtype."""
 
         def __call__(self, x, indices, sorted_indices=False):
-            y = mx.gather_mm(x.astype(mx.float32), self["weight"].swapaxes(-1, -2), rhs_indices=indices,
-                             sorted_indices=sorted_indices)
+            y = mx.gather_mm(
+                x.astype(mx.float32),
+                self["weight"].swapaxes(-1, -2),
+                rhs_indices=indices,
+                sorted_indices=sorted_indices,
+            )
             if "bias" in self:
                 y = y + mx.expand_dims(self["bias"][indices], -2)
             return y.astype(x.dtype)
@@ -322,6 +362,16 @@ def estimate_target_bytes(directory: Path, config: dict) -> int:
     return tensor_bytes(directory) + moe_cpu_extra_bytes(directory, config)
 
 
-__all__ = ["check_quantization", "check_rope", "check_target_dir", "check_target_weights", "check_text_config",
-           "check_tokenizer_config", "cpu_safe_experts", "estimate_target_bytes", "legacy_text_config",
-           "model_config_overrides", "moe_cpu_extra_bytes"]
+__all__ = [
+    "check_quantization",
+    "check_rope",
+    "check_target_dir",
+    "check_target_weights",
+    "check_text_config",
+    "check_tokenizer_config",
+    "cpu_safe_experts",
+    "estimate_target_bytes",
+    "legacy_text_config",
+    "model_config_overrides",
+    "moe_cpu_extra_bytes",
+]

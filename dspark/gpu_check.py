@@ -67,24 +67,37 @@ def compare_decodes(gpu: Decoded, cpu: Decoded, *, gpu_label: str = "the GPU") -
     for i in range(n if first is None else first + 1):
         diff = float(mx.max(mx.abs(gpu.logprobs[i] - cpu.logprobs[i])).item())
         if not diff <= TOLERANCE:  # NaN too
-            return "wrong", (f"{gpu_label} computed other numbers than the CPU for the same prompt (log-probabilities "
-                             f"{diff:.3g} apart at token {i + 1}, allowed {TOLERANCE:g}): it does not run MLX's "
-                             f"kernels correctly, so DSpark Studio computes on the CPU")
+            return "wrong", (
+                f"{gpu_label} computed other numbers than the CPU for the same prompt (log-probabilities "
+                f"{diff:.3g} apart at token {i + 1}, allowed {TOLERANCE:g}): it does not run MLX's "
+                f"kernels correctly, so DSpark Studio computes on the CPU"
+            )
         worst = max(worst, diff)
     if first is None and len(gpu.tokens) == len(cpu.tokens):
-        return "agrees", f"{gpu_label} computes what the CPU computes ({n} tokens, log-probabilities within {worst:.1e})"
+        return (
+            "agrees",
+            f"{gpu_label} computes what the CPU computes ({n} tokens, log-probabilities within {worst:.1e})",
+        )
     if first is None:
         return "wrong", f"{gpu_label} decoded {len(gpu.tokens)} tokens where the CPU decoded {len(cpu.tokens)}"
     g, c = gpu.tokens[first], cpu.tokens[first]
     gap = float(cpu.logprobs[first][c].item() - cpu.logprobs[first][g].item())
-    return "tie", (f"{gpu_label} computes what the CPU computes; at token {first + 1} it chose {g} where the CPU "
-                   f"chose {c}, a numerical tie (the CPU puts them {gap:.2g} nats apart, within the devices' "
-                   f"rounding of {worst:.1e})")
+    return "tie", (
+        f"{gpu_label} computes what the CPU computes; at token {first + 1} it chose {g} where the CPU "
+        f"chose {c}, a numerical tie (the CPU puts them {gap:.2g} nats apart, within the devices' "
+        f"rounding of {worst:.1e})"
+    )
 
 
-def check_devices(model, prompt_ids: Sequence[int], *, tokens: int = CHECK_TOKENS,
-                  run_gpu: Callable[[], Decoded] | None = None, run_cpu: Callable[[], Decoded] | None = None,
-                  gpu: str = "") -> DeviceCheck:
+def check_devices(
+    model,
+    prompt_ids: Sequence[int],
+    *,
+    tokens: int = CHECK_TOKENS,
+    run_gpu: Callable[[], Decoded] | None = None,
+    run_cpu: Callable[[], Decoded] | None = None,
+    gpu: str = "",
+) -> DeviceCheck:
     """The check on ``model``: decode on the GPU (``run_gpu``, by default :func:`greedy_on` on
     MLX's GPU) and on the CPU, and compare. A GPU that raises is "failed". Without a GPU
     (and no ``run_gpu``) there is nothing to compare: "cpu"."""
@@ -101,8 +114,9 @@ def check_devices(model, prompt_ids: Sequence[int], *, tokens: int = CHECK_TOKEN
     except Exception as e:  # whatever Metal raises, the answer is the same: not this GPU
         return replace(failed(f"{label} failed to run MLX ({type(e).__name__}: {str(e)[:200]})"), gpu=gpu)
     outcome, sentence = compare_decodes(on_gpu, run_cpu(), gpu_label=label)
-    return DeviceCheck(outcome=outcome, device="gpu" if outcome in ("agrees", "tie") else "cpu", gpu=gpu,
-                       sentence=sentence)
+    return DeviceCheck(
+        outcome=outcome, device="gpu" if outcome in ("agrees", "tie") else "cpu", gpu=gpu, sentence=sentence
+    )
 
 
 def check_demo(run_gpu: Callable | None = None, *, gpu: str | None = None) -> DeviceCheck:

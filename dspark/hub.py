@@ -19,8 +19,17 @@ from .modeldir import kind_of as kind_of_config
 from .reading import read_json
 
 #: What mlx-lm downloads for a model (``mlx_lm.utils.DEFAULT_ALLOW_PATTERNS``), less code.
-ALLOW_PATTERNS = ["*.json", "model*.safetensors", "*.safetensors", "tokenizer.model", "*.tiktoken", "tiktoken.model",
-                  "*.txt", "*.jsonl", "*.jinja"]
+ALLOW_PATTERNS = [
+    "*.json",
+    "model*.safetensors",
+    "*.safetensors",
+    "tokenizer.model",
+    "*.tiktoken",
+    "tiktoken.model",
+    "*.txt",
+    "*.jsonl",
+    "*.jinja",
+]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 
 
@@ -45,7 +54,9 @@ PUBLISHED = (
     Published("z-lab/gemma4-12B-it-DFlash", "drafter", "z-lab DFlash for gemma-4-12B-it"),
     Published("z-lab/gemma-4-31B-it-DFlash", "drafter", "z-lab DFlash for gemma-4-31B-it (block 16)"),
     Published("z-lab/gemma-4-26B-A4B-it-DFlash", "drafter", "z-lab DFlash for gemma-4-26B-A4B-it"),
-    Published("makora-ai/gemma4-26b-a4b-dspark", "drafter", "speculators DSpark for gemma-4-26B-A4B-it (32K draft vocab)"),
+    Published(
+        "makora-ai/gemma4-26b-a4b-dspark", "drafter", "speculators DSpark for gemma-4-26B-A4B-it (32K draft vocab)"
+    ),
     Published("rasyosef/gemma-4-E2B-it-dspark", "drafter", "speculators DSpark for gemma-4-E2B-it"),
     Published("rasyosef/gemma-4-E4B-it-dspark", "drafter", "speculators DSpark for gemma-4-E4B-it"),
 )
@@ -57,7 +68,7 @@ def is_repo_id(name: str) -> bool:
 
 
 def kind_of(directory: str | Path) -> str:
-    """"target" for a Gemma-4 model directory, "drafter" for anything else with a config."""
+    """ "target" for a Gemma-4 model directory, "drafter" for anything else with a config."""
     try:  # bounded, regular files only: whatever the folder holds, this answers at once
         config = read_json(Path(directory) / "config.json", MAX_CONFIG_BYTES, "config file")
     except DsparkError:
@@ -86,11 +97,15 @@ def resolve(name: str, download: bool = True, tqdm_class=None, say=None) -> Path
         pass
     except Exception as e:  # an incomplete snapshot, a damaged cache
         if not download:
-            raise DsparkError(f"{name} is in the Hugging Face cache but cannot be used ({type(e).__name__}: {e})") from None
+            raise DsparkError(
+                f"{name} is in the Hugging Face cache but cannot be used ({type(e).__name__}: {e})"
+            ) from None
     where = cache_dir()
     if not download or constants.HF_HUB_OFFLINE:
-        raise DsparkError(f"{name} is not in the local Hugging Face cache ({where}) and downloading is off "
-                          f"(HF_HUB_OFFLINE): {how_to_copy(name, where)}")
+        raise DsparkError(
+            f"{name} is not in the local Hugging Face cache ({where}) and downloading is off "
+            f"(HF_HUB_OFFLINE): {how_to_copy(name, where)}"
+        )
     try:
         size = download_size(name)
         free = shutil.disk_usage(_existing_parent(where)).free
@@ -109,15 +124,19 @@ def resolve(name: str, download: bool = True, tqdm_class=None, say=None) -> Path
 
 def how_to_copy(name: str, where: Path) -> str:
     """How ``name`` gets into the cache at ``where`` without the hub (a sentence's second half)."""
-    return (f"download it where the hub is reachable and copy its cache folder models--{name.replace('/', '--')} "
-            f"into {where}, or give the model's own folder instead")
+    return (
+        f"download it where the hub is reachable and copy its cache folder models--{name.replace('/', '--')} "
+        f"into {where}, or give the model's own folder instead"
+    )
 
 
 def offline_sentence(name: str) -> str:
     """What to do about ``name`` when the hub cannot be reached and the cache does not hold it."""
     where = cache_dir()
-    return f"the Hugging Face hub cannot be reached (offline?) and {name} is not in its cache ({where}): " + how_to_copy(
-        name, where)
+    return (
+        f"the Hugging Face hub cannot be reached (offline?) and {name} is not in its cache ({where}): "
+        + how_to_copy(name, where)
+    )
 
 
 def cached(name: str) -> Path | None:
@@ -154,9 +173,20 @@ def _offline(e: Exception) -> bool:
     from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415 (slow: huggingface_hub)
 
     text = " ".join(str(e).split()).lower()
-    return isinstance(e, LocalEntryNotFoundError) or any(s in text for s in (
-        "connecterror", "connection error", "name or service not known", "failed to resolve", "max retries",
-        "temporary failure in name resolution", "network is unreachable", "timed out", "offline"))
+    return isinstance(e, LocalEntryNotFoundError) or any(
+        s in text
+        for s in (
+            "connecterror",
+            "connection error",
+            "name or service not known",
+            "failed to resolve",
+            "max retries",
+            "temporary failure in name resolution",
+            "network is unreachable",
+            "timed out",
+            "offline",
+        )
+    )
 
 
 def _reason(e: Exception) -> str:
@@ -173,5 +203,16 @@ def _reason(e: Exception) -> str:
     return first or type(e).__name__
 
 
-__all__ = ["ALLOW_PATTERNS", "PUBLISHED", "Published", "cache_dir", "cached", "download_size", "how_to_copy",
-           "is_repo_id", "kind_of", "offline_sentence", "resolve"]
+__all__ = [
+    "ALLOW_PATTERNS",
+    "PUBLISHED",
+    "Published",
+    "cache_dir",
+    "cached",
+    "download_size",
+    "how_to_copy",
+    "is_repo_id",
+    "kind_of",
+    "offline_sentence",
+    "resolve",
+]

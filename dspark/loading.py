@@ -63,16 +63,19 @@ def load_target(path: str | Path, say=None) -> Target:
         model, config = load_model(p, lazy=False, model_config=overrides, trust_remote_code=False)
     except ValueError as e:
         if "not supported" in str(e):
-            raise NotGemma4Error(
-                f"{p} is not a Gemma-4 model (model type {config.get('model_type')!r})"
-            ) from None
+            raise NotGemma4Error(f"{p} is not a Gemma-4 model (model type {config.get('model_type')!r})") from None
         raise DsparkError(f"cannot load the target in {p}: {e}") from None
     except (RuntimeError, OSError, KeyError) as e:
         raise DsparkError(f"cannot load the target weights in {p}: {e}") from None
     language_model(model)  # refuse a non-Gemma-4 model before anything else
     # tokenizers raises many kinds, and a Rust panic is no Exception
-    tokenizer = rust_call(f"cannot load the tokenizer in {p}", load_tokenizer, p, {"trust_remote_code": False},
-                          eos_token_ids=config.get("eos_token_id"))
+    tokenizer = rust_call(
+        f"cannot load the tokenizer in {p}",
+        load_tokenizer,
+        p,
+        {"trust_remote_code": False},
+        eos_token_ids=config.get("eos_token_id"),
+    )
     target = Target(model, tokenizer, path=str(p), config=config)
     finite.check_target(target, p)
     return target
@@ -139,15 +142,31 @@ def describe_drafter(path: str | Path) -> dict:
     load_drafter(p).dispose()
     headers = read_headers(p)
     dtypes = sorted({v["dtype"] for v in headers.values()})
-    out = {"path": str(p), "format": fmt, "dtype": "/".join(dtypes), "bytes": tensor_bytes(p, skip=()),
-           "quantization": config.get("quantization")}
+    out = {
+        "path": str(p),
+        "format": fmt,
+        "dtype": "/".join(dtypes),
+        "bytes": tensor_bytes(p, skip=()),
+        "quantization": config.get("quantization"),
+    }
     if fmt == native.FORMAT:
         dims, cfg = native.read_config(p, config)  # every field checked, as loading does
-        out.update(block_size=cfg.block_size, block_slots=cfg.block_size, tap_layers=list(cfg.tap_layers),
-                   mask_token_id=cfg.mask_token_id, draft_vocab=dims.vocab_size, layers=cfg.num_layers,
-                   markov_head=cfg.markov, confidence_head=cfg.confidence,
-                   target={"hidden_size": dims.hidden_size, "vocab_size": dims.vocab_size,
-                           "num_layers": dims.num_layers, "target_id": config.get("target_id")})
+        out.update(
+            block_size=cfg.block_size,
+            block_slots=cfg.block_size,
+            tap_layers=list(cfg.tap_layers),
+            mask_token_id=cfg.mask_token_id,
+            draft_vocab=dims.vocab_size,
+            layers=cfg.num_layers,
+            markov_head=cfg.markov,
+            confidence_head=cfg.confidence,
+            target={
+                "hidden_size": dims.hidden_size,
+                "vocab_size": dims.vocab_size,
+                "num_layers": dims.num_layers,
+                "target_id": config.get("target_id"),
+            },
+        )
     else:
         out.update(read_spec(p, config, fmt).describe())
     out["parameters"] = _parameters(headers, config)
@@ -160,8 +179,11 @@ def _parameters(headers: dict, config: dict) -> int:
     for name, info in headers.items():
         n = math.prod(info["shape"])
         base = name.rsplit(".", 1)[0]
-        if name.endswith((".scales", ".biases")) and base + ".weight" in headers and \
-                headers[base + ".weight"]["dtype"] == "U32":
+        if (
+            name.endswith((".scales", ".biases"))
+            and base + ".weight" in headers
+            and headers[base + ".weight"]["dtype"] == "U32"
+        ):
             continue
         if info["dtype"] == "U32" and name.endswith(".weight") and base + ".scales" in headers:
             scales = headers[base + ".scales"]["shape"]

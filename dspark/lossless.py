@@ -86,19 +86,25 @@ class Verdict:
         d = self.first_difference
         if d.logprobs is None:
             return f"differs from plain decoding at token {d.index}: one output ended first (a mismatch)"
-        lp = (f"plain decoding's log-probabilities {d.logprobs[0]:.6g} (speculative token {d.speculative}) vs "
-              f"{d.logprobs[1]:.6g} (its token {d.plain})")
+        lp = (
+            f"plain decoding's log-probabilities {d.logprobs[0]:.6g} (speculative token {d.speculative}) vs "
+            f"{d.logprobs[1]:.6g} (its token {d.plain})"
+        )
         if d.kind == "tie":
-            return (f"first differs from plain decoding at token {d.index}, where the target's order of its two "
-                    f"candidates depends on how its arithmetic is grouped ({lp}; one many-row forward over the same "
-                    f"prefix gives {d.one_pass_logprobs[0]:.6g} vs {d.one_pass_logprobs[1]:.6g}): a numerical tie, "
-                    f"not a bug")
+            return (
+                f"first differs from plain decoding at token {d.index}, where the target's order of its two "
+                f"candidates depends on how its arithmetic is grouped ({lp}; one many-row forward over the same "
+                f"prefix gives {d.one_pass_logprobs[0]:.6g} vs {d.one_pass_logprobs[1]:.6g}): a numerical tie, "
+                f"not a bug"
+            )
         return f"differs from plain decoding at token {d.index} ({lp}): a mismatch, not a tie"
 
     def to_dict(self) -> dict:
-        return {"identical": self.identical,
-                "first_difference": self.first_difference.to_dict() if self.first_difference else None,
-                "lossless": self.lossless}
+        return {
+            "identical": self.identical,
+            "first_difference": self.first_difference.to_dict() if self.first_difference else None,
+            "lossless": self.lossless,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> Verdict:
@@ -119,9 +125,17 @@ def ulp(x: float, dtype: str) -> float:
     return 2.0 ** (math.floor(math.log2(m)) - bits)
 
 
-def classify(index: int, *, speculative: int | None, plain: int | None, plain_logprobs: Sequence[float] | None,
-             one_pass_logprobs: Sequence[float] | None, dtype: str, drift: float | None = None,
-             top: int = 8) -> Difference:
+def classify(
+    index: int,
+    *,
+    speculative: int | None,
+    plain: int | None,
+    plain_logprobs: Sequence[float] | None,
+    one_pass_logprobs: Sequence[float] | None,
+    dtype: str,
+    drift: float | None = None,
+    top: int = 8,
+) -> Difference:
     """The difference at output position ``index``, where the speculative run has token
     ``speculative`` and plain decoding ``plain`` (None: that run ended first), given the target's
     log-probabilities there (of ``dtype``) by plain decoding and by one many-row forward (see the
@@ -138,8 +152,16 @@ def classify(index: int, *, speculative: int | None, plain: int | None, plain_lo
     noise = max(abs(P[v] - F[v]) for v in candidates)  # the clean evaluations only (see above)
     one_pass_choice = max(F) - F[speculative] <= TIE_ULPS * ulp(max(F), dtype)
     kind = "tie" if one_pass_choice or b - a <= noise + rounding else "mismatch"
-    return Difference(index=index, kind=kind, speculative=speculative, plain=plain, logprobs=(a, b),
-                      one_pass_logprobs=(F[speculative], F[plain]), tolerance=noise + rounding, drift=drift)
+    return Difference(
+        index=index,
+        kind=kind,
+        speculative=speculative,
+        plain=plain,
+        logprobs=(a, b),
+        one_pass_logprobs=(F[speculative], F[plain]),
+        tolerance=noise + rounding,
+        drift=drift,
+    )
 
 
 def compare(target, speculative, plain, prefill_step_size: int = 2048) -> Verdict:
@@ -151,15 +173,29 @@ def compare(target, speculative, plain, prefill_step_size: int = 2048) -> Verdic
     spec_tok = speculative.tokens[i] if i < len(speculative.tokens) else None
     plain_tok = plain.tokens[i] if i < len(plain.tokens) else None
     if spec_tok is None or plain_tok is None:
-        return Verdict(False, classify(i, speculative=spec_tok, plain=plain_tok, plain_logprobs=None,
-                                       one_pass_logprobs=None, dtype="float32"))
+        return Verdict(
+            False,
+            classify(
+                i, speculative=spec_tok, plain=plain_tok, plain_logprobs=None, one_pass_logprobs=None, dtype="float32"
+            ),
+        )
     ids = list(plain.prompt_tokens)
     logprobs, dtype = _plain_logprobs(target, ids, i, prefill_step_size)
     one_pass = _one_pass_logprobs(target, ids + list(plain.tokens[:i]), prefill_step_size)
     shared = list(zip(speculative.token_logprobs[:i], plain.token_logprobs[:i]))
     drift = max((abs(x - y) for x, y in shared), default=0.0) if shared else None  # None: a run kept none
-    return Verdict(False, classify(i, speculative=spec_tok, plain=plain_tok, plain_logprobs=logprobs,
-                                   one_pass_logprobs=one_pass, dtype=dtype, drift=drift))
+    return Verdict(
+        False,
+        classify(
+            i,
+            speculative=spec_tok,
+            plain=plain_tok,
+            plain_logprobs=logprobs,
+            one_pass_logprobs=one_pass,
+            dtype=dtype,
+            drift=drift,
+        ),
+    )
 
 
 def _plain_logprobs(target, prompt_ids: Sequence[int], index: int, prefill_step_size: int):
@@ -168,8 +204,9 @@ def _plain_logprobs(target, prompt_ids: Sequence[int], index: int, prefill_step_
     import mlx.core as mx  # noqa: PLC0415 (slow: mlx, not needed for --help)
     from mlx_lm.generate import generate_step  # noqa: PLC0415 (slow: mlx-lm)
 
-    steps = generate_step(mx.array(list(prompt_ids)), target.model, max_tokens=index + 1,
-                          prefill_step_size=prefill_step_size)
+    steps = generate_step(
+        mx.array(list(prompt_ids)), target.model, max_tokens=index + 1, prefill_step_size=prefill_step_size
+    )
     logprobs = None
     for n, (_, lp) in enumerate(steps):
         if n == index:

@@ -40,8 +40,14 @@ def weight_rows(linear, ids: mx.array) -> mx.array:
     """Rows ``ids`` of a Linear's (possibly quantized) weight, as floats: [*ids.shape, in]."""
     if hasattr(linear, "scales"):
         biases = linear["biases"][ids] if "biases" in linear else None
-        return mx.dequantize(linear.weight[ids], linear.scales[ids], biases, group_size=linear.group_size,
-                             bits=linear.bits, mode=getattr(linear, "mode", "affine"))
+        return mx.dequantize(
+            linear.weight[ids],
+            linear.scales[ids],
+            biases,
+            group_size=linear.group_size,
+            bits=linear.bits,
+            mode=getattr(linear, "mode", "affine"),
+        )
     return linear.weight[ids]
 
 
@@ -105,5 +111,12 @@ def bias_table(drafter) -> mx.array | None:
     return table
 
 
-__all__ = ["MARKOV_FULL_WEIGHTS", "MARKOV_SCORED", "MARKOV_TABLE_BYTES", "bias_table", "draft_on_candidates",
-           "scores_candidates", "weight_rows"]
+__all__ = [
+    "MARKOV_FULL_WEIGHTS",
+    "MARKOV_SCORED",
+    "MARKOV_TABLE_BYTES",
+    "bias_table",
+    "draft_on_candidates",
+    "scores_candidates",
+    "weight_rows",
+]

@@ -99,8 +99,9 @@ def comparable_speedup(pairs: Iterable[tuple[Sequence, Sequence]]) -> tuple[floa
     return (speedup(speculative, base), compared) if compared else (0.0, 0)
 
 
-def rate_curve(rounds: Sequence, window: int = 32, offset: float = 0.0,
-               min_tokens: int = 8) -> tuple[list[float], list[float]]:
+def rate_curve(
+    rounds: Sequence, window: int = 32, offset: float = 0.0, min_tokens: int = 8
+) -> tuple[list[float], list[float]]:
     """Decode tokens/sec over a moving window: at the end of each round, the tokens of the last
     ``window`` or more committed tokens (whole rounds) divided by the seconds they took; against
     decode seconds (+ ``offset``, to draw runs back to back). Until ``window`` tokens exist the
@@ -143,12 +144,21 @@ def by_context(rounds: Iterable, edges: Sequence[int] = CONTEXT_EDGES) -> list[d
     for k in sorted(groups):
         rs = groups[k]
         tried = [r for r in rs if r.verify_width >= 1]
-        out.append({"from": edges[k - 1] + 1 if k else 0, "to": edges[k] if k < len(edges) else None,
-                    "rounds": len(rs), "tau": tau([len(r.committed) for r in rs]),
-                    "first_acceptance": sum(r.accepted >= 1 for r in tried) / len(tried) if tried else None,
-                    "verified": sum(r.verify_width for r in rs),
-                    "acceptance_rate": (acceptance_rate([r.accepted for r in rs], [r.verify_width for r in rs])
-                                        if any(r.verify_width for r in rs) else None)})
+        out.append(
+            {
+                "from": edges[k - 1] + 1 if k else 0,
+                "to": edges[k] if k < len(edges) else None,
+                "rounds": len(rs),
+                "tau": tau([len(r.committed) for r in rs]),
+                "first_acceptance": sum(r.accepted >= 1 for r in tried) / len(tried) if tried else None,
+                "verified": sum(r.verify_width for r in rs),
+                "acceptance_rate": (
+                    acceptance_rate([r.accepted for r in rs], [r.verify_width for r in rs])
+                    if any(r.verify_width for r in rs)
+                    else None
+                ),
+            }
+        )
     return out
 
 
@@ -227,8 +237,9 @@ class Figures:
     plain_steps: int = 0  # rounds in which no draft was verified (in none of the figures above but tokens)
 
 
-def figures(accepted: Sequence[int], widths: Sequence[int], committed: Sequence[int],
-            drafted: Sequence[bool] | None = None) -> Figures:
+def figures(
+    accepted: Sequence[int], widths: Sequence[int], committed: Sequence[int], drafted: Sequence[bool] | None = None
+) -> Figures:
     """:class:`Figures` from per-round counts (see the module docstring); ``rounds`` counts the
     rounds that drafted, ``tokens`` every committed token."""
     keep = [i for i in range(len(committed)) if drafted is None or drafted[i]]
@@ -248,5 +259,9 @@ def summarize(rounds: Iterable) -> Figures:
     """:class:`Figures` of ``rounds``: anything with ``accepted``, ``verify_width``, ``committed``
     and ``plain_step`` (``dspark.events.RoundEvent``)."""
     rounds = list(rounds)
-    return figures([r.accepted for r in rounds], [r.verify_width for r in rounds], [len(r.committed) for r in rounds],
-                   [not getattr(r, "plain_step", False) for r in rounds])
+    return figures(
+        [r.accepted for r in rounds],
+        [r.verify_width for r in rounds],
+        [len(r.committed) for r in rounds],
+        [not getattr(r, "plain_step", False) for r in rounds],
+    )

@@ -24,14 +24,36 @@ MAX_CONFIG_BYTES = 16 * 2**20
 #: A safetensors JSON header larger than this is not a checkpoint.
 MAX_HEADER_BYTES = 100 * 2**20
 #: Bytes per element of every safetensors dtype; a header naming another is refused.
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4,
-               "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "C64": 8}
+DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U64": 8,
+    "U32": 4,
+    "U16": 2,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "C64": 8,
+}
 #: The floating-point dtypes a weight may have (everything else is an index table or a quantized
 #: layout, and only where a format says so).
 FLOATS = ("F32", "F16", "BF16")
 #: Weights mlx-lm's Gemma-4 loader throws away (vision and audio towers).
-TOWER_PREFIXES = ("vision_tower", "multi_modal_projector", "audio_tower", "embed_audio", "embed_vision",
-                  "vision_embedder")
+TOWER_PREFIXES = (
+    "vision_tower",
+    "multi_modal_projector",
+    "audio_tower",
+    "embed_audio",
+    "embed_vision",
+    "vision_embedder",
+)
 #: Weight files that can run code when loaded: never read.
 PICKLES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 #: Above this share of the memory a model must fit in, a load is refused; above WARN_SHARE warned about.
@@ -71,11 +93,14 @@ def check_files(directory: Path) -> None:
         try:
             mode = os.stat(entry.path).st_mode
         except OSError as e:
-            raise DsparkError(f"{entry.path} cannot be read ({e.strerror or e}): a model directory holds only "
-                              f"regular files") from None
+            raise DsparkError(
+                f"{entry.path} cannot be read ({e.strerror or e}): a model directory holds only regular files"
+            ) from None
         if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
-            raise DsparkError(f"{entry.path} is not a regular file but {kind_of_file(mode)}: a model directory holds "
-                              f"only regular files")
+            raise DsparkError(
+                f"{entry.path} is not a regular file but {kind_of_file(mode)}: a model directory holds "
+                f"only regular files"
+            )
 
 
 def refuse_code(directory: Path, config: dict) -> None:
@@ -84,11 +109,14 @@ def refuse_code(directory: Path, config: dict) -> None:
     if "auto_map" in config or "model_file" in config or code:
         key = "auto_map" if "auto_map" in config else "model_file"
         what = f"Python files ({', '.join(code[:3])})" if code else f"custom code ({key} in config.json)"
-        raise DsparkError(f"{directory} asks to run {what}; dspark never runs code from a checkpoint: "
-                          f"use a directory with config.json and .safetensors weights only")
+        raise DsparkError(
+            f"{directory} asks to run {what}; dspark never runs code from a checkpoint: "
+            f"use a directory with config.json and .safetensors weights only"
+        )
     if not safetensors_files(directory) and any(directory.glob(f"*{s}") for s in PICKLES):
-        raise DsparkError(f"{directory} holds pickled weights, which can run code when loaded: dspark reads "
-                          f".safetensors only")
+        raise DsparkError(
+            f"{directory} holds pickled weights, which can run code when loaded: dspark reads .safetensors only"
+        )
 
 
 # --------------------------------------------------------------------------- what kind of directory
@@ -100,11 +128,14 @@ def drafter_format(config: dict) -> str | None:
         return "dspark-drafter"
     if "speculators_config" in config or "speculators_model_type" in config:
         return "speculators"
-    if "DSparkModel" in arch or ("markov_rank" in config and "target_layer_ids" in config and "dflash_config" not in config):
+    if "DSparkModel" in arch or (
+        "markov_rank" in config and "target_layer_ids" in config and "dflash_config" not in config
+    ):
         return "deepspec"
     if "DFlash2" in arch:
-        raise DsparkError("this is a DFlash 2 drafter (conv kernels and a candidate selector), which dspark does "
-                          "not run yet")
+        raise DsparkError(
+            "this is a DFlash 2 drafter (conv kernels and a candidate selector), which dspark does not run yet"
+        )
     if "dflash_config" in config or "DFlashDraftModel" in arch:
         return "zlab-dflash"
     return None
@@ -113,14 +144,17 @@ def drafter_format(config: dict) -> str | None:
 def not_a_drafter(config: dict) -> DsparkError:
     """The sentence for a config.json that ``drafter_format`` does not know."""
     if "model_type" in config and "hidden_size" in config:
-        return DsparkError(f"this directory holds a model (model type {config.get('model_type')!r}), not a drafter: "
-                           f"give it as --target")
-    return DsparkError("config.json is not a drafter this version knows (dspark, z-lab DFlash, DeepSpec DSpark or "
-                       "vLLM speculators)")
+        return DsparkError(
+            f"this directory holds a model (model type {config.get('model_type')!r}), not a drafter: "
+            f"give it as --target"
+        )
+    return DsparkError(
+        "config.json is not a drafter this version knows (dspark, z-lab DFlash, DeepSpec DSpark or vLLM speculators)"
+    )
 
 
 def kind_of(config: dict) -> str:
-    """"drafter" or "target": what a directory with this config.json holds (a drafter kind this
+    """ "drafter" or "target": what a directory with this config.json holds (a drafter kind this
     version refuses is still a drafter)."""
     arch = " ".join(a for a in (config.get("architectures") or []) if isinstance(a, str))
     drafter_keys = ("dflash_config", "speculators_config", "target_layer_ids", "format")
@@ -188,18 +222,24 @@ def _check_entries(path: Path, header: dict, data_bytes: int) -> None:
     at = 0
     for begin, end, name in ranges:  # first the worst: two tensors on the same bytes (one changes the other)
         if begin < at and end > begin:
-            raise DsparkError(f"{path} is not a readable safetensors file: tensor {name[:200]!r} overlaps or shares "
-                              f"the bytes of another tensor (bytes {begin}..{end})")
+            raise DsparkError(
+                f"{path} is not a readable safetensors file: tensor {name[:200]!r} overlaps or shares "
+                f"the bytes of another tensor (bytes {begin}..{end})"
+            )
         at = max(at, end)
     at = 0
     for begin, end, name in ranges:
         if begin != at:
-            raise DsparkError(f"{path} is not a readable safetensors file: tensor {name[:200]!r} leaves a gap before "
-                              f"it (bytes {at}..{begin} belong to no tensor)")
+            raise DsparkError(
+                f"{path} is not a readable safetensors file: tensor {name[:200]!r} leaves a gap before "
+                f"it (bytes {at}..{begin} belong to no tensor)"
+            )
         at = end
     if at != data_bytes:
-        raise DsparkError(f"{path} is not a readable safetensors file: its tensors cover {at:,} bytes of data but it "
-                          f"holds {data_bytes:,} (truncated or damaged)")
+        raise DsparkError(
+            f"{path} is not a readable safetensors file: its tensors cover {at:,} bytes of data but it "
+            f"holds {data_bytes:,} (truncated or damaged)"
+        )
 
 
 def _entry_problem(info) -> str | None:
@@ -298,14 +338,37 @@ def check_fits(what: str, needed: int, already: int = 0, say=None) -> None:
     total, limit = budget
     use = needed + already
     if use > REFUSE_SHARE * total:
-        raise DsparkError(f"{what} needs about {gib(needed)} of memory and {limit} "
-                          f"({gib(already)} already in use by loaded models): choose a smaller or quantised "
-                          f"checkpoint (set DSPARK_IGNORE_MEMORY=1 to try anyway)")
+        raise DsparkError(
+            f"{what} needs about {gib(needed)} of memory and {limit} "
+            f"({gib(already)} already in use by loaded models): choose a smaller or quantised "
+            f"checkpoint (set DSPARK_IGNORE_MEMORY=1 to try anyway)"
+        )
     if use > WARN_SHARE * total and say is not None:
         say(f"{what} needs about {gib(needed)} and {limit}: expect swapping")
 
 
-__all__ = ["DRAFTER_FORMATS", "DTYPE_BYTES", "FLOATS", "MAX_CONFIG_BYTES", "MAX_HEADER_BYTES", "PICKLES", "TOWER_PREFIXES",
-           "check_files", "check_fits", "drafter_format", "gib", "kind_of", "loaded_bytes", "not_a_drafter",
-           "machine_memory", "memory_budget", "metal_working_set", "read_config", "read_header", "read_headers",
-           "refuse_code", "safetensors_files", "tensor_bytes"]
+__all__ = [
+    "DRAFTER_FORMATS",
+    "DTYPE_BYTES",
+    "FLOATS",
+    "MAX_CONFIG_BYTES",
+    "MAX_HEADER_BYTES",
+    "PICKLES",
+    "TOWER_PREFIXES",
+    "check_files",
+    "check_fits",
+    "drafter_format",
+    "gib",
+    "kind_of",
+    "loaded_bytes",
+    "not_a_drafter",
+    "machine_memory",
+    "memory_budget",
+    "metal_working_set",
+    "read_config",
+    "read_header",
+    "read_headers",
+    "refuse_code",
+    "safetensors_files",
+    "tensor_bytes",
+]

@@ -26,16 +26,36 @@ from typing import Any
 from .errors import DsparkError
 
 
-def option(default: Any, help: str, *, flag: str | None = None, choices: Sequence[str] | None = None,
-           lo: float | None = None, hi: float | None = None, label: str | None = None,
-           form: bool = True, none: str | None = None, step: float | None = None,
-           suggest: Sequence[str] | None = None):
+def option(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    choices: Sequence[str] | None = None,
+    lo: float | None = None,
+    hi: float | None = None,
+    label: str | None = None,
+    form: bool = True,
+    none: str | None = None,
+    step: float | None = None,
+    suggest: Sequence[str] | None = None,
+):
     """A dataclass field with its help, ``--flag`` (default: from the name), legal values
     (``choices`` or the closed range ``lo``..``hi``), a form ``label`` and whether the app's
     form shows it. ``none`` names what a None value means (shown by forms and help);
     ``suggest`` lists common values of a free-text field (a form offers them)."""
-    meta = dict(help=help, flag=flag, choices=tuple(choices) if choices else None, lo=lo, hi=hi,
-                label=label, form=form, none=none, step=step, suggest=tuple(suggest) if suggest else None)
+    meta = dict(
+        help=help,
+        flag=flag,
+        choices=tuple(choices) if choices else None,
+        lo=lo,
+        hi=hi,
+        label=label,
+        form=form,
+        none=none,
+        step=step,
+        suggest=tuple(suggest) if suggest else None,
+    )
     return field(default=default, metadata={"option": meta})
 
 
@@ -85,9 +105,24 @@ def describe(cls) -> tuple[OptionSpec, ...]:
         if kind is bool and f.default is True and not meta["flag"]:
             flag = "--no-" + f.name.replace("_", "-")
         label = meta["label"] or f.name.replace("_", " ").capitalize()
-        out.append(OptionSpec(name=f.name, kind=kind, optional=optional, default=f.default, help=meta["help"], flag=flag,
-                              choices=meta["choices"], lo=meta["lo"], hi=meta["hi"], label=label, form=meta["form"],
-                              none=meta["none"], step=meta["step"], suggest=meta.get("suggest")))
+        out.append(
+            OptionSpec(
+                name=f.name,
+                kind=kind,
+                optional=optional,
+                default=f.default,
+                help=meta["help"],
+                flag=flag,
+                choices=meta["choices"],
+                lo=meta["lo"],
+                hi=meta["hi"],
+                label=label,
+                form=meta["form"],
+                none=meta["none"],
+                step=meta["step"],
+                suggest=meta.get("suggest"),
+            )
+        )
     return tuple(out)
 
 
@@ -95,13 +130,23 @@ class ShowDefaults(argparse.HelpFormatter):
     """``--help`` names the default of every option that has one (a value, not a switch), unless
     its help already says what happens without it."""
 
-    SWITCHES = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
-                argparse._CountAction, argparse._HelpAction, argparse._VersionAction)
+    SWITCHES = (
+        argparse._StoreTrueAction,
+        argparse._StoreFalseAction,
+        argparse._StoreConstAction,
+        argparse._CountAction,
+        argparse._HelpAction,
+        argparse._VersionAction,
+    )
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if (action.option_strings and "default" not in text and not isinstance(action, self.SWITCHES)
-                and action.default not in (None, argparse.SUPPRESS)):
+        if (
+            action.option_strings
+            and "default" not in text
+            and not isinstance(action, self.SWITCHES)
+            and action.default not in (None, argparse.SUPPRESS)
+        ):
             text += " (default: %(default)s)"
         return text
 
@@ -147,8 +192,15 @@ def add_options(parser, cls, only: Sequence[str] | None = None, skip: Sequence[s
         elif spec.none:
             help_text += f" (default: {spec.none})"
         kind = _int_list if spec.kind is tuple else spec.kind
-        parser.add_argument(spec.flag, dest=spec.name, type=kind, choices=spec.choices, default=spec.default,
-                            help=help_text, metavar=None if spec.choices else spec.name.upper())
+        parser.add_argument(
+            spec.flag,
+            dest=spec.name,
+            type=kind,
+            choices=spec.choices,
+            default=spec.default,
+            help=help_text,
+            metavar=None if spec.choices else spec.name.upper(),
+        )
 
 
 def from_args(cls, namespace, **overrides):
@@ -163,8 +215,11 @@ def check_range(flag: str, value: float | None, lo: float, hi: float | None = No
     if value is None:
         return
     if not math.isfinite(value) or value < lo or (hi is not None and value > hi):
-        raise DsparkError(f"{flag} must be " + (f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}")
-                          + f", not {value:g}")
+        raise DsparkError(
+            f"{flag} must be "
+            + (f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}")
+            + f", not {value:g}"
+        )
 
 
 def check_options(value) -> None:

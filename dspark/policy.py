@@ -247,8 +247,10 @@ class Scheduler:
             return w if p.k is None else min(w, p.k)
         if p.kind == "threshold":
             if confidences is None:
-                raise DsparkError(f"the {p} verify policy needs a drafter with a confidence head; this one has none "
-                                  f"(use auto or fixed)")
+                raise DsparkError(
+                    f"the {p} verify policy needs a drafter with a confidence head; this one has none "
+                    f"(use auto or fixed)"
+                )
             return threshold_width(confidences, p.c, w)
         c = self.costs.at(position)
         a = survival(confidences) if confidences is not None else self.running.survival()
@@ -262,5 +264,15 @@ class Scheduler:
 SHADOW_FIRST, SHADOW_MAX = 4, 32
 
 
-__all__ = ["KINDS", "Policy", "RunningAcceptance", "Scheduler", "auto_width", "beats_plain", "conditional", "parse",
-           "survival", "threshold_width"]
+__all__ = [
+    "KINDS",
+    "Policy",
+    "RunningAcceptance",
+    "Scheduler",
+    "auto_width",
+    "beats_plain",
+    "conditional",
+    "parse",
+    "survival",
+    "threshold_width",
+]

@@ -42,8 +42,12 @@ def _read_json(path: Path) -> PromptSet:
         prompts = data.get("prompts", [])
         if not isinstance(prompts, list):
             raise ValueError("prompts is not a list")
-        return PromptSet(path.stem, str(data.get("name") or path.stem), tuple(str(p) for p in prompts),
-                         str(data.get("description") or ""))
+        return PromptSet(
+            path.stem,
+            str(data.get("name") or path.stem),
+            tuple(str(p) for p in prompts),
+            str(data.get("description") or ""),
+        )
     if not isinstance(data, list):
         raise ValueError("neither a list nor an object")
     return PromptSet(path.stem, path.stem, tuple(str(p) for p in data))
@@ -99,5 +103,7 @@ def get(key_or_file: str) -> PromptSet:
     for s in sets.values():
         if key_or_file in (s.key, s.name):
             return s
-    raise DsparkError(f"no prompt set {key_or_file!r}: choose one of {', '.join(sets) or '(none bundled)'}, "
-                      f"or give a .json / .txt file")
+    raise DsparkError(
+        f"no prompt set {key_or_file!r}: choose one of {', '.join(sets) or '(none bundled)'}, "
+        f"or give a .json / .txt file"
+    )

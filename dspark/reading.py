@@ -29,9 +29,13 @@ _BRACKETS_ONLY = bytes(range(256)).translate(None, b"[]{}")
 
 def kind_of_file(mode: int) -> str:
     """What a non-regular file is, in words."""
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "a special file"
@@ -67,7 +71,9 @@ def read_bytes(path: str | Path, limit: int, what: str = "file") -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise DsparkError(f"{p} is not a regular file but {kind_of_file(st.st_mode)}: dspark reads only regular files")
+            raise DsparkError(
+                f"{p} is not a regular file but {kind_of_file(st.st_mode)}: dspark reads only regular files"
+            )
         if st.st_size > limit:
             raise DsparkError(f"{p} is {_size(st.st_size)}, larger than a {what} can be ({_size(limit)})")
         chunks, total = [], 0
@@ -92,7 +98,9 @@ def read_text(path: str | Path, limit: int, what: str = "file") -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DsparkError(f"{Path(path).expanduser()} is not UTF-8 text (byte {e.start}): convert it to UTF-8") from None
+        raise DsparkError(
+            f"{Path(path).expanduser()} is not UTF-8 text (byte {e.start}): convert it to UTF-8"
+        ) from None
 
 
 def parse_json(data: bytes | str, where: str | Path, allow_nan: bool = True):
@@ -165,5 +173,13 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
-__all__ = ["MAX_JSON_DEPTH", "MAX_NUMBER_CHARS", "kind_of_file", "parse_json", "read_bytes", "read_json", "read_text",
-           "regular_file"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_NUMBER_CHARS",
+    "kind_of_file",
+    "parse_json",
+    "read_bytes",
+    "read_json",
+    "read_text",
+    "regular_file",
+]

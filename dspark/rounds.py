@@ -53,8 +53,16 @@ class DraftSession(Protocol):
     tap_layers: Sequence[int]
     block_size: int
 
-    def propose(self, anchor: int, position: int, *, new_rows: mx.array | None, block_size: int,
-                sampling: SamplingParams, key: mx.array):
+    def propose(
+        self,
+        anchor: int,
+        position: int,
+        *,
+        new_rows: mx.array | None,
+        block_size: int,
+        sampling: SamplingParams,
+        key: mx.array,
+    ):
         """Return an object with ``tokens`` [1, G], ``draft_probs`` [1, G], ``q`` [1, G, V]
         (the exact distributions sampled from; None if greedy), ``confidences`` and
         ``conf_logits`` [1, G] (or None), all lazy."""
@@ -121,14 +129,28 @@ class VerifyRows:
     @classmethod
     def of(cls, raw: mx.array, softcap: float | None, sp: SamplingParams) -> VerifyRows:
         logits = soft_cap(raw, softcap)
-        return cls(logits, mx.logsumexp(logits.astype(mx.float32), axis=-1),
-                   None if sp.greedy else distribution(logits, sp))
+        return cls(
+            logits, mx.logsumexp(logits.astype(mx.float32), axis=-1), None if sp.greedy else distribution(logits, sp)
+        )
 
 
-def speculative_round(target: Target, draft_session: DraftSession, cache: list, *, anchor: int, position: int,
-                      new_rows: mx.array | None, block_size: int, budget: int, sched: Scheduler,
-                      sampling: SamplingParams, key: mx.array, threads: dict, display: bool = True,
-                      inspect: bool = False) -> RoundOutcome:
+def speculative_round(
+    target: Target,
+    draft_session: DraftSession,
+    cache: list,
+    *,
+    anchor: int,
+    position: int,
+    new_rows: mx.array | None,
+    block_size: int,
+    budget: int,
+    sched: Scheduler,
+    sampling: SamplingParams,
+    key: mx.array,
+    threads: dict,
+    display: bool = True,
+    inspect: bool = False,
+) -> RoundOutcome:
     """One round from ``anchor`` (the last committed token, not yet in ``cache``) at cache length
     ``position``. ``draft_session`` drafts ``block_size`` tokens (0: none, and the round is a plain step
     of the target), reading ``new_rows`` first (the tap rows it has not seen; None: none);
@@ -143,8 +165,11 @@ def speculative_round(target: Target, draft_session: DraftSession, cache: list, 
     k_draft, k_accept = mx.random.split(key)
     t0 = perf_counter()
     use_phase_threads(threads, "draft")
-    draft = draft_session.propose(anchor, position, new_rows=new_rows, block_size=block_size, sampling=sp,
-                            key=k_draft) if block_size > 0 else None
+    draft = (
+        draft_session.propose(anchor, position, new_rows=new_rows, block_size=block_size, sampling=sp, key=k_draft)
+        if block_size > 0
+        else None
+    )
     conf = None
     if draft is not None and draft.confidences is not None and sched.reads_confidences:
         conf = draft.confidences[0].tolist()  # a host sync (it evaluates the draft), only for these policies
@@ -155,8 +180,14 @@ def speculative_round(target: Target, draft_session: DraftSession, cache: list, 
         mx.async_eval(draft.tokens, draft_session.state())
     width = sched.width(draft.tokens.shape[1], budget, conf, position) if draft is not None else 0
     # The verify graph is built on the lazy draft, so it is ready when the draft is read.
-    logits, taps = verify_forward(target, cache, tap_layers=draft_session.tap_layers, anchor=anchor,
-                                  draft_tokens=draft.tokens if width else None, width=width)
+    logits, taps = verify_forward(
+        target,
+        cache,
+        tap_layers=draft_session.tap_layers,
+        anchor=anchor,
+        draft_tokens=draft.tokens if width else None,
+        width=width,
+    )
     drafted, dprobs, z = [], [], None
     if draft is not None:
         drafted, dprobs, c, z = read_draft(draft, draft_session, display, heads=display or conf is not None)  # sync 1
@@ -165,30 +196,81 @@ def speculative_round(target: Target, draft_session: DraftSession, cache: list, 
     use_phase_threads(threads, "verify")
     q = draft.q[0, :width] if width and draft.q is not None else None
     rows = VerifyRows.of(logits[0], target.projection.softcap, sp)
-    a, tokens, probs = accept(logits[0], target.projection.softcap, drafted[:width], q, sampling=sp, key=k_accept,
-                              taps=taps, display=display, rows=rows)  # sync 2
+    a, tokens, probs = accept(
+        logits[0],
+        target.projection.softcap,
+        drafted[:width],
+        q,
+        sampling=sp,
+        key=k_accept,
+        taps=taps,
+        display=display,
+        rows=rows,
+    )  # sync 2
     rollback(cache, width - a)
     sched.observe(width, a)
     t2 = perf_counter()
     seen = inspection(logits[0, :width], target.projection.softcap, drafted[:width], sp, rows=rows) if inspect else None
-    return RoundOutcome(drafted=drafted, draft_probs=dprobs, confidences=conf, conf_logits=z, width=width, accepted=a,
-                        tokens=tokens, target_probs=probs, draft_seconds=t1 - t0, verify_seconds=t2 - t1,
-                        new_rows=taps[:, : a + 1], plain_step=block_size == 0, inspected=seen)
+    return RoundOutcome(
+        drafted=drafted,
+        draft_probs=dprobs,
+        confidences=conf,
+        conf_logits=z,
+        width=width,
+        accepted=a,
+        tokens=tokens,
+        target_probs=probs,
+        draft_seconds=t1 - t0,
+        verify_seconds=t2 - t1,
+        new_rows=taps[:, : a + 1],
+        plain_step=block_size == 0,
+        inspected=seen,
+    )
 
 
-def plain_outcome(token: int, prob: float, *, seconds: float, new_rows: mx.array | None,
-                  inspected: Inspection | None = None, plain_step: bool = True) -> RoundOutcome:
+def plain_outcome(
+    token: int,
+    prob: float,
+    *,
+    seconds: float,
+    new_rows: mx.array | None,
+    inspected: Inspection | None = None,
+    plain_step: bool = True,
+) -> RoundOutcome:
     """A round of the target alone: no draft, ``token`` committed by the target with probability
     ``prob``, ``seconds`` counted as the verify's. ``plain_step``: a speculative run's plain step
     (True), or a step of plain decoding itself (False: its rounds are what tau counts there)."""
-    return RoundOutcome(drafted=[], draft_probs=[], confidences=None, conf_logits=None, width=0, accepted=0,
-                        tokens=[token], target_probs=[prob], draft_seconds=0.0, verify_seconds=seconds,
-                        new_rows=new_rows, plain_step=plain_step, inspected=inspected)
+    return RoundOutcome(
+        drafted=[],
+        draft_probs=[],
+        confidences=None,
+        conf_logits=None,
+        width=0,
+        accepted=0,
+        tokens=[token],
+        target_probs=[prob],
+        draft_seconds=0.0,
+        verify_seconds=seconds,
+        new_rows=new_rows,
+        plain_step=plain_step,
+        inspected=inspected,
+    )
 
 
-def plain_steps(target: Target, cache: list, *, tap_layers: Sequence[int], anchor: int, position: int,
-                sampling: SamplingParams, keys: Iterator[mx.array], more: Callable[[int], bool], threads: dict,
-                display: bool = True, inspect: bool = False) -> Iterator[RoundOutcome]:
+def plain_steps(
+    target: Target,
+    cache: list,
+    *,
+    tap_layers: Sequence[int],
+    anchor: int,
+    position: int,
+    sampling: SamplingParams,
+    keys: Iterator[mx.array],
+    more: Callable[[int], bool],
+    threads: dict,
+    display: bool = True,
+    inspect: bool = False,
+) -> Iterator[RoundOutcome]:
     """The target alone, one token a step, from ``anchor`` at cache length ``position``, for as long
     as ``more(p)`` says the step at position ``p`` is plain too. Pipelined as mlx-lm's
     ``generate_step`` is: the next token's forward is queued before this one is read, so reading
@@ -230,8 +312,13 @@ def plain_steps(target: Target, cache: list, *, tap_layers: Sequence[int], ancho
             pending = queue(choice) if more(position) else None
             token = choice.item()
             shown = prob.item() if prob is not None else math.nan
-            outcome = plain_outcome(token, shown, seconds=perf_counter() - t0, new_rows=taps,
-                                    inspected=Inspection((), (), ()) if inspect else None)
+            outcome = plain_outcome(
+                token,
+                shown,
+                seconds=perf_counter() - t0,
+                new_rows=taps,
+                inspected=Inspection((), (), ()) if inspect else None,
+            )
             yield outcome
             t0 = perf_counter()  # the caller's time between steps is not the step's
     finally:  # a run that stops mid-stretch (EOS, cancel) lets its queued forward finish here
@@ -239,8 +326,9 @@ def plain_steps(target: Target, cache: list, *, tap_layers: Sequence[int], ancho
             mx.eval([x for x in pending if x is not None])
 
 
-def inspection(raw: mx.array, softcap: float | None, drafted: list[int], sp: SamplingParams, *,
-               rows: VerifyRows | None = None) -> Inspection:
+def inspection(
+    raw: mx.array, softcap: float | None, drafted: list[int], sp: SamplingParams, *, rows: VerifyRows | None = None
+) -> Inspection:
     """The target's view of each verified draft (:class:`Inspection`), from the verify rows' head
     outputs ``raw`` [w, V] before the soft-cap, reusing what ``rows`` (the round's
     :class:`VerifyRows`, whose first ``w`` rows these are) has computed. One host sync, after the
@@ -311,8 +399,12 @@ def read_draft(draft, draft_session: DraftSession, display: bool, heads: bool):
     mx.eval(draft.tokens, shown, c_arr, z_arr, draft_session.state())
     drafted = draft.tokens[0].tolist()
     dprobs = shown[0].tolist() if display else [math.nan] * len(drafted)
-    return (drafted, dprobs, c_arr[0].tolist() if c_arr is not None else None,
-            z_arr[0].tolist() if z_arr is not None else None)
+    return (
+        drafted,
+        dprobs,
+        c_arr[0].tolist() if c_arr is not None else None,
+        z_arr[0].tolist() if z_arr is not None else None,
+    )
 
 
 def use_phase_threads(threads: dict, phase: str) -> None:
@@ -322,8 +414,18 @@ def use_phase_threads(threads: dict, phase: str) -> None:
         blas.set_threads(n)
 
 
-def accept(raw: mx.array, softcap: float | None, drafted: list[int], q: mx.array | None, *, sampling: SamplingParams,
-           key, taps, display: bool = True, rows: VerifyRows | None = None):
+def accept(
+    raw: mx.array,
+    softcap: float | None,
+    drafted: list[int],
+    q: mx.array | None,
+    *,
+    sampling: SamplingParams,
+    key,
+    taps,
+    display: bool = True,
+    rows: VerifyRows | None = None,
+):
     """(accepted drafts a, the committed tokens d_1..d_a + the target's own, and the target's
     probability of each, NaN without ``display``), from the verify rows' head outputs ``raw``
     before the soft-cap (``rows``: their :class:`VerifyRows`, shared with the inspector).
@@ -368,6 +470,20 @@ def prefill(target: Target, cache: list, ids: list[int], taps: Sequence[int], *,
     return mx.concatenate(rows, axis=1) if rows else None
 
 
-__all__ = ["TOP", "DraftSession", "Inspection", "Proposer", "RoundOutcome", "VerifyRows", "accept", "inspection",
-           "plain_outcome", "plain_steps", "prefill", "read_draft", "speculative_round", "use_phase_threads",
-           "verify_forward"]
+__all__ = [
+    "TOP",
+    "DraftSession",
+    "Inspection",
+    "Proposer",
+    "RoundOutcome",
+    "VerifyRows",
+    "accept",
+    "inspection",
+    "plain_outcome",
+    "plain_steps",
+    "prefill",
+    "read_draft",
+    "speculative_round",
+    "use_phase_threads",
+    "verify_forward",
+]

@@ -84,16 +84,20 @@ def check(tokens: int = TOKENS, *, platform: str | None = None) -> tuple[bool, s
         return False, f"{head}; the demo run failed: {type(e).__name__}: {e}"
     checked = ", checked against the CPU" if kind == "gpu" else ""
     head = f"device {kind}{f' ({name})' if name else ''}{checked}, BLAS {blas.describe()}"
-    figures = (f"{len(speculative.tokens)} tokens, tau {speculative.tau:.2f}, "
-               f"{speculative.tokens_per_sec:.0f} tok/s vs "
-               f"{plain.tokens_per_sec:.0f} plain, speedup "
-               f"{metrics.speedup(speculative.tokens_per_sec, plain.tokens_per_sec):.2f}x")
+    figures = (
+        f"{len(speculative.tokens)} tokens, tau {speculative.tau:.2f}, "
+        f"{speculative.tokens_per_sec:.0f} tok/s vs "
+        f"{plain.tokens_per_sec:.0f} plain, speedup "
+        f"{metrics.speedup(speculative.tokens_per_sec, plain.tokens_per_sec):.2f}x"
+    )
     if wrong_device:
         return False, f"{head}; {figures}; {wrong_device}"
     if (platform or sys.platform) == "darwin" and kind != "gpu":
         if os.environ.get(device.ENV, "").strip().lower() != "cpu":
-            return False, (f"{head}; {figures}; the demo run computed on the CPU, not on Metal: this Mac's GPU is not "
-                           f"available to MLX")
+            return False, (
+                f"{head}; {figures}; the demo run computed on the CPU, not on Metal: this Mac's GPU is not "
+                f"available to MLX"
+            )
         head += "; Metal not exercised: the CPU was asked for (--device cpu)"
     ok = len(speculative.tokens) == tokens and verdict.lossless
     return ok, f"{head}; {figures}; {verdict.explain()}"

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import json
 
-TITLES = {"speculators": "vLLM speculators", "deepspec": "DeepSpec DSpark (Gemma4DSparkModel)",
-          "zlab": "z-lab DFlash (DFlashDraftModel)"}
+TITLES = {
+    "speculators": "vLLM speculators",
+    "deepspec": "DeepSpec DSpark (Gemma4DSparkModel)",
+    "zlab": "z-lab DFlash (DFlashDraftModel)",
+}
 
 
 def _vllm(target: str, out: str, method: str, tokens: int) -> str:
@@ -34,36 +37,51 @@ def commands(fmt: str, config: dict, drafts: int, out: str, *, verifier: str | N
     if fmt == "speculators":
         method = config.get("speculators_model_type", "dspark")
         short = f"vllm serve {out}\n" if verifier else ""
-        return {"vllm": short + _vllm(target, out, method, drafts),
-                "sglang": "SGLang does not read speculators-format DSpark or DFlash drafters yet (speculators issue "
-                          "753): export a DFlash-style drafter with --format zlab for SGLang."}
+        return {
+            "vllm": short + _vllm(target, out, method, drafts),
+            "sglang": "SGLang does not read speculators-format DSpark or DFlash drafters yet (speculators issue "
+            "753): export a DFlash-style drafter with --format zlab for SGLang.",
+        }
     if fmt == "zlab":
         slots = config["dflash_config"]["block_size"]
-        return {"vllm": _vllm(target, out, "dflash", drafts),
-                "sglang": f"python -m sglang.launch_server --model-path {target} \\\n  --speculative-algorithm DFLASH "
-                          f"--speculative-draft-model-path {out} \\\n  --speculative-num-draft-tokens {slots}"}
-    return {"vllm": _vllm(target, out, "dspark", drafts),
-            "sglang": "SGLang's DSPARK algorithm serves DeepSeek-V4 and Qwen3 drafters, not Gemma-4 ones: serve this "
-                      "drafter with vLLM."}
+        return {
+            "vllm": _vllm(target, out, "dflash", drafts),
+            "sglang": f"python -m sglang.launch_server --model-path {target} \\\n  --speculative-algorithm DFLASH "
+            f"--speculative-draft-model-path {out} \\\n  --speculative-num-draft-tokens {slots}",
+        }
+    return {
+        "vllm": _vllm(target, out, "dspark", drafts),
+        "sglang": "SGLang's DSPARK algorithm serves DeepSeek-V4 and Qwen3 drafters, not Gemma-4 ones: serve this "
+        "drafter with vLLM.",
+    }
 
 
 def readme(fmt: str, config: dict, info: dict, out: str, *, verifier: str | None) -> str:
     """The exported directory's README.md: what it is, where it came from, how to serve it.
     ``info``: the drafter's source, drafts per round, taps, and the heads left out."""
     cmds = commands(fmt, config, info["block_size"], out, verifier=verifier)
-    lines = [f"# A {TITLES[fmt]} drafter, exported by dspark", "",
-             f"Exported from `{info['source']}` ({info['source_format']}) by `dspark export --format {fmt}`. "
-             "Loaded back by dspark, it drafts the same logits and the same tokens as the drafter it came from "
-             "(checked when it was written).", "",
-             f"- drafts {info['block_size']} tokens a round; taps target layers {info['taps']}"
-             + (f" (`aux_hidden_state_layer_ids` {config.get('aux_hidden_state_layer_ids')}: vLLM's numbering, "
-                "one above)" if fmt == "speculators" else ""),
-             f"- target (verifier): {verifier or 'not given at export (TARGET below: the target it was trained for)'}"]
+    lines = [
+        f"# A {TITLES[fmt]} drafter, exported by dspark",
+        "",
+        f"Exported from `{info['source']}` ({info['source_format']}) by `dspark export --format {fmt}`. "
+        "Loaded back by dspark, it drafts the same logits and the same tokens as the drafter it came from "
+        "(checked when it was written).",
+        "",
+        f"- drafts {info['block_size']} tokens a round; taps target layers {info['taps']}"
+        + (
+            f" (`aux_hidden_state_layer_ids` {config.get('aux_hidden_state_layer_ids')}: vLLM's numbering, one above)"
+            if fmt == "speculators"
+            else ""
+        ),
+        f"- target (verifier): {verifier or 'not given at export (TARGET below: the target it was trained for)'}",
+    ]
     if fmt == "speculators" and config.get("final_logit_softcapping"):
-        lines.append(f"- `final_logit_softcapping` {config['final_logit_softcapping']}: dspark caps the drafter's logits as "
-                     "the target does; speculators' own config has no such key, so a server may leave them uncapped. "
-                     "A cap keeps the logits' order, so the head's greedy drafts stay the same; what is added to "
-                     "capped logits (a Markov head's biases) and sampled drafts may not.")
+        lines.append(
+            f"- `final_logit_softcapping` {config['final_logit_softcapping']}: dspark caps the drafter's logits as "
+            "the target does; speculators' own config has no such key, so a server may leave them uncapped. "
+            "A cap keeps the logits' order, so the head's greedy drafts stay the same; what is added to "
+            "capped logits (a Markov head's biases) and sampled drafts may not."
+        )
     if info.get("dropped"):
         heads = " and ".join(info["dropped"]) + (" heads" if len(info["dropped"]) > 1 else " head")
         lines.append(f"- left out: its {heads} (--drop-heads); " + info["acceptance"])

@@ -148,8 +148,9 @@ class Target:
             for i, layer in originals.items():
                 layers[i] = layer
 
-    def forward(self, tokens: mx.array, cache: list | None, tap_layers: Sequence[int], logits: bool = True,
-                capped: bool = True):
+    def forward(
+        self, tokens: mx.array, cache: list | None, tap_layers: Sequence[int], logits: bool = True, capped: bool = True
+    ):
         """Run ``tokens`` ([B, S] ids) through the target, appending to ``cache``.
 
         Returns ``(logits [B, S, V] or None, taps [B, S, m*H])``: taps are the tapped layers'
@@ -189,12 +190,14 @@ class Target:
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
 
         def apply() -> str:
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                                      **(options or {}))
+            return self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, **(options or {})
+            )
 
         # jinja raises many kinds, and a Python template may call into the tokenizer's Rust code
-        rendered = rust_call("the target's chat template failed on this prompt", chat_template.render, apply,
-                             len(text) + len(system))
+        rendered = rust_call(
+            "the target's chat template failed on this prompt", chat_template.render, apply, len(text) + len(system)
+        )
         return _tokenizer_call("encode this prompt", self.tokenizer.encode, rendered, add_special_tokens=False)
 
     def decode(self, ids: Sequence[int]) -> str:

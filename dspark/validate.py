@@ -129,8 +129,11 @@ FLOATS = ("F32", "F16", "BF16")  # also modeldir.FLOATS (the bottom of the loadi
 def check_shapes(weights_header: dict, expected: dict[str, tuple], where: str | Path) -> None:
     """Compare tensor names and shapes (from a safetensors header or loaded arrays) with what a
     config implies, before the tensors are read."""
-    have = {k: tuple(v["shape"] if isinstance(v, dict) else v.shape) for k, v in weights_header.items()
-            if k != "__metadata__"}
+    have = {
+        k: tuple(v["shape"] if isinstance(v, dict) else v.shape)
+        for k, v in weights_header.items()
+        if k != "__metadata__"
+    }
     missing = sorted(set(expected) - set(have))
     extra = sorted(set(have) - set(expected))
     if missing or extra:
@@ -166,8 +169,11 @@ def costs_problem(d, max_threads: int = 1024) -> str | None:
         if not ms(d.get(key)):
             return f"{key} must be a time in milliseconds"
     threads = d.get("threads", {})
-    if not isinstance(threads, dict) or len(threads) > 16 or not all(
-            isinstance(k, str) and type(v) is int and 1 <= v <= max_threads for k, v in threads.items()):
+    if (
+        not isinstance(threads, dict)
+        or len(threads) > 16
+        or not all(isinstance(k, str) and type(v) is int and 1 <= v <= max_threads for k, v in threads.items())
+    ):
         return f"threads must map phases to BLAS thread counts between 1 and {max_threads}"
     context = d.get("context", 0)
     if type(context) is not int or not 0 <= context <= LIMITS["max_position_embeddings"][1]:
@@ -185,8 +191,13 @@ def calibration_temps(value, where) -> list[float] | None:
     if value is None:
         return None
     hi = LIMITS["block_size"][1] + 1
-    if not isinstance(value, list) or len(value) > hi or not all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) and _finite(t) and 1e-3 <= t <= 1e3 for t in value):
+    if (
+        not isinstance(value, list)
+        or len(value) > hi
+        or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and _finite(t) and 1e-3 <= t <= 1e3 for t in value
+        )
+    ):
         shown = repr(value)[:80]
         raise DsparkError(f"{where}: calibration is {shown}, expected at most {hi} temperatures between 0.001 and 1000")
     return [float(t) for t in value]

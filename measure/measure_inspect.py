@@ -38,8 +38,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=10, help="prompts of the demo set (default 10)")
     p.add_argument("--repeats", type=int, default=3, help="pairs per prompt (default 3)")
     p.add_argument("--max-tokens", type=int, default=256, help="greedy tokens per run (default 256)")
-    p.add_argument("--display", action=argparse.BooleanOptionalAction, default=True,
-                   help="token probabilities as the app keeps them (default on)")
+    p.add_argument(
+        "--display",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="token probabilities as the app keeps them (default on)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
 
@@ -66,8 +70,9 @@ class InspectionClock:
         rounds.inspection = timed
 
 
-def timed(target, drafter, prompt: str, config, display: bool, inspect: bool,
-          clock: InspectionClock) -> tuple[int, float, list[int], float]:
+def timed(
+    target, drafter, prompt: str, config, display: bool, inspect: bool, clock: InspectionClock
+) -> tuple[int, float, list[int], float]:
     """(rounds that drafted, decode seconds, tokens, seconds inspecting) of one generation."""
     from dspark import generate, run_to_summary
 
@@ -80,7 +85,14 @@ def timed(target, drafter, prompt: str, config, display: bool, inspect: bool,
 def quantiles(xs: list[float]) -> dict:
     xs = sorted(xs)
     at = lambda q: xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
-    return {"median": statistics.median(xs), "p25": at(0.25), "p75": at(0.75), "min": xs[0], "max": xs[-1], "n": len(xs)}
+    return {
+        "median": statistics.median(xs),
+        "p25": at(0.25),
+        "p75": at(0.75),
+        "min": xs[0],
+        "max": xs[-1],
+        "n": len(xs),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(a.repeats):
         for i, prompt in enumerate(prompts):
             arms = {}
-            for inspect in ((False, True) if (r + i) % 2 == 0 else (True, False)):
+            for inspect in (False, True) if (r + i) % 2 == 0 else (True, False):
                 arms[inspect] = timed(target, drafter, prompt, config, a.display, inspect, clock)
             (n0, s0, t0, _), (n1, s1, t1, spent) = arms[False], arms[True]
             if (n0, t0) != (n1, t1):
@@ -112,23 +124,40 @@ def main(argv: list[str] | None = None) -> int:
             per_round[False].append(1000 * s0 / n0)
             per_round[True].append(1000 * s1 / n1)
             per_round["inspection"].append(1000 * spent / n1)
-    out = {"target": a.target, "drafter": a.drafter, "prompts": len(prompts), "repeats": a.repeats,
-           "max_tokens": a.max_tokens, "display": a.display, "rounds_per_arm": rounds,
-           "ratio": quantiles(ratios), "inspection_share": quantiles(shares),
-           "ms_per_round": {k: statistics.median(v) for k, v in (("plain", per_round[False]),
-                                                                 ("inspect", per_round[True]),
-                                                                 ("inspection", per_round["inspection"]))},
-           "load_before": before, "load_after": load(), "cpus": os.cpu_count()}
+    out = {
+        "target": a.target,
+        "drafter": a.drafter,
+        "prompts": len(prompts),
+        "repeats": a.repeats,
+        "max_tokens": a.max_tokens,
+        "display": a.display,
+        "rounds_per_arm": rounds,
+        "ratio": quantiles(ratios),
+        "inspection_share": quantiles(shares),
+        "ms_per_round": {
+            k: statistics.median(v)
+            for k, v in (
+                ("plain", per_round[False]),
+                ("inspect", per_round[True]),
+                ("inspection", per_round["inspection"]),
+            )
+        },
+        "load_before": before,
+        "load_after": load(),
+        "cpus": os.cpu_count(),
+    }
     if a.json:
         print(json.dumps(out))
     else:
         q, s, ms = out["ratio"], out["inspection_share"], out["ms_per_round"]
-        print(f"inspect / plain seconds per round: median {q['median']:.3f} (middle half {q['p25']:.3f}-{q['p75']:.3f}, "
-              f"range {q['min']:.3f}-{q['max']:.3f}, {q['n']} pairs, {rounds} rounds an arm); "
-              f"{ms['plain']:.2f} -> {ms['inspect']:.2f} ms per round\n"
-              f"time in the inspection: {ms['inspection']:.2f} ms per round, {s['median']:.1%} of decoding (middle half "
-              f"{s['p25']:.1%}-{s['p75']:.1%}, range {s['min']:.1%}-{s['max']:.1%}); "
-              f"load {before:.2f} -> {out['load_after']:.2f} on {out['cpus']} cores")
+        print(
+            f"inspect / plain seconds per round: median {q['median']:.3f} (middle half {q['p25']:.3f}-{q['p75']:.3f}, "
+            f"range {q['min']:.3f}-{q['max']:.3f}, {q['n']} pairs, {rounds} rounds an arm); "
+            f"{ms['plain']:.2f} -> {ms['inspect']:.2f} ms per round\n"
+            f"time in the inspection: {ms['inspection']:.2f} ms per round, {s['median']:.1%} of decoding (middle half "
+            f"{s['p25']:.1%}-{s['p75']:.1%}, range {s['min']:.1%}-{s['max']:.1%}); "
+            f"load {before:.2f} -> {out['load_after']:.2f} on {out['cpus']} cores"
+        )
     return 0
 
 

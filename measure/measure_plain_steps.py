@@ -56,8 +56,18 @@ def main(argv: list[str] | None = None) -> int:
         cache = target.make_cache()
         prefill(target, cache, ids[:-1], taps, step=512)
         end = len(ids) - 1 + n
-        steps = plain_steps(target, cache, tap_layers=taps, anchor=ids[-1], position=len(ids) - 1, sampling=greedy,
-                            keys=_round_keys(0), more=lambda pos: pos < end, threads={}, display=False)
+        steps = plain_steps(
+            target,
+            cache,
+            tap_layers=taps,
+            anchor=ids[-1],
+            position=len(ids) - 1,
+            sampling=greedy,
+            keys=_round_keys(0),
+            more=lambda pos: pos < end,
+            threads={},
+            display=False,
+        )
         return [v.tokens[0] for v in steps]
 
     def width0(ids):
@@ -66,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         anchor, out = ids[-1], []
         for _ in range(n):
             logits, t = verify_forward(target, cache, tap_layers=taps, anchor=anchor, draft_tokens=None, width=0)
-            _, tokens, _ = accept(logits[0], target.projection.softcap, [], None, sampling=greedy, key=None, taps=t,
-                                  display=False)
+            _, tokens, _ = accept(
+                logits[0], target.projection.softcap, [], None, sampling=greedy, key=None, taps=t, display=False
+            )
             anchor = tokens[-1]
             out.append(anchor)
         return out
@@ -89,12 +100,16 @@ def main(argv: list[str] | None = None) -> int:
             for name in arms:
                 ms[name].append(1000 * seconds[name] / n)
                 ratios[name].append(seconds[name] / seconds["mlx-lm"])
-    print(f"{len(texts)} prompts x {a.repeats} repeats, {n} greedy tokens; load average {load[0]:.1f} before, "
-          f"{os.getloadavg()[0]:.1f} after")
+    print(
+        f"{len(texts)} prompts x {a.repeats} repeats, {n} greedy tokens; load average {load[0]:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after"
+    )
     for name in arms:
         q = statistics.quantiles(ratios[name], n=4) if len(ratios[name]) > 1 else ratios[name] * 3
-        print(f"{name:12s} {statistics.median(ms[name]):6.2f} ms/token   x{statistics.median(ratios[name]):.2f} "
-              f"of mlx-lm's time (middle half {q[0]:.2f}-{q[2]:.2f})")
+        print(
+            f"{name:12s} {statistics.median(ms[name]):6.2f} ms/token   x{statistics.median(ratios[name]):.2f} "
+            f"of mlx-lm's time (middle half {q[0]:.2f}-{q[2]:.2f})"
+        )
     return 0
 
 

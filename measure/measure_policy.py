@@ -55,8 +55,14 @@ def record(target, drafter, ids: list[int], tokens: int):
     _, taps = target.forward(mx.array([seq[:-1]]), target.make_cache(), session.tap_layers, logits=False)
     accepted, confidences, fed = {}, {}, 0
     for p in range(len(ids) - 1, len(seq) - 1):
-        draft = session.propose(seq[p], p, new_rows=taps[:, fed:p] if p > fed else None,
-                                block_size=drafter.block_size, sampling=SamplingParams(), key=mx.random.key(0))
+        draft = session.propose(
+            seq[p],
+            p,
+            new_rows=taps[:, fed:p] if p > fed else None,
+            block_size=drafter.block_size,
+            sampling=SamplingParams(),
+            key=mx.random.key(0),
+        )
         fed = p
         drafted = draft.tokens[0].tolist()
         a = 0
@@ -131,9 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     geo = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
     for r in recorded:
         costs, prior, b, traces = r["costs"], r["prior"], r["block"], r["traces"]
-        print(f"{r['drafter']:10s} {r['length']:6d} tokens: fixed {geo([fixed(t, costs, b, a.bias) for t in traces]):.3f}x"
-              f"  auto {geo([replay(t, costs, b, prior, a.bias) for t in traces]):.3f}x"
-              f"  hindsight {geo([fixed(t, costs, b, a.bias, hindsight=True) for t in traces]):.3f}x", flush=True)
+        print(
+            f"{r['drafter']:10s} {r['length']:6d} tokens: "
+            f"fixed {geo([fixed(t, costs, b, a.bias) for t in traces]):.3f}x"
+            f"  auto {geo([replay(t, costs, b, prior, a.bias) for t in traces]):.3f}x"
+            f"  hindsight {geo([fixed(t, costs, b, a.bias, hindsight=True) for t in traces]):.3f}x",
+            flush=True,
+        )
     return 0
 
 
@@ -160,8 +170,16 @@ def _record(a) -> list[dict]:
         prior = measured_acceptance(drafter, target)
         for length in contexts.parse(a.context):
             traces = [record(target, drafter, ids, a.max_tokens) for ids in contexts.padded(target, base, length)]
-            out.append({"drafter": Path(path).name, "length": length, "costs": costs, "prior": prior,
-                        "block": drafter.block_size, "traces": traces})
+            out.append(
+                {
+                    "drafter": Path(path).name,
+                    "length": length,
+                    "costs": costs,
+                    "prior": prior,
+                    "block": drafter.block_size,
+                    "traces": traces,
+                }
+            )
     return out
 
 
@@ -171,8 +189,10 @@ def _load(path: str) -> list[dict]:
 
     out = []
     for r in json.loads(Path(path).read_text()):
-        traces = [(start, {int(p): a for p, a in acc.items()}, {int(p): c for p, c in conf.items()})
-                  for start, acc, conf in r["traces"]]
+        traces = [
+            (start, {int(p): a for p, a in acc.items()}, {int(p): c for p, c in conf.items()})
+            for start, acc, conf in r["traces"]
+        ]
         out.append({**r, "costs": Costs.from_dict(r["costs"]), "traces": traces})
     return out
 

@@ -86,10 +86,16 @@ def main(argv: list[str] | None = None) -> int:
         if piece.startswith(("layer", "head")):
             for k, v in med.items():
                 total[k] += v
-        print(f"{piece:28s}" + "".join(f"{med[(t, n)]:16.3f}" for t in thread_arms for n in rows_arms)
-              + "".join(f"{med[(t, rows_arms[1])] / med[(t, 1)]:14.2f}" for t in thread_arms))
-    print(f"{'forward (layers + head)':28s}" + "".join(f"{total[(t, n)]:16.3f}" for t in thread_arms for n in rows_arms)
-          + "".join(f"{total[(t, rows_arms[1])] / total[(t, 1)]:14.2f}" for t in thread_arms))
+        print(
+            f"{piece:28s}"
+            + "".join(f"{med[(t, n)]:16.3f}" for t in thread_arms for n in rows_arms)
+            + "".join(f"{med[(t, rows_arms[1])] / med[(t, 1)]:14.2f}" for t in thread_arms)
+        )
+    print(
+        f"{'forward (layers + head)':28s}"
+        + "".join(f"{total[(t, n)]:16.3f}" for t in thread_arms for n in rows_arms)
+        + "".join(f"{total[(t, rows_arms[1])] / total[(t, 1)]:14.2f}" for t in thread_arms)
+    )
     print(f"load average {os.getloadavg()[0]:.2f}")
     return 0
 

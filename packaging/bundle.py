@@ -50,8 +50,26 @@ OPENBLAS_DEST = "openblas"
 
 #: Packages the app never imports that PyInstaller would otherwise follow into the bundle.
 EXCLUDES = [
-    "torch", "torchvision", "torchaudio", "tensorflow", "jax", "flax", "keras", "matplotlib", "scipy",
-    "pandas", "sklearn", "PIL", "cv2", "av", "PyQt5", "PyQt6", "tkinter", "IPython", "pytest", "pytestqt",
+    "torch",
+    "torchvision",
+    "torchaudio",
+    "tensorflow",
+    "jax",
+    "flax",
+    "keras",
+    "matplotlib",
+    "scipy",
+    "pandas",
+    "sklearn",
+    "PIL",
+    "cv2",
+    "av",
+    "PyQt5",
+    "PyQt6",
+    "tkinter",
+    "IPython",
+    "pytest",
+    "pytestqt",
     "_pytest",
 ]
 #: The build machine's CUDA runtime, which transformers probes for with ctypes: never bundled.
@@ -128,8 +146,10 @@ def link_openblas(binaries: list[tuple[str, str, str]]) -> list[tuple[str, str, 
     make those copies symlinks into ``openblas/``. They must stay findable there, as the
     launcher puts the top folder on the library path and libopenblas has no RUNPATH of its own."""
     shipped = {Path(dest).name for dest, _, _ in binaries if Path(dest).parent == Path(OPENBLAS_DEST)}
-    return [(dest, f"{OPENBLAS_DEST}/{dest}", "SYMLINK") if dest in OPENBLAS_LIBS and dest in shipped else (dest, src, kind)
-            for dest, src, kind in binaries]
+    return [
+        (dest, f"{OPENBLAS_DEST}/{dest}", "SYMLINK") if dest in OPENBLAS_LIBS and dest in shipped else (dest, src, kind)
+        for dest, src, kind in binaries
+    ]
 
 
 def min_macos(site_packages: Path) -> str:
@@ -193,9 +213,11 @@ def metallib_problems(dist: Path) -> list[str]:
     libs = list(dist.rglob("libmlx.dylib"))
     if not libs:
         return ["no libmlx.dylib in the bundle"]
-    return [f"{lib.relative_to(dist)} has no mlx.metallib beside it"
-            for lib in libs
-            if not any((lib.parent / d / "mlx.metallib").is_file() for d in (".", "Resources"))]
+    return [
+        f"{lib.relative_to(dist)} has no mlx.metallib beside it"
+        for lib in libs
+        if not any((lib.parent / d / "mlx.metallib").is_file() for d in (".", "Resources"))
+    ]
 
 
 def plist_problems(path: Path) -> list[str]:
@@ -344,8 +366,10 @@ def macho_problems(app: Path) -> list[str]:
         for cpu, version in slices or []:
             if version is not None and version > minimum:
                 where = f"{rel} ({cpu} slice)" if cpu else str(rel)
-                problems.append(f"{where} is built for macOS {_show(version)}, newer than Info.plist's "
-                                f"LSMinimumSystemVersion {minimum_text}")
+                problems.append(
+                    f"{where} is built for macOS {_show(version)}, newer than Info.plist's "
+                    f"LSMinimumSystemVersion {minimum_text}"
+                )
     return problems
 
 
@@ -357,10 +381,15 @@ def main(argv: list[str]) -> int:
     for p in problems:
         print(f"bundle check: {p}", file=sys.stderr)
     if not problems:
-        print(f"bundle check: {argv[1]} has the demo models"
-              + {"darwin": ", a metallib beside every libmlx, a complete Info.plist and no binary built for a "
-                           "newer macOS than it names",
-                 "linux": " and OpenBLAS"}.get(sys.platform, ""), file=sys.stderr)
+        print(
+            f"bundle check: {argv[1]} has the demo models"
+            + {
+                "darwin": ", a metallib beside every libmlx, a complete Info.plist and no binary built for a "
+                "newer macOS than it names",
+                "linux": " and OpenBLAS",
+            }.get(sys.platform, ""),
+            file=sys.stderr,
+        )
     return 1 if problems else 0
 
 

@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     if "--out" in args:
         i = args.index("--out")
         out = Path(args[i + 1]) if i + 1 < len(args) else None
-        del args[i:i + 2]
+        del args[i : i + 2]
         if out is None:
             args = []
     if len(args) != 3:

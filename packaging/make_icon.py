@@ -21,8 +21,17 @@ WINDOW_ICON_PX = 256
 # icns element types that hold PNG data, and their pixel size (ic11..ic14 are the @2x variants
 # of 16..256); the same set Apple's iconutil writes for a full iconset.
 ICNS_TYPES = {
-    b"icp4": 16, b"ic11": 32, b"icp5": 32, b"ic12": 64, b"icp6": 64, b"ic07": 128,
-    b"ic13": 256, b"ic08": 256, b"ic14": 512, b"ic09": 512, b"ic10": 1024,
+    b"icp4": 16,
+    b"ic11": 32,
+    b"icp5": 32,
+    b"ic12": 64,
+    b"icp6": 64,
+    b"ic07": 128,
+    b"ic13": 256,
+    b"ic08": 256,
+    b"ic14": 512,
+    b"ic09": 512,
+    b"ic10": 1024,
 }
 
 

@@ -21,8 +21,8 @@ def read_png(path: str) -> tuple[int, int, list[bytearray], int]:
         raise ValueError("not a PNG file")
     pos, idat, head = 8, b"", None
     while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + n]
+        n, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + n]
         if kind == b"IHDR":
             head = struct.unpack(">IIBBBBB", body)
         elif kind == b"IDAT":
@@ -34,12 +34,14 @@ def read_png(path: str) -> tuple[int, int, list[bytearray], int]:
     bpp = {2: 3, 6: 4}[ctype]
     raw, stride, rows, prev = zlib.decompress(idat), w * bpp, [], bytearray(w * bpp)
     for y in range(h):
-        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b, c = prev[i], prev[i - bpp] if i >= bpp else 0
             p = a + b - c
-            pred = a if abs(p - a) <= abs(p - b) and abs(p - a) <= abs(p - c) else (b if abs(p - b) <= abs(p - c) else c)
+            pred = (
+                a if abs(p - a) <= abs(p - b) and abs(p - a) <= abs(p - c) else (b if abs(p - b) <= abs(p - c) else c)
+            )
             line[i] = (line[i] + (0, a, b, (a + b) // 2, pred)[f]) & 255
         rows.append(line)
         prev = line
@@ -48,7 +50,7 @@ def read_png(path: str) -> tuple[int, int, list[bytearray], int]:
 
 def colours(rows: list[bytearray], w: int, h: int, bpp: int, step: int = 25) -> int:
     """Distinct RGB colours on a grid of every ``step``-th pixel."""
-    return len({bytes(rows[y][x * bpp:x * bpp + 3]) for y in range(0, h, step) for x in range(0, w, step)})
+    return len({bytes(rows[y][x * bpp : x * bpp + 3]) for y in range(0, h, step) for x in range(0, w, step)})
 
 
 def main(argv: list[str]) -> int:

@@ -48,16 +48,22 @@ class ReleaseError(ValueError):
 def project_version(path: Path = VERSION_FILE) -> str:
     """``__version__`` of dspark/version.py, read without importing the package (no MLX here)."""
     for node in ast.parse(path.read_text()).body:
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             return node.value.value
     raise ReleaseError(f"{path} sets no __version__ string")
 
 
 def check_tag(tag: str, version: str) -> None:
     if tag != f"v{version}":
-        raise ReleaseError(f"the tag {tag} does not name the project's version {version} (dspark/version.py): "
-                           f"tag v{version}, or change __version__ and tag again")
+        raise ReleaseError(
+            f"the tag {tag} does not name the project's version {version} (dspark/version.py): "
+            f"tag v{version}, or change __version__ and tag again"
+        )
     if not fill_cask.VERSION.fullmatch(version):
         raise ReleaseError(f"the version {version} is not X.Y.Z, which the tag pattern v*.*.* and the cask expect")
 
@@ -96,16 +102,28 @@ def metal_sentence(image: str, record: dict[str, str]) -> str:
     if record["metal exercised"] == "yes":
         gpu = re.search(r"device gpu \(([^)]*)\)", record.get("self-test", ""))
         on = f" ({gpu.group(1)})" if gpu else ""
-        return (f"**{image}: Metal exercised.** The app's self-test computed on the GPU{on}, checked against "
-                f"the CPU, and its output was identical to plain decoding.")
+        return (
+            f"**{image}: Metal exercised.** The app's self-test computed on the GPU{on}, checked against "
+            f"the CPU, and its output was identical to plain decoding."
+        )
     probe = record.get("probe", "")
     why = probe.partition(": ")[2] if probe.startswith(("cpu: ", "gpu: ")) else probe
-    return (f"**{image}: Metal not exercised.** The app's self-test ran the same checks on MLX's CPU device, "
-            f"since the runner's GPU probe found: {why or '(no probe)'}.")
+    return (
+        f"**{image}: Metal not exercised.** The app's self-test ran the same checks on MLX's CPU device, "
+        f"since the runner's GPU probe found: {why or '(no probe)'}."
+    )
 
 
-def notes(version: str, commit: str, repository: str, minimum: str, image: str, records: dict[str, dict],
-          asset: str, sha256: str) -> str:
+def notes(
+    version: str,
+    commit: str,
+    repository: str,
+    minimum: str,
+    image: str,
+    records: dict[str, dict],
+    asset: str,
+    sha256: str,
+) -> str:
     owner = repository.split("/")[0]
     images = " and ".join(sorted(records))
     metal = "\n".join(f"- {metal_sentence(i, records[i])}" for i in sorted(records))
@@ -135,8 +153,17 @@ Apple's page: {APPLE_OPEN_APPS}
 """
 
 
-def assemble(tag: str, commit: str, repository: str, zip_dir: Path, selftests: Path, image: str, out: Path,
-             notes_path: Path, template: Path = fill_cask.TEMPLATE) -> list[Path]:
+def assemble(
+    tag: str,
+    commit: str,
+    repository: str,
+    zip_dir: Path,
+    selftests: Path,
+    image: str,
+    out: Path,
+    notes_path: Path,
+    template: Path = fill_cask.TEMPLATE,
+) -> list[Path]:
     version = project_version()
     check_tag(tag, version)
     found = sorted(p for p in zip_dir.iterdir() if p.is_file()) if zip_dir.is_dir() else []
@@ -145,18 +172,25 @@ def assemble(tag: str, commit: str, repository: str, zip_dir: Path, selftests: P
     plist = app_plist(found[0])
     shipped = str(plist.get("CFBundleShortVersionString", ""))
     if shipped != version:
-        raise ReleaseError(f"the app in {found[0].name} is version {shipped or '(none)'}, not {version}: "
-                           f"it was not built from this tag")
+        raise ReleaseError(
+            f"the app in {found[0].name} is version {shipped or '(none)'}, not {version}: "
+            f"it was not built from this tag"
+        )
     minimum = str(plist.get("LSMinimumSystemVersion", ""))
     template_text = template.read_text()
     major = minimum.split(".")[0]
     wanted = MACOS_NAMES.get(int(major)) if major.isdigit() else None
     declared = cask_macos(template_text)
     if wanted != declared:
-        raise ReleaseError(f"the app needs macOS {minimum or '(none)'} but the cask says :{declared}: "
-                           f"change `depends_on macos:` in {template.name}")
-    records = {d.name[len(SELFTEST_PREFIX):]: read_record(d / "metal.txt")
-               for d in sorted(selftests.glob(f"{SELFTEST_PREFIX}*")) if (d / "metal.txt").is_file()}
+        raise ReleaseError(
+            f"the app needs macOS {minimum or '(none)'} but the cask says :{declared}: "
+            f"change `depends_on macos:` in {template.name}"
+        )
+    records = {
+        d.name[len(SELFTEST_PREFIX) :]: read_record(d / "metal.txt")
+        for d in sorted(selftests.glob(f"{SELFTEST_PREFIX}*"))
+        if (d / "metal.txt").is_file()
+    }
     if image not in records:
         raise ReleaseError(f"no self-test record (metal.txt) from {image}, whose zip this release publishes")
 
@@ -188,8 +222,9 @@ def main(argv: list[str]) -> int:
             check_tag(args.tag, version)
             print(f"release.py: {args.tag} names the project's version {version}")
         else:
-            assets = assemble(args.tag, args.commit, args.repository, args.zip, args.selftests, args.image,
-                              args.out, args.notes)
+            assets = assemble(
+                args.tag, args.commit, args.repository, args.zip, args.selftests, args.image, args.out, args.notes
+            )
             print(f"release.py: {', '.join(p.name for p in assets)} in {args.out}; notes in {args.notes}")
     except (ReleaseError, fill_cask.CaskError) as e:
         print(f"release.py: {e}", file=sys.stderr)

@@ -28,11 +28,27 @@ def target_model(seed: int = 0, window: int = 16):
     """A random gemma4_text (float32) whose greedy output repeats its current token in runs:
     embeddings scaled by 0.8; rows 1 (EOS, never chosen) and 4 (<mask>, embeds to zero) zeroed."""
     mx.random.seed(seed)
-    args = gemma4_text.ModelArgs.from_dict(dict(
-        model_type="gemma4_text", hidden_size=H, num_hidden_layers=6, intermediate_size=128, num_attention_heads=4,
-        num_key_value_heads=1, head_dim=16, global_head_dim=32, vocab_size=VOCAB, vocab_size_per_layer_input=VOCAB,
-        num_kv_shared_layers=0, hidden_size_per_layer_input=0, sliding_window=window, sliding_window_pattern=3,
-        max_position_embeddings=4096, final_logit_softcapping=30.0, tie_word_embeddings=True))
+    args = gemma4_text.ModelArgs.from_dict(
+        dict(
+            model_type="gemma4_text",
+            hidden_size=H,
+            num_hidden_layers=6,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=16,
+            global_head_dim=32,
+            vocab_size=VOCAB,
+            vocab_size_per_layer_input=VOCAB,
+            num_kv_shared_layers=0,
+            hidden_size_per_layer_input=0,
+            sliding_window=window,
+            sliding_window_pattern=3,
+            max_position_embeddings=4096,
+            final_logit_softcapping=30.0,
+            tie_word_embeddings=True,
+        )
+    )
     model = gemma4_text.Model(args)
     w = model.model.embed_tokens.weight * 0.8
     w[1] = 0
@@ -89,16 +105,32 @@ def write_zlab(path: Path, sliding: bool = True, seed: int = 1, block: int = 8, 
     rope_parameters; no embedding or head."""
     mx.random.seed(seed)
     config = {
-        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": H, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 16, "intermediate_size": 128,
-        "vocab_size": vocab, "rms_norm_eps": 1e-6, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
-        "max_position_embeddings": 4096, "num_target_layers": 6, "block_size": block,
-        "layer_types": ["sliding_attention" if sliding else "full_attention", "full_attention"], "sliding_window": 8,
-        "final_logit_softcapping": 30.0, "tie_word_embeddings": True,
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "hidden_size": H,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "head_dim": 16,
+        "intermediate_size": 128,
+        "vocab_size": vocab,
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+        "max_position_embeddings": 4096,
+        "num_target_layers": 6,
+        "block_size": block,
+        "layer_types": ["sliding_attention" if sliding else "full_attention", "full_attention"],
+        "sliding_window": 8,
+        "final_logit_softcapping": 30.0,
+        "tie_word_embeddings": True,
         "dflash_config": {"mask_token_id": 4, "target_layer_ids": TAPS},
     }
-    w = {"fc.weight": _r(H, len(TAPS) * H), "hidden_norm.weight": mx.full((H,), 0.02), "norm.weight": mx.ones((H,)),
-         **_qwen3_layers(2)}
+    w = {
+        "fc.weight": _r(H, len(TAPS) * H),
+        "hidden_norm.weight": mx.full((H,), 0.02),
+        "norm.weight": mx.ones((H,)),
+        **_qwen3_layers(2),
+    }
     return _save(path, config, w)
 
 
@@ -115,20 +147,37 @@ def write_deepspec(path: Path, target, heads: bool = True, seed: int = 2) -> Pat
     heads unless ``heads`` is False (the DFlash baseline: markov_rank 0)."""
     mx.random.seed(seed)
     config = copy.deepcopy({**vars(target.args)})
-    config.update({
-        "architectures": ["Gemma4DSparkModel"], "target_model_type": "gemma4", "target_text_model_type": "gemma4_text",
-        "num_target_layers": config["num_hidden_layers"], "num_hidden_layers": 2, "block_size": 7,
-        "tie_word_embeddings": False, "layer_types": ["full_attention"] * 2, "mask_token_id": 4,
-        "target_layer_ids": TAPS, "num_anchors": 512, "attention_k_eq_v": True, "num_global_key_value_heads": 2,
-        "enable_confidence_head": heads, "markov_rank": R if heads else 0,
-    })
+    config.update(
+        {
+            "architectures": ["Gemma4DSparkModel"],
+            "target_model_type": "gemma4",
+            "target_text_model_type": "gemma4_text",
+            "num_target_layers": config["num_hidden_layers"],
+            "num_hidden_layers": 2,
+            "block_size": 7,
+            "tie_word_embeddings": False,
+            "layer_types": ["full_attention"] * 2,
+            "mask_token_id": 4,
+            "target_layer_ids": TAPS,
+            "num_anchors": 512,
+            "attention_k_eq_v": True,
+            "num_global_key_value_heads": 2,
+            "enable_confidence_head": heads,
+            "markov_rank": R if heads else 0,
+        }
+    )
     if heads:
         config.update(confidence_head_with_markov=True, markov_head_type="vanilla")
     emb, gh, o = target.model.embed_tokens.weight, 32, mx.zeros((H, 4 * 32))
     o[0:gh, 0:gh] = 0.2 * mx.eye(gh)  # each KV head routed back, weakly: mask slots see a faint anchor
-    o[gh:2 * gh, 2 * gh:3 * gh] = 0.2 * mx.eye(gh)
-    w = {"embed_tokens.weight": emb, "lm_head.weight": emb, "fc.weight": _r(H, len(TAPS) * H),
-         "hidden_norm.weight": mx.full((H,), 1e-6), "norm.weight": mx.ones((H,))}
+    o[gh : 2 * gh, 2 * gh : 3 * gh] = 0.2 * mx.eye(gh)
+    w = {
+        "embed_tokens.weight": emb,
+        "lm_head.weight": emb,
+        "fc.weight": _r(H, len(TAPS) * H),
+        "hidden_norm.weight": mx.full((H,), 1e-6),
+        "norm.weight": mx.ones((H,)),
+    }
     for i in range(2):
         p = f"layers.{i}."
         w[p + "input_layernorm.weight"] = mx.ones((H,))
@@ -162,9 +211,18 @@ def draft_vocabulary(tokens: list[int], size: int, vocab: int) -> list[int]:
     return sorted(chosen + fill[: size - len(chosen)])
 
 
-def write_speculators(path: Path, target, frequent: list[int], draft_vocab: int = 48, seed: int = 3,
-                      vocab: int = VOCAB, with_embedding: bool = True, sliding: bool = False,
-                      from_anchor: bool = False, algorithm: str = "dspark") -> Path:
+def write_speculators(
+    path: Path,
+    target,
+    frequent: list[int],
+    draft_vocab: int = 48,
+    seed: int = 3,
+    vocab: int = VOCAB,
+    with_embedding: bool = True,
+    sliding: bool = False,
+    from_anchor: bool = False,
+    algorithm: str = "dspark",
+) -> Path:
     """vLLM speculators DSpark: Qwen3 backbone under transformer_layer_config, taps as
     aux_hidden_state_layer_ids, block 7 with 6 speculative tokens (slot 0 a pure anchor), a
     reduced draft vocabulary with d2t offsets and t2d, lm_head over the draft vocabulary.
@@ -178,32 +236,59 @@ def write_speculators(path: Path, target, frequent: list[int], draft_vocab: int 
     t2d = np.zeros(vocab, np.bool_)
     t2d[chosen] = True
     emb = target.model.embed_tokens.weight
-    w = {"lm_head.weight": emb[mx.array(chosen)], "fc.weight": _r(H, len(TAPS) * H),
-         "hidden_norm.weight": mx.full((H,), 0.002), "norm.weight": mx.ones((H,)), "d2t": mx.array(d2t),
-         "t2d": mx.array(t2d), "confidence_head.proj.weight": _r(1, H + R, std=0.1),
-         "confidence_head.proj.bias": mx.array([0.5]), **_markov(vocab, chosen), **_qwen3_layers(2)}
+    w = {
+        "lm_head.weight": emb[mx.array(chosen)],
+        "fc.weight": _r(H, len(TAPS) * H),
+        "hidden_norm.weight": mx.full((H,), 0.002),
+        "norm.weight": mx.ones((H,)),
+        "d2t": mx.array(d2t),
+        "t2d": mx.array(t2d),
+        "confidence_head.proj.weight": _r(1, H + R, std=0.1),
+        "confidence_head.proj.bias": mx.array([0.5]),
+        **_markov(vocab, chosen),
+        **_qwen3_layers(2),
+    }
     if with_embedding:
         w["embed_tokens.weight"] = emb
     if algorithm == "dflash":
         w = {k: v for k, v in w.items() if not k.startswith(("markov_head.", "confidence_head."))}
     config = {
-        "architectures": ["DSparkSpeculator"], "speculators_model_type": "dspark", "speculators_version": "synthetic",
-        "speculators_config": {"algorithm": "dspark", "default_proposal_method": "greedy",
-                               "proposal_methods": [{"proposal_type": "greedy",
-                                                     "speculative_tokens": 7 if from_anchor else 6}],
-                               "verifier": {"name_or_path": "local/tiny-gemma4",
-                                            "architectures": ["Gemma4ForConditionalGeneration"]}},
+        "architectures": ["DSparkSpeculator"],
+        "speculators_model_type": "dspark",
+        "speculators_version": "synthetic",
+        "speculators_config": {
+            "algorithm": "dspark",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 7 if from_anchor else 6}],
+            "verifier": {"name_or_path": "local/tiny-gemma4", "architectures": ["Gemma4ForConditionalGeneration"]},
+        },
         "transformer_layer_config": {
-            "model_type": "qwen3", "hidden_size": H, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 4, "head_dim": 16, "intermediate_size": 128, "vocab_size": vocab,
-            "rms_norm_eps": 1e-6, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+            "model_type": "qwen3",
+            "hidden_size": H,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "head_dim": 16,
+            "intermediate_size": 128,
+            "vocab_size": vocab,
+            "rms_norm_eps": 1e-6,
+            "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
             "max_position_embeddings": 4096,
             "layer_types": ["sliding_attention" if sliding else "full_attention", "full_attention"],
-            "sliding_window": 8 if sliding else None, "use_sliding_window": sliding, "attention_bias": False},
+            "sliding_window": 8 if sliding else None,
+            "use_sliding_window": sliding,
+            "attention_bias": False,
+        },
         "aux_hidden_state_layer_ids": [t + 1 for t in TAPS],  # vLLM's numbering: id i is layer i - 1's output
-        "draft_vocab_size": draft_vocab, "block_size": 7, "mask_token_id": 4,
-        "sample_from_anchor": from_anchor, "sliding_window_non_causal": False, "markov_rank": R, "markov_head_type": "vanilla",
-        "enable_confidence_head": True, "confidence_head_with_markov": True,
+        "draft_vocab_size": draft_vocab,
+        "block_size": 7,
+        "mask_token_id": 4,
+        "sample_from_anchor": from_anchor,
+        "sliding_window_non_causal": False,
+        "markov_rank": R,
+        "markov_head_type": "vanilla",
+        "enable_confidence_head": True,
+        "confidence_head_with_markov": True,
     }
     if algorithm == "dflash":
         for key in ("markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"):
@@ -232,8 +317,13 @@ def as_headless_dspark(src: Path, dst: Path) -> Path:
     mlx-dspark reads (it translates only ``dspark``), its tap ids as mlx-dspark reads them."""
     for_mlx_dspark(src, dst)
     config = json.loads((dst / "config.json").read_text())
-    config.update(architectures=["DSparkSpeculator"], speculators_model_type="dspark", markov_rank=0,
-                  enable_confidence_head=False, confidence_head_with_markov=False)
+    config.update(
+        architectures=["DSparkSpeculator"],
+        speculators_model_type="dspark",
+        markov_rank=0,
+        enable_confidence_head=False,
+        confidence_head_with_markov=False,
+    )
     config["speculators_config"]["algorithm"] = "dspark"
     (dst / "config.json").write_text(json.dumps(config, indent=1))
     return dst

@@ -26,8 +26,9 @@ def double(mode: str):
             return gpu_check.greedy_on(model, ids, tokens=gpu_check.CHECK_TOKENS, device=mx.Device(mx.cpu))
         if mode == "zeros":
             vocab = model.args.vocab_size if hasattr(model, "args") else 4096
-            return gpu_check.Decoded(tokens=[0] * gpu_check.CHECK_TOKENS,
-                                     logprobs=[mx.zeros((vocab,))] * gpu_check.CHECK_TOKENS)
+            return gpu_check.Decoded(
+                tokens=[0] * gpu_check.CHECK_TOKENS, logprobs=[mx.zeros((vocab,))] * gpu_check.CHECK_TOKENS
+            )
         if mode == "raises":
             raise RuntimeError("[metal::Device] Unable to load kernel rms_float32")
         if mode == "crashes":

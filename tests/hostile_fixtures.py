@@ -20,8 +20,27 @@ def good_pair(root: Path, *init_options: str) -> dict:
     """The good inputs every hostile table starts from: a tiny target whose window (16) ordinary
     runs wrap, and an untrained 1-layer drafter for it (block 4, taps 1,3, Markov rank 16)."""
     t = write_tiny_target_dir(root / "target", window=16)
-    assert main(["init", "--target", str(t), "--out", str(root / "drafter"), "--block-size", "4", "--layers", "1",
-                 "--taps", "1,3", "--markov-rank", "16", *init_options]) == 0
+    assert (
+        main(
+            [
+                "init",
+                "--target",
+                str(t),
+                "--out",
+                str(root / "drafter"),
+                "--block-size",
+                "4",
+                "--layers",
+                "1",
+                "--taps",
+                "1,3",
+                "--markov-rank",
+                "16",
+                *init_options,
+            ]
+        )
+        == 0
+    )
     return {"root": root, "target": t, "drafter": root / "drafter"}
 
 
@@ -72,7 +91,7 @@ def nested(depth: int) -> str:
 def read_st(path: Path) -> tuple[dict, bytes]:
     raw = path.read_bytes()
     n = int.from_bytes(raw[:8], "little")
-    return json.loads(raw[8:8 + n]), raw[8 + n:]
+    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
 
 
 def write_st(path: Path, header: dict | str, data: bytes) -> None:
@@ -91,31 +110,37 @@ def header_variant(base: Path, root: Path, name: str, change) -> Path:
 
 def alias(a: str, b: str):
     """Tensor ``b`` points at tensor ``a``'s bytes (both the same shape and dtype)."""
+
     def change(h, data):
         h[b]["data_offsets"] = list(h[a]["data_offsets"])
         return h, data
+
     return change
 
 
 def overlap(a: str, b: str, shift: int = 16):
     """Tensor ``b``'s range starts inside tensor ``a``'s."""
+
     def change(h, data):
         size = h[b]["data_offsets"][1] - h[b]["data_offsets"][0]
         begin = h[a]["data_offsets"][0] + shift
         h[b]["data_offsets"] = [begin, begin + size]
         return h, data
+
     return change
 
 
 def duplicate_key_to_zeros(name: str):
     """The header names ``name`` twice (raw JSON), the later entry pointing at all-zero bytes
     appended to the data: a parser that keeps the last key loads zeros."""
+
     def change(h, data):
         info = h[name]
         size = info["data_offsets"][1] - info["data_offsets"][0]
         later = {"dtype": info["dtype"], "shape": info["shape"], "data_offsets": [len(data), len(data) + size]}
         text = json.dumps(h)[:-1] + f', "{name}": {json.dumps(later)}}}'
         return text, data + bytes(size)
+
     return change
 
 
@@ -123,6 +148,7 @@ def huge_shape(name: str):
     def change(h, data):
         h[name]["shape"] = [1_000_000, 1_000_000]
         return h, data
+
     return change
 
 
@@ -153,6 +179,22 @@ def unix_socket(path: Path) -> Path:
     return path
 
 
-__all__ = ["alias", "cfg", "copy", "drafter_variant", "duplicate_key_to_zeros", "edit_json", "fifo", "header_variant",
-           "huge_shape", "link_to_dev_zero", "nested", "overlap", "read_st", "setting", "target_variant", "unix_socket",
-           "write_st"]
+__all__ = [
+    "alias",
+    "cfg",
+    "copy",
+    "drafter_variant",
+    "duplicate_key_to_zeros",
+    "edit_json",
+    "fifo",
+    "header_variant",
+    "huge_shape",
+    "link_to_dev_zero",
+    "nested",
+    "overlap",
+    "read_st",
+    "setting",
+    "target_variant",
+    "unix_socket",
+    "write_st",
+]

@@ -38,6 +38,7 @@ ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b[32mall checks passed\x1b[0m"
 def _weights(name: str, change):
     def apply(w):
         w[name] = change(w[name])
+
     return apply
 
 
@@ -49,6 +50,7 @@ def _raw_config(text: str):
     def write(d: Path) -> Path:
         (d / "config.json").write_text(text)
         return d
+
     return write
 
 
@@ -80,14 +82,18 @@ def build(root: Path, t: Path, d: Path) -> dict[str, Path]:
     out["t_huge_shape"] = header_variant(t, root, "t_huge_shape", huge_shape(NORM))
     out["t_trailing_bytes"] = header_variant(t, root, "t_trailing_bytes", lambda h, data: (h, data + bytes(64)))
     out["t_gap"] = header_variant(t, root, "t_gap", _gap)
-    out["t_unknown_dtype"] = header_variant(t, root, "t_unknown_dtype",
-                                            lambda h, data: ({**h, NORM: {**h[NORM], "dtype": "F128"}}, data))
-    out["t_offsets_text"] = header_variant(t, root, "t_offsets_text",
-                                           lambda h, data: ({**h, NORM: {**h[NORM], "data_offsets": ["0", "4"]}}, data))
-    out["t_metadata_numbers"] = header_variant(t, root, "t_metadata_numbers",
-                                               lambda h, data: ({**h, "__metadata__": {"format": 1}}, data))
-    out["t_nested_header"] = header_variant(t, root, "t_nested_header",
-                                            lambda h, data: ('{"x": ' + nested(100_000) + "}", b""))
+    out["t_unknown_dtype"] = header_variant(
+        t, root, "t_unknown_dtype", lambda h, data: ({**h, NORM: {**h[NORM], "dtype": "F128"}}, data)
+    )
+    out["t_offsets_text"] = header_variant(
+        t, root, "t_offsets_text", lambda h, data: ({**h, NORM: {**h[NORM], "data_offsets": ["0", "4"]}}, data)
+    )
+    out["t_metadata_numbers"] = header_variant(
+        t, root, "t_metadata_numbers", lambda h, data: ({**h, "__metadata__": {"format": 1}}, data)
+    )
+    out["t_nested_header"] = header_variant(
+        t, root, "t_nested_header", lambda h, data: ('{"x": ' + nested(100_000) + "}", b"")
+    )
     target("t_zero_size", then=lambda x: _empty_tensor(x / "model.safetensors"))
     target("t_two_shards", then=_second_shard)
 
@@ -112,14 +118,22 @@ def build(root: Path, t: Path, d: Path) -> dict[str, Path]:
     target("t_quant_bits_7", setting("quantization", {"bits": 7, "group_size": 64}))
     target("t_model_file", setting("model_file", "modeling.py"))
     target("t_escapes", setting("model_type", ESCAPES))
-    target("t_template_module", then=lambda x: edit_json(x / "tokenizer_config.json",
-                                                         setting("chat_template_type", "../../os")))
+    target(
+        "t_template_module",
+        then=lambda x: edit_json(x / "tokenizer_config.json", setting("chat_template_type", "../../os")),
+    )
     # JSON past its bounds
     target("t_nested_config", then=_raw_config('{"model_type": "gemma4_text", "x": ' + nested(100_000) + "}"))
-    target("t_long_int", then=lambda x: (x / "config.json").write_text(
-        (x / "config.json").read_text()[:-1] + ', "pad_token_id": ' + "7" * 5001 + "}"))
-    target("t_dup_config_key", then=lambda x: (x / "config.json").write_text(
-        (x / "config.json").read_text()[:-1] + ', "vocab_size": 17}'))
+    target(
+        "t_long_int",
+        then=lambda x: (x / "config.json").write_text(
+            (x / "config.json").read_text()[:-1] + ', "pad_token_id": ' + "7" * 5001 + "}"
+        ),
+    )
+    target(
+        "t_dup_config_key",
+        then=lambda x: (x / "config.json").write_text((x / "config.json").read_text()[:-1] + ', "vocab_size": 17}'),
+    )
     # special files where regular ones belong
     target("t_fifo_tokenizer", then=lambda x: fifo(x / "tokenizer.json"))
     target("t_zero_tokenizer", then=lambda x: link_to_dev_zero(x / "tokenizer.json"))
@@ -127,13 +141,19 @@ def build(root: Path, t: Path, d: Path) -> dict[str, Path]:
     target("t_fifo_quant_config", then=lambda x: fifo(x / "hf_quant_config.json"))
     target("t_socket", then=lambda x: unix_socket(x / "s.json"))
     # chat templates and tokenizers
-    target("t_loop_template", then=_template("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
-                                             "{% endfor %}"))
+    target(
+        "t_loop_template",
+        then=_template("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"),
+    )
     target("t_multiply_template", then=_template("{{ 'x' * 10**10 }}"))
     target("t_power_template", then=_template("{{ 10 ** 100000000 }}"))
     target("t_center_template", then=_template("{{ messages[0].content | center(10000000000) }}"))
-    target("t_panic_tokenizer", then=lambda x: edit_json(x / "tokenizer.json", setting(
-        "normalizer", {"type": "Replace", "pattern": {"Regex": ""}, "content": "x"})))
+    target(
+        "t_panic_tokenizer",
+        then=lambda x: edit_json(
+            x / "tokenizer.json", setting("normalizer", {"type": "Replace", "pattern": {"Regex": ""}, "content": "x"})
+        ),
+    )
 
     # drafters
     out["d_calibration_text"] = D(d, root, "d_calibration_text", setting("calibration", ["a", "b"]))

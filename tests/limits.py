@@ -45,8 +45,9 @@ class Ran(subprocess.CompletedProcess):
         self.peak_resident = peak_resident
 
 
-def rlimits(*, address_space: int | None = None, file_size: int | None = None,
-            platform: str | None = None) -> dict[str, int]:
+def rlimits(
+    *, address_space: int | None = None, file_size: int | None = None, platform: str | None = None
+) -> dict[str, int]:
     """The resource limits (names in ``resource``, values in bytes) that cap what was asked on
     ``platform`` (default: the running one): nothing for the address space on macOS."""
     platform = platform or sys.platform
@@ -58,8 +59,9 @@ def rlimits(*, address_space: int | None = None, file_size: int | None = None,
     return chosen
 
 
-def preexec(*, address_space: int | None = None, file_size: int | None = None,
-            platform: str | None = None) -> Callable[[], None]:
+def preexec(
+    *, address_space: int | None = None, file_size: int | None = None, platform: str | None = None
+) -> Callable[[], None]:
     """A ``preexec_fn`` setting :func:`rlimits` in the child, soft and hard alike so the command
     cannot lift them. ``platform`` chooses the limits, not where they are set: a test can ask on
     Linux for what a Mac would set."""
@@ -82,8 +84,15 @@ def resident_bytes(pid: int) -> int | None:
     return int(out) * 1024 if r.returncode == 0 and out.isdigit() else None
 
 
-def run(cmd: Sequence[str], *, resident: int, timeout: float, address_space: int | None = None,
-        platform: str | None = None, **popen) -> Ran:
+def run(
+    cmd: Sequence[str],
+    *,
+    resident: int,
+    timeout: float,
+    address_space: int | None = None,
+    platform: str | None = None,
+    **popen,
+) -> Ran:
     """``subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)`` with the child's
     memory capped: RLIMIT_AS at ``address_space`` where the platform honours it, and everywhere
     its resident size, read every :data:`POLL_S` s; past ``resident`` bytes it is killed and
@@ -92,8 +101,14 @@ def run(cmd: Sequence[str], *, resident: int, timeout: float, address_space: int
         raise RuntimeError("ps(1) is not on PATH: the child's resident memory cannot be watched")
     deadline = time.monotonic() + timeout
     peak = 0
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          preexec_fn=preexec(address_space=address_space, platform=platform), **popen) as p:
+    with subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec(address_space=address_space, platform=platform),
+        **popen,
+    ) as p:
         while True:
             try:  # communicate() again after its timeout loses no output, and drains both pipes meanwhile
                 out, err = p.communicate(timeout=POLL_S)
@@ -106,8 +121,10 @@ def run(cmd: Sequence[str], *, resident: int, timeout: float, address_space: int
                     out, err = p.communicate()
                     if size > resident:
                         command = " ".join(map(str, cmd))[-300:]
-                        raise OverLimit(f"{command} was killed holding {size / 2**20:,.0f} MB, past its limit of "
-                                        f"{resident / 2**20:,.0f} MB; it said: {err[-2000:]}") from None
+                        raise OverLimit(
+                            f"{command} was killed holding {size / 2**20:,.0f} MB, past its limit of "
+                            f"{resident / 2**20:,.0f} MB; it said: {err[-2000:]}"
+                        ) from None
                     raise subprocess.TimeoutExpired(cmd, timeout, out, err) from None
     return Ran(cmd, p.returncode, out, err, peak_resident=peak)
 

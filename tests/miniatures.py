@@ -24,14 +24,44 @@ import mlx.core as mx
 import numpy as np
 
 VOCAB = 512
-SPECIAL = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<mask>": 4, "<|tool>": 46, "<tool|>": 47,
-           "<|tool_call>": 48, "<tool_call|>": 49, "<|tool_response>": 50, "<tool_response|>": 51, "<|think|>": 98,
-           "<|channel>": 100, "<channel|>": 101, "<|turn>": 105, "<turn|>": 106}
+SPECIAL = {
+    "<pad>": 0,
+    "<eos>": 1,
+    "<bos>": 2,
+    "<unk>": 3,
+    "<mask>": 4,
+    "<|tool>": 46,
+    "<tool|>": 47,
+    "<|tool_call>": 48,
+    "<tool_call|>": 49,
+    "<|tool_response>": 50,
+    "<tool_response|>": 51,
+    "<|think|>": 98,
+    "<|channel>": 100,
+    "<channel|>": 101,
+    "<|turn>": 105,
+    "<turn|>": 106,
+}
 NEWLINE = 107  # "\n" is an ordinary token with this id in Gemma's vocabulary
-MULTIMODAL = {"<|image>": 496, "<|audio>": 497, "<|image|>": 498, "<|audio|>": 499, "<image|>": 500,
-              "<audio|>": 501, "<|video|>": 502}  # remapped from 255999..258884
-TOKEN_IDS = {"boi_token_id": 496, "boa_token_id": 497, "image_token_id": 498, "audio_token_id": 499,
-             "eoi_token_id": 500, "eoa_token_id": 501, "eoa_token_index": 501, "video_token_id": 502}
+MULTIMODAL = {
+    "<|image>": 496,
+    "<|audio>": 497,
+    "<|image|>": 498,
+    "<|audio|>": 499,
+    "<image|>": 500,
+    "<audio|>": 501,
+    "<|video|>": 502,
+}  # remapped from 255999..258884
+TOKEN_IDS = {
+    "boi_token_id": 496,
+    "boa_token_id": 497,
+    "image_token_id": 498,
+    "audio_token_id": 499,
+    "eoi_token_id": 500,
+    "eoa_token_id": 501,
+    "eoa_token_index": 501,
+    "video_token_id": 502,
+}
 EOS_CONFIG, EOS_GENERATION = [1, 106], [1, 106, 50]
 
 # Gemma-4's template for text messages: a system turn when asked, then the turns, then the
@@ -39,11 +69,13 @@ EOS_CONFIG, EOS_GENERATION = [1, 106], [1, 106, 50]
 TEMPLATE = (
     "{{ bos_token }}"
     "{%- if (enable_thinking is defined and enable_thinking) or messages[0]['role'] == 'system' -%}"
-    "{{- '<|turn>system\\n' -}}{%- if enable_thinking is defined and enable_thinking -%}{{- '<|think|>' -}}{%- endif -%}"
+    "{{- '<|turn>system\\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking -%}{{- '<|think|>' -}}{%- endif -%}"
     "{%- if messages[0]['role'] == 'system' -%}{{- messages[0]['content'] | trim -}}{%- endif -%}{{- '<turn|>\\n' -}}"
     "{%- endif -%}"
     "{%- for m in messages if m['role'] != 'system' -%}"
-    "{{- '<|turn>' + ('model' if m['role'] == 'assistant' else m['role']) + '\\n' + (m['content'] | trim) + '<turn|>\\n' -}}"
+    "{{- '<|turn>' + ('model' if m['role'] == 'assistant' else m['role']) + '\\n' + (m['content'] | trim) "
+    "+ '<turn|>\\n' -}}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|turn>model\\n' -}}LARGE{%- endif -%}"
 )
@@ -82,10 +114,21 @@ def write_tokenizer(dst: Path, template: str | None) -> None:
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in list(SPECIAL) + list(MULTIMODAL)])
     tok.save(str(dst / "tokenizer.json"))
-    config = {"backend": "tokenizers", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
-              "unk_token": "<unk>", "mask_token": "<mask>", "sot_token": "<|turn>", "eot_token": "<turn|>",
-              "soc_token": "<|channel>", "eoc_token": "<channel|>", "think_token": "<|think|>",
-              "padding_side": "left", "tokenizer_class": "GemmaTokenizer"}
+    config = {
+        "backend": "tokenizers",
+        "bos_token": "<bos>",
+        "eos_token": "<eos>",
+        "pad_token": "<pad>",
+        "unk_token": "<unk>",
+        "mask_token": "<mask>",
+        "sot_token": "<|turn>",
+        "eot_token": "<turn|>",
+        "soc_token": "<|channel>",
+        "eoc_token": "<channel|>",
+        "think_token": "<|think|>",
+        "padding_side": "left",
+        "tokenizer_class": "GemmaTokenizer",
+    }
     (dst / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     if template is not None:
         (dst / "chat_template.jinja").write_text(template)
@@ -94,54 +137,136 @@ def write_tokenizer(dst: Path, template: str | None) -> None:
 # --------------------------------------------------------------------------- configs
 S5F = ["sliding_attention"] * 5 + ["full_attention"]
 S4F = ["sliding_attention"] * 4 + ["full_attention"]
-ROPE = {"full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0, "rope_type": "proportional"},
-        "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}
+ROPE = {
+    "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0, "rope_type": "proportional"},
+    "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+}
 
 
-def text_config(*, layers, pattern, heads, kv, gkv, hd, inter, hpl=0, shared=0, double_wide=False, k_eq_v=False,
-                window=16, moe=None, model_type="gemma4_text") -> dict:
+def text_config(
+    *,
+    layers,
+    pattern,
+    heads,
+    kv,
+    gkv,
+    hd,
+    inter,
+    hpl=0,
+    shared=0,
+    double_wide=False,
+    k_eq_v=False,
+    window=16,
+    moe=None,
+    model_type="gemma4_text",
+) -> dict:
     return {
-        "attention_bias": False, "attention_dropout": 0.0, "attention_k_eq_v": k_eq_v, "bos_token_id": 2,
-        "enable_moe_block": moe is not None, "eos_token_id": 1, "final_logit_softcapping": 30.0,
-        "global_head_dim": 128, "head_dim": hd, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 64,
-        "hidden_size_per_layer_input": hpl, "initializer_range": 0.02, "intermediate_size": inter,
-        "layer_types": (pattern * layers)[:layers], "max_position_embeddings": 131072, "model_type": model_type,
-        "moe_intermediate_size": moe and 64, "num_attention_heads": heads, "num_experts": moe and 8,
-        "num_global_key_value_heads": gkv, "num_hidden_layers": layers, "num_key_value_heads": kv,
-        "num_kv_shared_layers": shared, "pad_token_id": 0, "rms_norm_eps": 1e-06,
-        "rope_parameters": copy.deepcopy(ROPE), "sliding_window": window, "tie_word_embeddings": True,
-        "top_k_experts": moe and 2, "use_cache": True, "use_double_wide_mlp": double_wide, "vocab_size": VOCAB,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "attention_k_eq_v": k_eq_v,
+        "bos_token_id": 2,
+        "enable_moe_block": moe is not None,
+        "eos_token_id": 1,
+        "final_logit_softcapping": 30.0,
+        "global_head_dim": 128,
+        "head_dim": hd,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": 64,
+        "hidden_size_per_layer_input": hpl,
+        "initializer_range": 0.02,
+        "intermediate_size": inter,
+        "layer_types": (pattern * layers)[:layers],
+        "max_position_embeddings": 131072,
+        "model_type": model_type,
+        "moe_intermediate_size": moe and 64,
+        "num_attention_heads": heads,
+        "num_experts": moe and 8,
+        "num_global_key_value_heads": gkv,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": kv,
+        "num_kv_shared_layers": shared,
+        "pad_token_id": 0,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": copy.deepcopy(ROPE),
+        "sliding_window": window,
+        "tie_word_embeddings": True,
+        "top_k_experts": moe and 2,
+        "use_cache": True,
+        "use_double_wide_mlp": double_wide,
+        "vocab_size": VOCAB,
         "vocab_size_per_layer_input": VOCAB,
     }
 
 
 #: name -> (text config, towers: "small" (vision+audio, E-series), "large" (vision), "unified", large template)
 FAMILIES = {
-    "e2b": (lambda: text_config(layers=10, pattern=S4F, heads=2, kv=1, gkv=None, hd=32, inter=256, hpl=16, shared=4,
-                                double_wide=True), "small", False),
-    "e4b": (lambda: text_config(layers=12, pattern=S5F, heads=4, kv=1, gkv=None, hd=16, inter=256, hpl=16, shared=4),
-            "small", False),
-    "31b": (lambda: text_config(layers=12, pattern=S5F, heads=4, kv=2, gkv=1, hd=16, inter=256, k_eq_v=True, window=32),
-            "large", True),
-    "26b-a4b": (lambda: text_config(layers=12, pattern=S5F, heads=4, kv=2, gkv=1, hd=16, inter=64, k_eq_v=True,
-                                    window=32, moe=True), "large", True),
-    "12b": (lambda: text_config(layers=12, pattern=S5F, heads=4, kv=2, gkv=1, hd=16, inter=256, k_eq_v=True, window=32,
-                                model_type="gemma4_unified_text"), "unified", True),
+    "e2b": (
+        lambda: text_config(
+            layers=10, pattern=S4F, heads=2, kv=1, gkv=None, hd=32, inter=256, hpl=16, shared=4, double_wide=True
+        ),
+        "small",
+        False,
+    ),
+    "e4b": (
+        lambda: text_config(layers=12, pattern=S5F, heads=4, kv=1, gkv=None, hd=16, inter=256, hpl=16, shared=4),
+        "small",
+        False,
+    ),
+    "31b": (
+        lambda: text_config(layers=12, pattern=S5F, heads=4, kv=2, gkv=1, hd=16, inter=256, k_eq_v=True, window=32),
+        "large",
+        True,
+    ),
+    "26b-a4b": (
+        lambda: text_config(
+            layers=12, pattern=S5F, heads=4, kv=2, gkv=1, hd=16, inter=64, k_eq_v=True, window=32, moe=True
+        ),
+        "large",
+        True,
+    ),
+    "12b": (
+        lambda: text_config(
+            layers=12,
+            pattern=S5F,
+            heads=4,
+            kv=2,
+            gkv=1,
+            hd=16,
+            inter=256,
+            k_eq_v=True,
+            window=32,
+            model_type="gemma4_unified_text",
+        ),
+        "unified",
+        True,
+    ),
 }
 
 
 def top_config(text: dict, towers: str, it: bool) -> dict:
     unified = towers == "unified"
-    vision = {"model_type": "gemma4_unified_vision" if unified else "gemma4_vision", "hidden_size": 64,
-              "num_hidden_layers": 1, "patch_size": 8}
+    vision = {
+        "model_type": "gemma4_unified_vision" if unified else "gemma4_vision",
+        "hidden_size": 64,
+        "num_hidden_layers": 1,
+        "patch_size": 8,
+    }
     audio = {"model_type": "gemma4_unified_audio" if unified else "gemma4_audio", "hidden_size": 64}
-    c = {"architectures": ["Gemma4UnifiedForConditionalGeneration" if unified else "Gemma4ForConditionalGeneration"],
-         "audio_config": audio if towers in ("small", "unified") else None, **TOKEN_IDS, "dtype": "bfloat16",
-         "initializer_range": 0.02, "model_type": "gemma4_unified" if unified else "gemma4", "text_config": text,
-         "tie_word_embeddings": True, "transformers_version": "5.5.0", "vision_config": vision,
-         # not in the real files: mlx-lm's gemma4.ModelArgs copies a top-level vocab_size (262144
-         # by default) over text_config's, so a shrunk vocabulary must be stated here too
-         "vocab_size": VOCAB}
+    c = {
+        "architectures": ["Gemma4UnifiedForConditionalGeneration" if unified else "Gemma4ForConditionalGeneration"],
+        "audio_config": audio if towers in ("small", "unified") else None,
+        **TOKEN_IDS,
+        "dtype": "bfloat16",
+        "initializer_range": 0.02,
+        "model_type": "gemma4_unified" if unified else "gemma4",
+        "text_config": text,
+        "tie_word_embeddings": True,
+        "transformers_version": "5.5.0",
+        "vision_config": vision,
+        # not in the real files: mlx-lm's gemma4.ModelArgs copies a top-level vocab_size (262144
+        # by default) over text_config's, so a shrunk vocabulary must be stated here too
+        "vocab_size": VOCAB,
+    }
     if it:
         c["eos_token_id"] = list(EOS_CONFIG)
     return dict(sorted(c.items()))
@@ -165,50 +290,89 @@ def text_weights(t: dict, prefix: str = "model.language_model.") -> dict[str, tu
     first_shared = L - t["num_kv_shared_layers"]
     w = {prefix + "embed_tokens.weight": (V, H), prefix + "norm.weight": (H,)}
     if hpl:
-        w.update({prefix + "embed_tokens_per_layer.weight": (V, L * hpl),
-                  prefix + "per_layer_model_projection.weight": (L * hpl, H),
-                  prefix + "per_layer_projection_norm.weight": (hpl,)})
+        w.update(
+            {
+                prefix + "embed_tokens_per_layer.weight": (V, L * hpl),
+                prefix + "per_layer_model_projection.weight": (L * hpl, H),
+                prefix + "per_layer_projection_norm.weight": (hpl,),
+            }
+        )
     for i, lt in enumerate(t["layer_types"]):
         p, full = f"{prefix}layers.{i}.", lt == "full_attention"
         hd = t["global_head_dim"] if full else t["head_dim"]
         k_eq_v = t["attention_k_eq_v"] and full
         kv = t["num_global_key_value_heads"] if k_eq_v and t["num_global_key_value_heads"] else t["num_key_value_heads"]
         inter = t["intermediate_size"] * (2 if t["use_double_wide_mlp"] and i >= first_shared else 1)
-        w.update({p + "self_attn.q_proj.weight": (t["num_attention_heads"] * hd, H), p + "self_attn.q_norm.weight": (hd,),
-                  p + "self_attn.k_proj.weight": (kv * hd, H), p + "self_attn.k_norm.weight": (hd,),
-                  p + "self_attn.o_proj.weight": (H, t["num_attention_heads"] * hd),
-                  p + "mlp.gate_proj.weight": (inter, H), p + "mlp.up_proj.weight": (inter, H),
-                  p + "mlp.down_proj.weight": (H, inter), p + "layer_scalar": (1,)})
+        w.update(
+            {
+                p + "self_attn.q_proj.weight": (t["num_attention_heads"] * hd, H),
+                p + "self_attn.q_norm.weight": (hd,),
+                p + "self_attn.k_proj.weight": (kv * hd, H),
+                p + "self_attn.k_norm.weight": (hd,),
+                p + "self_attn.o_proj.weight": (H, t["num_attention_heads"] * hd),
+                p + "mlp.gate_proj.weight": (inter, H),
+                p + "mlp.up_proj.weight": (inter, H),
+                p + "mlp.down_proj.weight": (H, inter),
+                p + "layer_scalar": (1,),
+            }
+        )
         if not k_eq_v:
             w[p + "self_attn.v_proj.weight"] = (kv * hd, H)
-        for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"):
+        for n in (
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ):
             w[p + n + ".weight"] = (H,)
         if hpl:
-            w.update({p + "per_layer_input_gate.weight": (hpl, H), p + "per_layer_projection.weight": (H, hpl),
-                      p + "post_per_layer_input_norm.weight": (H,)})
+            w.update(
+                {
+                    p + "per_layer_input_gate.weight": (hpl, H),
+                    p + "per_layer_projection.weight": (H, hpl),
+                    p + "post_per_layer_input_norm.weight": (H,),
+                }
+            )
         if t["enable_moe_block"]:
             E, Im = t["num_experts"], t["moe_intermediate_size"]
-            w.update({p + "router.proj.weight": (E, H), p + "router.scale": (H,), p + "router.per_expert_scale": (E,),
-                      p + "experts.gate_up_proj": (E, 2 * Im, H), p + "experts.down_proj": (E, H, Im),
-                      p + "pre_feedforward_layernorm_2.weight": (H,), p + "post_feedforward_layernorm_1.weight": (H,),
-                      p + "post_feedforward_layernorm_2.weight": (H,)})
+            w.update(
+                {
+                    p + "router.proj.weight": (E, H),
+                    p + "router.scale": (H,),
+                    p + "router.per_expert_scale": (E,),
+                    p + "experts.gate_up_proj": (E, 2 * Im, H),
+                    p + "experts.down_proj": (E, H, Im),
+                    p + "pre_feedforward_layernorm_2.weight": (H,),
+                    p + "post_feedforward_layernorm_1.weight": (H,),
+                    p + "post_feedforward_layernorm_2.weight": (H,),
+                }
+            )
     return w
 
 
 def tower_weights(towers: str) -> dict[str, tuple]:
     """A few tensors of each tower under their real names (mlx-lm's loader drops them all)."""
     if towers == "unified":
-        return {"model.vision_embedder.patch_dense.weight": (64, 192), "model.vision_embedder.pos_embedding": (16, 2, 64),
-                "model.embed_vision.embedding_projection.weight": (64, 64),
-                "model.embed_audio.embedding_projection.weight": (64, 64)}
-    w = {"model.vision_tower.patch_embedder.input_proj.weight": (64, 192),
-         "model.vision_tower.encoder.layers.0.self_attn.q_proj.linear.weight": (64, 64),
-         "model.vision_tower.encoder.layers.0.mlp.down_proj.linear.weight": (64, 128),
-         "model.embed_vision.embedding_projection.weight": (64, 64)}
+        return {
+            "model.vision_embedder.patch_dense.weight": (64, 192),
+            "model.vision_embedder.pos_embedding": (16, 2, 64),
+            "model.embed_vision.embedding_projection.weight": (64, 64),
+            "model.embed_audio.embedding_projection.weight": (64, 64),
+        }
+    w = {
+        "model.vision_tower.patch_embedder.input_proj.weight": (64, 192),
+        "model.vision_tower.encoder.layers.0.self_attn.q_proj.linear.weight": (64, 64),
+        "model.vision_tower.encoder.layers.0.mlp.down_proj.linear.weight": (64, 128),
+        "model.embed_vision.embedding_projection.weight": (64, 64),
+    }
     if towers == "small":
-        w.update({"model.audio_tower.layers.0.self_attn.q_proj.linear.weight": (64, 64),
-                  "model.audio_tower.layers.0.self_attn.q_proj.input_max": (),
-                  "model.embed_audio.embedding_projection.weight": (64, 64)})
+        w.update(
+            {
+                "model.audio_tower.layers.0.self_attn.q_proj.linear.weight": (64, 64),
+                "model.audio_tower.layers.0.self_attn.q_proj.input_max": (),
+                "model.embed_audio.embedding_projection.weight": (64, 64),
+            }
+        )
     return w
 
 
@@ -232,7 +396,7 @@ def values(shapes: dict[str, tuple], seed: int) -> dict[str, mx.array]:
 def save_shards(dst: Path, weights: dict, shards: int, fmt: str) -> None:
     names = list(weights)
     per = -(-len(names) // shards)
-    groups = [names[i:i + per] for i in range(0, len(names), per)]
+    groups = [names[i : i + per] for i in range(0, len(names), per)]
     index = {"metadata": {"total_size": sum(v.nbytes for v in weights.values())}, "weight_map": {}}
     for k, group in enumerate(groups):
         f = f"model-{k + 1:05d}-of-{len(groups):05d}.safetensors" if len(groups) > 1 else "model.safetensors"
@@ -243,8 +407,15 @@ def save_shards(dst: Path, weights: dict, shards: int, fmt: str) -> None:
 
 def write_common(dst: Path, it: bool, large: bool) -> None:
     write_tokenizer(dst, chat_template(large) if it else None)
-    gen = {"bos_token_id": 2, "do_sample": True, "eos_token_id": EOS_GENERATION if it else 1, "pad_token_id": 0,
-           "temperature": 1.0, "top_k": 64, "top_p": 0.95}
+    gen = {
+        "bos_token_id": 2,
+        "do_sample": True,
+        "eos_token_id": EOS_GENERATION if it else 1,
+        "pad_token_id": 0,
+        "temperature": 1.0,
+        "top_k": 64,
+        "top_p": 0.95,
+    }
     (dst / "generation_config.json").write_text(json.dumps(gen, indent=2))
 
 
@@ -267,7 +438,7 @@ def _mlx_name(name: str) -> list[tuple[str, int | None]]:
     """HF name -> mlx-vlm's saved name(s) (experts split into switch_glu projections)."""
     n = name.removeprefix("model.")
     if n.startswith("language_model."):
-        n = "language_model.model." + n[len("language_model."):]
+        n = "language_model.model." + n[len("language_model.") :]
     if n.endswith(".experts.gate_up_proj"):
         base = n.replace(".experts.gate_up_proj", ".experts.switch_glu.")
         return [(base + "gate_proj.weight", 0), (base + "up_proj.weight", 1)]

@@ -38,24 +38,84 @@ LINUX_PATHS = {
     "/dev/shm": "macOS has no /dev/shm",
     "-linux-gnu": "a Debian multiarch library folder, absent on macOS",
     "/tmp": "on macOS /tmp is a link to /private/tmp, so a path under it changes when resolved (use tmp_path or "
-            "tempfile)",
+    "tempfile)",
 }
 
-_NO_FORK = ("fork without exec is unsafe on macOS once MLX's Metal or Qt is loaded: start a process "
-            "(subprocess, or multiprocessing's spawn)")
+_NO_FORK = (
+    "fork without exec is unsafe on macOS once MLX's Metal or Qt is loaded: start a process "
+    "(subprocess, or multiprocessing's spawn)"
+)
 #: module -> attribute -> why it fails on macOS.
 LINUX_NAMES = {
-    "os": {**dict.fromkeys(
-        ("sched_getaffinity", "sched_setaffinity", "sched_getscheduler", "sched_setscheduler", "sched_getparam",
-         "sched_setparam", "sched_rr_get_interval", "posix_fallocate", "posix_fadvise", "memfd_create", "pipe2",
-         "fdatasync", "copy_file_range", "eventfd", "eventfd_read", "eventfd_write", "pidfd_open", "splice",
-         "getxattr", "setxattr", "listxattr", "removexattr", "unshare", "setns", "getresuid", "getresgid",
-         "setresuid", "setresgid", "O_DIRECT", "O_TMPFILE", "O_PATH", "O_NOATIME", "O_LARGEFILE", "MFD_CLOEXEC"),
-        "not in os on macOS"), "fork": _NO_FORK, "forkpty": _NO_FORK},
-    "signal": dict.fromkeys(("SIGRTMIN", "SIGRTMAX", "SIGPOLL", "SIGPWR", "SIGSTKFLT", "SIGCLD", "sigwaitinfo",
-                             "sigtimedwait", "pidfd_send_signal"), "not in signal on macOS"),
-    "resource": dict.fromkeys(("RLIMIT_MSGQUEUE", "RLIMIT_NICE", "RLIMIT_RTPRIO", "RLIMIT_RTTIME", "RLIMIT_SIGPENDING",
-                               "RLIMIT_LOCKS", "prlimit"), "not in resource on macOS"),
+    "os": {
+        **dict.fromkeys(
+            (
+                "sched_getaffinity",
+                "sched_setaffinity",
+                "sched_getscheduler",
+                "sched_setscheduler",
+                "sched_getparam",
+                "sched_setparam",
+                "sched_rr_get_interval",
+                "posix_fallocate",
+                "posix_fadvise",
+                "memfd_create",
+                "pipe2",
+                "fdatasync",
+                "copy_file_range",
+                "eventfd",
+                "eventfd_read",
+                "eventfd_write",
+                "pidfd_open",
+                "splice",
+                "getxattr",
+                "setxattr",
+                "listxattr",
+                "removexattr",
+                "unshare",
+                "setns",
+                "getresuid",
+                "getresgid",
+                "setresuid",
+                "setresgid",
+                "O_DIRECT",
+                "O_TMPFILE",
+                "O_PATH",
+                "O_NOATIME",
+                "O_LARGEFILE",
+                "MFD_CLOEXEC",
+            ),
+            "not in os on macOS",
+        ),
+        "fork": _NO_FORK,
+        "forkpty": _NO_FORK,
+    },
+    "signal": dict.fromkeys(
+        (
+            "SIGRTMIN",
+            "SIGRTMAX",
+            "SIGPOLL",
+            "SIGPWR",
+            "SIGSTKFLT",
+            "SIGCLD",
+            "sigwaitinfo",
+            "sigtimedwait",
+            "pidfd_send_signal",
+        ),
+        "not in signal on macOS",
+    ),
+    "resource": dict.fromkeys(
+        (
+            "RLIMIT_MSGQUEUE",
+            "RLIMIT_NICE",
+            "RLIMIT_RTPRIO",
+            "RLIMIT_RTTIME",
+            "RLIMIT_SIGPENDING",
+            "RLIMIT_LOCKS",
+            "prlimit",
+        ),
+        "not in resource on macOS",
+    ),
     "select": dict.fromkeys(("epoll", "EPOLLIN", "EPOLLOUT", "EPOLLET"), "not in select on macOS (kqueue there)"),
     "socket": dict.fromkeys(("AF_NETLINK", "AF_PACKET", "SO_PEERCRED"), "not in socket on macOS"),
     "time": dict.fromkeys(("CLOCK_BOOTTIME", "CLOCK_TAI"), "not in time on macOS"),
@@ -65,43 +125,99 @@ LINUX_NAMES = {
 REFUSED_LIMITS = {"RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_RSS"}
 #: Limits a ``preexec_fn`` may set outside tests/limits.py: Linux and XNU both take and enforce them.
 HONOURED_LIMITS = {"RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CPU", "RLIMIT_CORE"}
-_PREEXEC = ("macOS refuses RLIMIT_AS and RLIMIT_DATA (the child fails before its command runs): use "
-            "limits.preexec, which sets what each platform honours")
+_PREEXEC = (
+    "macOS refuses RLIMIT_AS and RLIMIT_DATA (the child fails before its command runs): use "
+    "limits.preexec, which sets what each platform honours"
+)
 
 _X11 = "an X11 program: a Mac has no X server"
 #: A command's name -> why it fails on macOS.
 LINUX_COMMANDS = {
-    "timeout": "GNU coreutils, not on macOS (give subprocess a timeout=)", "stdbuf": "GNU coreutils, not on macOS",
+    "timeout": "GNU coreutils, not on macOS (give subprocess a timeout=)",
+    "stdbuf": "GNU coreutils, not on macOS",
     "setsid": "util-linux, not on macOS (give subprocess start_new_session=True)",
     "nproc": "GNU coreutils, not on macOS",
-    "sha256sum": "GNU coreutils, not on macOS (shasum -a 256 there)", "md5sum": "GNU coreutils, not on macOS",
-    "tac": "GNU coreutils, not on macOS", "mount": "mount -t tmpfs is Linux's (hdiutil on macOS)",
-    "umount": "pairs with Linux's mount -t tmpfs", "ldd": "not on macOS (otool -L there)",
-    "free": "procps, not on macOS", "lscpu": "util-linux, not on macOS", "taskset": "util-linux, not on macOS",
-    "ionice": "util-linux, not on macOS", "chrt": "util-linux, not on macOS", "numactl": "not on macOS",
-    "lsblk": "util-linux, not on macOS", "findmnt": "util-linux, not on macOS", "losetup": "util-linux, not on macOS",
-    "getent": "glibc's, not on macOS", "strace": "Linux only (dtruss on macOS)", "patchelf": "ELF only",
-    "apt-get": "Debian's", "dpkg": "Debian's", "dpkg-query": "Debian's", "xvfb-run": _X11, "Xvfb": _X11,
-    "xprop": _X11, "openbox": _X11, "xdotool": _X11,
+    "sha256sum": "GNU coreutils, not on macOS (shasum -a 256 there)",
+    "md5sum": "GNU coreutils, not on macOS",
+    "tac": "GNU coreutils, not on macOS",
+    "mount": "mount -t tmpfs is Linux's (hdiutil on macOS)",
+    "umount": "pairs with Linux's mount -t tmpfs",
+    "ldd": "not on macOS (otool -L there)",
+    "free": "procps, not on macOS",
+    "lscpu": "util-linux, not on macOS",
+    "taskset": "util-linux, not on macOS",
+    "ionice": "util-linux, not on macOS",
+    "chrt": "util-linux, not on macOS",
+    "numactl": "not on macOS",
+    "lsblk": "util-linux, not on macOS",
+    "findmnt": "util-linux, not on macOS",
+    "losetup": "util-linux, not on macOS",
+    "getent": "glibc's, not on macOS",
+    "strace": "Linux only (dtruss on macOS)",
+    "patchelf": "ELF only",
+    "apt-get": "Debian's",
+    "dpkg": "Debian's",
+    "dpkg-query": "Debian's",
+    "xvfb-run": _X11,
+    "Xvfb": _X11,
+    "xprop": _X11,
+    "openbox": _X11,
+    "xdotool": _X11,
 }
 #: (command, flag) -> why the flag fails with the BSD tool macOS ships.
 GNU_FLAGS = {
-    ("sed", "-i"): "BSD sed's -i takes a suffix (-i '')", ("stat", "-c"): "BSD stat formats with -f",
-    ("stat", "--format"): "BSD stat formats with -f", ("date", "-d"): "BSD date parses with -j -f",
-    ("date", "--date"): "BSD date parses with -j -f", ("cp", "--reflink"): "BSD cp has no --reflink (-c clones)",
-    ("cp", "-t"): "BSD cp has no -t", ("du", "-b"): "BSD du has no -b", ("grep", "-P"): "BSD grep has no -P",
-    ("find", "-printf"): "BSD find has no -printf", ("xargs", "-r"): "BSD xargs has no -r (it is the default)",
-    ("df", "--output"): "BSD df has no --output", ("mktemp", "--suffix"): "BSD mktemp has no --suffix",
+    ("sed", "-i"): "BSD sed's -i takes a suffix (-i '')",
+    ("stat", "-c"): "BSD stat formats with -f",
+    ("stat", "--format"): "BSD stat formats with -f",
+    ("date", "-d"): "BSD date parses with -j -f",
+    ("date", "--date"): "BSD date parses with -j -f",
+    ("cp", "--reflink"): "BSD cp has no --reflink (-c clones)",
+    ("cp", "-t"): "BSD cp has no -t",
+    ("du", "-b"): "BSD du has no -b",
+    ("grep", "-P"): "BSD grep has no -P",
+    ("find", "-printf"): "BSD find has no -printf",
+    ("xargs", "-r"): "BSD xargs has no -r (it is the default)",
+    ("df", "--output"): "BSD df has no --output",
+    ("mktemp", "--suffix"): "BSD mktemp has no --suffix",
 }
-RUNNERS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput", "system", "popen",
-           "execv", "execvp", "execvpe", "execl", "execlp", "spawnv", "spawnvp", "create_subprocess_exec",
-           "create_subprocess_shell"}
+RUNNERS = {
+    "run",
+    "Popen",
+    "call",
+    "check_call",
+    "check_output",
+    "getoutput",
+    "getstatusoutput",
+    "system",
+    "popen",
+    "execv",
+    "execvp",
+    "execvpe",
+    "execl",
+    "execlp",
+    "spawnv",
+    "spawnvp",
+    "create_subprocess_exec",
+    "create_subprocess_shell",
+}
 
 _FILE_NAME = re.compile(r"^[\w./-]*\w\.[A-Za-z]\w*$|^[\w.-]+/[\w./-]+$")
 _LEAVES = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _SKIPS = {"skip", "xfail", "exit", "importorskip"}
-_EXISTS = {"exists", "is_file", "is_dir", "is_socket", "is_char_device", "is_block_device", "is_fifo", "isfile",
-           "isdir", "lexists", "access", "which"}
+_EXISTS = {
+    "exists",
+    "is_file",
+    "is_dir",
+    "is_socket",
+    "is_char_device",
+    "is_block_device",
+    "is_fifo",
+    "isfile",
+    "isdir",
+    "lexists",
+    "access",
+    "which",
+}
 
 
 @dataclass(frozen=True)
@@ -118,13 +234,15 @@ class Finding:
 def sources(root: Path = ROOT) -> list[Path]:
     """Every test module and helper (tests/*.py), measurement script (measure/*.py) and the library
     and app sources."""
-    return sorted([*root.glob("tests/*.py"), *root.glob("measure/*.py"), *root.glob("dspark/**/*.py"),
-                   *root.glob("app/**/*.py")])
+    return sorted(
+        [*root.glob("tests/*.py"), *root.glob("measure/*.py"), *root.glob("dspark/**/*.py"), *root.glob("app/**/*.py")]
+    )
 
 
 def check_tree(root: Path = ROOT) -> list[Finding]:
-    return [f for p in sources(root)
-            for f in check_source(p.read_text(encoding="utf-8"), p.relative_to(root).as_posix())]
+    return [
+        f for p in sources(root) for f in check_source(p.read_text(encoding="utf-8"), p.relative_to(root).as_posix())
+    ]
 
 
 def check_source(text: str, path: str = "<planted>") -> list[Finding]:
@@ -170,8 +288,11 @@ class _Module:
         if self.path in CHECKER:
             return []
         for key, why in LINUX_PATHS.items():
-            hit = (s.startswith("/") and re.search(re.escape(key) + "(/|$)", s)) if key.startswith("-") else (
-                s == key.rstrip("/") or s.startswith(key.rstrip("/") + "/"))
+            hit = (
+                (s.startswith("/") and re.search(re.escape(key) + "(/|$)", s))
+                if key.startswith("-")
+                else (s == key.rstrip("/") or s.startswith(key.rstrip("/") + "/"))
+            )
             if hit and not self.guarded(node):
                 return [Finding(self.path, node.lineno, what=repr(s[:80]), why=why)]
         return []
@@ -188,8 +309,14 @@ class _Module:
         limit = _limit_name(call.args[1] if _called(call) == "prlimit" and len(call.args) > 1 else call.args[0])
         if limit not in REFUSED_LIMITS:
             return []
-        return [Finding(self.path, call.lineno, what=f"setrlimit({limit})",
-                        why="macOS refuses it below the address space already mapped (see tests/limits.py)")]
+        return [
+            Finding(
+                self.path,
+                call.lineno,
+                what=f"setrlimit({limit})",
+                why="macOS refuses it below the address space already mapped (see tests/limits.py)",
+            )
+        ]
 
     def _command(self, call: ast.Call) -> list[Finding]:
         if _called(call) not in RUNNERS or not call.args:
@@ -208,7 +335,8 @@ class _Module:
             return []
         name = words[0].rsplit("/", 1)[-1]
         why = LINUX_COMMANDS.get(name) or next(
-            (GNU_FLAGS[(name, w.split("=")[0])] for w in words[1:] if (name, w.split("=")[0]) in GNU_FLAGS), None)
+            (GNU_FLAGS[(name, w.split("=")[0])] for w in words[1:] if (name, w.split("=")[0]) in GNU_FLAGS), None
+        )
         if why is None or self.guarded(call):
             return []
         return [Finding(self.path, call.lineno, what=" ".join(words)[:80], why=why)]
@@ -218,9 +346,12 @@ class _Module:
         if name in ("get_context", "set_start_method") and call.args and _const(call.args[0]) == "fork":
             why = "fork is unsafe on macOS once MLX's Metal or Qt is loaded (spawn is its default)"
         elif (name in ("Process", "Pool") and _receiver(call) in ("multiprocessing", "mp")) or (
-                name == "ProcessPoolExecutor" and not any(k.arg == "mp_context" for k in call.keywords)):
-            why = ("the default start method: fork on Linux (Python < 3.14), spawn on macOS, so the child "
-                   "inherits different state; take a context (get_context('spawn'))")
+            name == "ProcessPoolExecutor" and not any(k.arg == "mp_context" for k in call.keywords)
+        ):
+            why = (
+                "the default start method: fork on Linux (Python < 3.14), spawn on macOS, so the child "
+                "inherits different state; take a context (get_context('spawn'))"
+            )
         else:
             return []
         return [] if self.guarded(call) else [Finding(self.path, call.lineno, what=f"{name}(...)", why=why)]
@@ -232,22 +363,36 @@ class _Module:
         for kw in call.keywords:
             if kw.arg != "preexec_fn" or (isinstance(kw.value, ast.Constant) and kw.value.value is None):
                 continue
-            if isinstance(kw.value, ast.Call) and _called(kw.value) == "preexec" and (
-                    _receiver(kw.value) == "limits" or self.aliases.get("preexec") == ("limits", "preexec")):
+            if (
+                isinstance(kw.value, ast.Call)
+                and _called(kw.value) == "preexec"
+                and (_receiver(kw.value) == "limits" or self.aliases.get("preexec") == ("limits", "preexec"))
+            ):
                 continue  # tests/limits.py chooses per platform
             bodies = self._bodies(kw.value)
             if bodies is None:
-                out.append(Finding(self.path, kw.value.lineno, what=ast.unparse(kw.value)[:80],
-                                   why="a preexec_fn this check cannot follow: set limits with limits.preexec"))
+                out.append(
+                    Finding(
+                        self.path,
+                        kw.value.lineno,
+                        what=ast.unparse(kw.value)[:80],
+                        why="a preexec_fn this check cannot follow: set limits with limits.preexec",
+                    )
+                )
                 continue
             for body in bodies:
                 for node in ast.walk(body):
                     if isinstance(node, ast.Call) and _called(node) in ("setrlimit", "prlimit"):
                         limit = _limit_name(node.args[0]) if node.args else None
                         if limit not in HONOURED_LIMITS:
-                            out.append(Finding(self.path, node.lineno,
-                                               what=f"preexec_fn sets {limit or 'a limit named at run time'}",
-                                               why=_PREEXEC))
+                            out.append(
+                                Finding(
+                                    self.path,
+                                    node.lineno,
+                                    what=f"preexec_fn sets {limit or 'a limit named at run time'}",
+                                    why=_PREEXEC,
+                                )
+                            )
         return out
 
     def _bodies(self, value: ast.AST) -> list[ast.AST] | None:
@@ -268,13 +413,25 @@ class _Module:
         """File names in one module that differ only in case: one file on APFS as macOS formats it."""
         seen: dict[str, dict[str, int]] = {}
         for node in ast.walk(self.tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _FILE_NAME.match(node.value) \
-                    and not self._prose(node):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and _FILE_NAME.match(node.value)
+                and not self._prose(node)
+            ):
                 seen.setdefault(node.value.lower(), {}).setdefault(node.value, node.lineno)
-        return [Finding(self.path, line, what=repr(name),
-                        why=f"differs from {sorted(set(names) - {name})} only in case: one file on a case-insensitive "
-                            "disk (APFS, macOS's default)")
-                for names in seen.values() if len(names) > 1 for name, line in names.items()]
+        return [
+            Finding(
+                self.path,
+                line,
+                what=repr(name),
+                why=f"differs from {sorted(set(names) - {name})} only in case: one file on a case-insensitive "
+                "disk (APFS, macOS's default)",
+            )
+            for names in seen.values()
+            if len(names) > 1
+            for name, line in names.items()
+        ]
 
     # ------------------------------------------------------------------------------ guards
     def _prose(self, node: ast.Constant) -> bool:
@@ -286,16 +443,20 @@ class _Module:
         while parent is not None:
             if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and _is_guard(parent.test):
                 return True
-            if isinstance(parent, ast.BoolOp) and any(_is_guard(v) for v in parent.values[:parent.values.index(child)]):
+            if isinstance(parent, ast.BoolOp) and any(
+                _is_guard(v) for v in parent.values[: parent.values.index(child)]
+            ):
                 return True
             if isinstance(parent, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)) and any(
-                    _is_guard(test) for gen in parent.generators for test in gen.ifs):
+                _is_guard(test) for gen in parent.generators for test in gen.ifs
+            ):
                 return True  # it keeps only what is there
             if isinstance(parent, ast.Call) and (_called(parent) in _EXISTS or _called(parent) == "hasattr"):
                 return True  # the line checks this very thing (``Path("/proc/x").exists()``)
             if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
-                    isinstance(d, ast.Call) and _called(d) == "skipif" and d.args and _is_guard(d.args[0])
-                    for d in parent.decorator_list):
+                isinstance(d, ast.Call) and _called(d) == "skipif" and d.args and _is_guard(d.args[0])
+                for d in parent.decorator_list
+            ):
                 return True
             if self._left_before(child, parent):
                 return True
@@ -307,15 +468,18 @@ class _Module:
         for field in ("body", "orelse", "finalbody"):
             block = getattr(block_owner, field, None)
             if isinstance(block, list) and stmt in block:
-                return any(isinstance(s, ast.If) and _is_guard(s.test) and _leaves(s.body)
-                           for s in block[:block.index(stmt)])
+                return any(
+                    isinstance(s, ast.If) and _is_guard(s.test) and _leaves(s.body) for s in block[: block.index(stmt)]
+                )
         return False
 
     def _module_skipped(self) -> bool:
         for s in self.tree.body:
             if isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in s.targets):
-                return any(isinstance(n, ast.Call) and _called(n) == "skipif" and n.args and _is_guard(n.args[0])
-                           for n in ast.walk(s.value))
+                return any(
+                    isinstance(n, ast.Call) and _called(n) == "skipif" and n.args and _is_guard(n.args[0])
+                    for n in ast.walk(s.value)
+                )
         return False
 
 
@@ -343,22 +507,40 @@ def _limit_name(node: ast.AST) -> str | None:
 def _is_guard(test: ast.AST) -> bool:
     """Does this expression read the platform, or check that a thing is there?"""
     for n in ast.walk(test):
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and (n.value.id, n.attr) in (
-                ("sys", "platform"), ("os", "name")):
+        if (
+            isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name)
+            and (n.value.id, n.attr) in (("sys", "platform"), ("os", "name"))
+        ):
             return True
         if isinstance(n, ast.Call):
             name = _called(n)
-            if name in _EXISTS or (name == "hasattr" and len(n.args) == 2) or (
-                    _receiver(n) == "platform" and name in ("system", "platform", "mac_ver", "uname")):
+            if (
+                name in _EXISTS
+                or (name == "hasattr" and len(n.args) == 2)
+                or (_receiver(n) == "platform" and name in ("system", "platform", "mac_ver", "uname"))
+            ):
                 return True
     return False
 
 
 def _leaves(body: list[ast.stmt]) -> bool:
     last = body[-1] if body else None
-    return isinstance(last, _LEAVES) or (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
-                                         and _called(last.value) in _SKIPS)
+    return isinstance(last, _LEAVES) or (
+        isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and _called(last.value) in _SKIPS
+    )
 
 
-__all__ = ["Finding", "GNU_FLAGS", "HELPER", "HONOURED_LIMITS", "LINUX_COMMANDS", "LINUX_NAMES", "LINUX_PATHS",
-           "REFUSED_LIMITS", "check_source", "check_tree", "sources"]
+__all__ = [
+    "Finding",
+    "GNU_FLAGS",
+    "HELPER",
+    "HONOURED_LIMITS",
+    "LINUX_COMMANDS",
+    "LINUX_NAMES",
+    "LINUX_PATHS",
+    "REFUSED_LIMITS",
+    "check_source",
+    "check_tree",
+    "sources",
+]

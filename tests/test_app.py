@@ -22,7 +22,9 @@ from dspark_studio.window.main_window import MainWindow
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "the a of and to in"
-LONG = 90_000  # ms: generous waits for a contended 2-core machine (an auto comparison measures costs first: 30 s was overrun at load 9)
+# ms: generous waits for a contended 2-core machine (an auto comparison measures costs first:
+# 30 s was overrun at load 9)
+LONG = 90_000
 
 
 @pytest.fixture(scope="module")
@@ -150,16 +152,30 @@ def _env(tmp_path):
 
 def test_screenshot_writes_window_png(dirs, tmp_path):
     out = tmp_path / "shot.png"
-    cmd = [sys.executable, "-m", "dspark_studio", "--screenshot", str(out), "--target", str(dirs["target"]),
-           "--drafter", str(dirs["drafter"]), "--prompt", PROMPT, "--max-tokens", "8"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dspark_studio",
+        "--screenshot",
+        str(out),
+        "--target",
+        str(dirs["target"]),
+        "--drafter",
+        str(dirs["drafter"]),
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        "8",
+    ]
     r = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     img = QImage(str(out))
     assert (img.width(), img.height()) == (1600, 1000)
 
 
-def test_a_home_that_cannot_be_created_still_runs_and_says_the_run_was_not_kept(qtbot, window, dirs, monkeypatch,
-                                                                                tmp_path):
+def test_a_home_that_cannot_be_created_still_runs_and_says_the_run_was_not_kept(
+    qtbot, window, dirs, monkeypatch, tmp_path
+):
     """The history under a folder that cannot exist (below a regular file, on every platform):
     the run still happens and shows, and the status bar says it was not kept."""
     w = window
@@ -209,8 +225,9 @@ def test_a_bad_settings_file_falls_back_to_defaults_and_says_so(qtbot, dirs, tmp
 
     home = tmp_path / "home"
     home.mkdir()
-    (home / "settings.ini").write_text("[config]\nmax_tokens=abc\ntemperature=nan\n"
-                                       "[window]\ngeometry=not a geometry\n[recent]\ndrafters=7\n")
+    (home / "settings.ini").write_text(
+        "[config]\nmax_tokens=abc\ntemperature=nan\n[window]\ngeometry=not a geometry\n[recent]\ndrafters=7\n"
+    )
     monkeypatch.setenv("DSPARK_STUDIO_HOME", str(home))
     w = MainWindow(settings.Settings())
     qtbot.addWidget(w)
@@ -247,4 +264,6 @@ def test_a_drafter_whose_tap_is_beyond_the_target_is_one_sentence(qtbot, window,
     w.add_drafter(str(bad), select=True)
     info = run_job(qtbot, w, w.start_run)
     text = w.results.message.text()
-    assert not info["ok"] and "tap layers [0, 40, 2] must be" in text and "Error" not in text and "unexpected" not in text, text
+    assert (
+        not info["ok"] and "tap layers [0, 40, 2] must be" in text and "Error" not in text and "unexpected" not in text
+    ), text

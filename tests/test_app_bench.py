@@ -76,9 +76,29 @@ def test_a_dspark_bench_result_opens_on_the_compare_tab(qtbot, window, dirs, tmp
     out = tmp_path / "bench"
     prompts = tmp_path / "p.json"
     prompts.write_text(json.dumps(["the a of and to in"]))
-    assert main(["bench", "--target", str(dirs["target"]), "--drafter", str(dirs["drafter"]), "--prompts",
-                 str(prompts), "--max-tokens", "8", "--repeats", "1", "--policy", "fixed:2", "--out", str(out),
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--target",
+                str(dirs["target"]),
+                "--drafter",
+                str(dirs["drafter"]),
+                "--prompts",
+                str(prompts),
+                "--max-tokens",
+                "8",
+                "--repeats",
+                "1",
+                "--policy",
+                "fixed:2",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     doc = json.loads((out / "summary.json").read_text())
     w = window
     assert w.open_bench(str(out))  # the folder, or its summary.json
@@ -90,11 +110,14 @@ def test_a_dspark_bench_result_opens_on_the_compare_tab(qtbot, window, dirs, tmp
     assert "median of 1 trials" in w.results.compare.table.item(1, 5).toolTip()
 
 
-@pytest.mark.parametrize("content, says", [
-    ("{not json", "not valid JSON"),
-    (json.dumps({"arms": "x"}), "no arms"),
-    (json.dumps({"arms": [{"arm": "plain"}], "environment": {}}), "damaged"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("{not json", "not valid JSON"),
+        (json.dumps({"arms": "x"}), "no arms"),
+        (json.dumps({"arms": [{"arm": "plain"}], "environment": {}}), "damaged"),
+    ],
+)
 def test_a_bad_benchmark_file_is_one_message_and_changes_nothing(window, tmp_path, content, says):
     w = window
     bad = tmp_path / "summary.json"
@@ -131,12 +154,49 @@ def test_a_benchmark_opens_headless_for_a_screenshot(dirs, tmp_path):
     prompts = tmp_path / "p.json"
     prompts.write_text(json.dumps(["the a of and to in"]))
     # the benchmark made in this process (its costs measured once: costs_measured_once), drawn in the app's own
-    assert main(["bench", "--target", str(dirs["target"]), "--drafter", str(dirs["drafter"]), "--prompts", str(prompts),
-                 "--max-tokens", "8", "--repeats", "1", "--policy", "fixed", "--out", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--target",
+                str(dirs["target"]),
+                "--drafter",
+                str(dirs["drafter"]),
+                "--prompts",
+                str(prompts),
+                "--max-tokens",
+                "8",
+                "--repeats",
+                "1",
+                "--policy",
+                "fixed",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     shot = tmp_path / "bench.png"
-    r = subprocess.run([sys.executable, "-m", "dspark_studio", "--replay", str(out / "summary.json"), "--screenshot",
-                        str(shot), "--size", "1280x800", "--timeout", "60"], env=_env(tmp_path), capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dspark_studio",
+            "--replay",
+            str(out / "summary.json"),
+            "--screenshot",
+            str(shot),
+            "--size",
+            "1280x800",
+            "--timeout",
+            "60",
+        ],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and shot.is_file(), r.stderr[-2000:]
     from PySide6.QtGui import QImage
 

@@ -41,8 +41,14 @@ def first_launch(tmp_path: Path, mode: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "DSPARK_DEVICE"}
     env.update(QT_QPA_PLATFORM="offscreen", DSPARK_STUDIO_HOME=str(tmp_path / "home"))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, "-c", FIRST_LAUNCH, str(ROOT / "tests" / "gpu_double.py"), mode], env=env,
-                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-c", FIRST_LAUNCH, str(ROOT / "tests" / "gpu_double.py"), mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -53,7 +59,9 @@ def test_a_gpu_that_computes_wrong_numbers_sends_the_app_to_the_cpu_with_one_sen
     assert seen["env"] == "cpu" and seen["current"]["device"] == "cpu" and seen["current"]["outcome"] == "wrong"
     sentence = seen["current"]["sentence"]
     assert "computed other numbers than the CPU" in sentence and "computes on the CPU" in sentence
-    assert seen["status"] == sentence and seen["notes"] == ["⚠ computing on the CPU: the GPU check failed (Help ▸ About)"]
+    assert seen["status"] == sentence and seen["notes"] == [
+        "⚠ computing on the CPU: the GPU check failed (Help ▸ About)"
+    ]
     assert "Computes on: CPU" in seen["about"] and f"GPU check: {sentence}" in seen["about"]
     assert "unknown" not in seen["about"] and "MLX 0." in seen["about"]
     kept = json.loads((tmp_path / "home" / "data" / "device-check.json").read_text())
@@ -82,8 +90,12 @@ def test_every_saved_run_carries_the_check_and_opens_again(tmp_path, monkeypatch
     wrong = device.DeviceCheck(outcome="wrong", device="cpu", sentence="this GPU is wrong, so the CPU", gpu="Apple M9")
     monkeypatch.setitem(device._current, "check", wrong)
     env = environment()
-    assert env["device_check"] == {"outcome": "wrong", "device": "cpu", "gpu": "Apple M9",
-                                   "sentence": "this GPU is wrong, so the CPU"}
+    assert env["device_check"] == {
+        "outcome": "wrong",
+        "device": "cpu",
+        "gpu": "Apple M9",
+        "sentence": "this GPU is wrong, so the CPU",
+    }
     run = run_export.Run(key=1, label="plain", method="plain", drafter=None, prompt="p", prompt_index=0, config={})
     doc = run_export.document([run], "target", False, environment=env)
     assert doc["environment"]["device_check"]["sentence"] == "this GPU is wrong, so the CPU"

@@ -84,8 +84,9 @@ def shown_severities(html: str) -> list[str]:
     return [word.lower() for _mark, word in found]
 
 
-def test_a_healthy_pair_is_said_healthy_and_the_diagnosis_runs_on_the_model_owner_thread(qtbot, window, demo,
-                                                                                           monkeypatch, tmp_path):
+def test_a_healthy_pair_is_said_healthy_and_the_diagnosis_runs_on_the_model_owner_thread(
+    qtbot, window, demo, monkeypatch, tmp_path
+):
     import dspark.diagnose.run as run
 
     called = []
@@ -116,8 +117,7 @@ def test_a_healthy_pair_is_said_healthy_and_the_diagnosis_runs_on_the_model_owne
     assert not list((tmp_path / "home").rglob("*-run.json"))  # nor entered the run history
 
 
-def test_planted_sampling_and_a_block_past_the_trained_one_are_named_most_severe_first(qtbot, window, demo,
-                                                                                       tmp_path):
+def test_planted_sampling_and_a_block_past_the_trained_one_are_named_most_severe_first(qtbot, window, demo, tmp_path):
     w = window
     # 96 tokens: enough greedy and sampled rounds for the sampling finding to judge (48 were too few)
     setup(w, demo, ["dspark"], max_tokens=96, temperature=1.0, block_size=12)
@@ -181,19 +181,32 @@ def test_stop_ends_a_diagnosis_and_a_run_meanwhile_is_refused_in_one_sentence(qt
 
 
 def _entry(*findings: Finding) -> Entry:
-    return Entry(label="d", drafter="/models/d", target="/models/t", what="1 prompt",
-                 diagnosis=Diagnosis(findings=tuple(findings), per_position_acceptance=(0.5, 0.2),
-                                     expected_per_position=(0.8, 0.6), tau=1.7, rounds=20, prompts=1,
-                                     profile_source="training"))
+    return Entry(
+        label="d",
+        drafter="/models/d",
+        target="/models/t",
+        what="1 prompt",
+        diagnosis=Diagnosis(
+            findings=tuple(findings),
+            per_position_acceptance=(0.5, 0.2),
+            expected_per_position=(0.8, 0.6),
+            tau=1.7,
+            rounds=20,
+            prompts=1,
+            profile_source="training",
+        ),
+    )
 
 
 def test_the_list_orders_by_severity_and_names_the_app_s_controls():
     """Whatever order the findings come in, the most severe first; a sentence's command-line advice
     becomes the form's control."""
-    entry = _entry(Finding("sampling", "info", "costs 6%: lower it"),
-                   Finding("block_beyond_trained", "warn", "--block-size 12 is past 7: use --block-size 7"),
-                   Finding("low_acceptance", "error", "does not fit"),
-                   Finding("chat_template_off", "warn", "off (--ignore-chat-template): drop --ignore-chat-template"))
+    entry = _entry(
+        Finding("sampling", "info", "costs 6%: lower it"),
+        Finding("block_beyond_trained", "warn", "--block-size 12 is past 7: use --block-size 7"),
+        Finding("low_acceptance", "error", "does not fit"),
+        Finding("chat_template_off", "warn", "off (--ignore-chat-template): drop --ignore-chat-template"),
+    )
     view = dataclasses.replace(Session().view(), diagnoses=(entry,))
     for theme in (NORMAL, PRESENTATION):
         html = view_html(view, theme)
@@ -223,23 +236,48 @@ def test_a_diagnosis_that_cannot_start_is_one_sentence_and_another_target_s_is_d
     assert [e.ended for e in s.diagnoses] == ["not diagnosed"]
     s.loaded(Loaded(target="/models/t", target_id="id", drafters={}, errors={}))
     assert len(s.view().diagnoses) == 1
-    s.loaded(Loaded(target="/models/other", target_id="id", drafters={},
-                    errors={}))  # another target loaded: that diagnosis is not of it
+    s.loaded(
+        Loaded(target="/models/other", target_id="id", drafters={}, errors={})
+    )  # another target loaded: that diagnosis is not of it
     assert s.view().diagnoses == ()
 
 
 def test_the_screenshot_run_diagnoses_after_its_run(demo, tmp_path):
     png, home = tmp_path / "diagnosis.png", tmp_path / "home"
-    cmd = [sys.executable, "-m", "dspark_studio", "--target", demo["target"], "--drafter", demo["dspark"],
-           "--max-tokens", "32", "--temperature", "1", "--block-size", "9", "--diagnose", "--size", "1280x800",
-           "--screenshot", str(png), "--timeout", "240"]
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "DSPARK_STUDIO_HOME": str(home),
-           "DSPARK_PROFILES_DIR": str(tmp_path / "profiles")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "dspark_studio",
+        "--target",
+        demo["target"],
+        "--drafter",
+        demo["dspark"],
+        "--max-tokens",
+        "32",
+        "--temperature",
+        "1",
+        "--block-size",
+        "9",
+        "--diagnose",
+        "--size",
+        "1280x800",
+        "--screenshot",
+        str(png),
+        "--timeout",
+        "240",
+    ]
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": "offscreen",
+        "DSPARK_STUDIO_HOME": str(home),
+        "DSPARK_PROFILES_DIR": str(tmp_path / "profiles"),
+    }
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert r.returncode == 0 and png.stat().st_size > 10_000, r.stderr[-2000:]
     assert len(list((home / "data" / "runs").glob("*-run.json"))) == 1  # the run kept, the diagnosis not a run
-    helptext = subprocess.run([sys.executable, "-m", "dspark_studio", "--help"], capture_output=True, text=True,
-                              timeout=120, cwd=ROOT).stdout
+    helptext = subprocess.run(
+        [sys.executable, "-m", "dspark_studio", "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT
+    ).stdout
     for option in ("--diagnose", "--temperature", "--block-size"):
         assert option in helptext
     assert "(default: off)" in helptext and "else the drafter's own)" in helptext

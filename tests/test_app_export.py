@@ -26,8 +26,11 @@ def choose(monkeypatch, drafter, fmt: str, out, **ticks) -> dict:
     shown = {}
 
     def filled(dialog) -> int:
-        shown.update(drafter=dialog.drafter.currentText(), verifier=dialog.verifier.text(),
-                     formats=[dialog.format.itemData(i) for i in range(dialog.format.count())])
+        shown.update(
+            drafter=dialog.drafter.currentText(),
+            verifier=dialog.verifier.text(),
+            formats=[dialog.format.itemData(i) for i in range(dialog.format.count())],
+        )
         dialog.drafter.setCurrentText(str(drafter))
         dialog.format.setCurrentIndex(dialog.format.findData(fmt))
         dialog.out.setText(str(out))
@@ -44,12 +47,17 @@ def test_export_drafter_from_the_file_menu(qtbot, window, dirs, tmp_path, monkey
     setup(w, dirs)
     target = load_target(dirs["target"])
     speculators = tmp_path / "speculators"
-    new_drafter(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16, format="speculators")).save(speculators)
+    new_drafter(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16, format="speculators")).save(
+        speculators
+    )
     out = tmp_path / "served"
     shown = choose(monkeypatch, speculators, "speculators", out, drop_heads=True, measure=True)
     menu_action(w, "File", "Export drafter…").trigger()
-    assert shown == {"drafter": str(dirs["drafter"]), "verifier": str(dirs["target"]),
-                     "formats": ["speculators", "deepspec", "zlab"]}
+    assert shown == {
+        "drafter": str(dirs["drafter"]),
+        "verifier": str(dirs["target"]),
+        "formats": ["speculators", "deepspec", "zlab"],
+    }
     qtbot.waitUntil(lambda: "wrote a vLLM speculators drafter" in w.statusBar().currentMessage(), timeout=LONG)
     said = w.statusBar().currentMessage()
     assert "left out its Markov and confidence heads: greedy tau" in said and "12 tokens each" in said
@@ -71,6 +79,10 @@ def test_export_drafter_from_the_file_menu(qtbot, window, dirs, tmp_path, monkey
 
 
 def test_the_app_names_its_controls_in_an_export_refusal():
-    assert in_app("… carries: export with --drop-heads to leave them out") == \
-        "… carries: tick “Leave out the Markov and confidence heads” to leave them out"
-    assert "tick “Replace what the folder holds”" in in_app("x exists and is not empty (use --force to replace what it holds)")
+    assert (
+        in_app("… carries: export with --drop-heads to leave them out")
+        == "… carries: tick “Leave out the Markov and confidence heads” to leave them out"
+    )
+    assert "tick “Replace what the folder holds”" in in_app(
+        "x exists and is not empty (use --force to replace what it holds)"
+    )

@@ -39,8 +39,15 @@ CONFIG = {"max_tokens": 40, "temperature": 0.0, "policy": "fixed", "stop_at_eos"
 def _run(target, label: str, drafter: str | None, events: list, key: int, prompt_index: int = 0) -> Run:
     """A run as the app keeps it from the worker's messages (texts decoded as the worker does)."""
     piece = lambda t: target.tokenizer.decode([t])
-    run = Run(key=key, label=label, method="speculative" if drafter else "plain", prompt=PROMPT,
-              prompt_index=prompt_index, drafter=drafter, config=dict(CONFIG))
+    run = Run(
+        key=key,
+        label=label,
+        method="speculative" if drafter else "plain",
+        prompt=PROMPT,
+        prompt_index=prompt_index,
+        drafter=drafter,
+        config=dict(CONFIG),
+    )
     for ev in events[:-1]:
         run.rounds.append(ev)
         run.drafted_text.append(tuple(piece(t) for t in ev.drafted))
@@ -52,8 +59,13 @@ def _run(target, label: str, drafter: str | None, events: list, key: int, prompt
 def _oracle_events(target, seed: int, corrupt: float) -> list:
     cfg = GenerationConfig(max_tokens=CONFIG["max_tokens"], stop_at_eos=False)
     plain = list(generate_plain(target, PROMPT, cfg))
-    oracle = OracleDrafter(prompt_ids(target, PROMPT, cfg) + list(plain[-1].tokens), target.dims.vocab_size,
-                           block_size=4, corrupt=corrupt, seed=seed)
+    oracle = OracleDrafter(
+        prompt_ids(target, PROMPT, cfg) + list(plain[-1].tokens),
+        target.dims.vocab_size,
+        block_size=4,
+        corrupt=corrupt,
+        seed=seed,
+    )
     return list(generate(target, oracle, PROMPT, cfg, inspect=True)), plain
 
 
@@ -182,12 +194,16 @@ def test_the_two_views_hold_the_metrics_figures_and_export_them(qtbot, window, s
     text = lambda v: "" if v is None else str(v)  # how csv writes a value
     assert [(r["drafter"], r["from"], r["to"], r["rounds"], r["acceptance_rate"]) for r in rows] == [
         ("oracle-a", text(b["from"]), text(b["to"]), text(b["rounds"]), text(b["acceptance_rate"]))
-        for b in pane.context[1]["oracle-a"]]
+        for b in pane.context[1]["oracle-a"]
+    ]
     rows = list(csv.DictReader(out[1].open()))
     assert [(int(r["drafted"]), int(r["target"]), int(r["count"])) for r in rows] == [
-        (p["drafted"], p["target"], p["count"]) for p in want]
-    assert {p.name for p in w.export_pngs(str(tmp_path / "png"))} >= {"acceptance_by_context.png",
-                                                                     "what_it_gets_wrong.png"}
+        (p["drafted"], p["target"], p["count"]) for p in want
+    ]
+    assert {p.name for p in w.export_pngs(str(tmp_path / "png"))} >= {
+        "acceptance_by_context.png",
+        "what_it_gets_wrong.png",
+    }
 
 
 def test_after_a_comparison_the_views_are_per_drafter(qtbot, window, saved, tmp_path):
@@ -202,7 +218,8 @@ def test_after_a_comparison_the_views_are_per_drafter(qtbot, window, saved, tmp_
     for label, es in events.items():  # each drafter's own counts of the pairs shown
         every = {(p["drafted"], p["target"]): p["count"] for p in metrics.rejections(es, None)}
         assert {(p["drafted"], p["target"]): p["count"] for p in wrong[label]} == {
-            k: n for k, n in every.items() if k in shown}
+            k: n for k, n in every.items() if k in shown
+        }
     assert len(set(pane.colours.values())) == 2  # one colour per drafter, as on the other tabs
     out = w.export_rejections(str(tmp_path / "csv"))
     assert {r["drafter"] for r in csv.DictReader(out[0].open())} == {"oracle-a", "oracle-b"}
@@ -234,8 +251,10 @@ def test_a_run_saved_before_the_inspector_still_opens(qtbot, window, saved, tmp_
 
 
 BAD = {  # (what is done to the first speculative round i that verified a draft, what the sentence names)
-    "a probability above 1": (lambda run, i: run["events"][i]["target_top"][0][0].__setitem__(1, 1.5),
-                              "round {n}: target_top entry 1"),
+    "a probability above 1": (
+        lambda run, i: run["events"][i]["target_top"][0][0].__setitem__(1, 1.5),
+        "round {n}: target_top entry 1",
+    ),
     "a pair of three": (lambda run, i: run["events"][i]["target_top"][0][0].append(3), "[token, probability] pair"),
     "a row too few": (lambda run, i: run["events"][i]["target_top"].pop(), "round {n}: target_top has"),
     "not best first": (lambda run, i: run["events"][i]["target_top"][0].reverse(), "best first"),
@@ -281,8 +300,9 @@ def test_every_app_run_records_the_inspector_and_dspark_bench_never_computes_it(
     finally:
         w.close()
     target = load_target(dirs["target"])
-    arm = Speculative(target, load_drafter(dirs["drafter"], target), drafter_name="drafter", policy="fixed",
-                      config=GenerationConfig())
+    arm = Speculative(
+        target, load_drafter(dirs["drafter"], target), drafter_name="drafter", policy="fixed", config=GenerationConfig()
+    )
 
     def refuse(*_a, **_k):
         raise AssertionError("dspark bench inspected a round")
@@ -306,7 +326,9 @@ def test_the_inspector_s_words_and_figures_import_no_qt():
     import subprocess
     import sys
 
-    code = ("import sys, dspark_studio.state.inspector; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'PySide6', 'pyqtgraph', 'mlx'}))")
+    code = (
+        "import sys, dspark_studio.state.inspector; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'PySide6', 'pyqtgraph', 'mlx'}))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-2000:]

@@ -25,10 +25,24 @@ from dspark_studio.window.main_window import MainWindow
 
 def rounds_with_text(n: int, texts: tuple[str, ...]) -> tuple[list, list]:
     tok = CommittedToken(id=9, text="\n", source=Source.CORRECTION, round=0, position=1, target_prob=0.5)
-    ev = [RoundEvent(index=i, anchor=0, drafted=tuple(range(len(texts))), draft_probs=(0.5,) * len(texts),
-                     confidences=None, verify_width=len(texts), accepted=1, committed=(tok,), draft_seconds=0.01,
-                     verify_seconds=0.01, elapsed_seconds=0.1, tokens_generated=i + 1, tokens_per_sec=10.0)
-          for i in range(n)]
+    ev = [
+        RoundEvent(
+            index=i,
+            anchor=0,
+            drafted=tuple(range(len(texts))),
+            draft_probs=(0.5,) * len(texts),
+            confidences=None,
+            verify_width=len(texts),
+            accepted=1,
+            committed=(tok,),
+            draft_seconds=0.01,
+            verify_seconds=0.01,
+            elapsed_seconds=0.1,
+            tokens_generated=i + 1,
+            tokens_per_sec=10.0,
+        )
+        for i in range(n)
+    ]
     return ev, [texts] * n
 
 
@@ -58,7 +72,9 @@ def test_draft_rows_fit_the_width_keep_their_header_and_elide_long_tokens(qtbot)
 def test_a_block_size_beyond_the_drafters_training_is_said(qtbot, window, dirs):
     w, c = window, window.controls
     setup(w, dirs)
-    qtbot.waitUntil(lambda: w.session.choices.find(str(dirs["drafter"])).trained is not None, timeout=LONG)  # trained at 4 drafts per round
+    qtbot.waitUntil(
+        lambda: w.session.choices.find(str(dirs["drafter"])).trained is not None, timeout=LONG
+    )  # trained at 4 drafts per round
     c.form.widget("block_size").setValue(32)
     assert c.block_note.isVisible() and "drafter was trained at 4 drafts per round" in c.block_note.text()
     assert "block size 32" in c.block_note.text()
@@ -122,8 +138,16 @@ def test_a_second_key_during_a_presentation_run_is_queued_not_dropped(qtbot, win
         assert w.busy
         qtbot.keyClick(w, Qt.Key_Space)  # during the run
         assert "busy: the next prompt starts when this one ends" in w.statusBar().currentMessage()
-    qtbot.waitUntil(lambda: w.session.choices.prompt_index == (first + 2) % 2 and not w.busy and
-                    w.session.runs[0].prompt == "the a of and" and len(w.session.runs) == 2 and w.session.runs[-1].done, timeout=LONG)
+    qtbot.waitUntil(
+        lambda: (
+            w.session.choices.prompt_index == (first + 2) % 2
+            and not w.busy
+            and w.session.runs[0].prompt == "the a of and"
+            and len(w.session.runs) == 2
+            and w.session.runs[-1].done
+        ),
+        timeout=LONG,
+    )
     assert w.results.prompt_label.text().startswith("Prompt 1 of 2 · the a of and")
     w.presenter.leave()
 
@@ -166,8 +190,10 @@ def test_exports_are_named_after_what_they_hold_and_the_history_keeps_the_newest
     assert (folder / "notes.txt").exists()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"),
-                    reason="only mlx[cpu] on Linux links a slow reference BLAS; a Mac uses Accelerate / Metal")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="only mlx[cpu] on Linux links a slow reference BLAS; a Mac uses Accelerate / Metal",
+)
 def test_the_status_bar_says_when_matrix_products_run_on_the_slow_reference_blas(qtbot, monkeypatch):
     from dspark import blas
 

@@ -29,14 +29,45 @@ HEADER = ("speculative", "plain", "speedup", "tau", "rate", "ttft", "mem", "same
 
 def test_events_round_trip_through_json():
     tok = CommittedToken(id=7, text="·x", source=Source.BONUS, round=3, position=2, target_prob=0.25, draft_prob=None)
-    ev = RoundEvent(index=3, anchor=5, drafted=(7, 8), draft_probs=(0.5, 0.25), confidences=(0.9, 0.1), verify_width=2,
-                    accepted=2, committed=(tok,), draft_seconds=0.01, verify_seconds=0.02, elapsed_seconds=0.5,
-                    tokens_generated=9, tokens_per_sec=18.0, confidence_logits=(1.5, -0.5))
-    s = Summary(method="speculative", tokens=(7, 8), text="ab", prompt_tokens=(1, 2), rounds=1, accepted_lengths=(2,),
-                verify_widths=(2,), tau=3.0, acceptance_rate=1.0, per_position_acceptance=(1.0, 1.0),
-                tokens_per_sec=18.0, ttft_seconds=0.1, prefill_seconds=0.05, draft_seconds=0.01, verify_seconds=0.02,
-                total_seconds=0.6, finish_reason="stop", peak_memory_bytes=123, accepted_histogram=(0, 0, 1),
-                token_logprobs=(-0.1, -0.2), extra={"note": 1})
+    ev = RoundEvent(
+        index=3,
+        anchor=5,
+        drafted=(7, 8),
+        draft_probs=(0.5, 0.25),
+        confidences=(0.9, 0.1),
+        verify_width=2,
+        accepted=2,
+        committed=(tok,),
+        draft_seconds=0.01,
+        verify_seconds=0.02,
+        elapsed_seconds=0.5,
+        tokens_generated=9,
+        tokens_per_sec=18.0,
+        confidence_logits=(1.5, -0.5),
+    )
+    s = Summary(
+        method="speculative",
+        tokens=(7, 8),
+        text="ab",
+        prompt_tokens=(1, 2),
+        rounds=1,
+        accepted_lengths=(2,),
+        verify_widths=(2,),
+        tau=3.0,
+        acceptance_rate=1.0,
+        per_position_acceptance=(1.0, 1.0),
+        tokens_per_sec=18.0,
+        ttft_seconds=0.1,
+        prefill_seconds=0.05,
+        draft_seconds=0.01,
+        verify_seconds=0.02,
+        total_seconds=0.6,
+        finish_reason="stop",
+        peak_memory_bytes=123,
+        accepted_histogram=(0, 0, 1),
+        token_logprobs=(-0.1, -0.2),
+        extra={"note": 1},
+    )
     for e in (ev, s):
         back = event_from_dict(json.loads(json.dumps(event_to_dict(e))))
         assert back == e and type(back) is type(e)
@@ -64,8 +95,10 @@ def _screen(w) -> dict:
         "text": w.results.text.text.toPlainText(),
         "draft_rows": [tuple(t) for t in w.results.drafts.grid.texts],
         "speculative_curve": list(w.results.plots.speculative_curve.getData()[1]) if speculative else [],
-        "table": [[w.results.compare.table.item(r, c).text() for c in range(w.results.compare.table.columnCount())]
-                  for r in range(w.results.compare.table.rowCount())],
+        "table": [
+            [w.results.compare.table.item(r, c).text() for c in range(w.results.compare.table.columnCount())]
+            for r in range(w.results.compare.table.rowCount())
+        ],
     }
 
 
@@ -107,7 +140,11 @@ def test_a_saved_run_replays_on_every_pane_without_a_model(qtbot, fresh, saved):
     info = run_job(qtbot, w, lambda: w.open_replay([str(saved["run"]["file"])], "instant"))
     assert info["ok"]
     assert _screen(w) == saved["run"]["screen"]
-    assert w.results.header.mode.isVisible() and "REPLAY instant" in w.results.header.mode.text() and "run.json" in w.results.header.mode.text()
+    assert (
+        w.results.header.mode.isVisible()
+        and "REPLAY instant" in w.results.header.mode.text()
+        and "run.json" in w.results.header.mode.text()
+    )
     assert w.session.loaded_target is None and w.engine.worker._target is None  # nothing was loaded
     assert not list((Path(os.environ["DSPARK_STUDIO_HOME"]) / "data" / "runs").glob("*.json"))  # not re-saved
 
@@ -154,8 +191,12 @@ def test_a_file_that_is_not_a_saved_run_is_one_message(qtbot, fresh, saved, tmp_
     cases = {"garbage.json": "{oops", "empty.json": json.dumps({"runs": []}), "broken.json": json.dumps(doc)}
     for name, text in cases.items():
         (tmp_path / name).write_text(text)
-    for name, says in (("garbage.json", "not valid JSON"), ("empty.json", "has no runs"),
-                       ("broken.json", "run 1 is not readable"), ("missing.json", "is not a file")):
+    for name, says in (
+        ("garbage.json", "not valid JSON"),
+        ("empty.json", "has no runs"),
+        ("broken.json", "run 1 is not readable"),
+        ("missing.json", "is not a file"),
+    ):
         assert not w.open_replay([str(tmp_path / name)])
         assert says in w.results.message.text() and "\n" not in w.results.message.text(), w.results.message.text()
         assert _screen(w) == shown and not w.busy
@@ -176,8 +217,20 @@ def test_space_plays_the_next_saved_run_in_presentation_mode(qtbot, fresh, saved
 def test_dspark_studio_replay_starts_straight_into_it(saved, tmp_path):
     out = tmp_path / "replay.png"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", DSPARK_STUDIO_HOME=str(tmp_path / "home"))
-    cmd = [sys.executable, "-m", "dspark_studio", "--replay", str(saved["compare"]["file"]), "--presentation",
-           "--target", str(saved["root"] / "target"), "--screenshot", str(out), "--size", "1280x800"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dspark_studio",
+        "--replay",
+        str(saved["compare"]["file"]),
+        "--presentation",
+        "--target",
+        str(saved["root"] / "target"),
+        "--screenshot",
+        str(out),
+        "--size",
+        "1280x800",
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (QImage(str(out)).width(), QImage(str(out)).height()) == (1280, 800)
@@ -210,5 +263,6 @@ def test_a_run_saved_before_replay_existed_still_replays(qtbot, fresh, saved, tm
     assert screen["header"] == {**then["header"], "same": "–"} and screen["text"] == then["text"]
     pieces = {t.id: t.text for r in w.session.runs for e in r.rounds for t in e.committed}
     speculative = w.session.shown_runs()[0]
-    assert [list(t) for t in w.results.drafts.grid.texts] == [[pieces.get(d, f"#{d}") for d in e.drafted]
-                                                               for e in speculative.rounds]
+    assert [list(t) for t in w.results.drafts.grid.texts] == [
+        [pieces.get(d, f"#{d}") for d in e.drafted] for e in speculative.rounds
+    ]

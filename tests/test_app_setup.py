@@ -24,8 +24,9 @@ def fake_bin(folder: Path, **scripts: str) -> Path:
 
 
 def system_packages(path: str) -> subprocess.CompletedProcess:
-    return subprocess.run([MAKE, "-s", "-C", str(ROOT), "system-packages"], env={"PATH": path},
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [MAKE, "-s", "-C", str(ROOT), "system-packages"], env={"PATH": path}, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.skipif(MAKE is None, reason="no make")
@@ -67,13 +68,16 @@ def test_a_missing_xcb_cursor_library_is_one_line_not_an_abort(monkeypatch, caps
     assert startup.missing_system_library() is None
 
 
-@pytest.mark.parametrize("argv, environ, expected", [
-    (["--screenshot", "x.png"], {"DISPLAY": ":0"}, "offscreen"),  # XQuartz on a Mac, a desktop on Linux
-    (["--self-test", "x.png"], {"DISPLAY": ":0"}, None),  # decided when the self-test starts its window run
-    (["--screenshot", "x.png", "--on-screen"], {"DISPLAY": ":0"}, None),
-    (["--screenshot", "x.png"], {"QT_QPA_PLATFORM": "xcb"}, "xcb"),  # the user's choice wins
-    ([], {"DISPLAY": ":0"}, None),  # the app itself opens its window
-])
+@pytest.mark.parametrize(
+    "argv, environ, expected",
+    [
+        (["--screenshot", "x.png"], {"DISPLAY": ":0"}, "offscreen"),  # XQuartz on a Mac, a desktop on Linux
+        (["--self-test", "x.png"], {"DISPLAY": ":0"}, None),  # decided when the self-test starts its window run
+        (["--screenshot", "x.png", "--on-screen"], {"DISPLAY": ":0"}, None),
+        (["--screenshot", "x.png"], {"QT_QPA_PLATFORM": "xcb"}, "xcb"),  # the user's choice wins
+        ([], {"DISPLAY": ":0"}, None),  # the app itself opens its window
+    ],
+)
 def test_headless_runs_draw_offscreen_whatever_display_there_is(argv, environ, expected):
     from dspark_studio import startup
 

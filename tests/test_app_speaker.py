@@ -91,22 +91,35 @@ X11_ESC = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not all(shutil.which(p) for p in ("Xvfb", "openbox", "xprop")),
-                    reason="needs an X server with a window manager (apt-get install xvfb openbox x11-utils)")
+@pytest.mark.skipif(
+    not all(shutil.which(p) for p in ("Xvfb", "openbox", "xprop")),
+    reason="needs an X server with a window manager (apt-get install xvfb openbox x11-utils)",
+)
 def test_esc_leaves_full_screen_under_a_window_manager_on_a_small_screen(saved, tmp_path):
     """What a speaker saw: Esc left presentation mode, but the window stayed full screen."""
     display = ":93"
-    xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", "1024x640x24"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    xvfb = subprocess.Popen(
+        ["Xvfb", display, "-screen", "0", "1024x640x24"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
-        env = {**os.environ, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb",
-               "DSPARK_STUDIO_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+        env = {
+            **os.environ,
+            "DISPLAY": display,
+            "QT_QPA_PLATFORM": "xcb",
+            "DSPARK_STUDIO_HOME": str(tmp_path / "home"),
+            "PYTHONPATH": str(ROOT),
+        }
         time.sleep(1)  # the server up
         wm = subprocess.Popen(["openbox"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(1)  # the window manager up
-            r = subprocess.run([sys.executable, "-c", X11_ESC, str(saved["compare"]["file"])], env=env,
-                               capture_output=True, text=True, timeout=120)
+            r = subprocess.run(
+                [sys.executable, "-c", X11_ESC, str(saved["compare"]["file"])],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
         finally:
             wm.terminate()
     finally:
@@ -143,23 +156,28 @@ def test_download_offline_says_where_the_cache_is_and_how_to_copy_a_model_in(qtb
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     def no_network(*_a, **_k):
-        raise LocalEntryNotFoundError("An error happened while trying to locate the files on the Hub, and we cannot "
-                                      "find the appropriate snapshot folder for the specified revision on the local "
-                                      "disk. Please check your internet connection and try again. " * 3)
+        raise LocalEntryNotFoundError(
+            "An error happened while trying to locate the files on the Hub, and we cannot "
+            "find the appropriate snapshot folder for the specified revision on the local "
+            "disk. Please check your internet connection and try again. " * 3
+        )
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
     dialog = window.open_download()
     repo = "mlx-community/gemma-4-e2b-it-4bit"
-    item = next(dialog.list.item(i) for i in range(dialog.list.count()) if dialog.list.item(i).data(Qt.UserRole) == repo)
+    item = next(
+        dialog.list.item(i) for i in range(dialog.list.count()) if dialog.list.item(i).data(Qt.UserRole) == repo
+    )
     dialog.list.setCurrentItem(item)
     qtbot.waitUntil(lambda: "cannot be reached" in dialog.info.text(), timeout=LONG)
     for text in (dialog.info.text(), None):
         if text is None:
             dialog.start()
-            qtbot.waitUntil(lambda: dialog.download_b.isEnabled() and "cannot be reached" in dialog.info.text(),
-                            timeout=LONG)
+            qtbot.waitUntil(
+                lambda: dialog.download_b.isEnabled() and "cannot be reached" in dialog.info.text(), timeout=LONG
+            )
             text = dialog.info.text()
         first = text.splitlines()[0]
         assert "already cached" not in first and first.count(repo) == 1 and "An error happened" not in first
@@ -170,18 +188,36 @@ def test_download_offline_says_where_the_cache_is_and_how_to_copy_a_model_in(qtb
 # --- 6: one colour per drafter, one line style per policy, everywhere -----------------------------
 def bench_doc() -> dict:
     def arm(name, drafter, policy, speedup):
-        return {"arm": name, "drafter": drafter, "policy": policy, "trials": 2, "tokens_per_sec": 100.0 * speedup,
-                "speedup": speedup, "speedup_spread": {"n": 2, "min": speedup, "p25": speedup, "p75": speedup,
-                                                       "max": speedup},
-                "tau": 3.0, "acceptance_rate": 0.6, "per_position_acceptance": [0.8, 0.6, 0.4], "rounds": 10}
+        return {
+            "arm": name,
+            "drafter": drafter,
+            "policy": policy,
+            "trials": 2,
+            "tokens_per_sec": 100.0 * speedup,
+            "speedup": speedup,
+            "speedup_spread": {"n": 2, "min": speedup, "p25": speedup, "p75": speedup, "max": speedup},
+            "tau": 3.0,
+            "acceptance_rate": 0.6,
+            "per_position_acceptance": [0.8, 0.6, 0.4],
+            "rounds": 10,
+        }
 
     costs = {"verify_ms": [5.0, 6.0, 7.0, 8.0], "draft_ms": 2.0, "step_ms": 5.0}
-    return {"_path": "/x/summary.json", "environment": {"cpu": "test"}, "prompts": {"count": 2},
-            "settings": {"max_tokens": 8, "repeats": 1}, "started": "2026-01-01T00:00:00",
-            "arms": [{"arm": "plain", "trials": 2, "tokens_per_sec": 100.0, "per_position_acceptance": []},
-                     arm("dspark fixed", "dspark", "fixed", 1.5), arm("dflash fixed", "dflash", "fixed", 1.3),
-                     arm("dspark auto", "dspark", "auto", 1.6), arm("dflash auto", "dflash", "auto", 1.4)],
-            "costs": {"dflash": costs, "dspark": {**costs, "draft_ms": 3.0}}}
+    return {
+        "_path": "/x/summary.json",
+        "environment": {"cpu": "test"},
+        "prompts": {"count": 2},
+        "settings": {"max_tokens": 8, "repeats": 1},
+        "started": "2026-01-01T00:00:00",
+        "arms": [
+            {"arm": "plain", "trials": 2, "tokens_per_sec": 100.0, "per_position_acceptance": []},
+            arm("dspark fixed", "dspark", "fixed", 1.5),
+            arm("dflash fixed", "dflash", "fixed", 1.3),
+            arm("dspark auto", "dspark", "auto", 1.6),
+            arm("dflash auto", "dflash", "auto", 1.4),
+        ],
+        "costs": {"dflash": costs, "dspark": {**costs, "draft_ms": 3.0}},
+    }
 
 
 def test_a_benchmark_colours_each_drafter_alike_in_the_table_every_plot_and_every_export(qtbot, window):
@@ -193,7 +229,9 @@ def test_a_benchmark_colours_each_drafter_alike_in_the_table_every_plot_and_ever
     w.refresh()
     c = w.results.compare
     table = {c.table.item(r, 0).text(): c.table.item(r, 0).data(Qt.DecorationRole).name() for r in range(5)}
-    curves = {item.opts["pen"].color().name(): item.opts["pen"].style() for item in c.position.getPlotItem().listDataItems()}
+    curves = {
+        item.opts["pen"].color().name(): item.opts["pen"].style() for item in c.position.getPlotItem().listDataItems()
+    }
     by_arm = [(table[a], a.split()[1]) for a in ("dspark fixed", "dspark auto", "dflash fixed", "dflash auto")]
     assert table["dspark fixed"] == table["dspark auto"] != table["dflash fixed"] == table["dflash auto"]
     assert set(curves) == {colour for colour, _ in by_arm}
@@ -204,7 +242,10 @@ def test_a_benchmark_colours_each_drafter_alike_in_the_table_every_plot_and_ever
     a, b = QColor(table["dspark fixed"]), QColor(table["dflash fixed"])
     assert abs(a.hueF() - b.hueF()) > 0.15  # told apart at a glance
     exported = _figures(bench_doc(), w.theme)  # dspark-studio --bench-figures: the same colours
-    pens = {(i.opts["pen"].color().name(), i.opts["pen"].style()) for i in exported["acceptance"].getPlotItem().listDataItems()}
+    pens = {
+        (i.opts["pen"].color().name(), i.opts["pen"].style())
+        for i in exported["acceptance"].getPlotItem().listDataItems()
+    }
     assert pens == {(colour, LINE_STYLES["solid" if p == "fixed" else "dot"]) for colour, p in by_arm}
 
 
@@ -232,9 +273,11 @@ def test_tab_leaves_the_prompt_box_ctrl_arrows_step_the_set_and_the_focus_shows(
 
     assert frame(focused) >= focused.width() and frame(unfocused) == 0
 
+
 # --- 8: after a restart ---------------------------------------------------------------------------
 def test_a_restart_finds_the_prompt_in_its_set_forgets_refused_drafters_and_a_replay_lists_its_own(
-        qtbot, dirs, saved, tmp_path, monkeypatch):
+    qtbot, dirs, saved, tmp_path, monkeypatch
+):
     from dspark import prompts
     from dspark_studio.files import settings
     from dspark_studio.startup import build_parser, open_window
@@ -268,7 +311,8 @@ def test_a_restart_finds_the_prompt_in_its_set_forgets_refused_drafters_and_a_re
 
 # --- 9: Measure costs --------------------------------------------------------------------------------
 def test_measure_costs_measures_the_ticked_drafters_with_progress_and_leaves_no_replay_badge(
-        qtbot, window, dirs, saved, tmp_path, monkeypatch):
+    qtbot, window, dirs, saved, tmp_path, monkeypatch
+):
     monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path / "costs"))
     w = window
     setup(w, dirs, drafters=("drafter", "drafter2"))
@@ -299,8 +343,7 @@ def test_the_worker_says_how_long_measuring_costs_will_take(qtbot, window, dirs,
     w = window
     setup(w, dirs, drafters=("drafter",))
     seen = []
-    w.engine.worker.message.connect(lambda m: seen.append(m) if isinstance(m, Progress) else None,
-                                    Qt.DirectConnection)
+    w.engine.worker.message.connect(lambda m: seen.append(m) if isinstance(m, Progress) else None, Qt.DirectConnection)
     assert w.measure_costs()
     qtbot.waitUntil(lambda: str(dirs["drafter"]) in w.session.costs, timeout=LONG * 4)
     qtbot.waitUntil(lambda: any(p.done == p.total for p in seen), timeout=LONG)
@@ -324,13 +367,19 @@ def test_a_mistake_is_said_with_the_app_s_controls_not_command_line_flags(qtbot,
 def load_run(w, load: float, own: float, plain_rates=(100.0,)):
     s = w.session
     job = s.new_job("run", "/t", ["p"], (), config={})
-    s.apply(RunStarted(job=job.id, key=1, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0,
-                       config={}))
+    s.apply(
+        RunStarted(
+            job=job.id, key=1, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0, config={}
+        )
+    )
     for i in range(4):
         s.apply(RoundDone(1, event(i, 3, 3, [1, 2, 3, 4], generated=4 * (i + 1), seconds=0.02 * (i + 1)), ("a",) * 3))
     s.apply(RunDone(1, summary("speculative", [1] * 16, 4, 200.0), {"load": load, "own": own, "cores": 2}))
-    s.apply(RunStarted(job=job.id, key=2, label=PLAIN_LABEL, method="plain", drafter=None, prompt="p", prompt_index=0,
-                       config={}))
+    s.apply(
+        RunStarted(
+            job=job.id, key=2, label=PLAIN_LABEL, method="plain", drafter=None, prompt="p", prompt_index=0, config={}
+        )
+    )
     clock = 0.0
     for i in range(40):  # the first half of the tokens at the first rate, the rest at the last
         clock += 1 / plain_rates[0 if i < 20 else -1]
@@ -392,8 +441,12 @@ def test_presentation_mode_scales_every_type_size_with_the_window(qtbot, window,
         w.refresh()
         r = w.results
         tick = r.plots.hist.getAxis("bottom").style["tickFont"]
-        out = {"text": QFontInfo(r.text.text.font()).pixelSize(), "draft rows": QFontInfo(r.drafts.grid.cell_font).pixelSize(),
-               "ticks": QFontInfo(tick).pixelSize(), "values": QFontInfo(r.header.values["tau"].font()).pixelSize()}
+        out = {
+            "text": QFontInfo(r.text.text.font()).pixelSize(),
+            "draft rows": QFontInfo(r.drafts.grid.cell_font).pixelSize(),
+            "ticks": QFontInfo(tick).pixelSize(),
+            "values": QFontInfo(r.header.values["tau"].font()).pixelSize(),
+        }
         w.presenter.leave()
         return out
 

@@ -29,8 +29,18 @@ ARMS = (Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(PLAIN_LABEL, None))
 def run(s: Session, job, key: int, arm: Arm, prompt: int, tokens: list[int], tps: float, stop_after: int | None = None):
     """One run of ``arm`` on ``prompt`` (4 tokens a round for a drafter), ended, or stopped after
     ``stop_after`` rounds."""
-    s.apply(RunStarted(job=job.id, key=key, label=arm.label, method="speculative" if arm.drafter else "plain",
-                       drafter=arm.drafter, prompt="p", prompt_index=prompt, config={}))
+    s.apply(
+        RunStarted(
+            job=job.id,
+            key=key,
+            label=arm.label,
+            method="speculative" if arm.drafter else "plain",
+            drafter=arm.drafter,
+            prompt="p",
+            prompt_index=prompt,
+            config={},
+        )
+    )
     step = 4 if arm.drafter else 1
     rounds = 0
     for i in range(0, len(tokens), step):
@@ -38,8 +48,15 @@ def run(s: Session, job, key: int, arm: Arm, prompt: int, tokens: list[int], tps
             break
         n = min(i + step, len(tokens))
         accepted = (3 if arm.label == "d1" else 1) if arm.drafter else 0
-        ev = event(rounds, min(accepted, n - i - 1), 3 if arm.drafter else 0, tokens[i:n],
-                   Source.CORRECTION if arm.drafter else Source.TARGET, generated=n, seconds=n / tps)
+        ev = event(
+            rounds,
+            min(accepted, n - i - 1),
+            3 if arm.drafter else 0,
+            tokens[i:n],
+            Source.CORRECTION if arm.drafter else Source.TARGET,
+            generated=n,
+            seconds=n / tps,
+        )
         s.apply(RoundDone(key, ev, ("a", "b", "c") if arm.drafter else ()))
         rounds += 1
     made = tokens[: min(len(tokens), rounds * step)]
@@ -78,26 +95,41 @@ def test_a_stopped_pooled_comparison_s_header_equals_the_figures_of_the_runs_it_
     header.show_view(view)
     kept = [r for r in s.comparison if r.prompt_index in (0, 1)]  # what the figures may pool: prompts 1 and 2
     speculative_runs = [r for r in kept if r.label == "d1"]
-    pairs = [(r.rounds, b.rounds) for r in speculative_runs for b in kept
-             if b.label == PLAIN_LABEL and b.prompt_index == r.prompt_index]
+    pairs = [
+        (r.rounds, b.rounds)
+        for r in speculative_runs
+        for b in kept
+        if b.label == PLAIN_LABEL and b.prompt_index == r.prompt_index
+    ]
     ratio, compared = metrics.comparable_speedup(pairs)
     tau = metrics.summarize(e for r in speculative_runs for e in r.rounds).tau
     shown = {k: header.values[k].text() for k in ("speculative", "plain", "speedup", "tau", "same")}
-    assert shown == {"speculative": f"{pooled(kept, 'd1'):.1f}", "plain": f"{pooled(kept, PLAIN_LABEL):.1f}",
-                     "speedup": f"{ratio:.2f}×", "tau": f"{tau:.2f}", "same": "✓"}
+    assert shown == {
+        "speculative": f"{pooled(kept, 'd1'):.1f}",
+        "plain": f"{pooled(kept, PLAIN_LABEL):.1f}",
+        "speedup": f"{ratio:.2f}×",
+        "tau": f"{tau:.2f}",
+        "same": "✓",
+    }
     assert header.headline.text() == "d1 vs plain decoding · pooled over 2 of 3 prompts · stopped"
     assert "Pooled over the 2 prompts" in header.values["speedup"].toolTip()
     assert f"{compared} tokens compared" in header.values["speedup"].toolTip() and compared == 32
     assert {(r["label"], r["finished"], r["planned"], r["runs"]) for r in view.rows} == {
-        ("d1", 2, 3, 2), ("d2", 2, 3, 2), (PLAIN_LABEL, 2, 3, 2)}
+        ("d1", 2, 3, 2),
+        ("d2", 2, 3, 2),
+        (PLAIN_LABEL, 2, 3, 2),
+    }
 
 
 def test_while_a_comparison_runs_every_row_covers_the_same_prompts(qtbot):
     s = Session()
     job = s.new_job("compare", "/t", ["p0", "p1", "p2"], ARMS, config={}, focus="d1")
     prompt_done(s, job, 0, 1)
-    s.apply(RunStarted(job=job.id, key=4, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=1,
-                       config={}))  # prompt 2: d1 running
+    s.apply(
+        RunStarted(
+            job=job.id, key=4, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=1, config={}
+        )
+    )  # prompt 2: d1 running
     s.apply(RoundDone(4, event(0, 3, 3, [1, 2, 3, 4], generated=4, seconds=0.01), ("a", "b", "c")))
     s.show_tab(COMPARE_TAB)
     panel = ResultsPanel()
@@ -113,8 +145,11 @@ def test_while_a_comparison_runs_every_row_covers_the_same_prompts(qtbot):
 def test_the_header_and_the_histogram_draw_the_same_rounds_however_many_arrive_meanwhile(qtbot, monkeypatch):
     s = Session()
     job = s.new_job("run", "/t", ["p"], (ARMS[0], ARMS[2]), config={})
-    s.apply(RunStarted(job=job.id, key=1, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0,
-                       config={}))
+    s.apply(
+        RunStarted(
+            job=job.id, key=1, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0, config={}
+        )
+    )
     for i in range(3):
         s.apply(RoundDone(1, event(i, 3, 3, [1, 2, 3, 4], generated=4 * (i + 1), seconds=0.1 * (i + 1)), ("a",) * 3))
     panel = ResultsPanel()
@@ -140,8 +175,9 @@ def test_a_replay_after_a_replay_of_another_run_shows_that_run_s_text(qtbot, sav
     doc = json.loads(saved["compare"]["file"].read_text())
     first = [r for r in doc["runs"] if r["prompt_index"] == 0 and r["label"] in ("drafter", PLAIN_LABEL)]
     other = tmp_path / "other.json"
-    other.write_text(json.dumps({**{k: v for k, v in doc.items() if k != "comparison"}, "kind": "run", "prompts": 1,
-                                 "runs": first}))
+    other.write_text(
+        json.dumps({**{k: v for k, v in doc.items() if k != "comparison"}, "kind": "run", "prompts": 1, "runs": first})
+    )
     for path in (saved["run"]["file"], other):
         with qtbot.waitSignal(w.job_finished, timeout=30_000):
             assert w.open_replay([str(path)], "instant"), w.session.message
@@ -150,5 +186,3 @@ def test_a_replay_after_a_replay_of_another_run_shows_that_run_s_text(qtbot, sav
         text = speculative["prompt"] + "".join(t["text"] for ev in speculative["events"] for t in ev["committed"])
         assert w.results.text.text.toPlainText() == text
         assert len(w.results.drafts.grid.rounds) == len(speculative["events"])
-
-

@@ -34,7 +34,13 @@ def parts_of(tree: ast.Module, cls: str) -> set[str]:
     if node is None:
         return out
     for n in ast.walk(node):
-        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AnnAssign, ast.AugAssign)) else []
+        targets = (
+            n.targets
+            if isinstance(n, ast.Assign)
+            else [n.target]
+            if isinstance(n, (ast.AnnAssign, ast.AugAssign))
+            else []
+        )
         for t in targets:
             for e in ast.walk(t):
                 if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
@@ -67,11 +73,15 @@ def test_no_helper_holds_the_window():
             params = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
             for n in ast.walk(fn):
                 if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id in params & WINDOW_NAMES:
-                    held += [f"{name}:{n.lineno}" for t in n.targets
-                             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"]
+                    held += [
+                        f"{name}:{n.lineno}"
+                        for t in n.targets
+                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+                    ]
     assert not held
-    window = next(n for n in modules()["window/main_window.py"].body
-                  if isinstance(n, ast.ClassDef) and n.name == "MainWindow")
+    window = next(
+        n for n in modules()["window/main_window.py"].body if isinstance(n, ast.ClassDef) and n.name == "MainWindow"
+    )
     assert [b.id for b in window.bases] == ["QMainWindow"]
 
 
@@ -100,7 +110,9 @@ def test_the_session_s_parts_import_no_qt():
     import subprocess
     import sys
 
-    code = ("import sys, dspark_studio.state.choices, dspark_studio.state.playlist, dspark_studio.state.session; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'PySide6', 'pyqtgraph', 'mlx'}))")
+    code = (
+        "import sys, dspark_studio.state.choices, dspark_studio.state.playlist, dspark_studio.state.session; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'PySide6', 'pyqtgraph', 'mlx'}))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=APP.parent)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-2000:]

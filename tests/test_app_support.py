@@ -26,10 +26,17 @@ def _tokenizer_files(out: Path, vocab_size: int) -> None:
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")  # joins pieces with spaces
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": "<eos>", "bos_token": "<bos>", "unk_token": "<unk>", "pad_token": "<pad>",
-    }))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "eos_token": "<eos>",
+                "bos_token": "<bos>",
+                "unk_token": "<unk>",
+                "pad_token": "<pad>",
+            }
+        )
+    )
 
 
 def save_tiny_target(out: Path, seed: int = 0, vocab: int = 96, **kw) -> Path:

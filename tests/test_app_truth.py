@@ -123,13 +123,28 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
     from dspark_studio.state.session import View
 
     def record(key, method, n, tps_at, per_round):
-        r = Run(key=key, label="d1" if method == "speculative" else PLAIN_LABEL, method=method, prompt="p",
-                prompt_index=0, drafter=None, config={"temperature": 1.0})
+        r = Run(
+            key=key,
+            label="d1" if method == "speculative" else PLAIN_LABEL,
+            method=method,
+            prompt="p",
+            prompt_index=0,
+            drafter=None,
+            config={"temperature": 1.0},
+        )
         done = 0
         while done < n:
             done = min(done + per_round, n)
-            r.rounds.append(event(len(r.rounds), per_round - 1, per_round - 1, [7] * per_round,
-                                  generated=done, seconds=done / tps_at(done)))
+            r.rounds.append(
+                event(
+                    len(r.rounds),
+                    per_round - 1,
+                    per_round - 1,
+                    [7] * per_round,
+                    generated=done,
+                    seconds=done / tps_at(done),
+                )
+            )
         r.summary = summary(method, [7] * n, len(r.rounds), r.rounds[-1].tokens_per_sec)
         return r
 
@@ -138,16 +153,42 @@ def test_the_header_compares_decode_rates_over_the_same_number_of_tokens(qtbot):
     speculative = record(1, "speculative", 20, lambda k: 20.0, 4)  # EOS after 20 tokens
     h = HeaderStrip()
     qtbot.addWidget(h)
-    h.show_view(View(kind="run", tab="run", speculative=speculative, plain=plain, runs=(speculative, plain), prompts=1,
-                     comparison=(), rows=(), compare_prompts=0, focus=None, busy=False))
+    h.show_view(
+        View(
+            kind="run",
+            tab="run",
+            speculative=speculative,
+            plain=plain,
+            runs=(speculative, plain),
+            prompts=1,
+            comparison=(),
+            rows=(),
+            compare_prompts=0,
+            focus=None,
+            busy=False,
+        )
+    )
     assert h.values["speedup"].text() == "2.00×"  # 20 tok/s against 10 over the same 20 tokens (not 0.45×)
     assert "both measured over the first 20" in h.values["speedup"].toolTip()
     # the two tok/s shown are the two the speedup divides, and say so
     assert (h.values["speculative"].text(), h.values["plain"].text()) == ("20.0", "10.0")
     assert h.captions["plain"].text() == "plain tok/s · first 20 tokens"
     short = record(3, "speculative", 2, lambda k: 20.0, 2)  # EOS after 2 tokens: too few to compare
-    h.show_view(View(kind="run", tab="run", speculative=short, plain=plain, runs=(short, plain), prompts=1,
-                     comparison=(), rows=(), compare_prompts=0, focus=None, busy=False))
+    h.show_view(
+        View(
+            kind="run",
+            tab="run",
+            speculative=short,
+            plain=plain,
+            runs=(short, plain),
+            prompts=1,
+            comparison=(),
+            rows=(),
+            compare_prompts=0,
+            focus=None,
+            busy=False,
+        )
+    )
     assert h.values["speedup"].text() == "–" and "too few to compare" in h.values["speedup"].toolTip()
     assert h.captions["plain"].text() == "plain tok/s"  # whole-run rates again
 
@@ -167,12 +208,16 @@ def test_a_bad_drafter_comes_in_unticked_and_unselected_and_compare_skips_it(qtb
     assert "⚠" in item.text() and "not valid JSON" in item.toolTip() and item.checkState() == Qt.Unchecked
     assert w.session.choices.run_drafter() == str(dirs["drafter"]) and "not valid JSON" in w.results.message.text()
     w.add_drafter("/no/such/drafter", select=True)  # not a directory: marked at once
-    assert "not a directory" in w.session.choices.error("/no/such/drafter") and w.session.choices.run_drafter() == str(dirs["drafter"])
+    assert "not a directory" in w.session.choices.error("/no/such/drafter") and w.session.choices.run_drafter() == str(
+        dirs["drafter"]
+    )
     # Run with a bad drafter selected by hand: one message, nothing started, nothing shown is lost
     shown = w.session.shown_runs()
     c.drafters.setCurrentRow(1)
     w.start_run()
-    assert not w.busy and w.session.shown_runs() == shown and "cannot run with drafter broken" in w.results.message.text()
+    assert (
+        not w.busy and w.session.shown_runs() == shown and "cannot run with drafter broken" in w.results.message.text()
+    )
     # Compare skips a bad drafter ticked by hand, and one the worker only finds bad while comparing
     item.setCheckState(Qt.Checked)
     w.add_drafter(str(dirs["other_drafter"]))  # ticked; its load error has not arrived yet

@@ -17,9 +17,25 @@ from dspark.costs import Costs
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / ".venv-peers" / "bin" / "python"
-ARM_KEYS = ["tokens_per_sec", "speedup", "tau", "acceptance_rate", "per_position_acceptance", "accepted_histogram",
-            "draft_ms", "verify_ms", "overhead_ms", "step_ms", "limit", "efficiency", "ttft_seconds",
-            "peak_memory_bytes", "identical", "drafter", "policy"]
+ARM_KEYS = [
+    "tokens_per_sec",
+    "speedup",
+    "tau",
+    "acceptance_rate",
+    "per_position_acceptance",
+    "accepted_histogram",
+    "draft_ms",
+    "verify_ms",
+    "overhead_ms",
+    "step_ms",
+    "limit",
+    "efficiency",
+    "ttft_seconds",
+    "peak_memory_bytes",
+    "identical",
+    "drafter",
+    "policy",
+]
 ENV_KEYS = ["os", "cpu", "mlx", "device", "blas", "blas_threads", "git", "python", "plain_blas_threads"]
 
 
@@ -31,8 +47,24 @@ def dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
     model = ckpt.target_model()
     d = {"target": ckpt.write_target(root / "target", model), "zlab": ckpt.write_zlab(root / "zlab")}
-    assert main(["init", "--target", str(d["target"]), "--out", str(root / "native"), "--block-size", "4",
-                 "--layers", "1", "--markov-rank", "16"]) == 0
+    assert (
+        main(
+            [
+                "init",
+                "--target",
+                str(d["target"]),
+                "--out",
+                str(root / "native"),
+                "--block-size",
+                "4",
+                "--layers",
+                "1",
+                "--markov-rank",
+                "16",
+            ]
+        )
+        == 0
+    )
     d["native"] = root / "native"
     prompts = root / "prompts.json"
     prompts.write_text(json.dumps([" ".join(f"t{i}" for i in ckpt.PROMPT[:12]), "t7 t45 t45 t200 t13"]))
@@ -50,9 +82,27 @@ def auto_bench(dirs, tmp_path_factory, costs_measured_once):
 
 
 def bench(dirs, out, *extra):
-    return main(["bench", "--target", str(dirs["target"]), "--drafter", str(dirs["native"]), "--drafter",
-                 str(dirs["zlab"]), "--prompts", str(dirs["prompts"]), "--max-tokens", "24", "--repeats", "2",
-                 "--out", str(out), "--no-progress", *extra])
+    return main(
+        [
+            "bench",
+            "--target",
+            str(dirs["target"]),
+            "--drafter",
+            str(dirs["native"]),
+            "--drafter",
+            str(dirs["zlab"]),
+            "--prompts",
+            str(dirs["prompts"]),
+            "--max-tokens",
+            "24",
+            "--repeats",
+            "2",
+            "--out",
+            str(out),
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 def test_bench_writes_every_trial_and_the_figures_of_every_arm(dirs, tmp_path, capsys, monkeypatch):
@@ -99,13 +149,20 @@ def test_plain_decoding_keeps_the_faster_thread_count_of_each_trial(monkeypatch)
     count it is and whichever ran first; the report says which count won how often."""
     from dspark.bench import arms
 
-    seconds = iter([2.0, 1.0, 1.0, 3.0])  # trial 1: 1 thread 2 s, 2 threads 1 s; trial 2 (order reversed): 2 threads 1 s, 1 thread 3 s
+    seconds = iter(
+        [2.0, 1.0, 1.0, 3.0]
+    )  # trial 1: 1 thread 2 s, 2 threads 1 s; trial 2 (order reversed): 2 threads 1 s, 1 thread 3 s
     ran = []
 
     def fake_run(self, ids, max_tokens, seed, threads):
         ran.append(threads)
-        return {"tokens": 10, "token_ids": [threads] * 10, "decode_seconds": next(seconds), "ttft_seconds": 0.0,
-                "peak_memory_bytes": 0}
+        return {
+            "tokens": 10,
+            "token_ids": [threads] * 10,
+            "decode_seconds": next(seconds),
+            "ttft_seconds": 0.0,
+            "peak_memory_bytes": 0,
+        }
 
     monkeypatch.setattr(arms.Plain, "_run", fake_run)
     plain = arms.Plain(None, None, [1, 2])
@@ -120,8 +177,16 @@ def test_plain_decoding_keeps_the_faster_thread_count_of_each_trial(monkeypatch)
 
 def test_figures_are_derived_as_documented():
     plain = {"arm": "plain", "tokens": 100, "decode_seconds": 1.0}
-    spec = {"arm": "d fixed", "tokens": 100, "decode_seconds": 0.5, "rounds": 25, "accepted": [3] * 25,
-            "widths": [4] * 25, "draft_seconds": 0.2, "verify_seconds": 0.25}
+    spec = {
+        "arm": "d fixed",
+        "tokens": 100,
+        "decode_seconds": 0.5,
+        "rounds": 25,
+        "accepted": [3] * 25,
+        "widths": [4] * 25,
+        "draft_seconds": 0.2,
+        "verify_seconds": 0.25,
+    }
     costs = Costs(verify_ms=(5.0, 6.0, 7.0, 8.0, 9.0), draft_ms=6.0, step_ms=9.0)
     t = report.derive(spec, plain, costs)
     assert t["tokens_per_sec"] == 200 and t["speedup"] == 2.0 and t["tau"] == 4.0
@@ -133,8 +198,18 @@ def test_figures_are_derived_as_documented():
     assert s["speedup"] == 2.0 and s["speedup_spread"]["min"] == 1.0 and s["rounds"] == 75
     # auto with plain steps: a round's figures are the rounds' own, and the limit prices a plain
     # step at plain decoding's step (rounds: 10 of tau 4, 60 plain steps taking 0.3 s)
-    auto = {"arm": "d auto", "tokens": 100, "decode_seconds": 0.6, "rounds": 10, "accepted": [3] * 10,
-            "widths": [4] * 10, "draft_seconds": 0.08, "verify_seconds": 0.1, "plain_steps": 60, "plain_seconds": 0.3}
+    auto = {
+        "arm": "d auto",
+        "tokens": 100,
+        "decode_seconds": 0.6,
+        "rounds": 10,
+        "accepted": [3] * 10,
+        "widths": [4] * 10,
+        "draft_seconds": 0.08,
+        "verify_seconds": 0.1,
+        "plain_steps": 60,
+        "plain_seconds": 0.3,
+    }
     a = report.derive(auto, plain, costs)
     assert a["tau"] == 4.0 and (a["draft_ms"], a["verify_ms"]) == pytest.approx((8.0, 10.0))
     assert a["overhead_ms"] == pytest.approx(12.0) and a["in_loop"] == pytest.approx(18 / 30)
@@ -191,8 +266,13 @@ def test_plots_are_drawn_by_the_app(auto_bench, tmp_path):
     pytest.importorskip("pyqtgraph")
     out = auto_bench
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    r = subprocess.run([sys.executable, "-m", "dspark_studio", "--bench-figures", str(out)], env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "dspark_studio", "--bench-figures", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     from PySide6.QtGui import QImage
 
@@ -202,8 +282,13 @@ def test_plots_are_drawn_by_the_app(auto_bench, tmp_path):
     bad = tmp_path / "bad"  # a summary the app would refuse is refused here too, in one line
     bad.mkdir()
     (bad / "summary.json").write_text("[" * 100_000 + "]" * 100_000)
-    r = subprocess.run([sys.executable, "-m", "dspark_studio", "--bench-figures", str(bad)], env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "dspark_studio", "--bench-figures", str(bad)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and r.stderr.startswith("figures: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
@@ -213,8 +298,12 @@ def test_bench_refusals_are_one_line(dirs, auto_bench, tmp_path, capsys):
     assert "already holds benchmark results (use --force" in capsys.readouterr().err
     assert bench(dirs, tmp_path / "o2", "--policy", "sometimes") == 2
     assert "is not a verify policy" in capsys.readouterr().err
-    assert main(["bench", "--target", str(dirs["target"]), "--prompts", str(dirs["prompts"]), "--out",
-                 str(tmp_path / "o3")]) == 2
+    assert (
+        main(
+            ["bench", "--target", str(dirs["target"]), "--prompts", str(dirs["prompts"]), "--out", str(tmp_path / "o3")]
+        )
+        == 2
+    )
     assert "nothing to compare: give --drafter" in capsys.readouterr().err
 
 
@@ -222,9 +311,35 @@ def test_bench_refusals_are_one_line(dirs, auto_bench, tmp_path, capsys):
 def test_the_dflash_peer_runs_the_same_drafter_in_the_same_run(dirs, tmp_path, capsys):
     assert PEERS.exists(), "the peer environment is missing: run `make peers` (make test does)"
     out = tmp_path / "out"
-    assert main(["bench", "--target", str(dirs["target"]), "--drafter", str(dirs["zlab"]), "--prompts",
-                 str(dirs["prompts"]), "--max-tokens", "40", "--repeats", "1", "--policy", "fixed", "--peer", "dflash",
-                 "--peer", "dflash-mlx", "--peer", "mlx-dspark", "--out", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--target",
+                str(dirs["target"]),
+                "--drafter",
+                str(dirs["zlab"]),
+                "--prompts",
+                str(dirs["prompts"]),
+                "--max-tokens",
+                "40",
+                "--repeats",
+                "1",
+                "--policy",
+                "fixed",
+                "--peer",
+                "dflash",
+                "--peer",
+                "dflash-mlx",
+                "--peer",
+                "mlx-dspark",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "the mlx-dspark peer does not read zlab (zlab-dflash format)" in err
     doc = json.loads((out / "summary.json").read_text())
@@ -258,7 +373,7 @@ def test_bench_by_context_length_runs_every_arm_on_prompts_of_each_length(dirs, 
     target = load_target(dirs["target"])
     ids = [target.encode(t) for t in json.loads(dirs["prompts"].read_text())]
     long = contexts.padded(target, ids, 200)
-    assert [len(x) for x in long] == [200, 200] and all(x[-len(i):] == i for x, i in zip(long, ids))
+    assert [len(x) for x in long] == [200, 200] and all(x[-len(i) :] == i for x, i in zip(long, ids))
     assert long[0][:100] != long[1][:100]
     assert contexts.padded(target, ids, 3) == [i[-3:] for i in ids]
     with pytest.raises(Exception, match="comma-separated"):

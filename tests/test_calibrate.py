@@ -66,7 +66,9 @@ def drafter(target):
     prompts = [[int(x) for x in rng.integers(5, 96, size=8)] for _ in range(16)]
     seqs = greedy_continuations(target, prompts, 48)
     d = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, tap_layers=(1, 3), markov_rank=16), seed=0)
-    tr = DrafterTrainer(target, d, seqs, TrainSettings(steps=40, batch_anchors=16, lr=3e-3, seq_len=48, anchors_per_seq=4))
+    tr = DrafterTrainer(
+        target, d, seqs, TrainSettings(steps=40, batch_anchors=16, lr=3e-3, seq_len=48, anchors_per_seq=4)
+    )
     for _ in range(40):
         tr.train_step(tr.sample_batch())
     head = d.net.confidence_head.proj
@@ -114,6 +116,8 @@ def test_calibration_lowers_ece_on_held_out_rounds(target, drafter, tmp_path):
 def test_calibrate_refuses_a_drafter_without_confidence_head(target):
     from dspark.errors import DsparkError
 
-    plain = DflashDrafter.init(target, DflashConfig(block_size=3, num_layers=1, tap_layers=(1,), markov=False, confidence=False))
+    plain = DflashDrafter.init(
+        target, DflashConfig(block_size=3, num_layers=1, tap_layers=(1,), markov=False, confidence=False)
+    )
     with pytest.raises(DsparkError):
         calibrate_drafter(target, plain, prompts(2))

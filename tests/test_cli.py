@@ -17,8 +17,26 @@ def dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     target = write_tiny_target_dir(root / "target", window=16)
     write_tiny_target_dir(root / "other", seed=1, window=16, layers=5)
-    assert main(["init", "--target", str(target), "--out", str(root / "drafter"), "--block-size", "4",
-                 "--layers", "1", "--taps", "1,3", "--markov-rank", "16"]) == 0
+    assert (
+        main(
+            [
+                "init",
+                "--target",
+                str(target),
+                "--out",
+                str(root / "drafter"),
+                "--block-size",
+                "4",
+                "--layers",
+                "1",
+                "--taps",
+                "1,3",
+                "--markov-rank",
+                "16",
+            ]
+        )
+        == 0
+    )
     return root
 
 
@@ -29,8 +47,18 @@ def run_json(capsys, *args):
 
 
 def test_generate_speculative_with_baseline(dirs, capsys):
-    r = run_json(capsys, "--target", str(dirs / "target"), "--drafter", str(dirs / "drafter"),
-                 "--prompt", "def add(a, b):", "--max-tokens", "70", "--baseline")
+    r = run_json(
+        capsys,
+        "--target",
+        str(dirs / "target"),
+        "--drafter",
+        str(dirs / "drafter"),
+        "--prompt",
+        "def add(a, b):",
+        "--max-tokens",
+        "70",
+        "--baseline",
+    )
     assert len(r["tokens"]) == 70 or r["finish_reason"] == "stop"
     assert r["identical"] is True  # greedy: lossless
     assert r["rounds"] >= 1 and r["tau"] >= 1.0 and r["speedup"] > 0 and r["tokens_per_sec"] > 0
@@ -45,16 +73,39 @@ def test_generate_plain_without_drafter(dirs, capsys):
 def test_generate_sampling_prompt_file(dirs, capsys, tmp_path):
     pf = tmp_path / "p.txt"
     pf.write_text("for i in range(3):")
-    r = run_json(capsys, "--target", str(dirs / "target"), "--drafter", str(dirs / "drafter"), "--prompt-file",
-                 str(pf), "--temperature", "0.9", "--top-p", "0.95", "--seed", "3", "--max-tokens", "20")
+    r = run_json(
+        capsys,
+        "--target",
+        str(dirs / "target"),
+        "--drafter",
+        str(dirs / "drafter"),
+        "--prompt-file",
+        str(pf),
+        "--temperature",
+        "0.9",
+        "--top-p",
+        "0.95",
+        "--seed",
+        "3",
+        "--max-tokens",
+        "20",
+    )
     assert r["method"] == "speculative" and r["tokens"]
 
 
 def write_llama(path):
     from mlx_lm.models import llama
 
-    args = llama.ModelArgs(model_type="llama", hidden_size=32, num_hidden_layers=2, intermediate_size=64,
-                           num_attention_heads=2, rms_norm_eps=1e-5, vocab_size=300, num_key_value_heads=2)
+    args = llama.ModelArgs(
+        model_type="llama",
+        hidden_size=32,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        num_attention_heads=2,
+        rms_norm_eps=1e-5,
+        vocab_size=300,
+        num_key_value_heads=2,
+    )
     model = llama.Model(args)
     path.mkdir()
     (path / "config.json").write_text(json.dumps(vars(args)))
@@ -101,10 +152,12 @@ def test_bad_inputs_give_one_clear_line(dirs, tmp_path, capsys):
 
 
 def test_console_script_prints_no_traceback(dirs, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "dspark.cli", "generate", "--target", str(tmp_path / "nope"),
-                        "--prompt", "x"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "dspark.cli", "generate", "--target", str(tmp_path / "nope"), "--prompt", "x"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
-
 
 
 def test_dspark_device_chooses_where_mlx_computes_and_a_wrong_value_is_one_line(dirs):
@@ -113,15 +166,38 @@ def test_dspark_device_chooses_where_mlx_computes_and_a_wrong_value_is_one_line(
     import os
 
     env = dict(os.environ, DSPARK_DEVICE="cpu")
-    probe = ("import sys, dspark.target, mlx.core as mx, mlx_lm.generate; g = sys.modules[\"mlx_lm.generate\"]; "
-             "print(mx.default_device(), g.generation_stream)")
+    probe = (
+        'import sys, dspark.target, mlx.core as mx, mlx_lm.generate; g = sys.modules["mlx_lm.generate"]; '
+        "print(mx.default_device(), g.generation_stream)"
+    )
     r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.count("cpu") == 2, r.stdout + r.stderr
-    r = subprocess.run([sys.executable, "-m", "dspark.cli", "generate", "--target", str(dirs / "target"),
-                        "--prompt", "x", "--max-tokens", "2"], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dspark.cli",
+            "generate",
+            "--target",
+            str(dirs / "target"),
+            "--prompt",
+            "x",
+            "--max-tokens",
+            "2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     env["DSPARK_DEVICE"] = "tpu"
-    r = subprocess.run([sys.executable, "-m", "dspark.cli", "generate", "--target", str(dirs / "target"),
-                        "--prompt", "x"], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "dspark.cli", "generate", "--target", str(dirs / "target"), "--prompt", "x"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "DSPARK_DEVICE is 'tpu': it must be cpu or gpu" in r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr

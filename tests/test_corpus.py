@@ -48,13 +48,16 @@ def test_read_texts(tmp_path):
     assert read_texts([tmp_path]) == expected
 
 
-@pytest.mark.parametrize("name,content,message", [
-    ("missing.txt", None, "not found"),
-    ("empty.txt", "  \n", "empty"),
-    ("bad.jsonl", '{"text": "ok"}\n{oops\n', "line 2 is not valid JSON"),
-    ("nofield.jsonl", '{"body": "x"}\n', "no string"),
-    ("latin1.txt", b"caf\xe9", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("missing.txt", None, "not found"),
+        ("empty.txt", "  \n", "empty"),
+        ("bad.jsonl", '{"text": "ok"}\n{oops\n', "line 2 is not valid JSON"),
+        ("nofield.jsonl", '{"body": "x"}\n', "no string"),
+        ("latin1.txt", b"caf\xe9", "not UTF-8"),
+    ],
+)
 def test_read_texts_errors(tmp_path, name, content, message):
     path = tmp_path / name
     if isinstance(content, bytes):
@@ -70,12 +73,11 @@ def test_demo_tokenizer_round_trip_and_special_ids():
     from mlx_lm.tokenizer_utils import load as load_tokenizer
 
     tok = load_tokenizer(TARGET)
-    text = "def f(a,  b):\n\t\"\"\"Doc.\"\"\"\n    return a  +  b  # é ✓\n\n\n  x = 'π'\r\n"
+    text = 'def f(a,  b):\n\t"""Doc."""\n    return a  +  b  # é ✓\n\n\n  x = \'π\'\r\n'
     ids = tok.encode(text)
     assert tok.decode(ids) == text
     assert ids[0] != 2  # nothing (no <bos>) is prepended
-    assert [tok.convert_tokens_to_ids(t) for t in
-            ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>")] == [0, 1, 2, 3, 4]
+    assert [tok.convert_tokens_to_ids(t) for t in ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>")] == [0, 1, 2, 3, 4]
     assert tok.eos_token_id == 1 and tok.bos_token_id == 2
     config = json.loads((TARGET / "config.json").read_text())
     assert config["model_type"] == "gemma4_text"

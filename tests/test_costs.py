@@ -39,7 +39,6 @@ def test_costs_are_measured_once_and_then_read_from_the_cache(tmp_path, monkeypa
     assert costs_mod.key_for(target, other, 4) != first.key  # another drafter shape: other costs
 
 
-
 @pytest.mark.parametrize("slow", [1, 2])
 def test_the_loop_runs_at_the_thread_count_whole_rounds_are_faster_at(slow, tmp_path, monkeypatch):
     """The draft and the verify share one BLAS thread count, the one whole rounds are timed
@@ -70,7 +69,6 @@ def test_the_loop_runs_at_the_thread_count_whole_rounds_are_faster_at(slow, tmp_
     assert c.threads["draft"] == c.threads["verify"] == fast and c.threads["step"] in (1, 2)
 
 
-
 def _recording_generate_step(monkeypatch, log: list, sleep_s: float = 0.0):
     """mlx-lm's generate_step as dspark.costs calls it, each token it yields logged as "step"
     (after ``sleep_s``)."""
@@ -85,7 +83,6 @@ def _recording_generate_step(monkeypatch, log: list, sleep_s: float = 0.0):
             yield out
 
     monkeypatch.setattr(costs_mod, "generate_step", steps)
-
 
 
 def test_the_plain_step_is_timed_in_turns_with_the_draft_and_the_verify(monkeypatch):
@@ -106,7 +103,6 @@ def test_the_plain_step_is_timed_in_turns_with_the_draft_and_the_verify(monkeypa
     assert turns.count("step") >= 4 and turns.count("verify") >= 4  # a warm-up turn and 3 repeats, taking turns
 
 
-
 def test_a_plain_step_never_costs_more_than_a_verify_of_the_anchor_alone(monkeypatch):
     """Both are one row through the target; the step is pipelined and reads no taps. A step
     timed slower (here 30 ms a token slower: a busy moment) is read as the one-row verify's cost,
@@ -116,17 +112,15 @@ def test_a_plain_step_never_costs_more_than_a_verify_of_the_anchor_alone(monkeyp
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=1)
     c = costs_mod.measure(target, drafter, 4, contexts=(32, 64), repeats=2, threads={})
     assert c.verify_ms[0] < 30 and c.step_ms == c.verify_ms[0]
-    (_, verify, _, step), = c.longer
+    ((_, verify, _, step),) = c.longer
     assert step == verify[0]
     assert costs_mod.one_row_bound(5.0, 7.0) == 5.0 and costs_mod.one_row_bound(9.0, 7.0) == 7.0
-
 
 
 def test_measured_verify_costs_are_made_non_decreasing():
     assert costs_mod.monotone([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
     assert costs_mod.monotone([2.0, 1.0, 1.0]) == pytest.approx([4 / 3] * 3)
     assert costs_mod.monotone([1.0, 2.0]) == [1.0, 2.0]
-
 
 
 def test_the_costs_command_measures_then_reads_the_cache(tmp_path, monkeypatch, capsys):
@@ -136,8 +130,9 @@ def test_the_costs_command_measures_then_reads_the_cache(tmp_path, monkeypatch, 
 
     monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path / "costs"))
     target = write_tiny_target_dir(tmp_path / "target")
-    assert main(["init", "--target", str(target), "--out", str(tmp_path / "d"), "--block-size", "3",
-                 "--layers", "1"]) == 0
+    assert (
+        main(["init", "--target", str(target), "--out", str(tmp_path / "d"), "--block-size", "3", "--layers", "1"]) == 0
+    )
     argv = ["costs", "--target", str(target), "--drafter", str(tmp_path / "d"), "--json"]
     real, measured = costs_mod.measure, []
 
@@ -155,12 +150,16 @@ def test_the_costs_command_measures_then_reads_the_cache(tmp_path, monkeypatch, 
     assert len(measured) == 2
 
 
-
 def test_costs_are_priced_at_the_context_a_round_runs_at():
     """Measured at three cache lengths; between them linear, past them the nearest slope, a
     verify never cheaper for more rows; and what auto decides at 3,000 tokens is priced there."""
-    c = Costs(verify_ms=(2.0, 2.1), draft_ms=0.5, step_ms=2.0, context=256,
-              longer=((1024, (3.0, 4.0), 2.0, 2.4), (3072, (5.0, 5.9), 4.0, 3.2)))
+    c = Costs(
+        verify_ms=(2.0, 2.1),
+        draft_ms=0.5,
+        step_ms=2.0,
+        context=256,
+        longer=((1024, (3.0, 4.0), 2.0, 2.4), (3072, (5.0, 5.9), 4.0, 3.2)),
+    )
     assert c.at(256).verify_ms == (2.0, 2.1)
     mid = c.at(640)
     assert mid.verify_ms == pytest.approx((2.5, 3.05)) and mid.draft_ms == pytest.approx(1.25) and mid.context == 640
@@ -169,11 +168,21 @@ def test_costs_are_priced_at_the_context_a_round_runs_at():
     assert c.at(0).draft_ms >= 0 and all(a <= b for a, b in zip(far.verify_ms, far.verify_ms[1:]))
     # a noisy measurement whose line falls: never priced below the last point past it (it was 0,
     # and auto divided by it), never below half the smaller value before the first
-    noisy = Costs(verify_ms=(2.0, 2.4), draft_ms=1.0, step_ms=2.0, context=256,
-                  longer=((1024, (1.5, 1.6), 0.4, 1.8), (3072, (1.0, 1.1), 0.2, 1.0)))
+    noisy = Costs(
+        verify_ms=(2.0, 2.4),
+        draft_ms=1.0,
+        step_ms=2.0,
+        context=256,
+        longer=((1024, (1.5, 1.6), 0.4, 1.8), (3072, (1.0, 1.1), 0.2, 1.0)),
+    )
     assert noisy.at(100_000).verify_ms == (1.0, 1.1) and noisy.at(100_000).draft_ms == 0.2
-    assert noisy.at(0).verify_ms[0] > 0 and Costs(verify_ms=(2.0, 2.4), draft_ms=1.0, step_ms=2.0, context=256,
-                                                   longer=((1024, (9.0, 9.4), 4.0, 8.0),)).at(0).draft_ms == 0.5
+    assert (
+        noisy.at(0).verify_ms[0] > 0
+        and Costs(verify_ms=(2.0, 2.4), draft_ms=1.0, step_ms=2.0, context=256, longer=((1024, (9.0, 9.4), 4.0, 8.0),))
+        .at(0)
+        .draft_ms
+        == 0.5
+    )
     assert auto_width([0.9], 0.0, [0.0, 0.0], 1) in (0, 1)  # zero costs from a crafted file: no ZeroDivisionError
     assert Costs.from_dict(json.loads(json.dumps(c.to_dict()))) == c  # as the cache file holds it
     bad = json.loads(json.dumps(c.to_dict()))

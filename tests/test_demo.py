@@ -22,7 +22,7 @@ def test_demo_target_loads_with_plain_mlx_lm():
 
     model, tokenizer = load(str(DEMO / "target"))
     assert model.model_type == "gemma4_text" and model.args.sliding_window <= 128
-    assert tokenizer.decode(tokenizer.encode("def f(x):\n    return x")) .endswith("def f(x):\n    return x")
+    assert tokenizer.decode(tokenizer.encode("def f(x):\n    return x")).endswith("def f(x):\n    return x")
 
 
 def held_out_tau(target, kind: str) -> float:

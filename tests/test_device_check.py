@@ -55,12 +55,15 @@ def test_a_different_token_where_the_numbers_differ_is_wrong_not_a_tie():
     assert gpu_check.compare_decodes(gpu, cpu)[0] == "wrong"
 
 
-@pytest.mark.parametrize("mode, outcome, words", [
-    ("honest", "agrees", "computes what the CPU computes"),
-    ("zeros", "wrong", "computed other numbers than the CPU"),
-    ("raises", "failed", "failed to run MLX (RuntimeError: [metal::Device] Unable to load kernel"),
-    ("crashes", "failed", "the GPU check crashed (signal SIGSEGV"),
-])
+@pytest.mark.parametrize(
+    "mode, outcome, words",
+    [
+        ("honest", "agrees", "computes what the CPU computes"),
+        ("zeros", "wrong", "computed other numbers than the CPU"),
+        ("raises", "failed", "failed to run MLX (RuntimeError: [metal::Device] Unable to load kernel"),
+        ("crashes", "failed", "the GPU check crashed (signal SIGSEGV"),
+    ],
+)
 def test_the_child_answers_for_the_gpu_whatever_it_does(mode, outcome, words):
     check = device.ask_child(DOUBLE + [mode], timeout=300)
     assert check.outcome == outcome and words in check.sentence, check
@@ -123,8 +126,12 @@ def test_applying_a_wrong_gpu_sends_the_work_to_the_cpu_and_is_remembered(monkey
     finally:  # the rest of this worker's tests run where they ran (a Mac's GPU on CI)
         mx.set_default_device(before)
     assert device.current() is wrong
-    assert device.describe_current() == {"outcome": "wrong", "device": "cpu", "gpu": "Apple Paravirtual",
-                                         "sentence": "this GPU is wrong"}
+    assert device.describe_current() == {
+        "outcome": "wrong",
+        "device": "cpu",
+        "gpu": "Apple Paravirtual",
+        "sentence": "this GPU is wrong",
+    }
 
 
 def test_asking_for_a_gpu_that_mlx_does_not_have_is_one_sentence(monkeypatch):
@@ -150,10 +157,12 @@ def test_a_device_asked_for_in_the_environment_keeps_the_fast_blas():
     """``DSPARK_DEVICE`` makes ``import dspark`` import MLX; OpenBLAS must be in the process first,
     or a Linux user who asks for the CPU gets the wheel's reference BLAS (and the suite's
     subprocesses other numbers than its own)."""
+
     def slow(code: str, **extra) -> str:
         env = {k: v for k, v in os.environ.items() if k not in (device.ENV, "DSPARK_NO_OPENBLAS")}
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                           env={**env, **extra}, cwd=ROOT)
+        r = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**env, **extra}, cwd=ROOT
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         return r.stdout.strip()
 

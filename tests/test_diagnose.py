@@ -30,11 +30,21 @@ from dspark.resources import demo_model
 from dspark.training.train import train_drafter
 from dspark.training.trainer import TrainSettings
 
-TRAIN = TrainSettings(steps=200, batch_anchors=32, lr=3e-3, seq_len=64, prompt_len=8, self_distill=True,
-                      eval_prompts=4, eval_tokens=32, anchors_per_seq=8)
+TRAIN = TrainSettings(
+    steps=200,
+    batch_anchors=32,
+    lr=3e-3,
+    seq_len=64,
+    prompt_len=8,
+    self_distill=True,
+    eval_prompts=4,
+    eval_tokens=32,
+    anchors_per_seq=8,
+)
 NATIVE = DflashConfig(block_size=4, num_layers=1, markov_rank=32, tap_layers=(1, 3, 4))
-PUBLISHED = DflashConfig(block_size=4, num_layers=1, markov=False, confidence=False, tap_layers=(1, 3, 4),
-                         format="speculators")
+PUBLISHED = DflashConfig(
+    block_size=4, num_layers=1, markov=False, confidence=False, tap_layers=(1, 3, 4), format="speculators"
+)
 SHORT = GenerationConfig(max_tokens=40)
 
 
@@ -75,8 +85,14 @@ def test_the_trained_pair_is_healthy_as_trained(world):
     root, target = world
     drafter = load_drafter(root / "native", target)
     calls = []
-    d = diagnose(target, drafter, PROMPTS, SHORT, profile=find(root / "native", drafter),
-                 progress=lambda done, total, what: calls.append((done, total)))
+    d = diagnose(
+        target,
+        drafter,
+        PROMPTS,
+        SHORT,
+        profile=find(root / "native", drafter),
+        progress=lambda done, total, what: calls.append((done, total)),
+    )
     assert d.per_position_acceptance[0] > 0.9 and d.tau > 3 and d.profile_source == "training"
     assert not codes(d), d.findings
     assert calls == [(i, len(PROMPTS)) for i in range(1, len(PROMPTS) + 1)]  # one pass: nothing to compare
@@ -87,8 +103,9 @@ def test_the_trained_pair_is_healthy_as_trained(world):
 @pytest.mark.parametrize("name", ["dspark", "dflash"])
 def test_the_demo_pair_on_the_demo_set_gets_no_warning_or_error(name, capsys):
     target, drafter = demo_model("target"), demo_model(name)
-    assert dspark(["diagnose", "--target", str(target), "--drafter", str(drafter), "--prompt-set", "demo",
-                   "--json"]) == 0  # the defaults: what a person runs
+    assert (
+        dspark(["diagnose", "--target", str(target), "--drafter", str(drafter), "--prompt-set", "demo", "--json"]) == 0
+    )  # the defaults: what a person runs
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"findings", "per_position_acceptance", "expected_per_position", "tau"}
     assert out["tau"] > 1.5 and len(out["per_position_acceptance"]) >= 1
@@ -151,8 +168,23 @@ def test_low_acceptance_of_an_untrained_drafter(tmp_path, capsys):
     target = str(demo_model("target"))
     assert dspark(["init", "--target", target, "--out", str(tmp_path / "random"), "--seed", "3"]) == 0
     capsys.readouterr()
-    assert dspark(["diagnose", "--target", target, "--drafter", str(tmp_path / "random"), "--limit", "2",
-                   "--max-tokens", "40", "--json"]) == 0
+    assert (
+        dspark(
+            [
+                "diagnose",
+                "--target",
+                target,
+                "--drafter",
+                str(tmp_path / "random"),
+                "--limit",
+                "2",
+                "--max-tokens",
+                "40",
+                "--json",
+            ]
+        )
+        == 0
+    )
     found = json.loads(capsys.readouterr().out)["findings"]
     assert [(f["code"], f["severity"]) for f in found if f["severity"] != "info"] == [("low_acceptance", "error")]
     assert "does not fit this target or this text" in found[0]["sentence"]
@@ -190,8 +222,16 @@ def test_a_drafter_weak_as_its_training_measured_is_not_read_again_under_other_c
     assert weak.first < LOW_FIRST
 
     def profile(source, fingerprint=target.weights_fingerprint):
-        return Profile(per_position_acceptance=(0.49, 0.33), block_size=4, target_id=target.target_id,
-                       target_fingerprint=fingerprint, templated=None, thinking=None, context_length=64, source=source)
+        return Profile(
+            per_position_acceptance=(0.49, 0.33),
+            block_size=4,
+            target_id=target.target_id,
+            target_fingerprint=fingerprint,
+            templated=None,
+            thinking=None,
+            context_length=64,
+            source=source,
+        )
 
     assert not _looks_low(weak, profile("training"), target)
     assert _looks_low(far, profile("training"), target)  # far below what training measured
@@ -206,7 +246,9 @@ def test_training_writes_the_profile(world):
     for name in ("native", "published"):
         p = read_file(root / name / PROFILE_FILE)
         report = json.loads((root / name / "train_report.json").read_text())
-        assert p.source == "training" and list(p.per_position_acceptance) == report["heldout"]["per_position_acceptance"]
+        assert (
+            p.source == "training" and list(p.per_position_acceptance) == report["heldout"]["per_position_acceptance"]
+        )
         assert p.target_fingerprint == target.weights_fingerprint and p.target_id == target.target_id
         assert (p.templated, p.thinking, p.context_length, p.block_size) == (False, False, TRAIN.seq_len, 4)
 
@@ -214,8 +256,24 @@ def test_training_writes_the_profile(world):
 def test_calibrate_writes_the_profile_and_keeps_the_trained_context(world, tmp_path):
     root, _ = world
     out = tmp_path / "calibrated"  # its default prompts are texts, put in the template (and so after BOS)
-    assert dspark(["calibrate", "--target", str(root / "target"), "--drafter", str(root / "native"), "--out", str(out),
-                   "--rounds", "30", "--max-tokens", "16"]) == 0
+    assert (
+        dspark(
+            [
+                "calibrate",
+                "--target",
+                str(root / "target"),
+                "--drafter",
+                str(root / "native"),
+                "--out",
+                str(out),
+                "--rounds",
+                "30",
+                "--max-tokens",
+                "16",
+            ]
+        )
+        == 0
+    )
     p = read_file(out / PROFILE_FILE)
     assert p.source == "calibrate" and p.context_length == TRAIN.seq_len and (p.templated, p.thinking) == (True, False)
     assert len(p.per_position_acceptance) == 4 and p.per_position_acceptance[0] > 0.5
@@ -228,8 +286,18 @@ def test_record_keeps_the_profile_outside_the_drafter_and_diagnose_uses_it(world
     for f in (PROFILE_FILE, "train_report.json"):
         (drafter / f).unlink()
     before = sorted(p.name for p in drafter.rglob("*"))
-    common = ["diagnose", "--target", str(root / "target"), "--drafter", str(drafter), "--prompts",
-              str(_prompt_file(tmp_path)), "--max-tokens", "32", "--json"]
+    common = [
+        "diagnose",
+        "--target",
+        str(root / "target"),
+        "--drafter",
+        str(drafter),
+        "--prompts",
+        str(_prompt_file(tmp_path)),
+        "--max-tokens",
+        "32",
+        "--json",
+    ]
     assert dspark(common) == 0
     assert json.loads(capsys.readouterr().out)["expected_per_position"] is None
     assert dspark([*common, "--record"]) == 0
@@ -238,8 +306,10 @@ def test_record_keeps_the_profile_outside_the_drafter_and_diagnose_uses_it(world
     assert sorted(p.name for p in drafter.rglob("*")) == before  # nothing written into the drafter
     assert dspark(common) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["profile"] == "recorded" and out["expected_per_position"] == read_file(recorded).to_dict()[
-        "per_position_acceptance"]
+    assert (
+        out["profile"] == "recorded"
+        and out["expected_per_position"] == read_file(recorded).to_dict()["per_position_acceptance"]
+    )
     assert read_file(recorded).templated is True  # the prompts went through the template
 
 
@@ -250,13 +320,16 @@ def _prompt_file(tmp_path: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------- bad inputs
-@pytest.mark.parametrize("extra, words", [
-    (["--limit", "0"], "--limit must be"),
-    (["--prompt-set", "nope"], "no prompt set 'nope'"),
-    (["--prompts", "/nonexistent/p.json"], "not found"),
-    (["--chat-template-config", "{nope"], "not valid JSON"),
-    (["--temperature", "-1"], "temperature must be"),
-])
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--limit", "0"], "--limit must be"),
+        (["--prompt-set", "nope"], "no prompt set 'nope'"),
+        (["--prompts", "/nonexistent/p.json"], "not found"),
+        (["--chat-template-config", "{nope"], "not valid JSON"),
+        (["--temperature", "-1"], "temperature must be"),
+    ],
+)
 def test_bad_inputs_are_one_line_and_exit_2(world, extra, words, capsys):
     root, _ = world
     assert dspark(["diagnose", "--target", str(root / "target"), "--drafter", str(root / "native"), *extra]) == 2
@@ -284,7 +357,7 @@ def test_a_bad_convention_flag_is_one_line(world, tmp_path, capsys):
     config["dspark"]["conventions"] = {"anchor_predicts": "yes"}
     (drafter / "config.json").write_text(json.dumps(config))
     assert dspark(["diagnose", "--target", str(root / "target"), "--drafter", str(drafter)]) == 2
-    assert "anchor_predicts is \"yes\", expected true or false" in capsys.readouterr().err
+    assert 'anchor_predicts is "yes", expected true or false' in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- the pure parts
@@ -297,8 +370,19 @@ def test_figures_follow_their_definitions():
 
 def _facts(**kw) -> C.Facts:
     m = Measurement(rounds=50, tau=1.02, per_position=(0.02, 0.0), by_context=(), max_position=90)
-    base = dict(main=m, greedy=m, temperature=0.0, block_size=2, trained_block=2, target_fingerprint="a",
-                recorded_fingerprint="a", profile=None, has_template=False, templated=None, thinking=None)
+    base = dict(
+        main=m,
+        greedy=m,
+        temperature=0.0,
+        block_size=2,
+        trained_block=2,
+        target_fingerprint="a",
+        recorded_fingerprint="a",
+        profile=None,
+        has_template=False,
+        templated=None,
+        thinking=None,
+    )
     return C.Facts(**{**base, **kw})
 
 
@@ -312,17 +396,23 @@ def test_low_acceptance_speaks_only_when_nothing_else_explains_it():
 
 
 def test_findings_are_ordered_most_severe_first():
-    found = [Finding("sampling", "info", "x"), Finding("low_acceptance", "error", "y"),
-             Finding("chat_template_off", "warn", "z"), Finding("target_mismatch", "error", "w")]
+    found = [
+        Finding("sampling", "info", "x"),
+        Finding("low_acceptance", "error", "y"),
+        Finding("chat_template_off", "warn", "z"),
+        Finding("target_mismatch", "error", "w"),
+    ]
     assert [f.code for f in ordered(found)] == ["target_mismatch", "low_acceptance", "chat_template_off", "sampling"]
 
 
 def test_a_block_past_the_trained_one_is_judged_only_on_enough_rounds():
     """Positions 3-4 past a trained block of 2: judged from the rounds that reached them (rounds x
     a_2), which must be at least MIN_ROUNDS; a few lucky rounds make no verdict either way."""
+
     def verdict(rounds, per_position):
-        m = Measurement(rounds=rounds, tau=1 + sum(per_position), per_position=per_position, by_context=(),
-                        max_position=90)
+        m = Measurement(
+            rounds=rounds, tau=1 + sum(per_position), per_position=per_position, by_context=(), max_position=90
+        )
         return C.block_beyond_trained(_facts(main=m, greedy=m, block_size=4))
 
     holds = verdict(50, (0.9, 0.8, 0.7, 0.6))  # 40 rounds reach position 3, which keeps 0.7/0.8

@@ -53,8 +53,9 @@ def _texts():
     return [[int(x) for x in rng.integers(5, 96, size=100)] for _ in range(20)]
 
 
-SETTINGS = TrainSettings(steps=2, batch_anchors=8, seq_len=32, prompt_len=6, self_distill=True, eval_prompts=0,
-                         compile=False)
+SETTINGS = TrainSettings(
+    steps=2, batch_anchors=8, seq_len=32, prompt_len=6, self_distill=True, eval_prompts=0, compile=False
+)
 
 
 def test_a_stopped_self_distillation_continues_after_its_last_batch(target, tmp_path, monkeypatch):
@@ -81,8 +82,10 @@ def test_a_record_of_another_targets_continuations_is_not_resumed(target, tmp_pa
         greedy_continuations(target, prompts, 20, batch=2, keep_in=tmp_path)
     monkeypatch.undo()
     rows = _decoding(monkeypatch)
-    _same(greedy_continuations(other, prompts, 20, batch=2, keep_in=tmp_path),
-          greedy_continuations(other, prompts, 20, batch=2))
+    _same(
+        greedy_continuations(other, prompts, 20, batch=2, keep_in=tmp_path),
+        greedy_continuations(other, prompts, 20, batch=2),
+    )
     assert sum(rows) == 2 * len(prompts)  # both runs decoded every row: nothing was taken from target's record
 
 
@@ -139,4 +142,4 @@ def test_new_tokens_bounds_each_continuation_after_its_own_prompt(target):
     straight = greedy_continuations(target, prompts, 20, batch=4)
     bounded = greedy_continuations(target, prompts, 20, batch=4, new_tokens=5)
     for p, row, n, full in zip(prompts, bounded.tokens, bounded.lengths, straight.tokens):
-        assert n == len(p) + 5 and list(row[: n]) == list(full[: len(p) + 5])
+        assert n == len(p) + 5 and list(row[:n]) == list(full[: len(p) + 5])

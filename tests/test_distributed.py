@@ -29,8 +29,29 @@ from dspark.training.trainer import DrafterTrainer, TrainSettings
 
 BIN = Path(sys.executable).parent
 STEPS = 24
-TRAIN = ["--block-size", "3", "--layers", "1", "--taps", "1,3", "--markov-rank", "8", "--batch", "8", "--seq-len", "32",
-         "--prompt-len", "8", "--self-distill", "--eval-prompts", "0", "--steps", str(STEPS), "--rank-timeout", "30"]
+TRAIN = [
+    "--block-size",
+    "3",
+    "--layers",
+    "1",
+    "--taps",
+    "1,3",
+    "--markov-rank",
+    "8",
+    "--batch",
+    "8",
+    "--seq-len",
+    "32",
+    "--prompt-len",
+    "8",
+    "--self-distill",
+    "--eval-prompts",
+    "0",
+    "--steps",
+    str(STEPS),
+    "--rank-timeout",
+    "30",
+]
 
 
 # ----------------------------------------------------------------------------- in one process
@@ -135,8 +156,19 @@ def _free(port: int) -> bool:
 
 def launch(*command: str, n: int = 2) -> subprocess.Popen:
     """``mlx.launch --backend ring -n N`` on localhost, in a process group of its own."""
-    cmd = [str(BIN / "mlx.launch"), "--backend", "ring", "-n", str(n), "--starting-port", str(free_ports(n)),
-           "--python", sys.executable, "--", *command]
+    cmd = [
+        str(BIN / "mlx.launch"),
+        "--backend",
+        "ring",
+        "-n",
+        str(n),
+        "--starting-port",
+        str(free_ports(n)),
+        "--python",
+        sys.executable,
+        "--",
+        *command,
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -176,7 +208,7 @@ def errors(err: str) -> list[str]:
     """The lines a rank said (``dspark: ...``). mlx.launch relays each rank's output from its own
     thread beside its "[WARN] Node with rank N exited" lines, which can land mid-line, so a line
     is taken from where ``dspark:`` starts."""
-    return [line[line.index("dspark:"):] for line in err.splitlines() if "dspark:" in line]
+    return [line[line.index("dspark:") :] for line in err.splitlines() if "dspark:" in line]
 
 
 def test_two_processes_train_the_weights_one_process_trains(run):
@@ -199,8 +231,10 @@ def test_two_processes_train_the_weights_one_process_trains(run):
 def test_a_batch_that_does_not_split_evenly_is_refused_once(run):
     out = run["root"] / "uneven"
     _, err = finish(train(run, out, "--batch", "7"), 120)
-    assert errors(err) == ["dspark: error: --batch 7 cannot be split evenly over 2 processes: give a multiple of 2 "
-                           "(it is the global batch; each process takes 1/2 of it)"], err[-3000:]
+    assert errors(err) == [
+        "dspark: error: --batch 7 cannot be split evenly over 2 processes: give a multiple of 2 "
+        "(it is the global batch; each process takes 1/2 of it)"
+    ], err[-3000:]
     assert not (out / ".train" / "train_state.safetensors").exists()
 
 
@@ -214,14 +248,22 @@ def test_a_process_with_other_data_is_refused_before_training(run, tmp_path):
     hosts.write_text(json.dumps([[f"127.0.0.1:{port}"], [f"127.0.0.1:{port + 1}"]]))
     out = tmp_path / "out"
     args = [a if a != str(run["root"] / "data.txt") else str(other) for a in run["args"]]
-    ranks = [subprocess.Popen([str(BIN / "dspark"), "train", *(run["args"] if r == 0 else args), "--out", str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "MLX_RANK": str(r), "MLX_HOSTFILE": str(hosts)}) for r in (0, 1)]
+    ranks = [
+        subprocess.Popen(
+            [str(BIN / "dspark"), "train", *(run["args"] if r == 0 else args), "--out", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "MLX_RANK": str(r), "MLX_HOSTFILE": str(hosts)},
+        )
+        for r in (0, 1)
+    ]
     said = [finish(p, 120)[1] for p in ranks]
     assert [p.returncode for p in ranks] == [2, 2], said
     assert errors(said[0]) == [] and errors(said[1]) == [
         "dspark: error: rank 1: its training data, target or settings differ from rank 0's: give every machine the "
-        "same target, data and options (the same files at the same paths)"], said
+        "same target, data and options (the same files at the same paths)"
+    ], said
     assert not (out / ".train" / "train_state.safetensors").exists()
 
 
@@ -271,9 +313,12 @@ def test_a_rank_that_stops_answering_is_waited_for_a_bounded_time(tmp_path):
         "world = World.join(timeout=3)\n"
         "world.sum([mx.ones(4)], 'the first sum')\n"
         "if world.rank == 1:\n    time.sleep(300)\n"
-        "world.sum([mx.ones(4)], 'step 2')\n")
+        "world.sum([mx.ones(4)], 'step 2')\n"
+    )
     started = time.time()
     _, err = finish(launch(str(script)), 120)
     assert time.time() - started < 60, err[-3000:]
-    assert errors(err) == ["dspark: error: rank 0 of 2 waited 3 s at step 2 for another rank that no longer answers "
-                           "(--rank-timeout); the run stops"], err[-3000:]
+    assert errors(err) == [
+        "dspark: error: rank 0 of 2 waited 3 s at step 2 for another rank that no longer answers "
+        "(--rank-timeout); the run stops"
+    ], err[-3000:]

@@ -25,15 +25,21 @@ LINKING = [*MANUAL, *(ROOT / d / "README.md" for d in ("tests", "packaging", "re
 # a link that leaves the repository on purpose: GitHub's Releases page, relative to the README's page on github.com
 OUTSIDE = {(ROOT / "README.md", "../../releases")}
 SHELL_BLOCKS = {"sh", "shell", "bash", "console"}
-PROGRAMS = {"dspark": "dspark", ".venv/bin/dspark": "dspark", "dspark-studio": "dspark-studio",
-            ".venv/bin/dspark-studio": "dspark-studio"}
+PROGRAMS = {
+    "dspark": "dspark",
+    ".venv/bin/dspark": "dspark",
+    "dspark-studio": "dspark-studio",
+    ".venv/bin/dspark-studio": "dspark-studio",
+}
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 FENCE = re.compile(r"^```(\S*)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # the examples run for real, each where the manual shows it (cheap: the demo models, a few tokens)
-RUNS = [(ROOT / "README.md", 'dspark generate --prompt "def fib(n):" --max-tokens 8 --json'),
-        (ROOT / "README.md", "dspark inspect resources/demo/dspark"),
-        (ROOT / "docs" / "formats.md", "dspark inspect resources/demo/dflash --json")]
+RUNS = [
+    (ROOT / "README.md", 'dspark generate --prompt "def fib(n):" --max-tokens 8 --json'),
+    (ROOT / "README.md", "dspark inspect resources/demo/dspark"),
+    (ROOT / "docs" / "formats.md", "dspark inspect resources/demo/dflash --json"),
+]
 
 
 def blocks(text: str):
@@ -174,8 +180,9 @@ def help_texts(program: str, subs: list[str | None]) -> dict[str | None, tuple[i
     module, fn = script(program)
     args = [[*([s] if s else []), "--help"] for s in subs]
     code = HELP_DRIVER.format(module=module, fn=fn, program=program)
-    r = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, cwd=ROOT,
-                       env=ENV, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return dict(zip(subs, map(tuple, json.loads(r.stdout.splitlines()[-1]))))
 
@@ -206,8 +213,9 @@ def test_the_pages_that_teach_commands_show_them(documented):
 
 
 def test_every_documented_command_uses_options_its_help_lists(documented, helps):
-    wrong = [f"{page.relative_to(ROOT)}: {c}: {m}" for page, cs in documented.items() for c in cs
-             for m in missing(c, helps)]
+    wrong = [
+        f"{page.relative_to(ROOT)}: {c}: {m}" for page, cs in documented.items() for c in cs for m in missing(c, helps)
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -226,12 +234,16 @@ def test_every_link_leads_to_a_file_and_heading_that_exist():
 
 def test_a_planted_broken_link_is_caught():
     page = ROOT / "README.md"
-    text = ("[ok](docs/speed.md#verify-policies), [file](docs/no-such-page.md), "
-            "[heading](docs/speed.md#no-such-heading), [outside](../elsewhere.md), [web](https://example.org)\n"
-            "```sh\n# [in a block](docs/not-checked.md)\n```\n`[in code](docs/not-checked-either.md)`\n")
-    assert broken_links(text, page) == ["docs/no-such-page.md: no such file",
-                                        "docs/speed.md#no-such-heading: no heading #no-such-heading",
-                                        "../elsewhere.md: no such file"]
+    text = (
+        "[ok](docs/speed.md#verify-policies), [file](docs/no-such-page.md), "
+        "[heading](docs/speed.md#no-such-heading), [outside](../elsewhere.md), [web](https://example.org)\n"
+        "```sh\n# [in a block](docs/not-checked.md)\n```\n`[in code](docs/not-checked-either.md)`\n"
+    )
+    assert broken_links(text, page) == [
+        "docs/no-such-page.md: no such file",
+        "docs/speed.md#no-such-heading: no heading #no-such-heading",
+        "../elsewhere.md: no such file",
+    ]
     assert slug("`dspark bench`") == "dspark-bench" and slug("Engine changes, measured") == "engine-changes-measured"
     assert slug("Linux: built and tested on every CI run") == "linux-built-and-tested-on-every-ci-run"
 

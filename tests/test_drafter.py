@@ -95,8 +95,9 @@ def test_packed_training_forward_matches_generation_and_windows(target, drafter,
     h_seq = mx.random.normal((N, S, 2 * H))
     owner, positions = [0, 1, 1, 0], [3, 9, 1, 6]
     prev = mx.random.randint(0, 96, (len(owner), G))
-    packed = drafter.forward_train_packed(target.projection, h_seq, owner=mx.array(owner),
-                                          positions=mx.array(positions), prev_toks=prev, ctx_len=ctx_len)
+    packed = drafter.forward_train_packed(
+        target.projection, h_seq, owner=mx.array(owner), positions=mx.array(positions), prev_toks=prev, ctx_len=ctx_len
+    )
     L = ctx_len or S
     window = mx.zeros((len(owner), L, 2 * H))
     mask = np.zeros((len(owner), L), bool)
@@ -105,7 +106,9 @@ def test_packed_training_forward_matches_generation_and_windows(target, drafter,
         if n:
             window[a, L - n :] = h_seq[i, p - n : p]
         mask[a, L - n :] = True
-    windowed = drafter.forward_train(target.projection, window, mx.array(mask), target.projection.embed(prev[:, 0]), prev)
+    windowed = drafter.forward_train(
+        target.projection, window, mx.array(mask), target.projection.embed(prev[:, 0]), prev
+    )
     assert np.allclose(np.array(packed.logits), np.array(windowed.logits), atol=1e-4)
     assert np.allclose(np.array(packed.conf_logits), np.array(windowed.conf_logits), atol=1e-4)
     if ctx_len == 0:

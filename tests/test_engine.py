@@ -50,7 +50,6 @@ def test_plain_steps_keep_the_drafters_context_in_step(case, monkeypatch, shadow
     assert len(judged) == sum(due) and (sum(due) > n // 8 if shadow_every else not judged)  # each judged once
 
 
-
 def test_a_shadow_draft_is_judged_by_the_tokens_committed_after_it():
     """Greedy, a shadow draft's leading drafts that equal the tokens the target committed after
     its anchor are what a round verifying them would have accepted: judged at its first draft that
@@ -72,7 +71,6 @@ def test_a_shadow_draft_is_judged_by_the_tokens_committed_after_it():
     assert judge_shadow(s, shadow, [1, 2, 3, 4, 7, 8, 5], final=True) is None and seen[-1] == (3, 3, 3)
 
 
-
 def test_the_profile_prior_is_used_only_on_the_target_it_was_measured_on(tmp_path):
     from types import SimpleNamespace
 
@@ -88,7 +86,6 @@ def test_the_profile_prior_is_used_only_on_the_target_it_was_measured_on(tmp_pat
     assert measured_acceptance(SimpleNamespace(profile=profile(None, "gemma4-x")), target) == [0.5, 0.3]
     assert measured_acceptance(SimpleNamespace(profile=profile(None, "gemma4-y")), target) is None
     assert measured_acceptance(SimpleNamespace(), target) is None
-
 
 
 def test_block_size_0_decodes_by_the_pipelined_plain_steps(case, monkeypatch):

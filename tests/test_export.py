@@ -37,12 +37,26 @@ FORMATS = ("speculators", "deepspec", "zlab")
 PEER = {"speculators": "mlx-dspark", "deepspec": "mlx-dspark", "zlab": "zlab"}
 LOADED_AS = {"speculators": "speculators", "deepspec": "deepspec", "zlab": "zlab-dflash"}
 PLANTED = {  # on ckpt's target: hidden 64, 6 layers, vocabulary 256, mask token 4
-    "speculators": DflashConfig(block_size=6, num_layers=1, tap_layers=tuple(ckpt.TAPS), mask_token_id=4,
-                                markov_rank=ckpt.R, format="speculators"),
-    "deepspec": DflashConfig(block_size=6, num_layers=1, tap_layers=tuple(ckpt.TAPS), mask_token_id=4,
-                             markov_rank=ckpt.R, format="deepspec"),
-    "zlab": DflashConfig(block_size=7, num_layers=1, tap_layers=tuple(ckpt.TAPS), mask_token_id=4, markov=False,
-                         confidence=False, format="zlab"),
+    "speculators": DflashConfig(
+        block_size=6,
+        num_layers=1,
+        tap_layers=tuple(ckpt.TAPS),
+        mask_token_id=4,
+        markov_rank=ckpt.R,
+        format="speculators",
+    ),
+    "deepspec": DflashConfig(
+        block_size=6, num_layers=1, tap_layers=tuple(ckpt.TAPS), mask_token_id=4, markov_rank=ckpt.R, format="deepspec"
+    ),
+    "zlab": DflashConfig(
+        block_size=7,
+        num_layers=1,
+        tap_layers=tuple(ckpt.TAPS),
+        mask_token_id=4,
+        markov=False,
+        confidence=False,
+        format="zlab",
+    ),
 }
 
 
@@ -52,8 +66,10 @@ def plant(drafter) -> None:
     anchor (its first 16 dimensions) into the mask slots, all a z-lab block has to draft from."""
     mx.random.seed(9)
     keep = ("norm.weight", "layer_scalar", "embed_tokens.weight", "lm_head.weight")
-    new = {k: v if k.endswith(keep) else 0.02 * mx.random.normal(v.shape)
-           for k, v in tree_flatten(drafter.net.parameters())}
+    new = {
+        k: v if k.endswith(keep) else 0.02 * mx.random.normal(v.shape)
+        for k, v in tree_flatten(drafter.net.parameters())
+    }
     new["hidden_norm.weight"] = mx.full(new["hidden_norm.weight"].shape, 0.002)
     for i in range(0 if drafter.has_markov else len(drafter.net.layers)):
         p = f"layers.{i}.self_attn."
@@ -101,7 +117,9 @@ def ours(target, drafter, prompt: list[int], first: int, rows: list) -> tuple[li
     the target's first token. (tokens, committed per round, round 1's logits); ``rows`` gets
     every round's DraftRows."""
     cap = Capture(drafter)
-    s = run_to_summary(generate(target, cap, list(prompt) + [first], GenerationConfig(max_tokens=N - 1, stop_at_eos=False)))
+    s = run_to_summary(
+        generate(target, cap, list(prompt) + [first], GenerationConfig(max_tokens=N - 1, stop_at_eos=False))
+    )
     rows.extend(cap.rows)
     return [first, *s.tokens], [a + 1 for a in s.accepted_lengths], np.array(cap.rows[0].logits[0])
 
@@ -124,8 +142,15 @@ def peer(kind: str, target_dir: Path, drafter_dir: Path, prompt: list[int] = ckp
     if os.environ.get("DSPARK_SKIP_PEERS"):
         pytest.skip("DSPARK_SKIP_PEERS is set")
     assert PEERS.exists(), "the peer environment is missing: run `make peers` (make test does)"
-    cmd = [str(PEERS), str(ROOT / "tests" / "peers" / "run_peer.py"), kind, str(target_dir), str(drafter_dir), str(N),
-           *map(str, prompt)]
+    cmd = [
+        str(PEERS),
+        str(ROOT / "tests" / "peers" / "run_peer.py"),
+        kind,
+        str(target_dir),
+        str(drafter_dir),
+        str(N),
+        *map(str, prompt),
+    ]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -176,8 +201,9 @@ def test_a_published_speculators_checkpoint_exports_with_its_vocabulary_tables(m
     config = json.loads((out / "config.json").read_text())
     assert config["draft_vocab_size"] == 48 and config["block_size"] == 7 and not config["sample_from_anchor"]
     assert config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 6
-    tau, tokens, logits = same_rounds(target, ckpt.PROMPT, plain, load_drafter(models["published"], target),
-                                      load_drafter(out, target))
+    tau, tokens, logits = same_rounds(
+        target, ckpt.PROMPT, plain, load_drafter(models["published"], target), load_drafter(out, target)
+    )
     ref = peer("mlx-dspark", models["target"], peer_dir(out, "speculators", tmp_path))
     assert ref["tokens"][: len(tokens)] == tokens and tau[: len(ref["tau"]) - 1] == ref["tau"][:-1]
     assert np.allclose(logits, np.array(ref["round1_logits"]), atol=1e-4)
@@ -187,8 +213,10 @@ def test_serving_configs_hold_the_keys_vllm_and_sglang_read(models, tmp_path):
     cfg = {}
     for fmt in FORMATS:
         out = tmp_path / fmt
-        assert dspark(["export", str(models[fmt]), "--format", fmt, "--out", str(out),
-                       "--verifier", "org/gemma-4-tiny"]) == 0
+        assert (
+            dspark(["export", str(models[fmt]), "--format", fmt, "--out", str(out), "--verifier", "org/gemma-4-tiny"])
+            == 0
+        )
         cfg[fmt] = json.loads((out / "config.json").read_text())
         header = read_header(out / "model.safetensors")
         assert header["__metadata__"]["format"] == "pt"
@@ -265,7 +293,12 @@ def test_what_a_format_cannot_carry_is_one_sentence_and_nothing_is_written(model
     assert dspark(["quantize", str(models["speculators"]), "--bits", "8", "--out", str(quantized)]) == 0
     cases = [
         (models["native"], "zlab", "native Gemma-style draft layers", "train it with dspark train --format"),
-        (models["speculators"], "zlab", "anchor slot that predicts the first draft", "it exports exactly to speculators"),
+        (
+            models["speculators"],
+            "zlab",
+            "anchor slot that predicts the first draft",
+            "it exports exactly to speculators",
+        ),
         (models["deepspec"], "speculators", "Gemma-4 global-attention draft layers", "which deepspec carries"),
         (models["zlab"], "deepspec", "Qwen3-style draft layers", "which speculators and zlab carry"),
         (published, "speculators", "confidence head", "--drop-heads"),
@@ -277,8 +310,12 @@ def test_what_a_format_cannot_carry_is_one_sentence_and_nothing_is_written(model
         assert part in err and then in err, err
         assert not out.exists() and not list(tmp_path.glob(f".{out.name}*"))
     # --drop-heads leaves out what only the heads stood in the way of
-    assert dspark(["export", str(published), "--format", "speculators", "--out", str(tmp_path / "dropped"),
-                   "--drop-heads"]) == 0
+    assert (
+        dspark(
+            ["export", str(published), "--format", "speculators", "--out", str(tmp_path / "dropped"), "--drop-heads"]
+        )
+        == 0
+    )
 
 
 def test_drop_heads_exports_the_backbone_and_says_what_acceptance_is_left(models, target, tmp_path, capsys):
@@ -286,8 +323,27 @@ def test_drop_heads_exports_the_backbone_and_says_what_acceptance_is_left(models
     prompts.write_text(json.dumps([" ".join(map(str, ckpt.PROMPT)), "w7 w7 w9 w9 w9 w12"]))
     out = tmp_path / "dflash"
     capsys.readouterr()
-    assert dspark(["export", str(models["speculators"]), "--format", "speculators", "--out", str(out), "--drop-heads",
-                   "--target", str(models["target"]), "--prompt-set", str(prompts), "--max-tokens", "48", "--json"]) == 0
+    assert (
+        dspark(
+            [
+                "export",
+                str(models["speculators"]),
+                "--format",
+                "speculators",
+                "--out",
+                str(out),
+                "--drop-heads",
+                "--target",
+                str(models["target"]),
+                "--prompt-set",
+                str(prompts),
+                "--max-tokens",
+                "48",
+                "--json",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["dropped"] == ["Markov", "confidence"]
     assert report["tau_without_heads"] < report["tau_with_heads"]  # the planted Markov head carried the runs
@@ -301,8 +357,12 @@ def test_drop_heads_exports_the_backbone_and_says_what_acceptance_is_left(models
     assert not back.has_markov and same_drafts(headless, back, target.projection) is None
     # without a target the acceptance is not made up: the message says how to measure it
     capsys.readouterr()
-    assert dspark(["export", str(models["deepspec"]), "--format", "deepspec", "--out", str(tmp_path / "d2"),
-                   "--drop-heads"]) == 0
+    assert (
+        dspark(
+            ["export", str(models["deepspec"]), "--format", "deepspec", "--out", str(tmp_path / "d2"), "--drop-heads"]
+        )
+        == 0
+    )
     said = capsys.readouterr().out
     assert "not measured" in said and f"dspark bench --target TARGET --drafter {tmp_path / 'd2'}" in said
 
@@ -310,14 +370,48 @@ def test_drop_heads_exports_the_backbone_and_says_what_acceptance_is_left(models
 def test_a_drafter_trained_with_dspark_train_format_exports_exactly(models, target, plain, tmp_path):
     data = tmp_path / "data.txt"
     data.write_text(" ".join(f"w{i % 40}" for i in range(600)))
-    options = {"speculators": ["--context-window", "12"], "deepspec": [],
-               "zlab": ["--no-markov", "--no-confidence", "--context-window", "12"]}
+    options = {
+        "speculators": ["--context-window", "12"],
+        "deepspec": [],
+        "zlab": ["--no-markov", "--no-confidence", "--context-window", "12"],
+    }
     for fmt, extra in options.items():
         trained, out = tmp_path / f"trained-{fmt}", tmp_path / f"exported-{fmt}"
-        assert dspark(["train", "--target", str(models["target"]), "--data", str(data), "--out", str(trained), "--format",
-                       fmt, "--steps", "3", "--batch", "8", "--seq-len", "32", "--prompt-len", "6", "--layers", "1",
-                       "--taps", "1,3,4", "--block-size", "5", "--eval-prompts", "0", "--no-compile", "--no-progress",
-                       *extra]) == 0
+        assert (
+            dspark(
+                [
+                    "train",
+                    "--target",
+                    str(models["target"]),
+                    "--data",
+                    str(data),
+                    "--out",
+                    str(trained),
+                    "--format",
+                    fmt,
+                    "--steps",
+                    "3",
+                    "--batch",
+                    "8",
+                    "--seq-len",
+                    "32",
+                    "--prompt-len",
+                    "6",
+                    "--layers",
+                    "1",
+                    "--taps",
+                    "1,3,4",
+                    "--block-size",
+                    "5",
+                    "--eval-prompts",
+                    "0",
+                    "--no-compile",
+                    "--no-progress",
+                    *extra,
+                ]
+            )
+            == 0
+        )
         assert dspark(["export", str(trained), "--format", fmt, "--out", str(out)]) == 0
         original, exported = load_drafter(trained, target), load_drafter(out, target)
         assert same_drafts(original, exported, target.projection) is None
@@ -406,8 +500,17 @@ def test_export_help_lists_every_option_with_its_default(capsys):
     with pytest.raises(SystemExit):
         dspark(["export", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for option in ("--format {speculators,deepspec,zlab}", "--out", "--verifier", "--drop-heads", "--target",
-                   "--prompt-set", "--max-tokens", "--force", "--json"):
+    for option in (
+        "--format {speculators,deepspec,zlab}",
+        "--out",
+        "--verifier",
+        "--drop-heads",
+        "--target",
+        "--prompt-set",
+        "--max-tokens",
+        "--force",
+        "--json",
+    ):
         assert option in text, option
     assert "(default: demo)" in text and "(default: 128)" in text and "the README says TARGET" in text
 
@@ -422,4 +525,6 @@ def test_the_bench_hands_mlx_dspark_a_speculators_head_with_its_taps_as_it_reads
     assert (given / "model.safetensors").resolve() == (src / "model.safetensors").resolve()
     config = json.loads((src / "config.json").read_text())
     older = ckpt._save(tmp_path / "older", {**config, "aux_hidden_state_layer_ids": ckpt.TAPS}, {"x": mx.zeros((1,))})
-    assert _with_taps_as_read(str(older)) == str(older) and _with_taps_as_read(str(models["zlab"])) == str(models["zlab"])
+    assert _with_taps_as_read(str(older)) == str(older) and _with_taps_as_read(str(models["zlab"])) == str(
+        models["zlab"]
+    )

@@ -37,15 +37,20 @@ def dirs(tmp_path_factory):
     d = {"target": ckpt.write_target(root / "target", model)}
     target = load_target(d["target"])
     plain = run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
-    d.update(zlab=ckpt.write_zlab(root / "zlab"), zlab_full=ckpt.write_zlab(root / "zlab_full", sliding=False),
-             deepspec=ckpt.write_deepspec(root / "deepspec", model),
-             deepspec_dflash=ckpt.write_deepspec(root / "deepspec_dflash", model, heads=False),
-             speculators=ckpt.write_speculators(root / "speculators", model, list(plain.tokens[:90])))
+    d.update(
+        zlab=ckpt.write_zlab(root / "zlab"),
+        zlab_full=ckpt.write_zlab(root / "zlab_full", sliding=False),
+        deepspec=ckpt.write_deepspec(root / "deepspec", model),
+        deepspec_dflash=ckpt.write_deepspec(root / "deepspec_dflash", model, heads=False),
+        speculators=ckpt.write_speculators(root / "speculators", model, list(plain.tokens[:90])),
+    )
     frequent = list(plain.tokens[:90])
-    d.update(speculators_borrowed=ckpt.write_speculators(root / "sp_borrowed", model, frequent, with_embedding=False),
-             speculators_sliding=ckpt.write_speculators(root / "sp_sliding", model, frequent, sliding=True),
-             speculators_anchor=ckpt.write_speculators(root / "sp_anchor", model, frequent, from_anchor=True),
-             speculators_dflash=ckpt.write_speculators(root / "sp_dflash", model, frequent, algorithm="dflash"))
+    d.update(
+        speculators_borrowed=ckpt.write_speculators(root / "sp_borrowed", model, frequent, with_embedding=False),
+        speculators_sliding=ckpt.write_speculators(root / "sp_sliding", model, frequent, sliding=True),
+        speculators_anchor=ckpt.write_speculators(root / "sp_anchor", model, frequent, from_anchor=True),
+        speculators_dflash=ckpt.write_speculators(root / "sp_dflash", model, frequent, algorithm="dflash"),
+    )
     for name in ("speculators", "speculators_borrowed", "speculators_sliding", "speculators_anchor"):
         d[name + "_peer"] = ckpt.for_mlx_dspark(d[name], root / f"{name}_for_mlx_dspark")
     d["speculators_dflash_peer"] = ckpt.as_headless_dspark(d["speculators_dflash"], root / "sp_dflash_as_dspark")
@@ -97,8 +102,15 @@ def peer(kind: str, dirs, name: str) -> dict:
     if os.environ.get("DSPARK_SKIP_PEERS"):
         pytest.skip("DSPARK_SKIP_PEERS is set")
     assert PEERS.exists(), "the peer environment is missing: run `make peers` (make test does)"
-    cmd = [str(PEERS), str(ROOT / "tests" / "peers" / "run_peer.py"), kind, str(dirs["target"]), str(dirs[name]), str(N),
-           *map(str, ckpt.PROMPT)]
+    cmd = [
+        str(PEERS),
+        str(ROOT / "tests" / "peers" / "run_peer.py"),
+        kind,
+        str(dirs["target"]),
+        str(dirs[name]),
+        str(N),
+        *map(str, ckpt.PROMPT),
+    ]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -132,12 +144,16 @@ PEER_DIR = {name: name + "_peer" for name in CASES if name.startswith("speculato
 #: where mlx-dspark windows each slot by its own position (``key_pos > query_pos - W``) and
 #: applies the window and the causal block to every layer once any layer slides.
 PEER_CONVENTION = {
-    "speculators_borrowed": (lambda d: d.spec.embed_scale == 1.0,
-                             lambda d: setattr(d.spec, "embed_scale", float(ckpt.H) ** 0.5)),
-    "speculators_sliding": (lambda d: d.layout.window_from_anchor and d.layout.windows == (8, None)
-                            and d.layout.causal == (True, False),
-                            lambda d: setattr(d, "layout", dataclasses.replace(
-                                d.layout, window_from_anchor=False, windows=(8, 8), causal=(True, True)))),
+    "speculators_borrowed": (
+        lambda d: d.spec.embed_scale == 1.0,
+        lambda d: setattr(d.spec, "embed_scale", float(ckpt.H) ** 0.5),
+    ),
+    "speculators_sliding": (
+        lambda d: d.layout.window_from_anchor and d.layout.windows == (8, None) and d.layout.causal == (True, False),
+        lambda d: setattr(
+            d, "layout", dataclasses.replace(d.layout, window_from_anchor=False, windows=(8, 8), causal=(True, True))
+        ),
+    ),
 }
 
 
@@ -156,7 +172,10 @@ def test_each_format_matches_its_reference_round_for_round(dirs, target, plain, 
     ref = peer(kind, dirs, PEER_DIR.get(name, name))
     if drafter.has_confidence:  # the confidence head reads the same features the same way
         z = np.array(rows[0].conf_logits[0])
-        assert np.allclose(z, np.array(ref["round1_confidence_logits"]), atol=1e-4), (z, ref["round1_confidence_logits"])
+        assert np.allclose(z, np.array(ref["round1_confidence_logits"]), atol=1e-4), (
+            z,
+            ref["round1_confidence_logits"],
+        )
     assert ref["tokens"][: len(tokens)] == tokens
     # the peers clip their last block to the token budget: compare every round before it
     assert tau[: len(ref["tau"]) - 1] == ref["tau"][:-1] and len(set(tau)) >= 4
@@ -166,8 +185,10 @@ def test_each_format_matches_its_reference_round_for_round(dirs, target, plain, 
 MISTAKES = {  # a deliberate mistake in each reading, which the reference comparison must notice
     "zlab: off-by-one block slot": ("zlab_full", lambda d: setattr(d, "layout", BlockLayout(anchor_predicts=True))),
     "zlab: no embedding scale": ("zlab_full", lambda d: setattr(d.spec, "embed_scale", 1.0)),
-    "deepspec: wrong RoPE base": ("deepspec", lambda d: [setattr(layer.rope, "_freqs", layer.rope._freqs * 0.01)
-                                                         for layer in d.net.layers]),
+    "deepspec: wrong RoPE base": (
+        "deepspec",
+        lambda d: [setattr(layer.rope, "_freqs", layer.rope._freqs * 0.01) for layer in d.net.layers],
+    ),
     "speculators: d2t dropped": ("speculators", lambda d: setattr(d, "draft_to_target", None)),
     "speculators: embedding scaled": ("speculators", lambda d: setattr(d.spec, "embed_scale", 8.0)),
 }
@@ -181,7 +202,9 @@ def test_a_deliberate_mistake_changes_the_result(dirs, target, plain, mistake):
     tokens, tau, logits = ours(target, drafter, plain)
     ref = peer(CASES[name][0], dirs, PEER_DIR.get(name, name))
     assert tokens == list(plain.tokens)  # still lossless: verification does not trust the drafter
-    same_logits = logits.shape == np.array(ref["round1_logits"]).shape and np.allclose(logits, ref["round1_logits"], atol=1e-4)
+    same_logits = logits.shape == np.array(ref["round1_logits"]).shape and np.allclose(
+        logits, ref["round1_logits"], atol=1e-4
+    )
     assert not same_logits or tau[: len(ref["tau"]) - 1] != ref["tau"][:-1]
 
 
@@ -212,7 +235,11 @@ def test_inspect_says_what_a_directory_is(dirs, capsys):
     capsys.readouterr()
     assert dspark(["inspect", str(dirs["deepspec"])]) == 0
     out = capsys.readouterr().out
-    assert "deepspec drafter (DSpark)" in out and "Markov, confidence" in out and "block size 7 (drafted tokens per round" in out
+    assert (
+        "deepspec drafter (DSpark)" in out
+        and "Markov, confidence" in out
+        and "block size 7 (drafted tokens per round" in out
+    )
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -238,8 +265,11 @@ def test_refusals_are_one_sentence(dirs, target, tmp_path):
     (pickled / "config.json").write_text((dirs["zlab"] / "config.json").read_text())
     (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04not really")
     wide = _edit(_copy(dirs["deepspec"], tmp_path / "wide"), hidden_size=128)
-    taps = _edit(_copy(dirs["zlab"], tmp_path / "taps"), dflash_config={"mask_token_id": 4, "target_layer_ids": [1, 3, 9]},
-                 num_target_layers=None)
+    taps = _edit(
+        _copy(dirs["zlab"], tmp_path / "taps"),
+        dflash_config={"mask_token_id": 4, "target_layer_ids": [1, 3, 9]},
+        num_target_layers=None,
+    )
     vocab = _copy(dirs["speculators"], tmp_path / "vocab")
     cfg = json.loads((vocab / "config.json").read_text())
     cfg["transformer_layer_config"]["vocab_size"] = 300

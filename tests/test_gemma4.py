@@ -11,8 +11,12 @@ from dspark.errors import DsparkError
 
 
 def test_a_malformed_per_layer_config_is_one_sentence():
-    config = {"text_config": {"layer_types": ["sliding_attention", "full_attention", "full_attention"],
-                              "per_layer_config": {"1": {"head_dim": 256}, "2": {"head_dim": 512}}}}
+    config = {
+        "text_config": {
+            "layer_types": ["sliding_attention", "full_attention", "full_attention"],
+            "per_layer_config": {"1": {"head_dim": 256}, "2": {"head_dim": 512}},
+        }
+    }
     with pytest.raises(DsparkError, match="different shapes"):
         gemma4.legacy_text_config(config)
     assert gemma4.legacy_text_config({"text_config": {"global_head_dim": 512}}) is None

@@ -38,23 +38,30 @@ def dirs(tmp_path_factory):
     out = good_pair(tmp_path_factory.mktemp("hostile"))
     root, t, d = out["root"], out["target"], out["drafter"]
     V = drafter_variant
-    out.update({
-        "mask_huge": V(d, root, "mask_huge", _cfg("mask_token_id", 10**6)),
-        "mask_vocab": V(d, root, "mask_vocab", _cfg("mask_token_id", 300)),
-        "block_huge": V(d, root, "block_huge", _cfg("block_size", 10**6)),
-        "block_zero": V(d, root, "block_zero", _cfg("block_size", 0)),
-        "block_negative": V(d, root, "block_negative", _cfg("block_size", -3)),
-        "layers_huge": V(d, root, "layers_huge", _cfg("num_layers", 10**6)),
-        "tap_negative": V(d, root, "tap_negative", _cfg("tap_layers", [-1, 3])),
-        "tap_beyond": V(d, root, "tap_beyond", _cfg("tap_layers", [1, 30])),
-        "no_target_id": V(d, root, "no_target_id", lambda c: c.pop("target_id")),
-        "version": V(d, root, "version", lambda c: c.__setitem__("version", 99)),
-        "unknown_key": V(d, root, "unknown_key", _cfg("flux_capacitor", 1)),
-        "dims_string": V(d, root, "dims_string", lambda c: c["dims"].__setitem__("hidden_size", "64")),
-        "int_weights": V(d, root, "int_weights", weights=lambda w: w.__setitem__("norm.weight", w["norm.weight"].astype(mx.int32))),
-        "shape": V(d, root, "shape", weights=lambda w: w.__setitem__("norm.weight", mx.ones((7,)))),
-        "missing": V(d, root, "missing", weights=lambda w: w.pop("norm.weight")),
-    })
+    out.update(
+        {
+            "mask_huge": V(d, root, "mask_huge", _cfg("mask_token_id", 10**6)),
+            "mask_vocab": V(d, root, "mask_vocab", _cfg("mask_token_id", 300)),
+            "block_huge": V(d, root, "block_huge", _cfg("block_size", 10**6)),
+            "block_zero": V(d, root, "block_zero", _cfg("block_size", 0)),
+            "block_negative": V(d, root, "block_negative", _cfg("block_size", -3)),
+            "layers_huge": V(d, root, "layers_huge", _cfg("num_layers", 10**6)),
+            "tap_negative": V(d, root, "tap_negative", _cfg("tap_layers", [-1, 3])),
+            "tap_beyond": V(d, root, "tap_beyond", _cfg("tap_layers", [1, 30])),
+            "no_target_id": V(d, root, "no_target_id", lambda c: c.pop("target_id")),
+            "version": V(d, root, "version", lambda c: c.__setitem__("version", 99)),
+            "unknown_key": V(d, root, "unknown_key", _cfg("flux_capacitor", 1)),
+            "dims_string": V(d, root, "dims_string", lambda c: c["dims"].__setitem__("hidden_size", "64")),
+            "int_weights": V(
+                d,
+                root,
+                "int_weights",
+                weights=lambda w: w.__setitem__("norm.weight", w["norm.weight"].astype(mx.int32)),
+            ),
+            "shape": V(d, root, "shape", weights=lambda w: w.__setitem__("norm.weight", mx.ones((7,)))),
+            "missing": V(d, root, "missing", weights=lambda w: w.pop("norm.weight")),
+        }
+    )
     bad_json = copy(d, root / "bad_json")
     (bad_json / "config.json").write_text("{oops")
     truncated = copy(d, root / "truncated")
@@ -67,18 +74,29 @@ def dirs(tmp_path_factory):
     (no_config_dir / "config.json").mkdir()
     out.update(bad_json=bad_json, truncated=truncated, huge_header=huge_header, config_is_dir=no_config_dir)
     T = target_variant
-    out.update({
-        "no_model_type": T(t, root, "no_model_type", lambda c: c.pop("model_type")),
-        "hidden_string": T(t, root, "hidden_string", lambda c: c.__setitem__("hidden_size", "abc")),
-        "vocab_huge": T(t, root, "vocab_huge", lambda c: c.__setitem__("vocab_size", 10**9)),
-        "model_type_path": T(t, root, "model_type_path", lambda c: c.__setitem__("model_type", "../../os")),
-        "auto_map": T(t, root, "auto_map", lambda c: c.__setitem__("auto_map", {"AutoModel": "m.M"})),
-        "layers_disagree": T(t, root, "layers_disagree",
-                             lambda c: c.__setitem__("layer_types", (c.get("layer_types") or ["full_attention"] * c["num_hidden_layers"]) + ["full_attention"])),
-    })
+    out.update(
+        {
+            "no_model_type": T(t, root, "no_model_type", lambda c: c.pop("model_type")),
+            "hidden_string": T(t, root, "hidden_string", lambda c: c.__setitem__("hidden_size", "abc")),
+            "vocab_huge": T(t, root, "vocab_huge", lambda c: c.__setitem__("vocab_size", 10**9)),
+            "model_type_path": T(t, root, "model_type_path", lambda c: c.__setitem__("model_type", "../../os")),
+            "auto_map": T(t, root, "auto_map", lambda c: c.__setitem__("auto_map", {"AutoModel": "m.M"})),
+            "layers_disagree": T(
+                t,
+                root,
+                "layers_disagree",
+                lambda c: c.__setitem__(
+                    "layer_types",
+                    (c.get("layer_types") or ["full_attention"] * c["num_hidden_layers"]) + ["full_attention"],
+                ),
+            ),
+        }
+    )
     tok_code = copy(t, root / "tokenizer_code")
-    edit_json(tok_code / "tokenizer_config.json", lambda c: c.update(auto_map={"AutoTokenizer": ["tokenization_evil.Evil", None]},
-                                                                    tokenizer_class="Evil"))
+    edit_json(
+        tok_code / "tokenizer_config.json",
+        lambda c: c.update(auto_map={"AutoTokenizer": ["tokenization_evil.Evil", None]}, tokenizer_class="Evil"),
+    )
     marker = root / "code_ran"
     (tok_code / "tokenization_evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     py_target = copy(t, root / "py_target")
@@ -103,7 +121,12 @@ def cases(d) -> list[tuple[str, list[str], int, str]]:
 
     return [
         # crafted drafter configs
-        ("mask token far outside the vocabulary", with_drafter("mask_huge"), 2, "mask token id 1000000 is outside the vocabulary"),
+        (
+            "mask token far outside the vocabulary",
+            with_drafter("mask_huge"),
+            2,
+            "mask token id 1000000 is outside the vocabulary",
+        ),
         ("mask token equal to the vocabulary size", with_drafter("mask_vocab"), 2, "mask token id 300 is outside"),
         ("block size a million", with_drafter("block_huge"), 2, "block-size must be between 1 and 64"),
         ("block size zero", with_drafter("block_zero"), 2, "block-size must be between 1 and 64"),
@@ -130,58 +153,183 @@ def cases(d) -> list[tuple[str, list[str], int, str]]:
         ("top-k beyond the vocabulary", [*gen, "--top-k", "100000"], 2, "larger than the target's vocabulary (300)"),
         ("seed -1", [*gen, "--seed", "-1"], 2, "seed must be between 0"),
         ("zero tokens", [*gen, "--max-tokens", "0"], 2, "max-tokens must be between 1"),
-        ("block size a million on the command line", [*gen, "--block-size", "1000000"], 2, "block-size must be between 0 and 64"),
+        (
+            "block size a million on the command line",
+            [*gen, "--block-size", "1000000"],
+            2,
+            "block-size must be between 0 and 64",
+        ),
         ("top-p 2", [*gen, "--top-p", "2"], 2, "top-p must be between 0 and 1"),
         ("top-k not a number", [*gen, "--top-k", "lots"], 2, "invalid int value: 'lots'"),
         ("chat template options not JSON", [*gen, "--chat-template-config", "{bad"], 2, "not valid JSON"),
-        ("prompt file not UTF-8", ["generate", "--target", t, "--prompt-file", str(r / "latin1.txt")], 2, "is not UTF-8 text"),
-        ("prompt file is a folder", ["generate", "--target", t, "--prompt-file", str(r / "prompt_dir")], 2, "prompt file not found"),
+        (
+            "prompt file not UTF-8",
+            ["generate", "--target", t, "--prompt-file", str(r / "latin1.txt")],
+            2,
+            "is not UTF-8 text",
+        ),
+        (
+            "prompt file is a folder",
+            ["generate", "--target", t, "--prompt-file", str(r / "prompt_dir")],
+            2,
+            "prompt file not found",
+        ),
         ("empty prompt", ["generate", "--target", t, "--prompt", "  \n "], 2, "the prompt is empty"),
         ("a legal run", [*gen, "--temperature", "0.7", "--top-k", "5"], 0, ""),
         # target directories
-        ("target without model_type", ["generate", "--target", str(d["no_model_type"]), "--prompt", "x"], 2, "no valid model_type"),
-        ("hidden size a string in the target", ["generate", "--target", str(d["hidden_string"]), "--prompt", "x"], 2,
-         "hidden_size is 'abc', expected an integer"),
-        ("a vocabulary of a billion", ["generate", "--target", str(d["vocab_huge"]), "--prompt", "x"], 2, "vocab_size is 1000000000"),
-        ("model_type naming a path", ["generate", "--target", str(d["model_type_path"]), "--prompt", "x"], 2, "no valid model_type"),
-        ("a drafter given as target", ["generate", "--target", str(d["drafter"]), "--prompt", "x"], 2, "is a drafter, not a target"),
-        ("a target that asks for custom code", ["generate", "--target", str(d["auto_map"]), "--prompt", "x"], 2, "custom code (auto_map"),
-        ("a target with a custom tokenizer", ["generate", "--target", str(d["tokenizer_code"]), "--prompt", "x"], 2,
-         "asks to run Python files (tokenization_evil.py)"),
-        ("a target with Python files", ["generate", "--target", str(d["py_target"]), "--prompt", "x"], 2, "asks to run Python files"),
-        ("a target config that is binary", ["generate", "--target", str(d["garbage_config"]), "--prompt", "x"], 2, "is not valid JSON"),
-        ("a target directory that does not exist", ["generate", "--target", str(r / "no_such_target"), "--prompt", "x"], 2,
-         "target directory not found"),
+        (
+            "target without model_type",
+            ["generate", "--target", str(d["no_model_type"]), "--prompt", "x"],
+            2,
+            "no valid model_type",
+        ),
+        (
+            "hidden size a string in the target",
+            ["generate", "--target", str(d["hidden_string"]), "--prompt", "x"],
+            2,
+            "hidden_size is 'abc', expected an integer",
+        ),
+        (
+            "a vocabulary of a billion",
+            ["generate", "--target", str(d["vocab_huge"]), "--prompt", "x"],
+            2,
+            "vocab_size is 1000000000",
+        ),
+        (
+            "model_type naming a path",
+            ["generate", "--target", str(d["model_type_path"]), "--prompt", "x"],
+            2,
+            "no valid model_type",
+        ),
+        (
+            "a drafter given as target",
+            ["generate", "--target", str(d["drafter"]), "--prompt", "x"],
+            2,
+            "is a drafter, not a target",
+        ),
+        (
+            "a target that asks for custom code",
+            ["generate", "--target", str(d["auto_map"]), "--prompt", "x"],
+            2,
+            "custom code (auto_map",
+        ),
+        (
+            "a target with a custom tokenizer",
+            ["generate", "--target", str(d["tokenizer_code"]), "--prompt", "x"],
+            2,
+            "asks to run Python files (tokenization_evil.py)",
+        ),
+        (
+            "a target with Python files",
+            ["generate", "--target", str(d["py_target"]), "--prompt", "x"],
+            2,
+            "asks to run Python files",
+        ),
+        (
+            "a target config that is binary",
+            ["generate", "--target", str(d["garbage_config"]), "--prompt", "x"],
+            2,
+            "is not valid JSON",
+        ),
+        (
+            "a target directory that does not exist",
+            ["generate", "--target", str(r / "no_such_target"), "--prompt", "x"],
+            2,
+            "target directory not found",
+        ),
         # writing
         ("init into a file", ["init", "--target", t, "--out", str(r / "a_file")], 2, "is a file, not a directory"),
-        ("init where nothing can be created", ["init", "--target", t, "--out", str(r / "a_file" / "sub")], 2, "cannot create"),
-        ("init with a negative Markov rank", ["init", "--target", t, "--out", str(r / "i1"), "--markov-rank", "-1"], 2,
-         "markov-rank must be between 1"),
-        ("init with a million layers", ["init", "--target", t, "--out", str(r / "i2"), "--layers", "1000000"], 2,
-         "layers must be between 1 and 64"),
-        ("init with taps that are not numbers", ["init", "--target", t, "--out", str(r / "i3"), "--taps", "a,b"], 2,
-         "expected comma-separated integers"),
-        ("train into a file", ["train", "--target", t, "--data", str(r / "a_file"), "--out", str(r / "a_file")], 2,
-         "is a file, not a directory"),
-        ("train on a missing data file", ["train", "--target", t, "--data", str(r / "none.txt"), "--out", str(r / "t1")], 2,
-         "file not found"),
+        (
+            "init where nothing can be created",
+            ["init", "--target", t, "--out", str(r / "a_file" / "sub")],
+            2,
+            "cannot create",
+        ),
+        (
+            "init with a negative Markov rank",
+            ["init", "--target", t, "--out", str(r / "i1"), "--markov-rank", "-1"],
+            2,
+            "markov-rank must be between 1",
+        ),
+        (
+            "init with a million layers",
+            ["init", "--target", t, "--out", str(r / "i2"), "--layers", "1000000"],
+            2,
+            "layers must be between 1 and 64",
+        ),
+        (
+            "init with taps that are not numbers",
+            ["init", "--target", t, "--out", str(r / "i3"), "--taps", "a,b"],
+            2,
+            "expected comma-separated integers",
+        ),
+        (
+            "train into a file",
+            ["train", "--target", t, "--data", str(r / "a_file"), "--out", str(r / "a_file")],
+            2,
+            "is a file, not a directory",
+        ),
+        (
+            "train on a missing data file",
+            ["train", "--target", t, "--data", str(r / "none.txt"), "--out", str(r / "t1")],
+            2,
+            "file not found",
+        ),
         ("inspect a model directory", ["inspect", t], 2, "holds a model"),
-        ("inspect a drafter whose block is a million", ["inspect", str(d["block_huge"])], 2, "block-size must be between 1 and 64"),
-        ("layer_types and num_hidden_layers disagree", ["generate", "--target", str(d["layers_disagree"]), "--prompt", "x"], 2,
-         "layer_types for num_hidden_layers"),
-        ("costs for a block of a million", ["costs", "--target", t, "--drafter", str(d["drafter"]), "--block-size", "1000000"], 2,
-         "--block-size must be between 1 and 64"),
-        ("costs for a negative block", ["costs", "--target", t, "--drafter", str(d["drafter"]), "--block-size", "-3"], 2,
-         "--block-size must be between 1 and 64"),
-        ("calibrate on -5 rounds", ["calibrate", "--target", t, "--drafter", str(d["drafter"]), "--rounds", "-5"], 2,
-         "--rounds must be between 1"),
-        ("calibrate with empty prompts", ["calibrate", "--target", t, "--drafter", str(d["drafter"]), "--prompt-len", "0"], 2,
-         "--prompt-len must be between 1"),
-        ("make-demo with a negative time budget", ["make-demo", "--only", "target", "--target-minutes", "-1", "--out",
-                                                   str(r / "md")], 2, "--target-minutes must be at least 0.01"),
-        ("make-demo with 0 drafter steps", ["make-demo", "--only", "drafters", "--drafter-steps", "0", "--out", str(r / "md")], 2,
-         "steps must be"),
-        ("quantize to 3 bits", ["quantize", str(d["drafter"]), "--bits", "3", "--out", str(r / "q3")], 2, "invalid choice"),
+        (
+            "inspect a drafter whose block is a million",
+            ["inspect", str(d["block_huge"])],
+            2,
+            "block-size must be between 1 and 64",
+        ),
+        (
+            "layer_types and num_hidden_layers disagree",
+            ["generate", "--target", str(d["layers_disagree"]), "--prompt", "x"],
+            2,
+            "layer_types for num_hidden_layers",
+        ),
+        (
+            "costs for a block of a million",
+            ["costs", "--target", t, "--drafter", str(d["drafter"]), "--block-size", "1000000"],
+            2,
+            "--block-size must be between 1 and 64",
+        ),
+        (
+            "costs for a negative block",
+            ["costs", "--target", t, "--drafter", str(d["drafter"]), "--block-size", "-3"],
+            2,
+            "--block-size must be between 1 and 64",
+        ),
+        (
+            "calibrate on -5 rounds",
+            ["calibrate", "--target", t, "--drafter", str(d["drafter"]), "--rounds", "-5"],
+            2,
+            "--rounds must be between 1",
+        ),
+        (
+            "calibrate with empty prompts",
+            ["calibrate", "--target", t, "--drafter", str(d["drafter"]), "--prompt-len", "0"],
+            2,
+            "--prompt-len must be between 1",
+        ),
+        (
+            "make-demo with a negative time budget",
+            ["make-demo", "--only", "target", "--target-minutes", "-1", "--out", str(r / "md")],
+            2,
+            "--target-minutes must be at least 0.01",
+        ),
+        (
+            "make-demo with 0 drafter steps",
+            ["make-demo", "--only", "drafters", "--drafter-steps", "0", "--out", str(r / "md")],
+            2,
+            "steps must be",
+        ),
+        (
+            "quantize to 3 bits",
+            ["quantize", str(d["drafter"]), "--bits", "3", "--out", str(r / "q3")],
+            2,
+            "invalid choice",
+        ),
         *round_two(d),
     ]
 
@@ -208,8 +356,7 @@ def round_two(d) -> list[tuple[str, list[str], int, str]]:
         ("a tensor aliased to another's bytes", target("t_alias"), 2, "shares the bytes of another tensor"),
         ("two tensors whose byte ranges overlap", target("t_overlap"), 2, "shares the bytes of another tensor"),
         ("inspect a drafter generate refuses", ["inspect", str(d["d_nan_norm"])], 2, "holds NaN or infinite values"),
-        ("inspect a 16 MiB file of a trillion parameters", ["inspect", str(d["d_huge_shape"])], 2,
-         "does not fill its"),
+        ("inspect a 16 MiB file of a trillion parameters", ["inspect", str(d["d_huge_shape"])], 2, "does not fill its"),
         # the audit's examples: internal errors, hangs, tracebacks, injection
         ("a config nested 10^5 deep", target("t_nested_config"), 2, "nested deeper than 64 levels"),
         ("a safetensors header nested 10^5 deep", target("t_nested_header"), 2, "nested deeper than 64 levels"),
@@ -222,10 +369,18 @@ def round_two(d) -> list[tuple[str, list[str], int, str]]:
         ("a FIFO as tokenizer.json", target("t_fifo_tokenizer"), 2, "is not a regular file"),
         ("/dev/zero through a symlink", target("t_zero_tokenizer"), 2, "is not a regular file"),
         ("a chat template of 10^5 x 10^5 loops", target("t_loop_template"), 2, "ran past its 10 s budget"),
-        ("a 1 MB prompt of some 500k tokens", ["generate", "--target", t, "--prompt-file", str(r / "long_prompt.txt")],
-         2, "more than the 4,096 positions this target holds"),
-        ("a tokenizer regex that makes Rust panic", target("t_panic_tokenizer"), 2,
-         "could not encode this prompt (PanicException"),
+        (
+            "a 1 MB prompt of some 500k tokens",
+            ["generate", "--target", t, "--prompt-file", str(r / "long_prompt.txt")],
+            2,
+            "more than the 4,096 positions this target holds",
+        ),
+        (
+            "a tokenizer regex that makes Rust panic",
+            target("t_panic_tokenizer"),
+            2,
+            "could not encode this prompt (PanicException",
+        ),
         ("a config value of terminal escapes", target("t_escapes"), 2, "no valid model_type"),
         # variants: weights and headers
         ("an -Inf final norm", target("t_inf_norm"), 2, "model.norm.weight holds NaN or infinite values"),
@@ -257,30 +412,50 @@ def round_two(d) -> list[tuple[str, list[str], int, str]]:
         ("a negative pad token", target("t_pad_negative"), 2, "pad_token_id is -1"),
         ("7-bit quantization", target("t_quant_bits_7"), 2, "bits is 7, expected one of"),
         ("a config asking for model_file", target("t_model_file"), 2, "custom code (model_file in config.json)"),
-        ("a template module named by a path", target("t_template_module"), 2,
-         "chat_template_type is '../../os', expected a module name"),
+        (
+            "a template module named by a path",
+            target("t_template_module"),
+            2,
+            "chat_template_type is '../../os', expected a module name",
+        ),
         ("a config key given twice", target("t_dup_config_key"), 2, "gives the key 'vocab_size' twice"),
         ("a drafter config nested 10^5 deep", drafter("d_nested_config"), 2, "nested deeper than 64 levels"),
         ("a calibration temperature of 0", drafter("d_calibration_zero"), 2, "calibration is [0.0, 1.0]"),
         ("target weights as a list", drafter("d_weights_list"), 2, "target_weights is [1, 2]"),
         ("taps as a string", drafter("d_tap_string"), 2, "taps must be integers"),
-        ("chat-template options nested 10^5 deep", ["generate", "--target", t, "--prompt", "x",
-                                                    "--chat-template-config", "[" * 100_000], 2, "nested deeper"),
+        (
+            "chat-template options nested 10^5 deep",
+            ["generate", "--target", t, "--prompt", "x", "--chat-template-config", "[" * 100_000],
+            2,
+            "nested deeper",
+        ),
         # variants: special files
         ("/dev/zero as config.json", target("t_zero_config"), 2, "is not a regular file but a character device"),
         ("a FIFO as hf_quant_config.json", target("t_fifo_quant_config"), 2, "is not a regular file but a FIFO"),
         ("a socket in the model directory", target("t_socket"), 2, "is not a regular file but a socket"),
-        ("a FIFO as the prompt file", ["generate", "--target", t, "--prompt-file", str(d["fifo_prompt"])], 2,
-         "is not a regular file but a FIFO"),
-        ("/dev/zero as the prompt file", ["generate", "--target", t, "--prompt-file", str(d["zero_prompt"])], 2,
-         "is not a regular file but a character device"),
+        (
+            "a FIFO as the prompt file",
+            ["generate", "--target", t, "--prompt-file", str(d["fifo_prompt"])],
+            2,
+            "is not a regular file but a FIFO",
+        ),
+        (
+            "/dev/zero as the prompt file",
+            ["generate", "--target", t, "--prompt-file", str(d["zero_prompt"])],
+            2,
+            "is not a regular file but a character device",
+        ),
         ("inspect a FIFO in a drafter", ["inspect", str(d["fifo_drafter"])], 2, "is not a regular file"),
         # variants: chat templates
         ("a template multiplying a text by 10^10", target("t_multiply_template"), 2, "a sequence of 10,000,000,000"),
         ("a template raising 10 to 10^8", target("t_power_template"), 2, "an integer of about"),
         ("a template centring in 10^10 columns", target("t_center_template"), 2, "sized by the argument"),
-        ("a target path of terminal escapes", ["generate", "--target", str(r / hostile_round_two.ESCAPES), "--prompt",
-                                               "x"], 2, "target directory not found"),
+        (
+            "a target path of terminal escapes",
+            ["generate", "--target", str(r / hostile_round_two.ESCAPES), "--prompt", "x"],
+            2,
+            "target directory not found",
+        ),
     ]
 
 
@@ -313,17 +488,25 @@ def test_a_fifo_in_place_of_weights_does_not_hang(dirs, tmp_path):
     t = copy(dirs["target"], tmp_path / "fifo_target")
     (t / "model.safetensors").unlink()
     os.mkfifo(t / "model.safetensors")
-    for argv, fragment in ((["--target", str(dirs["target"]), "--drafter", str(d)], "is not a regular file"),
-                           (["--target", str(t)], "is not a regular file")):
-        r = subprocess.run([sys.executable, "-m", "dspark.cli", "generate", *argv, "--prompt", "x", "--max-tokens", "2"],
-                           capture_output=True, text=True, timeout=60)
+    for argv, fragment in (
+        (["--target", str(dirs["target"]), "--drafter", str(d)], "is not a regular file"),
+        (["--target", str(t)], "is not a regular file"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "dspark.cli", "generate", *argv, "--prompt", "x", "--max-tokens", "2"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 2 and fragment in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
 def test_a_long_prompt_is_told_about_the_target_positions(dirs, capsys):
     """A prompt that fits, with an output that will not: a warning. A prompt that does not fit
     itself: refused before prefill (issue #26; it used to be warned about and prefilled)."""
-    t = target_variant(dirs["target"], dirs["root"], "short_positions", lambda c: c.__setitem__("max_position_embeddings", 64))
+    t = target_variant(
+        dirs["target"], dirs["root"], "short_positions", lambda c: c.__setitem__("max_position_embeddings", 64)
+    )
     capsys.readouterr()
     assert main(["generate", "--target", str(t), "--prompt", "x = 1 " * 10, "--max-tokens", "40", "--json"]) == 0
     assert "exceed the 64 positions this target was trained on" in capsys.readouterr().err
@@ -347,10 +530,27 @@ def test_a_bug_is_one_line_and_a_log_file(monkeypatch, tmp_path, capsys):
 def test_a_signal_during_generate_is_one_line(dirs, sig):
     # SIGINT as a terminal delivers it: a shell without job control starts background commands
     # (`make test &`) with SIGINT ignored, and a child would inherit that
-    p = subprocess.Popen([sys.executable, "-m", "dspark.cli", "generate", "--target", str(dirs["target"]), "--drafter",
-                          str(dirs["drafter"]), "--prompt", "x", "--max-tokens", "100000", "--ignore-eos"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dspark.cli",
+            "generate",
+            "--target",
+            str(dirs["target"]),
+            "--drafter",
+            str(dirs["drafter"]),
+            "--prompt",
+            "x",
+            "--max-tokens",
+            "100000",
+            "--ignore-eos",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     # during generation, not during start-up: wait for its first streamed text (a loaded machine can
     # take longer than any fixed sleep to get there)
     ready, _, _ = select.select([p.stdout], [], [], 120)
@@ -358,7 +558,6 @@ def test_a_signal_during_generate_is_one_line(dirs, sig):
     p.send_signal(sig)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130 and err.strip().splitlines()[-1] == "dspark: interrupted" and "Traceback" not in err
-
 
 
 # ----------------------------------------------------------------------------- issue #26, beyond the table
@@ -386,11 +585,27 @@ def test_what_rust_and_the_terminal_say_is_one_line(dirs):
     are not UTF-8, each end in one line of stderr."""
     cli = [sys.executable, "-m", "dspark.cli", "generate", "--max-tokens", "4"]
     env = dict(os.environ, RUST_BACKTRACE="1")
-    r = subprocess.run([*cli, "--target", str(dirs["t_panic_tokenizer"]), "--prompt", "hello"], env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [*cli, "--target", str(dirs["t_panic_tokenizer"]), "--prompt", "hello"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "could not encode this prompt (PanicException" in _one_line(r)
-    r = subprocess.run([*cli[:3], "generate", "--target", str(dirs["target"]), "--prompt", b"caf\xff x".decode(
-        "utf-8", "surrogateescape")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            *cli[:3],
+            "generate",
+            "--target",
+            str(dirs["target"]),
+            "--prompt",
+            b"caf\xff x".decode("utf-8", "surrogateescape"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "the prompt is not valid text" in _one_line(r)
 
 
@@ -413,10 +628,18 @@ def test_the_crash_reporter_cannot_crash(monkeypatch, tmp_path, capsys):
         assert "Traceback" in Path(err.split("details in ")[1]).read_text()
 
 
-@pytest.mark.parametrize("record", [{"verify_ms": []}, {"threads": {"step": 10**6}}, {"draft_ms": float("nan")},
-                                    {"verify_ms": ["1.0"]}, {"step_ms": -2.0}, {"context": "256"}],
-                         ids=["verify_ms []", "10^6 BLAS threads", "a NaN draft", "times as text", "a negative step",
-                              "a context as text"])
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"verify_ms": []},
+        {"threads": {"step": 10**6}},
+        {"draft_ms": float("nan")},
+        {"verify_ms": ["1.0"]},
+        {"step_ms": -2.0},
+        {"context": "256"},
+    ],
+    ids=["verify_ms []", "10^6 BLAS threads", "a NaN draft", "times as text", "a negative step", "a context as text"],
+)
 def test_a_cached_costs_file_out_of_range_is_measured_again(dirs, tmp_path, monkeypatch, record):
     """The audit's cases: a costs cache asking for 10^6 BLAS threads hung the run, one with
     ``verify_ms: []`` crashed it. A cache is checked whole; a bad one is measured again."""
@@ -433,5 +656,3 @@ def test_a_cached_costs_file_out_of_range_is_measured_again(dirs, tmp_path, monk
     (tmp_path / f"{key}.json").write_text(json.dumps({**good.to_dict(), **record}))
     assert costs.load_or_measure(target, drafter, 4) == good and measured == [1]
     assert costs.load_or_measure(target, drafter, 4) == good and measured == [1]  # the good record is kept
-
-

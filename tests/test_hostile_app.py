@@ -38,25 +38,77 @@ def saved(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("hostile_app")
     t = write_tiny_target_dir(root / "target", window=16)
-    assert main(["init", "--target", str(t), "--out", str(root / "drafter"), "--block-size", "4", "--layers", "1",
-                 "--taps", "1,3", "--markov-rank", "16"]) == 0
+    assert (
+        main(
+            [
+                "init",
+                "--target",
+                str(t),
+                "--out",
+                str(root / "drafter"),
+                "--block-size",
+                "4",
+                "--layers",
+                "1",
+                "--taps",
+                "1,3",
+                "--markov-rank",
+                "16",
+            ]
+        )
+        == 0
+    )
     target = load_target(t)
     drafter = load_drafter(root / "drafter", target)
     events = list(generate(target, drafter, "x = 1", GenerationConfig(max_tokens=12)))
     rounds = [e for e in events if isinstance(e, RoundEvent)]
     summary = next(e for e in events if isinstance(e, Summary))
-    run = {"label": "drafter", "method": "speculative", "drafter": str(root / "drafter"), "prompt": "x = 1",
-           "prompt_index": 0, "config": {"max_tokens": 12, "temperature": 0.0}, "events": [event_to_dict(e) for e in rounds],
-           "drafted_text": [[f"#{i}" for i in e.drafted] for e in rounds], "summary": summary.to_dict(), "verdict": None}
-    doc = {"app": "dspark-studio", "version": "0", "created": "2026-12-01T10:00:00", "kind": "run", "prompts": 1,
-           "target": str(t), "runs": [run]}
-    bench = {"command": "dspark bench", "environment": {"cpu": "x", "cpus": 2, "load_average": [0.5, 0.5, 0.5]},
-             "target": str(t), "prompts": {"key": "k", "name": "n", "count": 2},
-             "settings": {"max_tokens": 8, "repeats": 1, "temperature": 0.0}, "costs": {},
-             "arms": [{"arm": "plain", "trials": 2, "tokens_per_sec": 100.0, "per_position_acceptance": []},
-                      {"arm": "drafter fixed", "drafter": "drafter", "policy": "fixed", "trials": 2,
-                       "tokens_per_sec": 150.0, "speedup": 1.5, "tau": 2.0, "acceptance_rate": 0.5,
-                       "per_position_acceptance": [0.6, 0.4], "identical": 2, "compared": 2, "lossless": 2}]}
+    run = {
+        "label": "drafter",
+        "method": "speculative",
+        "drafter": str(root / "drafter"),
+        "prompt": "x = 1",
+        "prompt_index": 0,
+        "config": {"max_tokens": 12, "temperature": 0.0},
+        "events": [event_to_dict(e) for e in rounds],
+        "drafted_text": [[f"#{i}" for i in e.drafted] for e in rounds],
+        "summary": summary.to_dict(),
+        "verdict": None,
+    }
+    doc = {
+        "app": "dspark-studio",
+        "version": "0",
+        "created": "2026-12-01T10:00:00",
+        "kind": "run",
+        "prompts": 1,
+        "target": str(t),
+        "runs": [run],
+    }
+    bench = {
+        "command": "dspark bench",
+        "environment": {"cpu": "x", "cpus": 2, "load_average": [0.5, 0.5, 0.5]},
+        "target": str(t),
+        "prompts": {"key": "k", "name": "n", "count": 2},
+        "settings": {"max_tokens": 8, "repeats": 1, "temperature": 0.0},
+        "costs": {},
+        "arms": [
+            {"arm": "plain", "trials": 2, "tokens_per_sec": 100.0, "per_position_acceptance": []},
+            {
+                "arm": "drafter fixed",
+                "drafter": "drafter",
+                "policy": "fixed",
+                "trials": 2,
+                "tokens_per_sec": 150.0,
+                "speedup": 1.5,
+                "tau": 2.0,
+                "acceptance_rate": 0.5,
+                "per_position_acceptance": [0.6, 0.4],
+                "identical": 2,
+                "compared": 2,
+                "lossless": 2,
+            },
+        ],
+    }
     return {"root": root, "target": t, "run": doc, "bench": bench}
 
 
@@ -68,8 +120,13 @@ def env(tmp_path: Path) -> dict:
 
 def studio(tmp_path: Path, *args, timeout: float = LIMIT_S) -> tuple[subprocess.CompletedProcess, float]:
     start = time.time()
-    r = subprocess.run([sys.executable, "-m", "dspark_studio", "--screenshot", str(tmp_path / "shot.png"), *args],
-                       env=env(tmp_path), capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-m", "dspark_studio", "--screenshot", str(tmp_path / "shot.png"), *args],
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return r, time.time() - start
 
 
@@ -103,55 +160,114 @@ def _many_rounds(doc: dict, n: int) -> dict:
 # name, the file's text (from the saved run ``r`` and benchmark ``b``), a fragment of the sentence
 FILES = [
     # the audit's examples
-    ("NaN times", lambda r, b: _round(r, lambda e: e.__setitem__("elapsed_seconds", math.nan)),
-     "elapsed_seconds must be a finite number"),
-    ("a string where a time is expected", lambda r, b: _round(r, lambda e: e.__setitem__("elapsed_seconds", "0.5")),
-     "elapsed_seconds must be a finite number"),
+    (
+        "NaN times",
+        lambda r, b: _round(r, lambda e: e.__setitem__("elapsed_seconds", math.nan)),
+        "elapsed_seconds must be a finite number",
+    ),
+    (
+        "a string where a time is expected",
+        lambda r, b: _round(r, lambda e: e.__setitem__("elapsed_seconds", "0.5")),
+        "elapsed_seconds must be a finite number",
+    ),
     ("JSON nested 10^5 deep", lambda r, b: "[" * 100_000 + "]" * 100_000, "nested deeper than 64 levels"),
-    ("a prompt_index of 10^9", lambda r, b: _run(r, lambda x: x.__setitem__("prompt_index", 10**9)),
-     "prompt_index must be a whole number from 0 to 9,999"),
+    (
+        "a prompt_index of 10^9",
+        lambda r, b: _run(r, lambda x: x.__setitem__("prompt_index", 10**9)),
+        "prompt_index must be a whole number from 0 to 9,999",
+    ),
     ("prompts of 10^10", lambda r, b: {**r, "prompts": 10**10}, "prompts must be a whole number from 0 to 10,000"),
     ("more rounds than a replay draws", lambda r, b: _many_rounds(r, 100_001), "more than 100,000 rounds"),
-    ("a benchmark summary with NaN values", lambda r, b: _arm(b, lambda a: a.update(tokens_per_sec=math.nan,
-                                                                                      speedup=math.nan)),
-     "tokens_per_sec must be a finite number"),
-    ("a benchmark summary with a 10^6-entry array", lambda r, b: _arm(b, lambda a: a.__setitem__(
-        "per_position_acceptance", [0.5] * 1_000_000)), "per_position_acceptance must be a list of at most 65"),
-    ("a string tokens_per_sec", lambda r, b: _run(r, lambda x: x["summary"].__setitem__("tokens_per_sec", "fast")),
-     "tokens_per_sec must be a finite number"),
+    (
+        "a benchmark summary with NaN values",
+        lambda r, b: _arm(b, lambda a: a.update(tokens_per_sec=math.nan, speedup=math.nan)),
+        "tokens_per_sec must be a finite number",
+    ),
+    (
+        "a benchmark summary with a 10^6-entry array",
+        lambda r, b: _arm(b, lambda a: a.__setitem__("per_position_acceptance", [0.5] * 1_000_000)),
+        "per_position_acceptance must be a list of at most 65",
+    ),
+    (
+        "a string tokens_per_sec",
+        lambda r, b: _run(r, lambda x: x["summary"].__setitem__("tokens_per_sec", "fast")),
+        "tokens_per_sec must be a finite number",
+    ),
     # variants
-    ("a time that goes back", lambda r, b: _round(r, lambda e: e.__setitem__("elapsed_seconds", 0.0)),
-     "its time goes back"),
-    ("a time of a year", lambda r, b: _round(r, lambda e: e.__setitem__("elapsed_seconds", 3.2e7)),
-     "elapsed_seconds must be a finite number from 0 to"),
-    ("more accepted than drafted", lambda r, b: _round(r, lambda e: e.update(accepted=60, verify_width=60)),
-     "its accepted, verified and drafted counts disagree"),
-    ("a round with a field no event has", lambda r, b: _round(r, lambda e: e.__setitem__("warp", 1)),
-     "has an unknown field 'warp'"),
-    ("a negative draft time", lambda r, b: _round(r, lambda e: e.__setitem__("draft_seconds", -1.0)),
-     "draft_seconds must be a finite number"),
-    ("a token id of -1", lambda r, b: _round(r, lambda e: e["committed"][0].__setitem__("id", -1)),
-     "id must be a whole number"),
-    ("a probability of 2", lambda r, b: _round(r, lambda e: e["committed"][0].__setitem__("target_prob", 2.0)),
-     "target_prob must be a finite number from 0 to 1"),
-    ("rounds that are not objects", lambda r, b: _run(r, lambda x: x.__setitem__("events", [1, 2])),
-     "must be an object"),
-    ("drafted text that does not match", lambda r, b: _run(r, lambda x: x["drafted_text"][0].append("extra")),
-     "drafted_text does not match"),
+    (
+        "a time that goes back",
+        lambda r, b: _round(r, lambda e: e.__setitem__("elapsed_seconds", 0.0)),
+        "its time goes back",
+    ),
+    (
+        "a time of a year",
+        lambda r, b: _round(r, lambda e: e.__setitem__("elapsed_seconds", 3.2e7)),
+        "elapsed_seconds must be a finite number from 0 to",
+    ),
+    (
+        "more accepted than drafted",
+        lambda r, b: _round(r, lambda e: e.update(accepted=60, verify_width=60)),
+        "its accepted, verified and drafted counts disagree",
+    ),
+    (
+        "a round with a field no event has",
+        lambda r, b: _round(r, lambda e: e.__setitem__("warp", 1)),
+        "has an unknown field 'warp'",
+    ),
+    (
+        "a negative draft time",
+        lambda r, b: _round(r, lambda e: e.__setitem__("draft_seconds", -1.0)),
+        "draft_seconds must be a finite number",
+    ),
+    (
+        "a token id of -1",
+        lambda r, b: _round(r, lambda e: e["committed"][0].__setitem__("id", -1)),
+        "id must be a whole number",
+    ),
+    (
+        "a probability of 2",
+        lambda r, b: _round(r, lambda e: e["committed"][0].__setitem__("target_prob", 2.0)),
+        "target_prob must be a finite number from 0 to 1",
+    ),
+    (
+        "rounds that are not objects",
+        lambda r, b: _run(r, lambda x: x.__setitem__("events", [1, 2])),
+        "must be an object",
+    ),
+    (
+        "drafted text that does not match",
+        lambda r, b: _run(r, lambda x: x["drafted_text"][0].append("extra")),
+        "drafted_text does not match",
+    ),
     ("a thousand and one runs", lambda r, b: {**r, "runs": r["runs"] * 1001}, "holds 1,001 runs"),
-    ("a config holding an object", lambda r, b: _run(r, lambda x: x["config"].__setitem__("seed", {"a": 1})),
-     "config seed must be a finite number"),
-    ("a summary of an unknown finish", lambda r, b: _run(r, lambda x: x["summary"].__setitem__("finish_reason", "x")),
-     "finish_reason must be one of"),
-    ("an infinite speedup", lambda r, b: _arm(b, lambda a: a.__setitem__("speedup", math.inf)),
-     "speedup must be a finite number"),
+    (
+        "a config holding an object",
+        lambda r, b: _run(r, lambda x: x["config"].__setitem__("seed", {"a": 1})),
+        "config seed must be a finite number",
+    ),
+    (
+        "a summary of an unknown finish",
+        lambda r, b: _run(r, lambda x: x["summary"].__setitem__("finish_reason", "x")),
+        "finish_reason must be one of",
+    ),
+    (
+        "an infinite speedup",
+        lambda r, b: _arm(b, lambda a: a.__setitem__("speedup", math.inf)),
+        "speedup must be a finite number",
+    ),
     ("a thousand and one arms", lambda r, b: {**b, "arms": b["arms"] * 501}, "arms must be a list of at most 1,000"),
-    ("costs asking for 10^6 BLAS threads", lambda r, b: {**b, "costs": {"drafter": {
-        "verify_ms": [1.0, 2.0], "draft_ms": 1.0, "step_ms": 1.0, "threads": {"step": 10**6}}}},
-     "threads must map phases to BLAS thread counts"),
+    (
+        "costs asking for 10^6 BLAS threads",
+        lambda r, b: {
+            **b,
+            "costs": {
+                "drafter": {"verify_ms": [1.0, 2.0], "draft_ms": 1.0, "step_ms": 1.0, "threads": {"step": 10**6}}
+            },
+        },
+        "threads must map phases to BLAS thread counts",
+    ),
     ("a prompt count written as text", lambda r, b: {**b, "prompts": {"count": "2"}}, "count must be a whole number"),
-    ("identical counts past the compared", lambda r, b: _arm(b, lambda a: a.update(identical=5)),
-     "counts disagree"),
+    ("identical counts past the compared", lambda r, b: _arm(b, lambda a: a.update(identical=5)), "counts disagree"),
 ]
 
 
@@ -216,8 +332,10 @@ def test_a_special_file_as_the_settings_file_does_not_keep_the_window_away(tmp_p
     home = tmp_path / "home"
     home.mkdir()
     os.mkfifo(home / "settings.ini")
-    code = ("from dspark_studio.files.settings import Settings; s = Settings(); s.set('a', 1); "
-            "print(s.get('a', 0), 'PROBLEM' if s.problem else 'NONE')")
+    code = (
+        "from dspark_studio.files.settings import Settings; s = Settings(); s.set('a', 1); "
+        "print(s.get('a', 0), 'PROBLEM' if s.problem else 'NONE')"
+    )
     r = subprocess.run([sys.executable, "-c", code], env=env(tmp_path), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.split() == ["1", "PROBLEM"], (r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1 and "is not a regular file" in r.stderr

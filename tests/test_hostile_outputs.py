@@ -37,9 +37,27 @@ def dirs(tmp_path_factory):
 
 
 def bench(dirs, out, target=None, drafter=None, *extra) -> int:
-    return main(["bench", "--target", str(target or dirs["target"]), "--drafter", str(drafter or dirs["drafter"]),
-                 "--prompts", str(dirs["prompts"]), "--max-tokens", "8", "--repeats", "1", "--policy", "fixed",
-                 "--out", str(out), "--no-progress", *extra])
+    return main(
+        [
+            "bench",
+            "--target",
+            str(target or dirs["target"]),
+            "--drafter",
+            str(drafter or dirs["drafter"]),
+            "--prompts",
+            str(dirs["prompts"]),
+            "--max-tokens",
+            "8",
+            "--repeats",
+            "1",
+            "--policy",
+            "fixed",
+            "--out",
+            str(out),
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +75,15 @@ def _folder_with(earlier, path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("what", ["a mistyped --target", "a drafter that is not one", "a prompt file that is a FIFO",
-                                  "a prompt the target cannot hold"])
+@pytest.mark.parametrize(
+    "what",
+    [
+        "a mistyped --target",
+        "a drafter that is not one",
+        "a prompt file that is a FIFO",
+        "a prompt the target cannot hold",
+    ],
+)
 def test_bench_force_with_a_bad_input_deletes_nothing(dirs, earlier, tmp_path, capsys, what):
     """The audit's case: `dspark bench --out DIR --force` with a mistyped --target exited 2 having
     already deleted DIR's trials and summary."""
@@ -116,9 +141,13 @@ def test_a_full_disk_during_bench_keeps_the_trials_and_says_where(dirs, tmp_path
 
 
 def _quantize(src: Path, out: Path, limit_bytes: int | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "dspark.cli", "quantize", str(src), "--bits", "8",
-                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=limits.preexec(file_size=limit_bytes))
+    return subprocess.Popen(
+        [sys.executable, "-m", "dspark.cli", "quantize", str(src), "--bits", "8", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=limits.preexec(file_size=limit_bytes),
+    )
 
 
 def _visible(folder: Path) -> list[str]:

@@ -29,8 +29,27 @@ def dirs(tmp_path_factory):
 
 
 # ----------------------------------------------------------------------------- training faults
-TRAIN = ["--block-size", "3", "--layers", "1", "--taps", "1,3", "--markov-rank", "8", "--batch", "8", "--seq-len", "32",
-         "--prompt-len", "8", "--self-distill", "--eval-prompts", "0", "--no-progress", "--no-compile"]
+TRAIN = [
+    "--block-size",
+    "3",
+    "--layers",
+    "1",
+    "--taps",
+    "1,3",
+    "--markov-rank",
+    "8",
+    "--batch",
+    "8",
+    "--seq-len",
+    "32",
+    "--prompt-len",
+    "8",
+    "--self-distill",
+    "--eval-prompts",
+    "0",
+    "--no-progress",
+    "--no-compile",
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +62,20 @@ def data_file(dirs):
 
 
 def train_cmd(dirs, data_file, out: Path, *extra) -> list[str]:
-    return [sys.executable, "-m", "dspark.cli", "train", "--target", str(dirs["target"]), "--data", str(data_file),
-            "--out", str(out), *TRAIN, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "dspark.cli",
+        "train",
+        "--target",
+        str(dirs["target"]),
+        "--data",
+        str(data_file),
+        "--out",
+        str(out),
+        *TRAIN,
+        *extra,
+    ]
 
 
 def params(path: Path) -> dict:
@@ -53,7 +84,18 @@ def params(path: Path) -> dict:
 
 def test_resume_refuses_other_shapes_and_a_damaged_checkpoint(dirs, data_file, tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["train", "--target", str(dirs["target"]), "--data", str(data_file), "--out", str(out), *TRAIN, "--steps", "3"]
+    argv = [
+        "train",
+        "--target",
+        str(dirs["target"]),
+        "--data",
+        str(data_file),
+        "--out",
+        str(out),
+        *TRAIN,
+        "--steps",
+        "3",
+    ]
     assert main(argv) == 0
     capsys.readouterr()
     assert main([*argv, "--resume", "--markov-rank", "16"]) == 2
@@ -71,11 +113,17 @@ def test_sigterm_saves_a_checkpoint_and_resume_is_exact(dirs, data_file, tmp_pat
     through: every checkpoint holds the random state that draws the next batch."""
     straight = tmp_path / "straight"
     # long enough that the signal, sent when the first checkpoint appears, always lands mid-loop
-    r = subprocess.run(train_cmd(dirs, data_file, straight, "--steps", "160"), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        train_cmd(dirs, data_file, straight, "--steps", "160"), capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     stopped = tmp_path / "stopped"
-    p = subprocess.Popen(train_cmd(dirs, data_file, stopped, "--steps", "160", "--checkpoint-minutes", "0"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        train_cmd(dirs, data_file, stopped, "--steps", "160", "--checkpoint-minutes", "0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 300
     while not (stopped / ".train" / "train_state.safetensors").exists() and time.time() < deadline:
         time.sleep(0.05)
@@ -83,8 +131,9 @@ def test_sigterm_saves_a_checkpoint_and_resume_is_exact(dirs, data_file, tmp_pat
     _, err = p.communicate(timeout=300)
     assert p.returncode == 130 and "Traceback" not in err, err[-2000:]
     assert "checkpoint saved at step" in err, err[-2000:]
-    r = subprocess.run(train_cmd(dirs, data_file, stopped, "--steps", "160", "--resume"), capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        train_cmd(dirs, data_file, stopped, "--steps", "160", "--resume"), capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0 and "resumed at step" in r.stderr, r.stderr[-2000:]
     a, b = params(straight), params(stopped)
     assert all(np.allclose(a[k], b[k], atol=1e-6) for k in a)
@@ -128,9 +177,13 @@ def test_kill_9_during_checkpoint_writes_never_leaves_a_broken_one(dirs, data_fi
     out = tmp_path / "killed"
     rng = np.random.default_rng(1)
     for attempt in range(4):
-        p = subprocess.Popen(train_cmd(dirs, data_file, out, "--steps", "200", "--checkpoint-minutes", "0",
-                                       *(["--resume"] if attempt else [])),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            train_cmd(
+                dirs, data_file, out, "--steps", "200", "--checkpoint-minutes", "0", *(["--resume"] if attempt else [])
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.time() + 300
         while not (out / ".train" / "train_state.safetensors").exists() and time.time() < deadline:
             time.sleep(0.05)
@@ -140,8 +193,12 @@ def test_kill_9_during_checkpoint_writes_never_leaves_a_broken_one(dirs, data_fi
         assert main(["inspect", str(out)]) == 0  # the drafter files are whole
         state = mx.load(str(out / ".train" / "train_state.safetensors"))  # and the checkpoint loads
         assert any(k.startswith("opt.") for k in state)
-    r = subprocess.run(train_cmd(dirs, data_file, out, "--steps", "200", "--resume", "--time-budget-minutes", "0.05"),
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        train_cmd(dirs, data_file, out, "--steps", "200", "--resume", "--time-budget-minutes", "0.05"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert not list(out.glob(".*.tmp*"))  # what the killed runs were writing was cleaned up
 
@@ -157,8 +214,22 @@ def test_what_a_killed_write_leaves_is_not_read_as_part_of_the_checkpoint(dirs, 
     (d / ".model.safetensors.4242.tmp.safetensors").write_bytes(b"\x10")  # cut after one byte
     (d / ".train_state.safetensors.4243.tmp.safetensors").write_bytes(b"")
     assert main(["inspect", str(d)]) == 0
-    assert main(["generate", "--target", str(dirs["target"]), "--drafter", str(d), "--prompt", "t3 t5 t7",
-                 "--max-tokens", "8"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--target",
+                str(dirs["target"]),
+                "--drafter",
+                str(d),
+                "--prompt",
+                "t3 t5 t7",
+                "--max-tokens",
+                "8",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
 
 
@@ -175,20 +246,26 @@ def small_volume(mount: Path, free: int):
     mount.mkdir()
     if sys.platform == "darwin":
         image = mount.with_name(mount.name + ".dmg")
-        steps = [["hdiutil", "create", "-size", "2m", "-fs", "HFS+", "-volname", "dspark-full", str(image)],
-                 ["hdiutil", "attach", "-nobrowse", "-mountpoint", str(mount), str(image)]]
+        steps = [
+            ["hdiutil", "create", "-size", "2m", "-fs", "HFS+", "-volname", "dspark-full", str(image)],
+            ["hdiutil", "attach", "-nobrowse", "-mountpoint", str(mount), str(image)],
+        ]
         detach = ["hdiutil", "detach", "-force", str(mount)]
     elif sys.platform.startswith("linux"):
         steps = [["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)]]
         detach = ["umount", str(mount)]
     else:
-        pytest.skip(f"no way to make a small volume on {sys.platform} here; the full disk is simulated in "
-                    "test_hostile_outputs.py")
+        pytest.skip(
+            f"no way to make a small volume on {sys.platform} here; the full disk is simulated in "
+            "test_hostile_outputs.py"
+        )
     for step in steps:
         r = subprocess.run(step, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
-            pytest.skip(f"cannot make a small volume here ({step[0]}: {r.stderr.strip() or 'not root'}): "
-                        "the full disk is simulated in test_hostile_outputs.py")
+            pytest.skip(
+                f"cannot make a small volume here ({step[0]}: {r.stderr.strip() or 'not root'}): "
+                "the full disk is simulated in test_hostile_outputs.py"
+            )
     try:
         room = shutil.disk_usage(mount).free - free
         if room > 0:
@@ -202,8 +279,9 @@ def small_volume(mount: Path, free: int):
 
 def test_a_full_disk_is_one_sentence_and_leaves_no_partial_file(dirs, data_file, tmp_path):
     with small_volume(tmp_path / "small", FULL_DISK_FREE) as mount:
-        r = subprocess.run(train_cmd(dirs, data_file, mount / "out", "--steps", "2"), capture_output=True, text=True,
-                           timeout=300)
+        r = subprocess.run(
+            train_cmd(dirs, data_file, mount / "out", "--steps", "2"), capture_output=True, text=True, timeout=300
+        )
         errors = [line for line in r.stderr.splitlines() if "error" in line.lower() or "Traceback" in line]
         assert r.returncode == 2 and len(errors) == 1 and "the disk is full" in errors[0], r.stderr[-2000:]
         assert not [p for p in mount.rglob("*") if ".tmp" in p.name]  # no half-written file is left
@@ -214,7 +292,18 @@ def test_a_full_disk_is_one_sentence_and_leaves_no_partial_file(dirs, data_file,
 def trained(dirs, data_file, tmp_path_factory):
     """A 3-step run whose checkpoint and data the tests below damage, each in a copy."""
     out = tmp_path_factory.mktemp("trained") / "run"
-    argv = ["train", "--target", str(dirs["target"]), "--data", str(data_file), "--out", str(out), *TRAIN, "--steps", "3"]
+    argv = [
+        "train",
+        "--target",
+        str(dirs["target"]),
+        "--data",
+        str(data_file),
+        "--out",
+        str(out),
+        *TRAIN,
+        "--steps",
+        "3",
+    ]
     assert main(argv) == 0
     return out, argv
 
@@ -236,7 +325,10 @@ def _meta(change):
         arrays, metadata = mx.load(str(out / STATE_FILE), return_metadata=True)
         meta = json.loads(metadata["meta"])
         text = change(meta, arrays)
-        mx.save_safetensors(str(out / STATE_FILE), arrays, {"meta": text if isinstance(text, str) else json.dumps(meta)})
+        mx.save_safetensors(
+            str(out / STATE_FILE), arrays, {"meta": text if isinstance(text, str) else json.dumps(meta)}
+        )
+
     return apply
 
 
@@ -247,6 +339,7 @@ def _data(change):
         arrays, metadata = mx.load(str(out / DATA_FILE), return_metadata=True)
         change(arrays, metadata)
         mx.save_safetensors(str(out / DATA_FILE), arrays, metadata)
+
     return apply
 
 
@@ -255,20 +348,41 @@ RESUMES = [
     ("a negative step", _meta(lambda m, a: m.__setitem__("step", -5)), "step is -5, expected a number of steps"),
     ("a step written as text", _meta(lambda m, a: m.__setitem__("step", "3")), "step is 3, expected a number of steps"),
     ("a step of 10^12", _meta(lambda m, a: m.__setitem__("step", 10**12)), "expected a number of steps"),
-    ("a step the optimizer did not take", _meta(lambda m, a: m.__setitem__("step", 2)),
-     "the optimizer has taken 3 steps but the checkpoint says 2"),
+    (
+        "a step the optimizer did not take",
+        _meta(lambda m, a: m.__setitem__("step", 2)),
+        "the optimizer has taken 3 steps but the checkpoint says 2",
+    ),
     ("a metadata nested 10^5 deep", _meta(lambda m, a: "[" * 100_000 + "]" * 100_000), "nested deeper than 64"),
-    ("a NaN moment", _meta(lambda m, a: a.__setitem__(next(k for k in a if k.endswith(".v")),
-                                                      a[next(k for k in a if k.endswith(".v"))] * float("nan"))),
-     "holds NaN or infinite values"),
-    ("a token id past the vocabulary in the saved data",
-     _data(lambda a, m: a.__setitem__("tokens", a["tokens"] + 1000)), "a token id is outside the target's vocabulary"),
-    ("a sequence length past its row", _data(lambda a, m: a.__setitem__("lengths", a["lengths"] * 0 + 10_000)),
-     "length is outside"),
-    ("held-out prompts that are not token ids", _data(lambda a, m: m.__setitem__("heldout", '[["a"]]')),
-     "held-out prompts are not lists of token ids"),
-    ("training data in another dtype", _data(lambda a, m: a.__setitem__("tokens", a["tokens"].astype(mx.float32))),
-     "is not training data written by dspark train"),
+    (
+        "a NaN moment",
+        _meta(
+            lambda m, a: a.__setitem__(
+                next(k for k in a if k.endswith(".v")), a[next(k for k in a if k.endswith(".v"))] * float("nan")
+            )
+        ),
+        "holds NaN or infinite values",
+    ),
+    (
+        "a token id past the vocabulary in the saved data",
+        _data(lambda a, m: a.__setitem__("tokens", a["tokens"] + 1000)),
+        "a token id is outside the target's vocabulary",
+    ),
+    (
+        "a sequence length past its row",
+        _data(lambda a, m: a.__setitem__("lengths", a["lengths"] * 0 + 10_000)),
+        "length is outside",
+    ),
+    (
+        "held-out prompts that are not token ids",
+        _data(lambda a, m: m.__setitem__("heldout", '[["a"]]')),
+        "held-out prompts are not lists of token ids",
+    ),
+    (
+        "training data in another dtype",
+        _data(lambda a, m: a.__setitem__("tokens", a["tokens"].astype(mx.float32))),
+        "is not training data written by dspark train",
+    ),
 ]
 
 
@@ -287,15 +401,32 @@ def test_shapes_past_the_target_or_the_machine_are_one_sentence(dirs, data_file,
     child process held to 8 GB of address space as the audit ran it (Linux; macOS refuses that
     limit, see limits.py) and, on every platform, killed past 2 GB resident (it holds
     ~0.1 GB on Linux's CPU)."""
-    base = ["train", "--target", str(dirs["target"]), "--data", str(data_file), "--out", str(tmp_path / "o"),
-            *TRAIN, "--steps", "2"]  # the options below come later: argparse keeps the last
-    for extra, says in ((["--seq-len", "1000000"], "--seq-len 1,000,000 is longer than the 4,096 positions"),
-                        (["--seq-len", "4096", "--batch", "65536", "--anchors-per-seq", "1"], "lower them"),
-                        (["--seq-len", "4096", "--batch", "65536", "--anchors-per-seq", "65536"], "lower them")):
+    base = [
+        "train",
+        "--target",
+        str(dirs["target"]),
+        "--data",
+        str(data_file),
+        "--out",
+        str(tmp_path / "o"),
+        *TRAIN,
+        "--steps",
+        "2",
+    ]  # the options below come later: argparse keeps the last
+    for extra, says in (
+        (["--seq-len", "1000000"], "--seq-len 1,000,000 is longer than the 4,096 positions"),
+        (["--seq-len", "4096", "--batch", "65536", "--anchors-per-seq", "1"], "lower them"),
+        (["--seq-len", "4096", "--batch", "65536", "--anchors-per-seq", "65536"], "lower them"),
+    ):
         start = time.time()
-        r = limits.run([sys.executable, "-m", "dspark.cli", *base, *extra], address_space=8 << 30, resident=2 << 30,
-                       timeout=300)
-        assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, (extra, r.returncode, r.stderr[-2000:])
+        r = limits.run(
+            [sys.executable, "-m", "dspark.cli", *base, *extra], address_space=8 << 30, resident=2 << 30, timeout=300
+        )
+        assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, (
+            extra,
+            r.returncode,
+            r.stderr[-2000:],
+        )
         assert time.time() - start < 60, extra
 
 
@@ -306,11 +437,28 @@ def test_training_data_that_is_not_a_regular_file_is_refused(dirs, tmp_path, cap
     os.mkfifo(tmp_path / "fifo.txt")
     (tmp_path / "zero.txt").symlink_to("/dev/zero")
     (tmp_path / "nested.jsonl").write_text('{"text": "ok"}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
-    for data, says in (("fifo.txt", "is not a regular file but a FIFO"),
-                       ("zero.txt", "is not a regular file but a character device"),
-                       ("nested.jsonl", "line 2 is nested deeper than 64 levels")):
+    for data, says in (
+        ("fifo.txt", "is not a regular file but a FIFO"),
+        ("zero.txt", "is not a regular file but a character device"),
+        ("nested.jsonl", "line 2 is nested deeper than 64 levels"),
+    ):
         capsys.readouterr()
-        assert main(["train", "--target", str(dirs["target"]), "--data", str(tmp_path / data), "--out",
-                     str(tmp_path / "o"), *TRAIN, "--steps", "2"]) == 2
+        assert (
+            main(
+                [
+                    "train",
+                    "--target",
+                    str(dirs["target"]),
+                    "--data",
+                    str(tmp_path / data),
+                    "--out",
+                    str(tmp_path / "o"),
+                    *TRAIN,
+                    "--steps",
+                    "2",
+                ]
+            )
+            == 2
+        )
         err = capsys.readouterr().err.strip()
         assert says in err and len(err.splitlines()) == 1, err

@@ -70,11 +70,43 @@ def test_sampled_rounds_carry_the_sampling_distribution_and_ranks():
 
 def test_dspark_generate_inspect_json_lists_every_round(tmp_path, capsys):
     t = write_tiny_target_dir(tmp_path / "t", window=16)
-    assert main(["init", "--target", str(t), "--out", str(tmp_path / "d"), "--block-size", "4", "--layers", "1",
-                 "--markov-rank", "16"]) == 0
+    assert (
+        main(
+            [
+                "init",
+                "--target",
+                str(t),
+                "--out",
+                str(tmp_path / "d"),
+                "--block-size",
+                "4",
+                "--layers",
+                "1",
+                "--markov-rank",
+                "16",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert main(["generate", "--target", str(t), "--drafter", str(tmp_path / "d"), "--prompt", "def add(a, b):",
-                 "--max-tokens", "24", "--inspect", "--json"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--target",
+                str(t),
+                "--drafter",
+                str(tmp_path / "d"),
+                "--prompt",
+                "def add(a, b):",
+                "--max-tokens",
+                "24",
+                "--inspect",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     rounds = out["rounds"]
     assert rounds and sum(len(r["tokens"]) for r in rounds) == 24

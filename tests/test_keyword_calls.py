@@ -21,7 +21,7 @@ MAX_FIELDS = 5
 #: Signatures an outside library decides, as "file:function" (a method as "file:Class.method").
 SIGNATURE_EXCEPTIONS: dict[str, str] = {
     "dspark/training/trainer.py:DrafterTrainer._loss": "nn.value_and_grad and mx.compile call it with the batch's "
-                                                       "arrays by position",
+    "arrays by position",
 }
 #: Calls whose callee is outside our code and takes its arguments by position only, as "file:callee".
 CALL_EXCEPTIONS: dict[str, str] = {
@@ -30,13 +30,15 @@ CALL_EXCEPTIONS: dict[str, str] = {
     "dspark/rounds.py:zip": "the builtin takes the iterables it zips by position",
 }
 #: Dataclasses an outside library builds by position, as "file:Class".
-DATACLASS_EXCEPTIONS: dict[str, str] = {
-}
+DATACLASS_EXCEPTIONS: dict[str, str] = {}
 
 
 def sources() -> dict[str, ast.Module]:
-    return {f"{pkg}/{p.relative_to(folder)}": ast.parse(p.read_text(), str(p))
-            for pkg, folder in FOLDERS.items() for p in sorted(folder.rglob("*.py"))}
+    return {
+        f"{pkg}/{p.relative_to(folder)}": ast.parse(p.read_text(), str(p))
+        for pkg, folder in FOLDERS.items()
+        for p in sorted(folder.rglob("*.py"))
+    }
 
 
 def callee(call: ast.Call) -> str:
@@ -57,6 +59,7 @@ def positional_calls(name: str, tree: ast.Module) -> list[str]:
 
 def functions(tree: ast.Module):
     """Every function and method as (qualified name, node, whether it is a method)."""
+
     def walk(node, prefix, in_class):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -66,6 +69,7 @@ def functions(tree: ast.Module):
                 yield from walk(child, f"{prefix}{child.name}.", True)
             else:
                 yield from walk(child, prefix, in_class)
+
     yield from walk(tree, "", False)
 
 
@@ -86,13 +90,15 @@ def long_signatures(name: str, tree: ast.Module) -> list[str]:
 
 def is_dataclass_decorator(d: ast.expr) -> bool:
     target = d.func if isinstance(d, ast.Call) else d
-    return (isinstance(target, ast.Name) and target.id == "dataclass") or \
-        (isinstance(target, ast.Attribute) and target.attr == "dataclass")
+    return (isinstance(target, ast.Name) and target.id == "dataclass") or (
+        isinstance(target, ast.Attribute) and target.attr == "dataclass"
+    )
 
 
 def kw_only(d: ast.expr) -> bool:
     return isinstance(d, ast.Call) and any(
-        k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value is True for k in d.keywords)
+        k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value is True for k in d.keywords
+    )
 
 
 def wide_dataclasses(name: str, tree: ast.Module) -> list[str]:
@@ -102,8 +108,13 @@ def wide_dataclasses(name: str, tree: ast.Module) -> list[str]:
         deco = next((d for d in cls.decorator_list if is_dataclass_decorator(d)), None)
         if deco is None or kw_only(deco) or f"{name}:{cls.name}" in DATACLASS_EXCEPTIONS:
             continue
-        fields = [s for s in cls.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-                  and "ClassVar" not in ast.unparse(s.annotation)]
+        fields = [
+            s
+            for s in cls.body
+            if isinstance(s, ast.AnnAssign)
+            and isinstance(s.target, ast.Name)
+            and "ClassVar" not in ast.unparse(s.annotation)
+        ]
         if len(fields) > MAX_FIELDS:
             out.append(f"{name}:{cls.lineno} {cls.name}: {len(fields)} fields, not kw_only")
     return out
@@ -120,14 +131,18 @@ def test_the_code_follows_the_rule(rule):
 
 PLANTED = {
     "calls": ("f(a, b, c, d, e)\n", "f(a, b, c, d, e=e)\nf(a, *rest)\nf(a, b, c, d, *more)\n"),
-    "signatures": ("def f(a, b, c, d, e, g=1): ...\n",
-                   "def f(a, b, c, d, *, e, g=1): ...\n"
-                   "class C:\n    def m(self, a, b, c, d, *, e, g): ...\n"
-                   "def h(a, b, c, d, e, *args, **kwargs): ...\n"),
-    "dataclasses": ("@dataclass\nclass D:\n    a: int\n    b: int\n    c: int\n    d: int\n    e: int\n    f: int\n",
-                    "@dataclass(kw_only=True)\nclass D:\n    a: int\n    b: int\n    c: int\n    d: int\n    e: int\n"
-                    "    f: int\n@dataclass(frozen=True)\nclass E:\n    a: int\n    b: int\n    c: int\n    d: int\n"
-                    "    e: int\n    k: ClassVar[int] = 1\n"),
+    "signatures": (
+        "def f(a, b, c, d, e, g=1): ...\n",
+        "def f(a, b, c, d, *, e, g=1): ...\n"
+        "class C:\n    def m(self, a, b, c, d, *, e, g): ...\n"
+        "def h(a, b, c, d, e, *args, **kwargs): ...\n",
+    ),
+    "dataclasses": (
+        "@dataclass\nclass D:\n    a: int\n    b: int\n    c: int\n    d: int\n    e: int\n    f: int\n",
+        "@dataclass(kw_only=True)\nclass D:\n    a: int\n    b: int\n    c: int\n    d: int\n    e: int\n"
+        "    f: int\n@dataclass(frozen=True)\nclass E:\n    a: int\n    b: int\n    c: int\n    d: int\n"
+        "    e: int\n    k: ClassVar[int] = 1\n",
+    ),
 }
 
 

@@ -54,10 +54,12 @@ def unit_of(module: str, table: dict[str, int]) -> str:
 
 def upward(graph: dict[str, set[str]], table: dict[str, int]) -> list[str]:
     """Every import in ``graph`` (module -> modules it imports) from a lower layer to a higher one."""
-    return sorted(f"{m} (layer {layer_of(m, table) + 1}) imports {d} (layer {layer_of(d, table) + 1})"
-                  for m, deps in graph.items() for d in deps
-                  if layer_of(m, table) is not None and layer_of(d, table) is not None
-                  and layer_of(d, table) > layer_of(m, table))
+    return sorted(
+        f"{m} (layer {layer_of(m, table) + 1}) imports {d} (layer {layer_of(d, table) + 1})"
+        for m, deps in graph.items()
+        for d in deps
+        if layer_of(m, table) is not None and layer_of(d, table) is not None and layer_of(d, table) > layer_of(m, table)
+    )
 
 
 def unit_loops(graph: dict[str, set[str]], table: dict[str, int]) -> list[list[str]]:
@@ -72,7 +74,7 @@ def unit_loops(graph: dict[str, set[str]], table: dict[str, int]) -> list[list[s
 
     def visit(u, trail):
         if state.get(u) == 1:
-            loops.append(trail[trail.index(u):] + [u])
+            loops.append(trail[trail.index(u) :] + [u])
             return
         if state.get(u) == 2:
             return
@@ -123,8 +125,9 @@ def test_the_library_takes_no_public_name_from_its_face():
             continue
         pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module == "dspark" and not node.level
-                                                     or node.level == len(pkg.split(".")) and not node.module):
+            if isinstance(node, ast.ImportFrom) and (
+                node.module == "dspark" and not node.level or node.level == len(pkg.split(".")) and not node.module
+            ):
                 taken += [f"{name}: {a.name}" for a in node.names if a.name in dspark.__all__]
     assert not taken
 
@@ -141,10 +144,12 @@ def test_a_planted_upward_import_fails():
     assert table == {"dspark.errors": 0, "dspark.bench": 0, "dspark.engine": 1, "dspark.demo": 1}
     assert upward({"dspark.engine": {"dspark.errors"}}, table) == []
     assert upward({"dspark.errors": {"dspark.engine"}}, table) == [
-        "dspark.errors (layer 1) imports dspark.engine (layer 2)"]
+        "dspark.errors (layer 1) imports dspark.engine (layer 2)"
+    ]
     # a package's modules sit in its layer: bench's report may not import demo's build
     assert upward({"dspark.bench.report": {"dspark.demo.build"}}, table) == [
-        "dspark.bench.report (layer 1) imports dspark.demo.build (layer 2)"]
+        "dspark.bench.report (layer 1) imports dspark.demo.build (layer 2)"
+    ]
 
 
 def test_a_planted_import_inside_a_function_is_read(tmp_path):
@@ -153,7 +158,8 @@ def test_a_planted_import_inside_a_function_is_read(tmp_path):
     planted.write_text("def late():\n    from .engine import generate\n    return generate\n")
     table = layer_table(layers_in(DOC.read_text()))
     assert upward({"dspark.errors": imports_of("dspark.errors", planted)}, table) == [
-        "dspark.errors (layer 1) imports dspark.engine (layer 3)"]
+        "dspark.errors (layer 1) imports dspark.engine (layer 3)"
+    ]
 
 
 def test_a_planted_package_loop_fails():

@@ -18,21 +18,31 @@ GB = 1 << 30
 MB = 1 << 20
 
 #: A child printing the limits it runs under, as the resource module numbers them.
-SHOW_LIMITS = ("import resource; "
-               "print((resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_FSIZE)))")
+SHOW_LIMITS = (
+    "import resource; print((resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_FSIZE)))"
+)
 
 
 def _child_limits(**asked) -> tuple:
-    out = subprocess.run([sys.executable, "-c", SHOW_LIMITS], capture_output=True, text=True, timeout=60,
-                         preexec_fn=limits.preexec(**asked), check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", SHOW_LIMITS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limits.preexec(**asked),
+        check=True,
+    ).stdout
     return ast.literal_eval(out)
 
 
 def _hold(megabytes: int, seconds: float) -> list[str]:
     """A child that fills ``megabytes`` of memory it touches (a repeated byte string is written,
     so resident), then holds it."""
-    return [sys.executable, "-c", f"import time; b = b'x' * ({megabytes} << 20); print('held', flush=True); "
-                                  f"time.sleep({seconds})"]
+    return [
+        sys.executable,
+        "-c",
+        f"import time; b = b'x' * ({megabytes} << 20); print('held', flush=True); time.sleep({seconds})",
+    ]
 
 
 def test_each_platform_gets_only_the_limits_its_kernel_takes(monkeypatch):

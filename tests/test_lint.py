@@ -28,8 +28,12 @@ def bare_noqas(source: str) -> list[int]:
 
 
 def test_every_noqa_names_its_rule_and_says_why():
-    bad = [f"{p.relative_to(ROOT)}:{n}" for folder in FOLDERS for p in sorted((ROOT / folder).rglob("*.py"))
-           for n in bare_noqas(p.read_text())]
+    bad = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for folder in FOLDERS
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        for n in bare_noqas(p.read_text())
+    ]
     assert not bad, "a # noqa without its code and reason"
 
 

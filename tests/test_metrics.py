@@ -80,13 +80,18 @@ def test_acceptance_by_context_length_buckets_the_rounds_that_drafted():
     from dspark.metrics import by_context
 
     def r(position, accepted, width=4, plain=False):
-        return R(position=position, accepted=accepted, verify_width=width, committed=[0] * (accepted + 1),
-                 plain_step=plain)
+        return R(
+            position=position, accepted=accepted, verify_width=width, committed=[0] * (accepted + 1), plain_step=plain
+        )
 
     rounds = [r(10, 3), r(100, 0), r(700, 4), r(700, 1, plain=True), r(5000, 0, width=0), r(90000, 2)]
     out = by_context(rounds, edges=(128, 1024, 8192))
-    assert [(b["from"], b["to"], b["rounds"]) for b in out] == [(0, 128, 2), (129, 1024, 1), (1025, 8192, 1),
-                                                                (8193, None, 1)]
+    assert [(b["from"], b["to"], b["rounds"]) for b in out] == [
+        (0, 128, 2),
+        (129, 1024, 1),
+        (1025, 8192, 1),
+        (8193, None, 1),
+    ]
     assert out[0]["tau"] == 2.5 and out[0]["first_acceptance"] == 0.5
     assert out[2]["first_acceptance"] is None  # no round there verified a draft
     assert out[0]["verified"] == 8 and out[0]["acceptance_rate"] == 3 / 8  # accepted drafts / verified drafts
@@ -110,17 +115,26 @@ def test_rejections_count_the_first_rejected_draft_against_the_correction():
     from dspark.metrics import rejections
 
     def r(drafted, accepted, width, committed, plain=False):
-        return R(drafted=drafted, accepted=accepted, verify_width=width, plain_step=plain,
-                 committed=[R(id=t) for t in committed])
+        return R(
+            drafted=drafted,
+            accepted=accepted,
+            verify_width=width,
+            plain_step=plain,
+            committed=[R(id=t) for t in committed],
+        )
 
-    rounds = [r((5, 6, 7), 1, 3, (5, 9)),   # draft 2 (6) rejected, the target committed 9
-              r((6, 6), 0, 2, (9,)),        # the same pair again
-              r((3, 4), 0, 2, (8,)),        # another pair
-              r((1, 2), 2, 2, (1, 2, 3)),   # everything accepted: no rejection
-              r((1, 2), 0, 0, (4,)),        # nothing verified: no rejection
-              r((), 0, 0, (7,), plain=True),
-              r((1, 2, 3), 1, 3, (1,))]     # draft 1 was EOS: no correction committed, not counted
+    rounds = [
+        r((5, 6, 7), 1, 3, (5, 9)),  # draft 2 (6) rejected, the target committed 9
+        r((6, 6), 0, 2, (9,)),  # the same pair again
+        r((3, 4), 0, 2, (8,)),  # another pair
+        r((1, 2), 2, 2, (1, 2, 3)),  # everything accepted: no rejection
+        r((1, 2), 0, 0, (4,)),  # nothing verified: no rejection
+        r((), 0, 0, (7,), plain=True),
+        r((1, 2, 3), 1, 3, (1,)),
+    ]  # draft 1 was EOS: no correction committed, not counted
     out = rejections(rounds)
-    assert out == [{"drafted": 6, "target": 9, "count": 2, "share": 2 / 3},
-                   {"drafted": 3, "target": 8, "count": 1, "share": 1 / 3}]
+    assert out == [
+        {"drafted": 6, "target": 9, "count": 2, "share": 2 / 3},
+        {"drafted": 3, "target": 8, "count": 1, "share": 1 / 3},
+    ]
     assert rejections(rounds, top=1) == out[:1] and rejections([]) == []

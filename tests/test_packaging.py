@@ -58,9 +58,11 @@ def test_resource_datas_of_the_checkout_find_every_demo_file():
     assert "resources/icons/dspark-studio.icns" in shipped
 
 
-@pytest.mark.skipif(not Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3").exists()
-                    and not Path("/usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3").exists(),
-                    reason="Debian's OpenBLAS is not installed")
+@pytest.mark.skipif(
+    not Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3").exists()
+    and not Path("/usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3").exists(),
+    reason="Debian's OpenBLAS is not installed",
+)
 def test_openblas_and_the_libraries_it_links_go_to_one_folder():
     libs = bundle.openblas_binaries()
     assert [Path(src).name for src, _ in libs] == list(bundle.OPENBLAS_LIBS)
@@ -69,17 +71,21 @@ def test_openblas_and_the_libraries_it_links_go_to_one_folder():
 
 def test_openblas_top_level_copies_become_symlinks_into_its_folder():
     sys_dir = "/usr/lib/x86_64-linux-gnu"
-    toc = [("openblas/libblas.so.3", f"{sys_dir}/openblas-pthread/libblas.so.3", "BINARY"),
-           ("openblas/libopenblas.so.0", f"{sys_dir}/openblas-pthread/libopenblas.so.0", "BINARY"),
-           ("openblas/libgfortran.so.5", f"{sys_dir}/libgfortran.so.5", "BINARY"),
-           ("libopenblas.so.0", f"{sys_dir}/openblas-pthread/libopenblas.so.0", "BINARY"),
-           ("libgfortran.so.5", f"{sys_dir}/libgfortran.so.5", "BINARY"),
-           ("libquadmath.so.0", f"{sys_dir}/libquadmath.so.0", "BINARY"),  # not shipped in openblas/: kept
-           ("libz.so.1", f"{sys_dir}/libz.so.1", "BINARY")]
+    toc = [
+        ("openblas/libblas.so.3", f"{sys_dir}/openblas-pthread/libblas.so.3", "BINARY"),
+        ("openblas/libopenblas.so.0", f"{sys_dir}/openblas-pthread/libopenblas.so.0", "BINARY"),
+        ("openblas/libgfortran.so.5", f"{sys_dir}/libgfortran.so.5", "BINARY"),
+        ("libopenblas.so.0", f"{sys_dir}/openblas-pthread/libopenblas.so.0", "BINARY"),
+        ("libgfortran.so.5", f"{sys_dir}/libgfortran.so.5", "BINARY"),
+        ("libquadmath.so.0", f"{sys_dir}/libquadmath.so.0", "BINARY"),  # not shipped in openblas/: kept
+        ("libz.so.1", f"{sys_dir}/libz.so.1", "BINARY"),
+    ]
     out = bundle.link_openblas(toc)
     assert out[:3] == toc[:3] and out[5:] == toc[5:]
-    assert out[3:5] == [("libopenblas.so.0", "openblas/libopenblas.so.0", "SYMLINK"),
-                        ("libgfortran.so.5", "openblas/libgfortran.so.5", "SYMLINK")]
+    assert out[3:5] == [
+        ("libopenblas.so.0", "openblas/libopenblas.so.0", "SYMLINK"),
+        ("libgfortran.so.5", "openblas/libgfortran.so.5", "SYMLINK"),
+    ]
 
 
 def test_only_the_tokenizer_side_of_transformers_and_no_qt_translations_ship():
@@ -103,8 +109,11 @@ def test_every_package_folder_is_in_the_wheel():
 
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     names = {"dspark": "dspark", "app": "dspark_studio"}
-    found = {".".join([names[init.relative_to(ROOT).parts[0]], *init.relative_to(ROOT).parts[1:-1]])
-             for top in names for init in (ROOT / top).rglob("__init__.py")}
+    found = {
+        ".".join([names[init.relative_to(ROOT).parts[0]], *init.relative_to(ROOT).parts[1:-1]])
+        for top in names
+        for init in (ROOT / top).rglob("__init__.py")
+    }
     assert found <= listed, found - listed
 
 
@@ -170,8 +179,10 @@ def test_check_names_missing_demo_models_and_openblas(tmp_path):
     assert bundle.check(dist, "linux") == []
     (internal / "resources" / "demo" / "dspark" / "model.safetensors").unlink()
     (internal / "openblas" / "libgfortran.so.5").unlink()
-    assert bundle.check(dist, "linux") == ["demo model file missing: resources/demo/dspark/model.safetensors",
-                                           "OpenBLAS library missing: openblas/libgfortran.so.5"]
+    assert bundle.check(dist, "linux") == [
+        "demo model file missing: resources/demo/dspark/model.safetensors",
+        "OpenBLAS library missing: openblas/libgfortran.so.5",
+    ]
     assert bundle.check(tmp_path / "nowhere", "linux") == [f"{tmp_path / 'nowhere'} is not a folder"]
 
 
@@ -208,11 +219,17 @@ def test_the_build_refuses_a_python_without_a_shared_library_in_one_sentence(tmp
     "Python was built without a shared library". A python.org or Homebrew framework build has none
     either (Py_ENABLE_SHARED 0) but PYTHONFRAMEWORK set, and works."""
     fake = tmp_path / "python3"
-    fake.write_text("#!/bin/sh\n"
-                    f"case \"$2\" in *Py_ENABLE_SHARED*) echo {int(shared == '1' or bool(framework))} ;; esac\n")
+    fake.write_text(
+        f'#!/bin/sh\ncase "$2" in *Py_ENABLE_SHARED*) echo {int(shared == "1" or bool(framework))} ;; esac\n'
+    )
     fake.chmod(0o755)
-    r = subprocess.run(["bash", "-c", f'. packaging/common.sh; check_shared_python "{fake}" && echo chosen'],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["bash", "-c", f'. packaging/common.sh; check_shared_python "{fake}" && echo chosen'],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if ok:
         assert r.returncode == 0 and r.stdout.strip() == "chosen", r.stderr
     else:
@@ -225,10 +242,13 @@ def _png(w: int, h: int, pixel) -> bytes:
     import zlib
 
     rows = b"".join(b"\0" + bytes(pixel(x, y) for x in range(w) for _ in range(3)) for y in range(h))
-    chunk = lambda kind, body: (struct.pack(">I", len(body)) + kind + body
-                                + struct.pack(">I", zlib.crc32(kind + body)))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+    chunk = lambda kind, body: struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 def test_png_check_tells_a_drawn_window_from_a_blank_one(tmp_path):
@@ -247,7 +267,6 @@ def test_png_check_tells_a_drawn_window_from_a_blank_one(tmp_path):
     assert png_check.main([str(tmp_path / "not.png")]) == 1
 
 
-
 class _Recorder:
     """Stands in for one of PyInstaller's spec classes: keeps its arguments."""
 
@@ -257,11 +276,15 @@ class _Recorder:
         self.args, self.kwargs = args, kwargs
         _Recorder.calls[type(self).__name__] = self
         if type(self).__name__ == "Analysis":  # what the analysis would have found, in TOC form
-            self.binaries = [(Path(src).name if dest == "." else f"{dest}/{Path(src).name}", src, "BINARY")
-                             for src, dest in kwargs["binaries"]]
+            self.binaries = [
+                (Path(src).name if dest == "." else f"{dest}/{Path(src).name}", src, "BINARY")
+                for src, dest in kwargs["binaries"]
+            ]
             self.datas = [(f"{dest}/{Path(src).name}", src, "DATA") for src, dest in kwargs["datas"]]
-            self.pure = [("dspark_studio.window.main_window", "main_window.py", "PYMODULE"),
-                         ("transformers.models.bert.modeling_bert", "m.py", "PYMODULE")]
+            self.pure = [
+                ("dspark_studio.window.main_window", "main_window.py", "PYMODULE"),
+                ("transformers.models.bert.modeling_bert", "m.py", "PYMODULE"),
+            ]
             self.scripts = []
 
 
@@ -275,7 +298,9 @@ def _run_spec(monkeypatch, platform: str) -> dict:
     monkeypatch.setattr(sys, "platform", platform)
     monkeypatch.setattr(bundle, "metallib_datas", lambda mlx_dir: [("/wheel/mlx/lib/mlx.metallib", "mlx/lib")])
     monkeypatch.setattr(bundle, "min_macos", lambda site: "14.0")
-    monkeypatch.setattr(bundle, "openblas_binaries", lambda: [(f"/usr/lib/{n}", "openblas") for n in bundle.OPENBLAS_LIBS])
+    monkeypatch.setattr(
+        bundle, "openblas_binaries", lambda: [(f"/usr/lib/{n}", "openblas") for n in bundle.OPENBLAS_LIBS]
+    )
     _Recorder.calls = {}
     names = {n: type(n, (_Recorder,), {}) for n in ("Analysis", "PYZ", "EXE", "COLLECT", "BUNDLE")}
     spec = ROOT / "packaging" / "dspark-studio.spec"
@@ -292,7 +317,10 @@ def test_the_spec_on_macos_makes_a_signed_app_with_a_complete_plist(monkeypatch,
     plist.write_bytes(plistlib.dumps({**app["info_plist"], "CFBundleIconFile": Path(app["icon"]).name}))
     assert bundle.plist_problems(plist) == []
     collected = calls["COLLECT"].args[2]
-    assert bundle.METALLIB_LINK in collected and ("mlx/lib/mlx.metallib", "/wheel/mlx/lib/mlx.metallib", "DATA") in collected
+    assert (
+        bundle.METALLIB_LINK in collected
+        and ("mlx/lib/mlx.metallib", "/wheel/mlx/lib/mlx.metallib", "DATA") in collected
+    )
     assert not any("openblas" in dest for dest, *_ in calls["COLLECT"].args[1])
     # no model code of transformers
     assert [m for m, *_ in calls["PYZ"].args[0]] == ["dspark_studio.window.main_window"]
@@ -366,7 +394,10 @@ def test_macho_reader_reads_thin_and_fat_files_by_their_magic(tmp_path):
     assert bundle.macho_minimums(old) == [(None, (10, 9, 0))]
     assert bundle.macho_minimums(both) == [(None, (11, 0, 0))]  # LC_BUILD_VERSION is the newer command
     assert bundle.macho_minimums(ios_only) == [(None, None)]  # says nothing about macOS
-    slices = (X86_64, _macho(_version_min(_nibbles(10, 13)), cpu=X86_64)), (ARM64, _macho(_build_version(_nibbles(15, 0))))
+    slices = (
+        (X86_64, _macho(_version_min(_nibbles(10, 13)), cpu=X86_64)),
+        (ARM64, _macho(_build_version(_nibbles(15, 0)))),
+    )
     for wide in (False, True):
         fat = _touch(tmp_path / f"fat{wide}", _fat(*slices, wide=wide))
         assert bundle.macho_minimums(fat) == [("x86_64", (10, 13, 0)), ("arm64", (15, 0, 0))]
@@ -377,33 +408,48 @@ def test_macho_reader_reads_thin_and_fat_files_by_their_magic(tmp_path):
 
 
 def test_macho_check_names_each_binary_newer_than_the_plist_and_both_versions(tmp_path):
-    app = _app_with(tmp_path, "14.0", {
-        "MacOS/dspark-studio": _macho(_build_version(_nibbles(11, 0))),
-        "Frameworks/same.dylib": _macho(_build_version(_nibbles(14, 0))),
-        "Frameworks/PySide6/Qt/lib/QtCore.framework/Versions/A/QtCore": _fat(
-            (X86_64, _macho(_version_min(_nibbles(12, 0)), cpu=X86_64)), (ARM64, _macho(_build_version(_nibbles(15, 1))))),
-        "Frameworks/newer.so": _macho(_version_min(_nibbles(14, 0, 1))),
-        "Resources/notes.txt": b"plain text",
-    })
+    app = _app_with(
+        tmp_path,
+        "14.0",
+        {
+            "MacOS/dspark-studio": _macho(_build_version(_nibbles(11, 0))),
+            "Frameworks/same.dylib": _macho(_build_version(_nibbles(14, 0))),
+            "Frameworks/PySide6/Qt/lib/QtCore.framework/Versions/A/QtCore": _fat(
+                (X86_64, _macho(_version_min(_nibbles(12, 0)), cpu=X86_64)),
+                (ARM64, _macho(_build_version(_nibbles(15, 1)))),
+            ),
+            "Frameworks/newer.so": _macho(_version_min(_nibbles(14, 0, 1))),
+            "Resources/notes.txt": b"plain text",
+        },
+    )
     (app / "Contents" / "Frameworks" / "link.so").symlink_to("newer.so")  # the file is checked once, where it is
     assert bundle.macho_problems(app) == [
         "Contents/Frameworks/PySide6/Qt/lib/QtCore.framework/Versions/A/QtCore (arm64 slice) is built for macOS "
         "15.1, newer than Info.plist's LSMinimumSystemVersion 14.0",
         "Contents/Frameworks/newer.so is built for macOS 14.0.1, newer than Info.plist's LSMinimumSystemVersion 14.0",
     ]
-    assert bundle.macho_problems(_app_with(tmp_path / "ok", "15.1", {"a.dylib": _macho(_build_version(_nibbles(15, 1)))})) == []
+    assert (
+        bundle.macho_problems(_app_with(tmp_path / "ok", "15.1", {"a.dylib": _macho(_build_version(_nibbles(15, 1)))}))
+        == []
+    )
 
 
 def test_macho_check_reports_a_cut_short_header_instead_of_crashing(tmp_path):
     whole = _macho(_segment(), _build_version(_nibbles(14, 0)))
     fat = _fat((ARM64, whole))
-    app = _app_with(tmp_path, "14.0", {
-        "Frameworks/a.dylib": whole[:20],  # the magic, then less than a header
-        "Frameworks/b.dylib": whole[:32 + 30],  # the header, then part of its load commands
-        "Frameworks/c.dylib": fat[:4096 + 10],  # a slice cut short
-        "Frameworks/d.dylib": fat[:6],  # a fat header cut short
-        "Frameworks/e.dylib": whole[:32] + struct.pack("<II", 0x19, 4000) + b"\0" * 200,  # a command longer than the header
-    })
+    app = _app_with(
+        tmp_path,
+        "14.0",
+        {
+            "Frameworks/a.dylib": whole[:20],  # the magic, then less than a header
+            "Frameworks/b.dylib": whole[: 32 + 30],  # the header, then part of its load commands
+            "Frameworks/c.dylib": fat[: 4096 + 10],  # a slice cut short
+            "Frameworks/d.dylib": fat[:6],  # a fat header cut short
+            "Frameworks/e.dylib": whole[:32]
+            + struct.pack("<II", 0x19, 4000)
+            + b"\0" * 200,  # a command longer than the header
+        },
+    )
     problems = bundle.macho_problems(app)
     assert [p.split(":")[0] for p in problems] == [f"Contents/Frameworks/{n}.dylib" for n in "abcde"], problems
     assert all(len(p.split(": ", 1)[1]) > 10 for p in problems), problems
@@ -415,32 +461,44 @@ def test_bundle_check_of_an_app_runs_the_macho_check(tmp_path):
     keys = {**bundle.info_plist("0.1.0", "14.0"), "CFBundleIconFile": "x.icns"}
     (app / "Contents" / "Info.plist").write_bytes(plistlib.dumps(keys))
     assert bundle.check(app, "darwin") == []
-    (app / "Contents" / "Frameworks" / "mlx" / "lib" / "libmlx.dylib").write_bytes(_macho(_build_version(_nibbles(26, 0))))
-    assert bundle.check(app, "darwin") == ["Contents/Frameworks/mlx/lib/libmlx.dylib is built for macOS 26.0, newer "
-                                           "than Info.plist's LSMinimumSystemVersion 14.0"]
+    (app / "Contents" / "Frameworks" / "mlx" / "lib" / "libmlx.dylib").write_bytes(
+        _macho(_build_version(_nibbles(26, 0)))
+    )
+    assert bundle.check(app, "darwin") == [
+        "Contents/Frameworks/mlx/lib/libmlx.dylib is built for macOS 26.0, newer "
+        "than Info.plist's LSMinimumSystemVersion 14.0"
+    ]
 
 
-# ------------------------------------------------------------------ test_app_macos.sh and probe_metal.sh on a stand-in Mac
+# ---------------------------------------------------- test_app_macos.sh and probe_metal.sh on a stand-in Mac
 # The scripts run on macOS runners only; here the Mac's commands are small stand-ins on PATH
 # (uname says Darwin; ditto unzips; codesign agrees; plutil reads the plist; open starts the app's
 # executable with --args, as LaunchServices would, and refuses output paths that do not exist) and
 # the app is a script that prints the self-test line the real app prints for the --device it gets.
-GPU_LINE = ("dspark-studio self-test: ok: device gpu (Apple Paravirtual device), checked against the CPU, BLAS "
-            "Accelerate; 32 tokens, tau 5.1; identical to plain mlx-lm greedy decoding, token for token; window saved "
-            "to x.png; first-launch GPU check: this GPU (Apple Paravirtual device) computes what the CPU computes (24 "
-            "tokens, log-probabilities within 3.1e-06)")
-CPU_LINE = ("dspark-studio self-test: ok: device cpu, BLAS Accelerate; Metal not exercised: the CPU was asked for "
-            "(--device cpu); 32 tokens, tau 5.1; identical to plain mlx-lm greedy decoding, token for token")
+GPU_LINE = (
+    "dspark-studio self-test: ok: device gpu (Apple Paravirtual device), checked against the CPU, BLAS "
+    "Accelerate; 32 tokens, tau 5.1; identical to plain mlx-lm greedy decoding, token for token; window saved "
+    "to x.png; first-launch GPU check: this GPU (Apple Paravirtual device) computes what the CPU computes (24 "
+    "tokens, log-probabilities within 3.1e-06)"
+)
+CPU_LINE = (
+    "dspark-studio self-test: ok: device cpu, BLAS Accelerate; Metal not exercised: the CPU was asked for "
+    "(--device cpu); 32 tokens, tau 5.1; identical to plain mlx-lm greedy decoding, token for token"
+)
 STAND_INS = {
-    "uname": 'echo Darwin\n',
-    "codesign": 'exit 0\n',
+    "uname": "echo Darwin\n",
+    "codesign": "exit 0\n",
     "ditto": 'python3 -m zipfile -e "$3" "$4" && chmod +x "$4"/*/Contents/MacOS/*\n',
-    "plutil": ('[ "$1" = -lint ] && exec python3 -c "import plistlib,sys; plistlib.load(open(sys.argv[1],\'rb\'))" "$2"\n'
-               'exec python3 -c "import plistlib,sys; print(plistlib.load(open(sys.argv[2],\'rb\'))[sys.argv[1]])" "$2" "$6"\n'),
-    "open": ('[ "$1 $2 $3" = "-W -n --stdout" ] && [ "$5" = --stderr ] && [ "$8" = --args ] || exit 2\n'
-             'out=$4 err=$6 app=$7; shift 8\n'
-             '[ -f "$out" ] && [ -f "$err" ] || { echo "open: $out or $err does not exist" >&2; exit 1; }\n'
-             '"$app/Contents/MacOS/dspark-studio" "$@" >>"$out" 2>>"$err"; exit 0\n'),
+    "plutil": (
+        '[ "$1" = -lint ] && exec python3 -c "import plistlib,sys; plistlib.load(open(sys.argv[1],\'rb\'))" "$2"\n'
+        'exec python3 -c "import plistlib,sys; print(plistlib.load(open(sys.argv[2],\'rb\'))[sys.argv[1]])" "$2" "$6"\n'
+    ),
+    "open": (
+        '[ "$1 $2 $3" = "-W -n --stdout" ] && [ "$5" = --stderr ] && [ "$8" = --args ] || exit 2\n'
+        "out=$4 err=$6 app=$7; shift 8\n"
+        '[ -f "$out" ] && [ -f "$err" ] || { echo "open: $out or $err does not exist" >&2; exit 1; }\n'
+        '"$app/Contents/MacOS/dspark-studio" "$@" >>"$out" 2>>"$err"; exit 0\n'
+    ),
 }
 
 
@@ -458,18 +516,29 @@ def _stand_in_mac(tmp_path: Path, app_says: str = "as asked", hang: bool = False
     for name, body in {**STAND_INS, "python3": f'exec "{sys.executable}" "$@"\n'}.items():
         _touch(bin_dir / name, f"#!/bin/sh\n{body}".encode()).chmod(0o755)
     log = tmp_path / "launches.log"
-    line = {"as asked": f'[ "$device" = cpu ] && echo "{CPU_LINE}" || echo "{GPU_LINE}"',
-            "cpu": f'echo "{CPU_LINE}"',
-            "gpu, unchecked": f'echo "{GPU_LINE.split("; first-launch")[0]}"'}[app_says]
+    line = {
+        "as asked": f'[ "$device" = cpu ] && echo "{CPU_LINE}" || echo "{GPU_LINE}"',
+        "cpu": f'echo "{CPU_LINE}"',
+        "gpu, unchecked": f'echo "{GPU_LINE.split("; first-launch")[0]}"',
+    }[app_says]
     # the offscreen window at its size; the on-screen one (any size) small, as png_check reads slowly
     small = _touch(tmp_path / "small.png", _png(200, 100, lambda x, y: (x * 7 + y * 3) % 256))
-    exe = (f'#!/bin/sh\necho "$*" >>"{log}"\n' + ("exec sleep 60\n" if hang else "")
-           + 'device=gpu png="" shot="' + str(ROOT / "docs" / "screenshot.png") + '"\n'
-           + 'while [ $# -gt 0 ]; do case "$1" in --device) device=$2 ;; --self-test) png=$2 ;; '
-           + f'--on-screen) shot="{small}" ;; esac; shift; done\n'
-           + f'cp "$shot" "$png"\n{line}\n')
-    plist = {"CFBundleIdentifier": "org.dspark.studio", "CFBundleExecutable": "dspark-studio",
-             "CFBundleShortVersionString": "0.1.0", "LSMinimumSystemVersion": "14.0"}
+    exe = (
+        f'#!/bin/sh\necho "$*" >>"{log}"\n'
+        + ("exec sleep 60\n" if hang else "")
+        + 'device=gpu png="" shot="'
+        + str(ROOT / "docs" / "screenshot.png")
+        + '"\n'
+        + 'while [ $# -gt 0 ]; do case "$1" in --device) device=$2 ;; --self-test) png=$2 ;; '
+        + f'--on-screen) shot="{small}" ;; esac; shift; done\n'
+        + f'cp "$shot" "$png"\n{line}\n'
+    )
+    plist = {
+        "CFBundleIdentifier": "org.dspark.studio",
+        "CFBundleExecutable": "dspark-studio",
+        "CFBundleShortVersionString": "0.1.0",
+        "LSMinimumSystemVersion": "14.0",
+    }
     zip_path = repo / "dist" / "DSpark-Studio-macOS.zip"
     zip_path.parent.mkdir(parents=True)
     with zipfile.ZipFile(zip_path, "w") as z:
@@ -480,8 +549,13 @@ def _stand_in_mac(tmp_path: Path, app_says: str = "as asked", hang: bool = False
 
 
 def _test_app(repo: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(repo / "packaging" / "test_app_macos.sh"), str(repo / "dist" / "DSpark-Studio-macOS.zip")],
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["bash", str(repo / "packaging" / "test_app_macos.sh"), str(repo / "dist" / "DSpark-Studio-macOS.zip")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("device", ["gpu", "cpu"])
@@ -496,12 +570,21 @@ def test_app_test_asks_both_launches_for_the_device_and_says_whether_metal_ran(t
     assert not any("--device gpu" in args for args in launches), launches
     assert "--on-screen" in launches[1]  # the LaunchServices start
     artifact = repo / "build" / "artifact"
-    assert sorted(p.name for p in artifact.iterdir()) == ["DSpark-Studio-macOS.zip", "metal.txt", "selftest-launched.png",
-                                                          "selftest.png"]
+    assert sorted(p.name for p in artifact.iterdir()) == [
+        "DSpark-Studio-macOS.zip",
+        "metal.txt",
+        "selftest-launched.png",
+        "selftest.png",
+    ]
     metal = (artifact / "metal.txt").read_text().splitlines()
     line = GPU_LINE if device == "gpu" else CPU_LINE
-    assert metal == [f"metal exercised: {'yes' if device == 'gpu' else 'no'}", f"device: {device}", f"probe: {probe}",
-                     f"self-test: {line}", f"launched: {line}"]
+    assert metal == [
+        f"metal exercised: {'yes' if device == 'gpu' else 'no'}",
+        f"device: {device}",
+        f"probe: {probe}",
+        f"self-test: {line}",
+        f"launched: {line}",
+    ]
 
 
 def test_app_test_fails_a_cpu_run_when_metal_was_demanded(tmp_path):
@@ -538,22 +621,39 @@ def test_app_test_creates_opens_output_files_before_open_runs(tmp_path):
     assert r.returncode == 1 and "open could not launch the app" in r.stderr, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("python, verdict", [
-    ('echo "dspark.selftest: device gpu (Apple M4): computes what the CPU computes"',
-     "gpu: dspark.selftest: device gpu (Apple M4): computes what the CPU computes"),
-    ('echo "loading"; echo "dspark.selftest: device gpu (Apple Paravirtual device): the GPU computed other logits"; exit 1',
-     "cpu: the GPU probe exited 1: dspark.selftest: device gpu (Apple Paravirtual device): the GPU computed other logits"),
-    ('echo "dspark.selftest: device cpu (Apple M4): the CPU (nothing to compare)"',
-     "cpu: MLX's default device is not a GPU here (dspark.selftest: device cpu (Apple M4): the CPU (nothing to compare))"),
-    ('echo "Traceback"; echo "  line 1"; kill -SEGV $$', "cpu: the GPU probe was killed by signal 11 (  line 1)"),
-    ("sleep 60", "cpu: the GPU probe did not finish in 2 s and was stopped"),
-])
+@pytest.mark.parametrize(
+    "python, verdict",
+    [
+        (
+            'echo "dspark.selftest: device gpu (Apple M4): computes what the CPU computes"',
+            "gpu: dspark.selftest: device gpu (Apple M4): computes what the CPU computes",
+        ),
+        (
+            'echo "loading"; echo "dspark.selftest: device gpu (Apple Paravirtual device): '
+            'the GPU computed other logits"; exit 1',
+            "cpu: the GPU probe exited 1: dspark.selftest: device gpu (Apple Paravirtual device): "
+            "the GPU computed other logits",
+        ),
+        (
+            'echo "dspark.selftest: device cpu (Apple M4): the CPU (nothing to compare)"',
+            "cpu: MLX's default device is not a GPU here "
+            "(dspark.selftest: device cpu (Apple M4): the CPU (nothing to compare))",
+        ),
+        ('echo "Traceback"; echo "  line 1"; kill -SEGV $$', "cpu: the GPU probe was killed by signal 11 (  line 1)"),
+        ("sleep 60", "cpu: the GPU probe did not finish in 2 s and was stopped"),
+    ],
+)
 def test_metal_probe_says_gpu_only_for_a_gpu_that_computes_what_the_cpu_computes(tmp_path, python, verdict):
     repo, env = _stand_in_mac(tmp_path)
     fake = _touch(tmp_path / "python", f"#!/bin/sh\n{python}\n".encode())
     fake.chmod(0o755)
-    r = subprocess.run(["bash", str(repo / "packaging" / "probe_metal.sh"), str(fake)], env={**env, "PROBE_SECONDS": "2"},
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["bash", str(repo / "packaging" / "probe_metal.sh"), str(fake)],
+        env={**env, "PROBE_SECONDS": "2"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and r.stdout.splitlines() == [verdict], r.stdout + r.stderr
 
 
@@ -597,22 +697,27 @@ def test_fill_cask_fills_every_placeholder():
     assert not fill_cask.PLACEHOLDER.search(cask) and "@" not in cask.replace("#{", "")
     assert 'version "1.2.3"' in cask and f'sha256 "{SHA}"' in cask
     assert 'homepage "https://github.com/someone/dspark-studio"' in cask
-    assert ('url "https://github.com/someone/dspark-studio/releases/download/v#{version}/DSpark-Studio-#{version}-macOS.zip"'
-            in cask)
+    assert (
+        'url "https://github.com/someone/dspark-studio/releases/download/v#{version}/DSpark-Studio-#{version}-macOS.zip"'
+        in cask
+    )
 
 
-@pytest.mark.parametrize("version, sha256, repository, says", [
-    ("1.2", SHA, "a/b", "the version '1.2' is not X.Y.Z"),
-    ("v1.2.3", SHA, "a/b", "the version 'v1.2.3' is not X.Y.Z"),
-    ("1.2.3-rc1", SHA, "a/b", "is not X.Y.Z"),
-    ("1.2.3", SHA.upper(), "a/b", "is not a SHA-256"),
-    ("1.2.3", SHA[:-1], "a/b", "is not a SHA-256"),
-    ("1.2.3", "g" * 64, "a/b", "is not a SHA-256"),
-    ("1.2.3", SHA, "dspark-studio", "is not OWNER/NAME"),
-    ("1.2.3", SHA, "a/b/c", "is not OWNER/NAME"),
-    ("1.2.3", SHA, "-a/b", "is not OWNER/NAME"),
-    ("1.2.3", SHA, 'a/b"; system "x', "is not OWNER/NAME"),
-])
+@pytest.mark.parametrize(
+    "version, sha256, repository, says",
+    [
+        ("1.2", SHA, "a/b", "the version '1.2' is not X.Y.Z"),
+        ("v1.2.3", SHA, "a/b", "the version 'v1.2.3' is not X.Y.Z"),
+        ("1.2.3-rc1", SHA, "a/b", "is not X.Y.Z"),
+        ("1.2.3", SHA.upper(), "a/b", "is not a SHA-256"),
+        ("1.2.3", SHA[:-1], "a/b", "is not a SHA-256"),
+        ("1.2.3", "g" * 64, "a/b", "is not a SHA-256"),
+        ("1.2.3", SHA, "dspark-studio", "is not OWNER/NAME"),
+        ("1.2.3", SHA, "a/b/c", "is not OWNER/NAME"),
+        ("1.2.3", SHA, "-a/b", "is not OWNER/NAME"),
+        ("1.2.3", SHA, 'a/b"; system "x', "is not OWNER/NAME"),
+    ],
+)
 def test_fill_cask_refuses_a_malformed_value_in_one_sentence(capsys, version, sha256, repository, says):
     import fill_cask
 
@@ -638,9 +743,13 @@ def test_the_filled_cask_is_ruby_that_downloads_the_asset_the_release_names(tmp_
 
     import fill_cask
 
-    cask = _touch(tmp_path / "dspark-studio.rb", fill_cask.fill(fill_cask.TEMPLATE.read_text(), "1.2.3", SHA,
-                                                                 "someone/dspark-studio").encode())
-    dsl = _touch(tmp_path / "dsl.rb", b'''require "json"
+    cask = _touch(
+        tmp_path / "dspark-studio.rb",
+        fill_cask.fill(fill_cask.TEMPLATE.read_text(), "1.2.3", SHA, "someone/dspark-studio").encode(),
+    )
+    dsl = _touch(
+        tmp_path / "dsl.rb",
+        b"""require "json"
 class Stanzas
   attr_reader :s
   def initialize; @s = {}; end
@@ -656,11 +765,14 @@ def cask(token, &block)
   puts JSON.generate({token: token}.merge(st.s))
 end
 load ARGV[0]
-''')
+""",
+    )
     r = subprocess.run(["ruby", str(dsl), str(cask)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
-    assert got["url"] == "https://github.com/someone/dspark-studio/releases/download/v1.2.3/DSpark-Studio-1.2.3-macOS.zip"
+    assert (
+        got["url"] == "https://github.com/someone/dspark-studio/releases/download/v1.2.3/DSpark-Studio-1.2.3-macOS.zip"
+    )
     assert got["token"] == "dspark-studio" and got["version"] == "1.2.3" and got["sha256"] == SHA
     assert got["app"] == "DSpark Studio.app" and got["livecheck"] is True
     assert got["depends_on"] == {"macos": "sonoma", "arch": "arm64"}
@@ -681,10 +793,14 @@ def test_zap_trashes_the_folders_the_app_writes_to_and_not_a_persons_exports():
     assert 'ORG, APP = "DSpark", "DSpark Studio"' in settings and 'user_data_dir("dspark-studio", ORG)' in settings
     assert 'user_log_dir("dspark-studio", "DSpark")' in (ROOT / "dspark" / "errors.py").read_text()
     assert 'user_cache_dir("dspark", "DSpark")' in (ROOT / "dspark" / "costs.py").read_text()
-    for path in (f"{tilde(studio.user_data_dir)}/runs", tilde(studio.user_log_dir), tilde(library.user_cache_dir),
-                 "~/Library/Preferences/com.dspark.DSpark Studio.plist",
-                 f"~/Library/Preferences/{bundle.BUNDLE_ID}.plist",
-                 f"~/Library/Saved Application State/{bundle.BUNDLE_ID}.savedState"):
+    for path in (
+        f"{tilde(studio.user_data_dir)}/runs",
+        tilde(studio.user_log_dir),
+        tilde(library.user_cache_dir),
+        "~/Library/Preferences/com.dspark.DSpark Studio.plist",
+        f"~/Library/Preferences/{bundle.BUNDLE_ID}.plist",
+        f"~/Library/Saved Application State/{bundle.BUNDLE_ID}.savedState",
+    ):
         assert f'"{path}"' in cask, path
     trash = re.findall(r'"([^"]+)"', cask.split("trash: [", 1)[1].split("]", 1)[0])
     assert not [p for p in trash if "exports" in p or p == tilde(studio.user_data_dir)], trash  # a person's files
@@ -697,23 +813,46 @@ def _release_inputs(tmp_path: Path, version: str, minimum: str = "14.0", images=
     zip_dir = tmp_path / "download"
     zip_dir.mkdir()
     with zipfile.ZipFile(zip_dir / "DSpark-Studio-macOS-built-on-macos-15.zip", "w") as z:
-        z.writestr("DSpark Studio.app/Contents/Info.plist",
-                   plistlib.dumps({"CFBundleShortVersionString": version, "LSMinimumSystemVersion": minimum},
-                                  fmt=plistlib.FMT_BINARY))
+        z.writestr(
+            "DSpark Studio.app/Contents/Info.plist",
+            plistlib.dumps(
+                {"CFBundleShortVersionString": version, "LSMinimumSystemVersion": minimum}, fmt=plistlib.FMT_BINARY
+            ),
+        )
         z.writestr("DSpark Studio.app/Contents/MacOS/dspark-studio", b"\xcf\xfa\xed\xfe")
     records = {
-        "macos-15": ["metal exercised: yes", "device: gpu", "probe: gpu: dspark.selftest: device gpu (Apple "
-                     "Paravirtual device): computes what the CPU computes", f"self-test: {GPU_LINE}", f"launched: {GPU_LINE}"],
-        "macos-26": ["metal exercised: no", "device: cpu", "probe: cpu: the GPU probe was killed by signal 11 (no output)",
-                     f"self-test: {CPU_LINE}", f"launched: {CPU_LINE}"],
+        "macos-15": [
+            "metal exercised: yes",
+            "device: gpu",
+            "probe: gpu: dspark.selftest: device gpu (Apple Paravirtual device): computes what the CPU computes",
+            f"self-test: {GPU_LINE}",
+            f"launched: {GPU_LINE}",
+        ],
+        "macos-26": [
+            "metal exercised: no",
+            "device: cpu",
+            "probe: cpu: the GPU probe was killed by signal 11 (no output)",
+            f"self-test: {CPU_LINE}",
+            f"launched: {CPU_LINE}",
+        ],
     }
     for image in images:
-        _touch(tmp_path / "selftests" / f"DSpark-Studio-selftest-{image}" / "metal.txt",
-               ("\n".join(records[image]) + "\n").encode())
+        _touch(
+            tmp_path / "selftests" / f"DSpark-Studio-selftest-{image}" / "metal.txt",
+            ("\n".join(records[image]) + "\n").encode(),
+        )
     import release
 
-    return dict(tag=f"v{release.project_version()}", commit="c0ffee" * 6 + "abcd", repository="someone/dspark-studio", zip_dir=zip_dir,
-                selftests=tmp_path / "selftests", image="macos-15", out=tmp_path / "assets", notes_path=tmp_path / "notes.md")
+    return dict(
+        tag=f"v{release.project_version()}",
+        commit="c0ffee" * 6 + "abcd",
+        repository="someone/dspark-studio",
+        zip_dir=zip_dir,
+        selftests=tmp_path / "selftests",
+        image="macos-15",
+        out=tmp_path / "assets",
+        notes_path=tmp_path / "notes.md",
+    )
 
 
 def test_release_assembles_the_zip_its_checksum_the_cask_and_notes_that_say_what_ci_proved(tmp_path):
@@ -726,7 +865,9 @@ def test_release_assembles_the_zip_its_checksum_the_cask_and_notes_that_say_what
     assets = release.assemble(**inputs)
     zip_name = f"DSpark-Studio-{version}-macOS.zip"
     assert [p.name for p in assets] == [zip_name, f"{zip_name}.sha256", "dspark-studio.rb"]
-    assert sorted(p.name for p in inputs["out"].iterdir()) == sorted(p.name for p in assets)  # `gh release create TAG out/*`
+    assert sorted(p.name for p in inputs["out"].iterdir()) == sorted(
+        p.name for p in assets
+    )  # `gh release create TAG out/*`
     data = (inputs["out"] / zip_name).read_bytes()
     assert data == (inputs["zip_dir"] / "DSpark-Studio-macOS-built-on-macos-15.zip").read_bytes()
     sha = hashlib.sha256(data).hexdigest()
@@ -734,28 +875,45 @@ def test_release_assembles_the_zip_its_checksum_the_cask_and_notes_that_say_what
     cask = (inputs["out"] / "dspark-studio.rb").read_text()
     assert f'sha256 "{sha}"' in cask and f'version "{version}"' in cask and "@" not in cask.replace("#{", "")
     text = inputs["notes_path"].read_text()
-    for said in (f"DSpark Studio {version}", "macOS 14.0 or later", inputs["commit"], f"`{sha}`",
-                 "**macos-15: Metal exercised.** The app's self-test computed on the GPU (Apple Paravirtual device)",
-                 "**macos-26: Metal not exercised.** The app's self-test ran the same checks on MLX's CPU device, since the "
-                 "runner's GPU probe found: the GPU probe was killed by signal 11", "macos-15 and macos-26 runner images",
-                 "Control-click the app ▸ Open", "Privacy & Security", "Open Anyway", "support.apple.com",
-                 "brew install --cask someone/dspark/dspark-studio", f"shasum -a 256 -c {zip_name}.sha256"):
+    for said in (
+        f"DSpark Studio {version}",
+        "macOS 14.0 or later",
+        inputs["commit"],
+        f"`{sha}`",
+        "**macos-15: Metal exercised.** The app's self-test computed on the GPU (Apple Paravirtual device)",
+        "**macos-26: Metal not exercised.** The app's self-test ran the same checks on MLX's CPU device, since the "
+        "runner's GPU probe found: the GPU probe was killed by signal 11",
+        "macos-15 and macos-26 runner images",
+        "Control-click the app ▸ Open",
+        "Privacy & Security",
+        "Open Anyway",
+        "support.apple.com",
+        "brew install --cask someone/dspark/dspark-studio",
+        f"shasum -a 256 -c {zip_name}.sha256",
+    ):
         assert said in text, said
 
 
-@pytest.mark.parametrize("change, says", [
-    ({"tag": "v9.9.9"}, "does not name the project's version"),
-    ({"app_version": "0.0.1"}, "is version 0.0.1, not"),
-    ({"minimum": "15.0"}, "the app needs macOS 15.0 but the cask says :sonoma"),
-    ({"images": ("macos-26",)}, "no self-test record (metal.txt) from macos-15"),
-    ({"second_file": True}, "should hold the app's zip alone, and holds 2 files"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"tag": "v9.9.9"}, "does not name the project's version"),
+        ({"app_version": "0.0.1"}, "is version 0.0.1, not"),
+        ({"minimum": "15.0"}, "the app needs macOS 15.0 but the cask says :sonoma"),
+        ({"images": ("macos-26",)}, "no self-test record (metal.txt) from macos-15"),
+        ({"second_file": True}, "should hold the app's zip alone, and holds 2 files"),
+    ],
+)
 def test_release_refuses_what_it_cannot_stand_behind(tmp_path, change, says):
     import release
 
     version = release.project_version()
-    inputs = _release_inputs(tmp_path, change.get("app_version", version), change.get("minimum", "14.0"),
-                             change.get("images", ("macos-15", "macos-26")))
+    inputs = _release_inputs(
+        tmp_path,
+        change.get("app_version", version),
+        change.get("minimum", "14.0"),
+        change.get("images", ("macos-15", "macos-26")),
+    )
     if "tag" in change:
         inputs["tag"] = change["tag"]
     if change.get("second_file"):
@@ -770,8 +928,13 @@ def test_release_script_runs_on_a_bare_python3_and_checks_the_tag():
     import release
 
     python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
-    run = lambda *a: subprocess.run([python, "-I", str(ROOT / "packaging" / "release.py"), *a], capture_output=True,
-                                    text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    run = lambda *a: subprocess.run(
+        [python, "-I", str(ROOT / "packaging" / "release.py"), *a],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     ok = run("check-tag", f"v{release.project_version()}")
     assert ok.returncode == 0, ok.stderr
     bad = run("check-tag", "v0.0.0-not-it")

@@ -160,7 +160,7 @@ def test_auto_without_a_confidence_head_learns_widths_and_stays_exact(case):
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, policy="auto")
     s = run_to_summary(generate(target, oracle, PROMPT, cfg, costs=GENTLE))
     assert_same_greedy(target, PROMPT, s.tokens, ref)
-    late = s.verify_widths[len(s.verify_widths) // 2:]
+    late = s.verify_widths[len(s.verify_widths) // 2 :]
     assert max(late) < 6 and len(set(s.verify_widths)) > 1
 
 
@@ -188,5 +188,3 @@ def test_auto_weighs_a_round_against_a_plain_step_as_mlx_lm_runs_it():
     cheap = Scheduler(Policy("auto"), 6, Costs(verify_ms=(4.0,) * 7, draft_ms=0.5, step_ms=4.0))
     cheap.running = sched.running
     assert cheap.drafts(100, budget=50)  # against a plain step as dear as the verify, the same round pays
-
-

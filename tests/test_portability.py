@@ -18,14 +18,17 @@ from dspark import costs
 
 ROOT = Path(__file__).resolve().parent.parent
 
-_OPENBLAS = ("read only by dspark.blas.use_fast_blas, which returns first off Linux, and by packaging/bundle.py, "
-             "which keeps the ones that exist")
+_OPENBLAS = (
+    "read only by dspark.blas.use_fast_blas, which returns first off Linux, and by packaging/bundle.py, "
+    "which keeps the ones that exist"
+)
 #: (file, what) -> why the line is right as it is, where the guard is not beside it.
 REVIEWED = {
     ("dspark/blas.py", repr("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3")): _OPENBLAS,
     ("dspark/blas.py", repr("/usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3")): _OPENBLAS,
     ("tests/test_packaging.py", repr("/usr/lib/x86_64-linux-gnu")): (
-        "text in a bundle's table of contents for bundle.link_openblas, which rewrites names: no file is opened"),
+        "text in a bundle's table of contents for bundle.link_openblas, which rewrites names: no file is opened"
+    ),
 }
 
 
@@ -49,20 +52,28 @@ r = subprocess.run([sys.executable, "-m", "dspark.cli"], capture_output=True, pr
 
 PLANTED = [  # (source, what the finding names)
     (ISSUE, "preexec_fn sets RLIMIT_AS"),
-    ("subprocess.run(c, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA, (1, 1)))",
-     "preexec_fn sets RLIMIT_DATA"),
-    ("""
+    (
+        "subprocess.run(c, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA, (1, 1)))",
+        "preexec_fn sets RLIMIT_DATA",
+    ),
+    (
+        """
      def capped(n):
          def f():
              resource.setrlimit(resource.RLIMIT_AS, (n, n))
          return f
      subprocess.Popen(c, preexec_fn=capped(5))
-     """, "preexec_fn sets RLIMIT_AS"),
-    ("""
+     """,
+        "preexec_fn sets RLIMIT_AS",
+    ),
+    (
+        """
      def f():
          resource.setrlimit(getattr(resource, name), (1, 1))
      subprocess.run(c, preexec_fn=f)
-     """, "preexec_fn sets a limit named at run time"),
+     """,
+        "preexec_fn sets a limit named at run time",
+    ),
     ("subprocess.run(c, preexec_fn=elsewhere.limit)", "elsewhere.limit"),
     ("resource.setrlimit(resource.RLIMIT_AS, (1, 1))", "setrlimit(RLIMIT_AS)"),
     ("from resource import RLIMIT_DATA, setrlimit\nsetrlimit(RLIMIT_DATA, (1, 1))", "setrlimit(RLIMIT_DATA)"),
@@ -71,8 +82,7 @@ PLANTED = [  # (source, what the finding names)
     ("open('/dev/full', 'w').write('x')", "'/dev/full'"),
     ("d = Path('/dev/shm') / 'x'", "'/dev/shm'"),
     ("d = Path('/tmp/dspark-run')", "'/tmp/dspark-run'"),
-    ("lib = ctypes.CDLL('/usr/lib/x86_64-linux-gnu/libopenblas.so.0')",
-     "'/usr/lib/x86_64-linux-gnu/libopenblas.so.0'"),
+    ("lib = ctypes.CDLL('/usr/lib/x86_64-linux-gnu/libopenblas.so.0')", "'/usr/lib/x86_64-linux-gnu/libopenblas.so.0'"),
     ("n = len(os.sched_getaffinity(0))", "os.sched_getaffinity"),
     ("from os import sched_getaffinity\nn = len(sched_getaffinity(0))", "os.sched_getaffinity"),
     ("os.posix_fallocate(fd, 0, 1 << 20)", "os.posix_fallocate"),

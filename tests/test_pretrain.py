@@ -17,10 +17,22 @@ from dspark import corpus, resources
 from dspark.demo import pretrain
 from dspark.demo.pretrain import Phase, TargetRecipe
 
-TINY = TargetRecipe(phases=(Phase(4, 32, 2), Phase(3, 64, 1)), warmup=2, checkpoint_every=2, eval_seq_len=32,
-                    eval_seqs=4, model={**pretrain.MODEL_ARGS, "num_hidden_layers": 2, "hidden_size": 64,
-                                        "intermediate_size": 128, "num_attention_heads": 1, "sliding_window": 16,
-                                        "sliding_window_pattern": 2})
+TINY = TargetRecipe(
+    phases=(Phase(4, 32, 2), Phase(3, 64, 1)),
+    warmup=2,
+    checkpoint_every=2,
+    eval_seq_len=32,
+    eval_seqs=4,
+    model={
+        **pretrain.MODEL_ARGS,
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 1,
+        "sliding_window": 16,
+        "sliding_window_pattern": 2,
+    },
+)
 
 
 @pytest.fixture
@@ -30,8 +42,9 @@ def small_corpus(monkeypatch):
 
 
 def train(out, **kw):
-    return pretrain.train_target(out, TINY, tokenizer_dir=resources.demo_model("target"), progress=False,
-                                 log=lambda m: None, **kw)
+    return pretrain.train_target(
+        out, TINY, tokenizer_dir=resources.demo_model("target"), progress=False, log=lambda m: None, **kw
+    )
 
 
 def test_a_stopped_run_resumes_to_the_weights_of_a_straight_one(tmp_path, small_corpus, monkeypatch):
@@ -84,8 +97,9 @@ def test_saving_the_model_shows_no_half_written_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(mx, "save_safetensors", record)
     out = tmp_path / "model"
-    target_model.save_model(model, {"model_type": "gemma4_text"}, tok_dir=resources.demo_model("target"), out_dir=out,
-                            extra_files={})
+    target_model.save_model(
+        model, {"model_type": "gemma4_text"}, tok_dir=resources.demo_model("target"), out_dir=out, extra_files={}
+    )
     assert written and all(name.startswith(".") for name in written), written
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
 
@@ -96,7 +110,9 @@ def test_saving_the_model_shows_no_half_written_file(tmp_path, monkeypatch):
     monkeypatch.setattr(mx, "save_safetensors", full)
     again = tmp_path / "again"
     with pytest.raises(DsparkError, match="disk is full"):
-        target_model.save_model(model, {"model_type": "gemma4_text"}, tok_dir=resources.demo_model("target"),
-                                out_dir=again, extra_files={})
+        target_model.save_model(
+            model, {"model_type": "gemma4_text"}, tok_dir=resources.demo_model("target"), out_dir=again, extra_files={}
+        )
     assert "model.safetensors" not in {p.name for p in again.iterdir()} and not any(
-        p.name.startswith(".") for p in again.iterdir()), list(again.iterdir())
+        p.name.startswith(".") for p in again.iterdir()
+    ), list(again.iterdir())

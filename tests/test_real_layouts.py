@@ -46,8 +46,12 @@ LAYOUTS = {  # name -> (writer, tokens compared)
     "e4b-it-mlx-community-8bit": (lambda d: mini.write_mlx_community(d, "e4b", 8, seed=_seed("e4b")), 200),
     "26b-a4b-it-mlx-community-4bit": (lambda d: mini.write_mlx_community(d, "26b-a4b", 4, seed=_seed("26b")), 200),
     "12b-it-mlx-community-4bit": (lambda d: mini.write_mlx_community(d, "12b", 4, seed=_seed("12b")), 200),
-    "e4b-it-mlx-lm-convert-4bit": (lambda d: mini.write_mlx_lm_convert(
-        d, mini.write_hf(d.with_name(d.name + "-hf"), "e4b", seed=_seed("e4b")), bits=4), 200),
+    "e4b-it-mlx-lm-convert-4bit": (
+        lambda d: mini.write_mlx_lm_convert(
+            d, mini.write_hf(d.with_name(d.name + "-hf"), "e4b", seed=_seed("e4b")), bits=4
+        ),
+        200,
+    ),
 }
 
 
@@ -93,7 +97,7 @@ def test_a_planted_mismatch_is_reported_as_one(root):
     ids, k = list(plain.prompt_tokens), 12
     logprobs, _ = lossless._plain_logprobs(target, ids, k, 2048)
     unlikely = min(range(len(logprobs)), key=lambda t: logprobs[t])
-    planted = dataclasses.replace(plain, tokens=plain.tokens[:k] + (unlikely,) + plain.tokens[k + 1:])
+    planted = dataclasses.replace(plain, tokens=plain.tokens[:k] + (unlikely,) + plain.tokens[k + 1 :])
     v = lossless.compare(target, planted, plain)
     assert not v.lossless and v.first_difference.index == k and v.first_difference.kind == "mismatch"
     assert v.label() == "✗" and "mismatch" in v.explain()
@@ -116,7 +120,7 @@ def test_a_planted_near_miss_is_a_mismatch_not_a_tie(root):
             break
     else:
         pytest.fail("no position where the runner-up is clearly second")
-    planted = dataclasses.replace(plain, tokens=plain.tokens[:k] + (second,) + plain.tokens[k + 1:])
+    planted = dataclasses.replace(plain, tokens=plain.tokens[:k] + (second,) + plain.tokens[k + 1 :])
     v = lossless.compare(target, planted, plain)
     assert v.first_difference.index == k and v.first_difference.kind == "mismatch", v.explain()
     assert P[first] - P[second] < 8  # a near miss, not the least likely token
@@ -133,11 +137,13 @@ def test_a_planted_rollback_bug_is_a_mismatch(root, name, monkeypatch):
     target = load_target(layout(root, name))
     cfg = GenerationConfig(max_tokens=LAYOUTS[name][1], stop_at_eos=False)
     plain = run_to_summary(generate_plain(target, PROMPT, cfg))
-    oracle = OracleDrafter(list(plain.prompt_tokens) + list(plain.tokens), target.dims.vocab_size, block_size=6,
-                           corrupt=0.3)
+    oracle = OracleDrafter(
+        list(plain.prompt_tokens) + list(plain.tokens), target.dims.vocab_size, block_size=6, corrupt=0.3
+    )
     exact = dcache._rollback_one
-    monkeypatch.setattr(dcache, "_rollback_one",
-                        lambda c, n: c.trim(n) if isinstance(c, RotatingKVCache) else exact(c, n))
+    monkeypatch.setattr(
+        dcache, "_rollback_one", lambda c, n: c.trim(n) if isinstance(c, RotatingKVCache) else exact(c, n)
+    )
     spec = run_to_summary(generate(target, oracle, PROMPT, cfg))
     v = lossless.compare(target, spec, plain)
     assert not v.identical and v.first_difference.kind == "mismatch", v.explain()
@@ -150,13 +156,17 @@ def test_chat_template_wraps_the_prompt_as_one_user_turn(root):
     ids = generate_ids(target, GenerationConfig())
     assert render(ids) == "<bos><|turn>user\nHello world<turn|>\n<|turn>model\n"
     with_system = generate_ids(target, GenerationConfig(system_prompt="Be brief."))
-    assert render(with_system) == "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHello world<turn|>\n<|turn>model\n"
+    assert (
+        render(with_system) == "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHello world<turn|>\n<|turn>model\n"
+    )
     thinking = generate_ids(target, GenerationConfig(chat_template_config='{"enable_thinking": true}'))
     assert render(thinking).startswith("<bos><|turn>system\n<|think|>")
     raw = generate_ids(target, GenerationConfig(chat_template=False))
     assert render(raw) == PROMPT and raw == list(tok.encode(PROMPT))
     large = load_target(layout(root, "31b-it-hf-bf16"))
-    assert large.tokenizer.decode(generate_ids(large, GenerationConfig())).endswith("<|turn>model\n<|channel>thought\n<channel|>")
+    assert large.tokenizer.decode(generate_ids(large, GenerationConfig())).endswith(
+        "<|turn>model\n<|channel>thought\n<channel|>"
+    )
     with pytest.raises(DsparkError, match="chat-template-config is not valid JSON"):
         generate_ids(target, GenerationConfig(chat_template_config="{oops"))
 
@@ -225,8 +235,20 @@ def test_open_a_target_by_its_hugging_face_name_from_the_local_cache(root, tmp_p
     snap = mini.populate_hub_cache(tmp_path / "hf" / "hub", repo, layout(root, "e2b-it-mlx-community-4bit"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
     env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, "-m", "dspark.cli", "generate", "--target", repo, "--prompt", PROMPT, "--max-tokens", "6",
-           "--json", "--baseline"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dspark.cli",
+        "generate",
+        "--target",
+        repo,
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        "6",
+        "--json",
+        "--baseline",
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)

@@ -37,9 +37,19 @@ def test_plain_steps_queue_the_next_forward_before_a_token_is_read_and_decode_as
     target.forward = counting
     try:
         seen, rows = [], []
-        for i, v in enumerate(plain_steps(target, cache, tap_layers=taps, anchor=PROMPT[-1], position=len(PROMPT) - 1,
-                                          sampling=SamplingParams(), keys=_round_keys(0),
-                                          more=lambda p: p < len(PROMPT) - 1 + steps, threads={})):
+        for i, v in enumerate(
+            plain_steps(
+                target,
+                cache,
+                tap_layers=taps,
+                anchor=PROMPT[-1],
+                position=len(PROMPT) - 1,
+                sampling=SamplingParams(),
+                keys=_round_keys(0),
+                more=lambda p: p < len(PROMPT) - 1 + steps,
+                threads={},
+            )
+        ):
             assert len(calls) == min(i + 2, steps), (i, len(calls))
             assert v.plain_step and v.width == 0 and len(v.tokens) == 1
             seen += v.tokens
@@ -50,7 +60,7 @@ def test_plain_steps_queue_the_next_forward_before_a_token_is_read_and_decode_as
     fresh = target.make_cache()
     _, want = target.forward(mx.array([PROMPT + ref[: steps - 1]]), fresh, taps, logits=False)
     got = mx.concatenate(rows, axis=1)
-    assert mx.allclose(got, want[:, len(PROMPT) - 1:], atol=1e-5).item()
+    assert mx.allclose(got, want[:, len(PROMPT) - 1 :], atol=1e-5).item()
 
 
 @pytest.mark.parametrize("vocab", [14, 100, 4096, 4100])
@@ -63,7 +73,6 @@ def test_the_candidates_are_the_highest_values_of_each_row(vocab):
     got = mx.sort(mx.take_along_axis(score, candidates(score, 13), -1), axis=-1)
     want = mx.sort(score, axis=-1)[:, -13:]
     assert mx.array_equal(got, want)
-
 
 
 def test_inspecting_reuses_what_accept_computed_and_gives_the_same_view():

@@ -92,8 +92,9 @@ def test_speculative_sampling_matches_target_distribution(target, name, monkeypa
     counts = np.zeros((3, VOCAB))
     accepted, widths = 0, set()
     for seed in range(N):
-        s = run_to_summary(generate(target, drafter, PROMPT, GenerationConfig(**{**cfg.__dict__, "seed": seed}),
-                                    costs=STEEP))
+        s = run_to_summary(
+            generate(target, drafter, PROMPT, GenerationConfig(**{**cfg.__dict__, "seed": seed}), costs=STEEP)
+        )
         for i, tok in enumerate(s.tokens):
             counts[i, tok] += 1
         accepted += sum(s.accepted_lengths)
@@ -146,8 +147,9 @@ def test_plain_stretches_sample_the_target_distribution(target, monkeypatch):
     drafter = DflashDrafter.init(target, DflashConfig(block_size=3, num_layers=1, markov_rank=8), seed=1)
     counts = np.zeros((3, VOCAB))
     for seed in range(N):
-        s = run_to_summary(generate(target, drafter, PROMPT, GenerationConfig(**{**cfg.__dict__, "seed": seed}),
-                                    costs=STEEP))
+        s = run_to_summary(
+            generate(target, drafter, PROMPT, GenerationConfig(**{**cfg.__dict__, "seed": seed}), costs=STEEP)
+        )
         assert s.plain_steps == 3 and s.rounds == 0
         for i, tok in enumerate(s.tokens):
             counts[i, tok] += 1
@@ -191,7 +193,6 @@ def test_the_shortcut_before_the_soft_cap_takes_mlx_lm_s_token_whenever_it_is_us
     # without a cap the raw margin is the margin: the same rule as before
     assert tie_margin(V, dtype, None) == tie_margin(V, dtype) < tol
     assert greedy_with_margin(raw, None)[1].tolist() == greedy_with_margin(raw)[1].tolist()
-
 
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16, mx.float16])

@@ -19,8 +19,16 @@ def test_a_verdict_saved_as_identical_to_baseline_reads_as_identical():
 
 
 def test_a_saved_first_difference_reads_back_under_either_key():
-    d = Difference(index=3, kind="tie", speculative=5, plain=6, logprobs=(-1.5, -1.5), one_pass_logprobs=(-1.5, -1.5),
-                   tolerance=1e-6, drift=0.0)
+    d = Difference(
+        index=3,
+        kind="tie",
+        speculative=5,
+        plain=6,
+        logprobs=(-1.5, -1.5),
+        one_pass_logprobs=(-1.5, -1.5),
+        tolerance=1e-6,
+        drift=0.0,
+    )
     # 0.1.0's Verdict.to_dict, through JSON (tuples come back as lists)
     old = json.loads(json.dumps({"identical_to_baseline": False, "first_difference": d.to_dict(), "lossless": True}))
     new = json.loads(json.dumps(Verdict(False, d).to_dict()))

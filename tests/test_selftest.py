@@ -117,8 +117,10 @@ sys.exit(main([]))
 def test_first_start_opens_on_the_demo_models_and_says_how_to_open_ones_own(tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", DSPARK_STUDIO_HOME=str(tmp_path / "home"))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    runs = [subprocess.run([sys.executable, "-c", FIRST_START], env=env, capture_output=True, text=True, timeout=300)
-            for _ in range(2)]
+    runs = [
+        subprocess.run([sys.executable, "-c", FIRST_START], env=env, capture_output=True, text=True, timeout=300)
+        for _ in range(2)
+    ]
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
         assert "resources/demo/target" in r.stdout

@@ -9,38 +9,99 @@ from dspark_studio.state.session import Session
 ARMS = [Arm("d1", "/d1"), Arm(PLAIN_LABEL, None)]
 
 
-def event(index: int, accepted: int, width: int, tokens: list[int], source=Source.CORRECTION,
-          generated: int = 0, seconds: float = 0.1) -> RoundEvent:
+def event(
+    index: int,
+    accepted: int,
+    width: int,
+    tokens: list[int],
+    source=Source.CORRECTION,
+    generated: int = 0,
+    seconds: float = 0.1,
+) -> RoundEvent:
     """One round; ``generated`` tokens so far (this round's included) after ``seconds`` of decoding."""
-    committed = tuple(CommittedToken(id=t, text=f"t{t}", source=Source.ACCEPTED if k < accepted else source,
-                                     round=index, position=k, target_prob=0.5)
-                      for k, t in enumerate(tokens))
+    committed = tuple(
+        CommittedToken(
+            id=t,
+            text=f"t{t}",
+            source=Source.ACCEPTED if k < accepted else source,
+            round=index,
+            position=k,
+            target_prob=0.5,
+        )
+        for k, t in enumerate(tokens)
+    )
     generated = generated or len(tokens)
-    return RoundEvent(index=index, anchor=0, drafted=tuple(range(width)), draft_probs=(0.5,) * width, confidences=None,
-                      verify_width=width, accepted=accepted, committed=committed, draft_seconds=0.01,
-                      verify_seconds=0.01, elapsed_seconds=seconds + 0.05, tokens_generated=generated,
-                      tokens_per_sec=generated / seconds)
+    return RoundEvent(
+        index=index,
+        anchor=0,
+        drafted=tuple(range(width)),
+        draft_probs=(0.5,) * width,
+        confidences=None,
+        verify_width=width,
+        accepted=accepted,
+        committed=committed,
+        draft_seconds=0.01,
+        verify_seconds=0.01,
+        elapsed_seconds=seconds + 0.05,
+        tokens_generated=generated,
+        tokens_per_sec=generated / seconds,
+    )
 
 
 def summary(method: str, tokens: list[int], rounds: int, tps: float) -> Summary:
-    return Summary(method=method, tokens=tuple(tokens), text="", prompt_tokens=(2, 3, 4), rounds=rounds,
-                   accepted_lengths=(), verify_widths=(), tau=1.0, acceptance_rate=0.0, per_position_acceptance=(),
-                   tokens_per_sec=tps, ttft_seconds=0.01, prefill_seconds=0.01, draft_seconds=0, verify_seconds=0,
-                   total_seconds=1.0, finish_reason="length")
+    return Summary(
+        method=method,
+        tokens=tuple(tokens),
+        text="",
+        prompt_tokens=(2, 3, 4),
+        rounds=rounds,
+        accepted_lengths=(),
+        verify_widths=(),
+        tau=1.0,
+        acceptance_rate=0.0,
+        per_position_acceptance=(),
+        tokens_per_sec=tps,
+        ttft_seconds=0.01,
+        prefill_seconds=0.01,
+        draft_seconds=0,
+        verify_seconds=0,
+        total_seconds=1.0,
+        finish_reason="length",
+    )
 
 
 def play(s: Session, job, prompt_index=0, key0=1, tokens=tuple(range(10, 22)), speculative_tps=150.0, plain_tps=100.0):
     """A speculative run (rounds of 4 tokens at ``speculative_tps``) and plain decoding of one prompt."""
     tokens = list(tokens)
-    s.apply(RunStarted(job=job.id, key=key0, label="d1", method="speculative", drafter="/d1", prompt="p",
-                       prompt_index=prompt_index, config={}))
+    s.apply(
+        RunStarted(
+            job=job.id,
+            key=key0,
+            label="d1",
+            method="speculative",
+            drafter="/d1",
+            prompt="p",
+            prompt_index=prompt_index,
+            config={},
+        )
+    )
     for i in range(0, len(tokens), 4):
         n = min(i + 4, len(tokens))
         made = event(i // 4, 3, 3, tokens[i:n], generated=n, seconds=n / speculative_tps)
         s.apply(RoundDone(key0, made, ("a", "b", "c")))
     s.apply(RunDone(key0, summary("speculative", tokens, (len(tokens) + 3) // 4, speculative_tps)))
-    s.apply(RunStarted(job=job.id, key=key0 + 1, label=PLAIN_LABEL, method="plain", drafter=None, prompt="p",
-                       prompt_index=prompt_index, config={}))
+    s.apply(
+        RunStarted(
+            job=job.id,
+            key=key0 + 1,
+            label=PLAIN_LABEL,
+            method="plain",
+            drafter=None,
+            prompt="p",
+            prompt_index=prompt_index,
+            config={},
+        )
+    )
     for i, t in enumerate(tokens):
         made = event(i, 0, 0, [t], Source.TARGET, generated=i + 1, seconds=(i + 1) / plain_tps)
         s.apply(RoundDone(key0 + 1, made, ()))
@@ -68,8 +129,11 @@ def test_messages_of_an_older_job_are_ignored_and_results_survive_a_failed_start
     s.apply(JobDone(first.id, True, False))
     version = s.version
     second = s.new_job("compare", "/t", ["p"], ARMS, config={})
-    assert not s.apply(RunStarted(job=first.id, key=99, label="d1", method="speculative", drafter="/d1", prompt="p",
-                                  prompt_index=0, config={}))  # stale
+    assert not s.apply(
+        RunStarted(
+            job=first.id, key=99, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0, config={}
+        )
+    )  # stale
     s.apply(JobDone(second.id, False, False))  # failed before any run started
     v = s.view()
     assert v.kind == "run" and v.speculative.key == 1 and s.version > version  # the first job's runs stay shown
@@ -103,8 +167,11 @@ def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
     arms = [Arm("d1", "/d1"), Arm("d2", "/d2"), Arm(PLAIN_LABEL, None)]
     job = s.new_job("compare", "/t", ["p0"], arms, config={}, focus="d1")
     play(s, job)  # d1, then plain decoding
-    s.apply(RunStarted(job=job.id, key=9, label="d2", method="speculative", drafter="/d2", prompt="p", prompt_index=0,
-                       config={}))  # d2 ran last
+    s.apply(
+        RunStarted(
+            job=job.id, key=9, label="d2", method="speculative", drafter="/d2", prompt="p", prompt_index=0, config={}
+        )
+    )  # d2 ran last
     s.apply(RoundDone(9, event(0, 1, 3, [5, 6]), ("a", "b", "c")))
     s.apply(JobDone(job.id, True, False))
     v = s.view()
@@ -122,17 +189,22 @@ def test_a_run_after_a_comparison_leaves_the_comparison_and_its_focus():
     assert s.view().tab == "compare" and s.view().focus == "d2"
 
 
-
 def test_a_sampled_comparison_compares_each_prompt_over_the_tokens_both_runs_made():
     s = Session()
     job = s.new_job("compare", "/t", ["p0"], ARMS, config={"temperature": 1.0})
-    s.apply(RunStarted(job=job.id, key=1, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0,
-                       config={}))
+    s.apply(
+        RunStarted(
+            job=job.id, key=1, label="d1", method="speculative", drafter="/d1", prompt="p", prompt_index=0, config={}
+        )
+    )
     for i in range(3):  # EOS after 12 tokens, 4 a round, at 40 tok/s
         s.apply(RoundDone(1, event(i, 3, 3, [7] * 4, generated=4 * (i + 1), seconds=(i + 1) / 10), ()))
     s.apply(RunDone(1, summary("speculative", [7] * 12, 3, 40.0)))
-    s.apply(RunStarted(job=job.id, key=2, label=PLAIN_LABEL, method="plain", drafter=None, prompt="p", prompt_index=0,
-                       config={}))
+    s.apply(
+        RunStarted(
+            job=job.id, key=2, label=PLAIN_LABEL, method="plain", drafter=None, prompt="p", prompt_index=0, config={}
+        )
+    )
     for i in range(100):  # 20 tok/s for its first 12 tokens, then much faster
         secs = (i + 1) / 20 if i < 12 else 0.6 + (i - 11) / 1000
         s.apply(RoundDone(2, event(i, 0, 0, [7], Source.TARGET, generated=i + 1, seconds=secs), ()))
@@ -182,8 +254,9 @@ def test_costs_measured_on_another_target_are_dropped_and_that_is_drawn():
     assert s.view().costs == {} and s.costs == {}
     s.apply(CostsMeasured("/d1", {"verify_ms": [1.0], "draft_ms": 1.0, "step_ms": 1.0}))
     version = s.version
-    s.loaded(Loaded(target="/t2", target_id="t2", drafters={},
-                    errors={}))  # another target: the costs were not measured on it
+    s.loaded(
+        Loaded(target="/t2", target_id="t2", drafters={}, errors={})
+    )  # another target: the costs were not measured on it
     assert s.costs == {} and s.version > version  # the panes redraw without them
 
 

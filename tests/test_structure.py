@@ -1,6 +1,7 @@
-"""The house rules of the layout (docs/architecture.md), checked: ``dspark`` never imports Qt,
-the app's state and messages import neither Qt nor MLX, only the app's worker imports MLX, no module is longer than one sitting,
-no import cycles, and the app's generation form has one widget per ``GenerationConfig`` field."""
+"""The house rules of the layout (docs/architecture.md), checked: ``dspark`` never imports Qt, the
+app's state and messages import neither Qt nor MLX, only the app's worker imports MLX, no module is
+longer than one sitting, no import cycles, and the app's generation form has one widget per
+``GenerationConfig`` field."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"dspark": ROOT / "dspark", "dspark_studio": ROOT / "app"}
-MAX_LINES = 420  # "a few hundred": read in one sitting
+# "A few hundred": read in one sitting. Counted as ruff's formatter writes the code, which spreads a
+# call or a literal over a line per item: when it first ran, the library and the app grew by 15% and
+# the densest files (the costs, the file checks) by a quarter, so the 420 hand-wrapped lines the cap
+# was before became 520; every module under the old cap is under this one.
+MAX_LINES = 520
 
 
 @functools.cache  # read once: imports_of asks for every import it resolves
@@ -60,7 +65,7 @@ def test_no_import_cycles():
 
     def visit(n, trail):
         if state.get(n) == 1:
-            pytest.fail("import cycle: " + " -> ".join(trail[trail.index(n):] + [n]))
+            pytest.fail("import cycle: " + " -> ".join(trail[trail.index(n) :] + [n]))
         if state.get(n) == 2:
             return
         state[n] = 1
@@ -72,18 +77,23 @@ def test_no_import_cycles():
         visit(n, [])
 
 
-@pytest.mark.parametrize("module, banned", [
-    ("dspark", ("PySide6", "pyqtgraph")),
-    ("dspark.engine", ("PySide6", "pyqtgraph")),
-    ("dspark.bench", ("PySide6", "pyqtgraph")),
-    ("dspark_studio.state.session", ("PySide6", "pyqtgraph", "mlx")),
-    ("dspark_studio.state.runs", ("PySide6", "pyqtgraph", "mlx")),
-    ("dspark_studio.state.messages", ("PySide6", "pyqtgraph", "mlx")),
-    ("dspark_studio.files.benchmark", ("PySide6", "pyqtgraph", "mlx")),
-])
+@pytest.mark.parametrize(
+    "module, banned",
+    [
+        ("dspark", ("PySide6", "pyqtgraph")),
+        ("dspark.engine", ("PySide6", "pyqtgraph")),
+        ("dspark.bench", ("PySide6", "pyqtgraph")),
+        ("dspark_studio.state.session", ("PySide6", "pyqtgraph", "mlx")),
+        ("dspark_studio.state.runs", ("PySide6", "pyqtgraph", "mlx")),
+        ("dspark_studio.state.messages", ("PySide6", "pyqtgraph", "mlx")),
+        ("dspark_studio.files.benchmark", ("PySide6", "pyqtgraph", "mlx")),
+    ],
+)
 def test_the_core_imports_no_qt_and_the_app_state_no_mlx(module, banned):
-    code = (f"import sys, {module}; bad = sorted({{m.split('.')[0] for m in sys.modules}} & set({banned!r})); "
-            "print(','.join(bad))")
+    code = (
+        f"import sys, {module}; bad = sorted({{m.split('.')[0] for m in sys.modules}} & set({banned!r})); "
+        "print(','.join(bad))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "", f"{module} imports {r.stdout.strip()}"
@@ -97,8 +107,13 @@ def test_only_the_worker_imports_mlx_in_the_app():
         if not name.startswith("dspark_studio.") or name == "dspark_studio.worker":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             offenders += [f"{name}: {n}" for n in names if n.split(".")[0] in ("mlx", "mlx_lm")]
     assert not offenders
 
@@ -135,6 +150,9 @@ def test_every_import_of_the_packages_resolves():
             if mod.split(".")[0] not in PACKAGES:
                 continue
             module = importlib.import_module(mod)
-            missing += [f"{path.name}:{node.lineno} {mod}.{a.name}" for a in node.names
-                        if not hasattr(module, a.name) and f"{mod}.{a.name}" not in modules()]
+            missing += [
+                f"{path.name}:{node.lineno} {mod}.{a.name}"
+                for a in node.names
+                if not hasattr(module, a.name) and f"{mod}.{a.name}" not in modules()
+            ]
     assert not missing

@@ -38,8 +38,9 @@ def check_lossless(target, n=80):
 
 
 def test_moe_target():
-    model = tiny_model(0, scale=0.15, vocab=96, enable_moe_block=True, num_experts=4, top_k_experts=2,
-                       moe_intermediate_size=32)
+    model = tiny_model(
+        0, scale=0.15, vocab=96, enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32
+    )
     check_lossless(Target(model))
 
 
@@ -66,12 +67,12 @@ def test_multimodal_wrapper_loads_from_directory(tmp_path):
     mx.eval(model.parameters())
     # Checkpoints of the wrapper name the text weights "model.language_model.*".
     weights = {
-        k.replace("language_model.model.", "model.language_model."): v
-        for k, v in tree_flatten(model.parameters())
+        k.replace("language_model.model.", "model.language_model."): v for k, v in tree_flatten(model.parameters())
     }
     mx.save_safetensors(str(tmp_path / "model.safetensors"), weights)
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma4", "vocab_size": 300,
-                                                      "text_config": vars(text), "eos_token_id": 1}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "gemma4", "vocab_size": 300, "text_config": vars(text), "eos_token_id": 1})
+    )
     write_tokenizer(tmp_path)
     target = load_target(tmp_path)
     assert target.lm is target.model.language_model and target.dims.vocab_size == 300
@@ -81,8 +82,17 @@ def test_multimodal_wrapper_loads_from_directory(tmp_path):
 def test_structure_not_name_decides():
     from mlx_lm.models import llama
 
-    llama_model = llama.Model(llama.ModelArgs(model_type="gemma4_text", hidden_size=32, num_hidden_layers=2,
-                                              intermediate_size=64, num_attention_heads=2, rms_norm_eps=1e-5,
-                                              vocab_size=64, num_key_value_heads=2))
+    llama_model = llama.Model(
+        llama.ModelArgs(
+            model_type="gemma4_text",
+            hidden_size=32,
+            num_hidden_layers=2,
+            intermediate_size=64,
+            num_attention_heads=2,
+            rms_norm_eps=1e-5,
+            vocab_size=64,
+            num_key_value_heads=2,
+        )
+    )
     with pytest.raises(NotGemma4Error):
         Target(llama_model)  # says gemma4_text, is not

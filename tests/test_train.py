@@ -19,8 +19,10 @@ from dspark.training.train import train_drafter
 from dspark.training.trainer import DrafterTrainer, TrainSettings
 
 CFG = DflashConfig(block_size=4, num_layers=1, tap_layers=(1, 3), markov_rank=16)
-WORDS = ("def class return self if else for in while import from as with try except print value name "
-         "list dict data item result index count total number first last next open close read write").split()
+WORDS = (
+    "def class return self if else for in while import from as with try except print value name "
+    "list dict data item result index count total number first last next open close read write"
+).split()
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +51,9 @@ def test_loss_terms_match_their_definitions():
     w = position_weights(G, 4.0)
     assert np.allclose(np.array(w), np.exp(-np.arange(G) / 4.0))
     # A drafter equal to the target: TV 0, confidence target 1, CE = the target's own CE.
-    same = dspark_loss(t_logits, conf_logits=mx.zeros((A, G)), target_logits=t_logits, labels=labels, valid=valid,
-                       weights=w)
+    same = dspark_loss(
+        t_logits, conf_logits=mx.zeros((A, G)), target_logits=t_logits, labels=labels, valid=valid, weights=w
+    )
     assert float(same.tv) < 1e-6
     logp = np.array(t_logits - mx.logsumexp(t_logits, axis=-1, keepdims=True))
     ce = -np.take_along_axis(logp, np.array(labels)[..., None], -1)[..., 0]
@@ -126,7 +129,10 @@ def test_training_lowers_the_loss_on_a_fixed_batch(target, seqs, heads):
     assert after["tv"] < before["tv"] and after["ce"] < before["ce"]
     assert (after["conf"] > 0) == heads
     # Only the drafter trained: the target's weights are untouched.
-    assert np.array_equal(np.array(target.lm.model.embed_tokens.weight), np.array(tiny_target(seed=0, vocab=96).lm.model.embed_tokens.weight))
+    assert np.array_equal(
+        np.array(target.lm.model.embed_tokens.weight),
+        np.array(tiny_target(seed=0, vocab=96).lm.model.embed_tokens.weight),
+    )
 
 
 def test_resume_continues_exactly(target, seqs, tmp_path):
@@ -194,9 +200,19 @@ def _save_tiny_target(path, vocab_words):
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     path.mkdir()
     tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<eos>", "pad_token": "<pad>",
-        "bos_token": "<bos>", "unk_token": "<unk>", "mask_token": "<mask>", "add_bos_token": False}))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "eos_token": "<eos>",
+                "pad_token": "<pad>",
+                "bos_token": "<bos>",
+                "unk_token": "<unk>",
+                "mask_token": "<mask>",
+                "add_bos_token": False,
+            }
+        )
+    )
     n = 64
     assert len(vocab) <= n
     config = {**vars(tiny_args(vocab=n)), "eos_token_id": 1}
@@ -210,9 +226,36 @@ def test_dspark_train_cli_end_to_end(tmp_path):
     data = tmp_path / "data.txt"
     data.write_text("\n".join(" ".join(rng.choice(WORDS, size=12)) for _ in range(40)))
     out = tmp_path / "drafter"
-    args = ["--target", str(tmp_path / "target"), "--data", str(data), "--out", str(out), "--block-size", "3",
-            "--layers", "1", "--taps", "1,3", "--markov-rank", "8", "--steps", "6", "--batch", "8", "--seq-len", "32",
-            "--prompt-len", "8", "--self-distill", "--eval-prompts", "2", "--eval-tokens", "12", "--no-progress"]
+    args = [
+        "--target",
+        str(tmp_path / "target"),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--block-size",
+        "3",
+        "--layers",
+        "1",
+        "--taps",
+        "1,3",
+        "--markov-rank",
+        "8",
+        "--steps",
+        "6",
+        "--batch",
+        "8",
+        "--seq-len",
+        "32",
+        "--prompt-len",
+        "8",
+        "--self-distill",
+        "--eval-prompts",
+        "2",
+        "--eval-tokens",
+        "12",
+        "--no-progress",
+    ]
     assert dspark(["train", *args]) == 0
     target = load_target(tmp_path / "target")
     drafter = DflashDrafter.load(out, target=target)
@@ -221,8 +264,24 @@ def test_dspark_train_cli_end_to_end(tmp_path):
     assert report["steps_done"] == 6 and report["heldout"]["rounds"] > 0
     assert drafter.calibration == report["heldout"]["calibration"]["temperatures"]
     assert dspark(["train", *args]) == 2  # refuses to overwrite a finished run without --resume/--force
-    assert dspark(["calibrate", "--target", str(tmp_path / "target"), "--drafter", str(out), "--prompts", str(data),
-                           "--rounds", "20", "--max-tokens", "12"]) == 0
+    assert (
+        dspark(
+            [
+                "calibrate",
+                "--target",
+                str(tmp_path / "target"),
+                "--drafter",
+                str(out),
+                "--prompts",
+                str(data),
+                "--rounds",
+                "20",
+                "--max-tokens",
+                "12",
+            ]
+        )
+        == 0
+    )
     assert len(DflashDrafter.load(out).calibration) == 3
 
 
@@ -234,8 +293,18 @@ def test_long_prompts_give_long_sequences_trained_in_their_own_steps(target, tmp
 
     rng = np.random.default_rng(3)
     texts = [[int(x) for x in rng.integers(5, 96, size=400)] for _ in range(6)]
-    s = TrainSettings(steps=4, batch_anchors=8, seq_len=24, prompt_len=6, self_distill=True, long_prompts=0.3,
-                      long_prompt_len=64, eval_prompts=2, eval_tokens=8, compile=False)
+    s = TrainSettings(
+        steps=4,
+        batch_anchors=8,
+        seq_len=24,
+        prompt_len=6,
+        self_distill=True,
+        long_prompts=0.3,
+        long_prompt_len=64,
+        eval_prompts=2,
+        eval_tokens=8,
+        compile=False,
+    )
     train_drafter(target, texts, tmp_path, CFG, settings=s, progress=False, log=lambda m: None)
     seqs, _ = Sequences.load(tmp_path / ".train" / "train_data.safetensors", 96)
     long = seqs.lengths > 24

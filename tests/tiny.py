@@ -89,10 +89,18 @@ def write_tokenizer(path, vocab: int = 300) -> None:
     )
     tok.train_from_iterator([TEXT] * 4, trainer)
     tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": "<eos>", "bos_token": "<bos>", "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": "<mask>",
-    }))
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "eos_token": "<eos>",
+                "bos_token": "<bos>",
+                "pad_token": "<pad>",
+                "unk_token": "<unk>",
+                "mask_token": "<mask>",
+            }
+        )
+    )
 
 
 def write_tiny_target_dir(path, seed: int = 0, **kw):

@@ -31,19 +31,39 @@ COMMAND = "DSpark Studio: Compare"
 
 def _trial(run: Run, arm: str, policy: str | None) -> dict:
     s = run.summary
-    trial = {"arm": arm, "drafter": None if run.drafter is None else run.label, "policy": policy, "repeat": 0,
-             "prompt_index": run.prompt_index, "tokens": len(s.tokens), "token_ids": list(s.tokens),
-             "decode_seconds": len(s.tokens) / s.tokens_per_sec if s.tokens_per_sec > 0 else 0.0,
-             "ttft_seconds": s.ttft_seconds, "peak_memory_bytes": s.peak_memory_bytes}
+    trial = {
+        "arm": arm,
+        "drafter": None if run.drafter is None else run.label,
+        "policy": policy,
+        "repeat": 0,
+        "prompt_index": run.prompt_index,
+        "tokens": len(s.tokens),
+        "token_ids": list(s.tokens),
+        "decode_seconds": len(s.tokens) / s.tokens_per_sec if s.tokens_per_sec > 0 else 0.0,
+        "ttft_seconds": s.ttft_seconds,
+        "peak_memory_bytes": s.peak_memory_bytes,
+    }
     if run.method == "speculative":
-        trial.update(rounds=s.rounds, accepted=list(s.accepted_lengths), widths=list(s.verify_widths),
-                     draft_seconds=s.draft_seconds, verify_seconds=s.verify_seconds, plain_steps=s.plain_steps,
-                     plain_seconds=s.plain_seconds)
+        trial.update(
+            rounds=s.rounds,
+            accepted=list(s.accepted_lengths),
+            widths=list(s.verify_widths),
+            draft_seconds=s.draft_seconds,
+            verify_seconds=s.verify_seconds,
+            plain_steps=s.plain_steps,
+            plain_seconds=s.plain_seconds,
+        )
     return trial
 
 
-def comparison_to_bench(runs: list[Run], target: str | None, prompts: int, *,
-                        costs: dict[str, dict] | None = None, environment: dict | None = None) -> tuple[dict, list[dict]]:
+def comparison_to_bench(
+    runs: list[Run],
+    target: str | None,
+    prompts: int,
+    *,
+    costs: dict[str, dict] | None = None,
+    environment: dict | None = None,
+) -> tuple[dict, list[dict]]:
     """(summary document, trials) of a comparison, as ``dspark bench`` writes them. Only
     finished runs count; a drafter's prompt without a finished plain run has no speedup.
     ``costs``: drafter directory -> measured costs (``Costs.to_dict()``), for limit and
@@ -76,13 +96,21 @@ def comparison_to_bench(runs: list[Run], target: str | None, prompts: int, *,
             t.update(identical=r.verdict.identical, lossless=r.verdict.lossless)
         trials.append(t)
     config = runs[0].config
-    doc = {"command": COMMAND, "environment": dict(environment or {}), "target": target,
-           "prompts": {"key": "app", "name": "the app's prompts", "count": prompts},
-           "settings": {"max_tokens": config.get("max_tokens"), "repeats": 1,
-                        "temperature": config.get("temperature", 0.0)},
-           "costs": {Path(p).name: c for p, c in costs.items() if any(r.drafter == p for r in done)},
-           "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "arms": report.summarize(trials),
-           "machine": machine(done)}  # the load while it ran, and plain decoding's spread (app.state.runs.machine)
+    doc = {
+        "command": COMMAND,
+        "environment": dict(environment or {}),
+        "target": target,
+        "prompts": {"key": "app", "name": "the app's prompts", "count": prompts},
+        "settings": {
+            "max_tokens": config.get("max_tokens"),
+            "repeats": 1,
+            "temperature": config.get("temperature", 0.0),
+        },
+        "costs": {Path(p).name: c for p, c in costs.items() if any(r.drafter == p for r in done)},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "arms": report.summarize(trials),
+        "machine": machine(done),
+    }  # the load while it ran, and plain decoding's spread (app.state.runs.machine)
     return doc, trials
 
 
@@ -162,8 +190,10 @@ def open_bench(session: Session, path: str) -> bool:
 def describe_bench(doc: dict) -> str:
     """The status bar's line about where a benchmark was measured."""
     env = doc["environment"]
-    return (f"benchmark {doc['_path']}: {env.get('cpu')}, MLX {env.get('mlx')} on {env.get('device')}, "
-            f"load average at start {env.get('load_average')}")
+    return (
+        f"benchmark {doc['_path']}: {env.get('cpu')}, MLX {env.get('mlx')} on {env.get('device')}, "
+        f"load average at start {env.get('load_average')}"
+    )
 
 
 def save_comparison(session: Session, folder: str) -> Path | None:
@@ -174,8 +204,9 @@ def save_comparison(session: Session, folder: str) -> Path | None:
         session.fail("nothing to save yet: compare first")
         return None
     try:
-        doc, trials = comparison_to_bench(runs, session.loaded_target, session.compare_prompts,
-                                                   costs=session.costs, environment=session.environment)
+        doc, trials = comparison_to_bench(
+            runs, session.loaded_target, session.compare_prompts, costs=session.costs, environment=session.environment
+        )
         return write_bench(folder, doc, trials)
     except DsparkError as e:
         session.fail(str(e))

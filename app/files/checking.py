@@ -54,6 +54,7 @@ def number(lo: float, hi: float, nan: bool = False) -> Rule:
             if math.isfinite(v) and lo <= v <= hi:
                 return None
         return f"must be a finite number from {lo:g} to {hi:g}"
+
     return rule
 
 
@@ -82,14 +83,17 @@ def items(rule: Rule, n: int) -> Rule:
             if bad:
                 return f"entry {i + 1} {bad}"
         return None
+
     return check
 
 
-def record(fields: dict[str, Rule], required: tuple[str, ...] = (), strict: bool = True,
-           others: Rule | None = None) -> Rule:
+def record(
+    fields: dict[str, Rule], required: tuple[str, ...] = (), strict: bool = True, others: Rule | None = None
+) -> Rule:
     """An object with these keys (those in ``required`` present), each by its rule. Any other key:
     refused when ``strict`` (an event's fields are its dataclass's), else checked by ``others``
     (a figure a newer dspark adds), else left unread."""
+
     def check(v):
         if not isinstance(v, dict):
             return "must be an object"
@@ -105,13 +109,17 @@ def record(fields: dict[str, Rule], required: tuple[str, ...] = (), strict: bool
             if bad:
                 return f"{str(k)[:40]} {bad}"
         return None
+
     return check
 
 
 def flat_object(n: int) -> Rule:
     """An object of at most ``n`` plain values (a config as the app saves it)."""
-    value = lambda x: None if x is None or isinstance(x, bool) else (
-        text(10_000)(x) if isinstance(x, str) else number(-1e15, 1e15)(x))
+    value = lambda x: (
+        None
+        if x is None or isinstance(x, bool)
+        else (text(10_000)(x) if isinstance(x, str) else number(-1e15, 1e15)(x))
+    )
 
     def check(v):
         if not isinstance(v, dict) or len(v) > n or not all(isinstance(k, str) and len(k) <= 100 for k in v):
@@ -121,6 +129,7 @@ def flat_object(n: int) -> Rule:
             if bad:
                 return f"{k} {bad}"
         return None
+
     return check
 
 
@@ -133,8 +142,13 @@ def by_annotation(hint) -> Rule:
         return optional(by_annotation(inner[0])) if len(inner) == 1 else (lambda v: "has an unreadable type")
     if typing.get_origin(hint) is tuple:
         return items(by_annotation(args[0]), MAX_TOKENS)
-    return {bool: boolean, int: integer(-2**53, 2**53), float: number(-1e15, 1e15), str: text(MAX_TEXT),
-            dict: flat_object(100)}.get(hint, lambda v: f"has a type no rule reads ({hint})")
+    return {
+        bool: boolean,
+        int: integer(-(2**53), 2**53),
+        float: number(-1e15, 1e15),
+        str: text(MAX_TEXT),
+        dict: flat_object(100),
+    }.get(hint, lambda v: f"has a type no rule reads ({hint})")
 
 
 def from_dataclass(cls, explicit: dict[str, Rule], kind: str | None = None) -> Rule:
@@ -142,8 +156,11 @@ def from_dataclass(cls, explicit: dict[str, Rule], kind: str | None = None) -> R
     its fields, those without a default present, each by its explicit rule or by its type."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: explicit.get(f.name) or by_annotation(hints[f.name]) for f in dataclasses.fields(cls)}
-    required = tuple(f.name for f in dataclasses.fields(cls)
-                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    required = tuple(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
     return record({**({"kind": one_of(kind)} if kind else {}), **fields}, required)
 
 
@@ -161,46 +178,117 @@ def top_pair(v) -> str | None:
     return f"must be a [token, probability] pair (a token id up to {MAX_TOKEN_ID:,}, a probability from 0 to 1)"
 
 
-COMMITTED = from_dataclass(CommittedToken, {
-    "id": TOKEN, "text": text(MAX_PIECE), "source": one_of(*(src.value for src in Source)), "round": COUNT,
-    "position": integer(0, MAX_BLOCK), "target_prob": PROB, "draft_prob": optional(PROB)})
-ROUND = from_dataclass(RoundEvent, {
-    "index": integer(0, MAX_TOKENS), "anchor": TOKEN, "drafted": items(TOKEN, MAX_BLOCK),
-    "draft_probs": items(PROB, MAX_BLOCK), "confidences": optional(items(number(0.0, 1.0), MAX_BLOCK)),
-    "verify_width": integer(0, MAX_BLOCK), "accepted": integer(0, MAX_BLOCK), "committed": items(COMMITTED, MAX_BLOCK),
-    "draft_seconds": SECONDS, "verify_seconds": SECONDS, "elapsed_seconds": SECONDS, "tokens_generated": COUNT,
-    "tokens_per_sec": number(0.0, MAX_RATE), "confidence_logits": optional(items(number(-1e6, 1e6), MAX_BLOCK)),
-    "position": integer(0, MAX_POSITION),
-    # the rejection inspector (dspark.rounds.Inspection): per verified draft, [token, probability] best first
-    "target_top": optional(items(items(top_pair, MAX_TOP), MAX_BLOCK)),
-    "draft_rank": optional(items(integer(0, MAX_TOKEN_ID), MAX_BLOCK)), "draft_tie": optional(items(boolean, MAX_BLOCK))},
-    "round")
-SUMMARY = from_dataclass(Summary, {
-    "method": one_of(*METHODS), "tokens": items(TOKEN, MAX_TOKENS), "text": text(MAX_TEXT),
-    "prompt_tokens": items(TOKEN, MAX_TOKENS), "rounds": COUNT,
-    "accepted_lengths": items(integer(0, MAX_BLOCK), MAX_TOKENS), "verify_widths": items(integer(0, MAX_BLOCK), MAX_TOKENS),
-    "tau": number(0.0, MAX_BLOCK), "acceptance_rate": number(0.0, 1.0),
-    "per_position_acceptance": items(number(0.0, 1.0), MAX_BLOCK), "tokens_per_sec": number(0.0, MAX_RATE),
-    "ttft_seconds": SECONDS, "prefill_seconds": SECONDS, "draft_seconds": SECONDS, "verify_seconds": SECONDS,
-    "plain_seconds": SECONDS, "total_seconds": SECONDS, "finish_reason": one_of("length", "stop", "cancelled"),
-    "peak_memory_bytes": integer(0, 2**50), "accepted_histogram": items(COUNT, MAX_BLOCK + 1),
-    "token_logprobs": items(number(-1e6, 0.0, nan=True), MAX_TOKENS), "extra": flat_object(100)}, "summary")
-DIFFERENCE = from_dataclass(Difference, {
-    "index": COUNT, "kind": one_of("tie", "mismatch"), "speculative": optional(TOKEN), "plain": optional(TOKEN),
-    "logprobs": optional(items(number(-1e6, 0.0), 2)), "one_pass_logprobs": optional(items(number(-1e6, 0.0), 2)),
-    "tolerance": optional(number(0.0, 1e6)), "drift": optional(number(0.0, 1e6))})
+COMMITTED = from_dataclass(
+    CommittedToken,
+    {
+        "id": TOKEN,
+        "text": text(MAX_PIECE),
+        "source": one_of(*(src.value for src in Source)),
+        "round": COUNT,
+        "position": integer(0, MAX_BLOCK),
+        "target_prob": PROB,
+        "draft_prob": optional(PROB),
+    },
+)
+ROUND = from_dataclass(
+    RoundEvent,
+    {
+        "index": integer(0, MAX_TOKENS),
+        "anchor": TOKEN,
+        "drafted": items(TOKEN, MAX_BLOCK),
+        "draft_probs": items(PROB, MAX_BLOCK),
+        "confidences": optional(items(number(0.0, 1.0), MAX_BLOCK)),
+        "verify_width": integer(0, MAX_BLOCK),
+        "accepted": integer(0, MAX_BLOCK),
+        "committed": items(COMMITTED, MAX_BLOCK),
+        "draft_seconds": SECONDS,
+        "verify_seconds": SECONDS,
+        "elapsed_seconds": SECONDS,
+        "tokens_generated": COUNT,
+        "tokens_per_sec": number(0.0, MAX_RATE),
+        "confidence_logits": optional(items(number(-1e6, 1e6), MAX_BLOCK)),
+        "position": integer(0, MAX_POSITION),
+        # the rejection inspector (dspark.rounds.Inspection): per verified draft, [token, probability] best first
+        "target_top": optional(items(items(top_pair, MAX_TOP), MAX_BLOCK)),
+        "draft_rank": optional(items(integer(0, MAX_TOKEN_ID), MAX_BLOCK)),
+        "draft_tie": optional(items(boolean, MAX_BLOCK)),
+    },
+    "round",
+)
+SUMMARY = from_dataclass(
+    Summary,
+    {
+        "method": one_of(*METHODS),
+        "tokens": items(TOKEN, MAX_TOKENS),
+        "text": text(MAX_TEXT),
+        "prompt_tokens": items(TOKEN, MAX_TOKENS),
+        "rounds": COUNT,
+        "accepted_lengths": items(integer(0, MAX_BLOCK), MAX_TOKENS),
+        "verify_widths": items(integer(0, MAX_BLOCK), MAX_TOKENS),
+        "tau": number(0.0, MAX_BLOCK),
+        "acceptance_rate": number(0.0, 1.0),
+        "per_position_acceptance": items(number(0.0, 1.0), MAX_BLOCK),
+        "tokens_per_sec": number(0.0, MAX_RATE),
+        "ttft_seconds": SECONDS,
+        "prefill_seconds": SECONDS,
+        "draft_seconds": SECONDS,
+        "verify_seconds": SECONDS,
+        "plain_seconds": SECONDS,
+        "total_seconds": SECONDS,
+        "finish_reason": one_of("length", "stop", "cancelled"),
+        "peak_memory_bytes": integer(0, 2**50),
+        "accepted_histogram": items(COUNT, MAX_BLOCK + 1),
+        "token_logprobs": items(number(-1e6, 0.0, nan=True), MAX_TOKENS),
+        "extra": flat_object(100),
+    },
+    "summary",
+)
+DIFFERENCE = from_dataclass(
+    Difference,
+    {
+        "index": COUNT,
+        "kind": one_of("tie", "mismatch"),
+        "speculative": optional(TOKEN),
+        "plain": optional(TOKEN),
+        "logprobs": optional(items(number(-1e6, 0.0), 2)),
+        "one_pass_logprobs": optional(items(number(-1e6, 0.0), 2)),
+        "tolerance": optional(number(0.0, 1e6)),
+        "drift": optional(number(0.0, 1e6)),
+    },
+)
 VERDICT = optional(record({"identical": boolean, "first_difference": optional(DIFFERENCE)}, ("identical",)))
-RUN = record({"label": text(500), "method": one_of(*METHODS), "drafter": optional(text(4096)),
-              "prompt": text(MAX_TEXT), "prompt_index": integer(0, MAX_PROMPTS - 1), "config": optional(flat_object(100)),
-              "events": lambda v: None if isinstance(v, list) else "must be a list of rounds",
-              "drafted_text": optional(items(items(text(MAX_PIECE), MAX_BLOCK), MAX_ROUNDS)),
-              "top_text": optional(items(items(items(text(MAX_PIECE), MAX_TOP), MAX_BLOCK), MAX_ROUNDS)),
-              "summary": optional(SUMMARY), "verdict": VERDICT}, ("label", "method", "events"), strict=False)
-DOCUMENT = record({"app": text(100), "version": text(100), "created": text(100), "kind": optional(one_of("run", "compare")),
-                   "prompts": optional(integer(0, MAX_PROMPTS)), "target": optional(text(4096)),
-                   "runs": lambda v: None if isinstance(v, list) and v else "must be a non-empty list of runs",
-                   "environment": lambda v: ENVIRONMENT(v),  # defined below, with the benchmark's records
-                   "comparison": lambda v: None}, ("runs",), strict=False)
+RUN = record(
+    {
+        "label": text(500),
+        "method": one_of(*METHODS),
+        "drafter": optional(text(4096)),
+        "prompt": text(MAX_TEXT),
+        "prompt_index": integer(0, MAX_PROMPTS - 1),
+        "config": optional(flat_object(100)),
+        "events": lambda v: None if isinstance(v, list) else "must be a list of rounds",
+        "drafted_text": optional(items(items(text(MAX_PIECE), MAX_BLOCK), MAX_ROUNDS)),
+        "top_text": optional(items(items(items(text(MAX_PIECE), MAX_TOP), MAX_BLOCK), MAX_ROUNDS)),
+        "summary": optional(SUMMARY),
+        "verdict": VERDICT,
+    },
+    ("label", "method", "events"),
+    strict=False,
+)
+DOCUMENT = record(
+    {
+        "app": text(100),
+        "version": text(100),
+        "created": text(100),
+        "kind": optional(one_of("run", "compare")),
+        "prompts": optional(integer(0, MAX_PROMPTS)),
+        "target": optional(text(4096)),
+        "runs": lambda v: None if isinstance(v, list) and v else "must be a non-empty list of runs",
+        "environment": lambda v: ENVIRONMENT(v),  # defined below, with the benchmark's records
+        "comparison": lambda v: None,
+    },
+    ("runs",),
+    strict=False,
+)
 
 
 def check_document(doc, name: str) -> None:
@@ -212,7 +300,10 @@ def check_document(doc, name: str) -> None:
     runs = doc["runs"]
     if len(runs) > MAX_RUNS:
         raise DsparkError(f"{name} holds {len(runs):,} runs: a replay draws at most {MAX_RUNS:,}")
-    if sum(len(r["events"]) if isinstance(r, dict) and isinstance(r.get("events"), list) else 0 for r in runs) > MAX_ROUNDS:
+    if (
+        sum(len(r["events"]) if isinstance(r, dict) and isinstance(r.get("events"), list) else 0 for r in runs)
+        > MAX_ROUNDS
+    ):
         raise DsparkError(f"{name} holds more than {MAX_ROUNDS:,} rounds: more than a replay draws")
     for i, run in enumerate(runs):
         problem = _run_problem(run)
@@ -234,18 +325,28 @@ def _run_problem(run) -> str | None:
         if ev["elapsed_seconds"] < last:
             return f"round {j + 1}: its time goes back ({ev['elapsed_seconds']:g} s after {last:g} s)"
         last = ev["elapsed_seconds"]
-        if not ev["accepted"] <= ev["verify_width"] <= len(ev["drafted"]) or len(ev["draft_probs"]) != len(ev["drafted"]):
+        if not ev["accepted"] <= ev["verify_width"] <= len(ev["drafted"]) or len(ev["draft_probs"]) != len(
+            ev["drafted"]
+        ):
             return f"round {j + 1}: its accepted, verified and drafted counts disagree"
         problem = _inspection_problem(ev)
         if problem:
             return f"round {j + 1}: {problem}"
     texts = run.get("drafted_text")
-    if texts is not None and len(texts) == len(run["events"]) and any(
-            len(t) != len(ev["drafted"]) for t, ev in zip(texts, run["events"])):
+    if (
+        texts is not None
+        and len(texts) == len(run["events"])
+        and any(len(t) != len(ev["drafted"]) for t, ev in zip(texts, run["events"]))
+    ):
         return "drafted_text does not match the drafted tokens"
     tops = run.get("top_text")
-    if tops and (len(tops) != len(run["events"]) or any(
-            [len(p) for p in t] != [len(row) for row in ev.get("target_top") or ()] for t, ev in zip(tops, run["events"]))):
+    if tops and (
+        len(tops) != len(run["events"])
+        or any(
+            [len(p) for p in t] != [len(row) for row in ev.get("target_top") or ()]
+            for t, ev in zip(tops, run["events"])
+        )
+    ):
         return "top_text does not match the target's best tokens (target_top)"
     return None
 
@@ -274,8 +375,11 @@ def _fail(name: str, where: str, problem: str | None) -> None:
 # --------------------------------------------------------------------------- a dspark bench summary
 def plain_value(v) -> str | None:
     """A value a newer dspark may add to a record: a plain value, or a short list or object of them."""
-    scalar = lambda x: None if x is None or isinstance(x, bool) else (
-        text(10_000)(x) if isinstance(x, str) else number(-1e15, 1e15)(x))
+    scalar = lambda x: (
+        None
+        if x is None or isinstance(x, bool)
+        else (text(10_000)(x) if isinstance(x, str) else number(-1e15, 1e15)(x))
+    )
     if isinstance(v, list):
         return items(scalar, 1_000)(v)
     if isinstance(v, dict):
@@ -283,31 +387,82 @@ def plain_value(v) -> str | None:
     return scalar(v)
 
 
-SPREAD = optional(lambda v: None if isinstance(v, dict) and len(v) <= 10 and all(
-    isinstance(k, str) and number(-1e12, 1e12)(x) is None for k, x in v.items()) else "must be an object of numbers")
+SPREAD = optional(
+    lambda v: (
+        None
+        if isinstance(v, dict)
+        and len(v) <= 10
+        and all(isinstance(k, str) and number(-1e12, 1e12)(x) is None for k, x in v.items())
+        else "must be an object of numbers"
+    )
+)
 RATIO = optional(number(0.0, 1e6))
-ARM = record({"arm": text(500), "drafter": optional(text(4096)), "policy": optional(text(100)),
-              "trials": integer(0, MAX_TRIALS), "tokens_per_sec": number(0.0, MAX_RATE), "speedup": RATIO,
-              "draft_ms": optional(number(0.0, 1e8)), "verify_ms": optional(number(0.0, 1e8)),
-              "overhead_ms": optional(number(-1e8, 1e8)), "in_loop": optional(number(0.0, 1e6)),
-              "step_ms": optional(number(0.0, 1e8)), "limit": RATIO, "efficiency": RATIO,
-              "ttft_seconds": optional(SECONDS), "peak_memory_bytes": optional(integer(0, 2**50)),
-              "tau": optional(number(0.0, MAX_BLOCK)), "acceptance_rate": optional(number(0.0, 1.0)),
-              "per_position_acceptance": items(number(0.0, 1.0), MAX_BLOCK),
-              "accepted_histogram": items(integer(0, 2**50), MAX_BLOCK + 1), "rounds": optional(integer(0, 2**50)),
-              "identical": optional(integer(0, MAX_TRIALS)), "compared": optional(integer(0, MAX_TRIALS)),
-              "lossless": optional(integer(0, MAX_TRIALS)),
-              **{f"{k}_spread": SPREAD for k in ("tokens_per_sec", "speedup", "draft_ms", "verify_ms", "overhead_ms",
-                                                  "in_loop", "step_ms", "limit", "efficiency", "ttft_seconds")}},
-             ("arm", "tokens_per_sec"), strict=False, others=plain_value)
+ARM = record(
+    {
+        "arm": text(500),
+        "drafter": optional(text(4096)),
+        "policy": optional(text(100)),
+        "trials": integer(0, MAX_TRIALS),
+        "tokens_per_sec": number(0.0, MAX_RATE),
+        "speedup": RATIO,
+        "draft_ms": optional(number(0.0, 1e8)),
+        "verify_ms": optional(number(0.0, 1e8)),
+        "overhead_ms": optional(number(-1e8, 1e8)),
+        "in_loop": optional(number(0.0, 1e6)),
+        "step_ms": optional(number(0.0, 1e8)),
+        "limit": RATIO,
+        "efficiency": RATIO,
+        "ttft_seconds": optional(SECONDS),
+        "peak_memory_bytes": optional(integer(0, 2**50)),
+        "tau": optional(number(0.0, MAX_BLOCK)),
+        "acceptance_rate": optional(number(0.0, 1.0)),
+        "per_position_acceptance": items(number(0.0, 1.0), MAX_BLOCK),
+        "accepted_histogram": items(integer(0, 2**50), MAX_BLOCK + 1),
+        "rounds": optional(integer(0, 2**50)),
+        "identical": optional(integer(0, MAX_TRIALS)),
+        "compared": optional(integer(0, MAX_TRIALS)),
+        "lossless": optional(integer(0, MAX_TRIALS)),
+        **{
+            f"{k}_spread": SPREAD
+            for k in (
+                "tokens_per_sec",
+                "speedup",
+                "draft_ms",
+                "verify_ms",
+                "overhead_ms",
+                "in_loop",
+                "step_ms",
+                "limit",
+                "efficiency",
+                "ttft_seconds",
+            )
+        },
+    },
+    ("arm", "tokens_per_sec"),
+    strict=False,
+    others=plain_value,
+)
 
 
-ENVIRONMENT = lambda v: None if isinstance(v, dict) and len(v) <= 100 and not any(
-    plain_value(x) for x in v.values()) else "must be an object of at most 100 plain values"
-BENCH = record({"command": text(100_000), "environment": ENVIRONMENT, "target": optional(text(4096)),
-                "started": optional(text(100)), "finished": optional(text(100)), "interrupted": optional(boolean),
-                "settings": flat_object(100), "costs_context": optional(integer(0, 100_000_000))},
-               ("environment",), strict=False)
+ENVIRONMENT = lambda v: (
+    None
+    if isinstance(v, dict) and len(v) <= 100 and not any(plain_value(x) for x in v.values())
+    else "must be an object of at most 100 plain values"
+)
+BENCH = record(
+    {
+        "command": text(100_000),
+        "environment": ENVIRONMENT,
+        "target": optional(text(4096)),
+        "started": optional(text(100)),
+        "finished": optional(text(100)),
+        "interrupted": optional(boolean),
+        "settings": flat_object(100),
+        "costs_context": optional(integer(0, 100_000_000)),
+    },
+    ("environment",),
+    strict=False,
+)
 
 
 def check_bench(doc, name: str) -> None:
@@ -328,10 +483,20 @@ def _bench_problem(doc) -> str | None:
         problem = ARM(arm)
         if problem:
             return f"arm {i + 1}: {problem}"
-        if "compared" in arm and not arm.get("identical", 0) <= arm.get("lossless", arm.get("identical", 0)) <= arm["compared"]:
+        if (
+            "compared" in arm
+            and not arm.get("identical", 0) <= arm.get("lossless", arm.get("identical", 0)) <= arm["compared"]
+        ):
             return f"arm {i + 1}: its identical, lossless and compared counts disagree"
-    problem = record({"key": optional(text(500)), "name": optional(text(500)), "description": optional(text(10_000)),
-                      "count": integer(0, 10_000_000)}, ("count",))(doc.get("prompts"))
+    problem = record(
+        {
+            "key": optional(text(500)),
+            "name": optional(text(500)),
+            "description": optional(text(10_000)),
+            "count": integer(0, 10_000_000),
+        },
+        ("count",),
+    )(doc.get("prompts"))
     if problem:
         return f"prompts: {problem}"
     settings = doc.get("settings")

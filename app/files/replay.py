@@ -85,9 +85,14 @@ def read_recording(path: str | Path) -> Recording:
     for r in runs:
         prompts.setdefault(r.prompt_index, r.prompt)
     count = max(int(doc.get("prompts") or 0), max(prompts) + 1)
-    return Recording(path=str(path), kind="compare" if kind == "compare" else "run",
-                     created=str(doc.get("created", "")), target=doc.get("target"),
-                     prompts=tuple(prompts.get(i, "") for i in range(count)), runs=tuple(runs))
+    return Recording(
+        path=str(path),
+        kind="compare" if kind == "compare" else "run",
+        created=str(doc.get("created", "")),
+        target=doc.get("target"),
+        prompts=tuple(prompts.get(i, "") for i in range(count)),
+        runs=tuple(runs),
+    )
 
 
 def _pieces(runs: list) -> dict[int, str]:
@@ -111,8 +116,10 @@ def _positions(d: dict) -> list[dict]:
     prompt = (d.get("summary") or {}).get("prompt_tokens")
     if not prompt or all("position" in e for e in events):
         return events
-    return [e if "position" in e else {**e, "position": len(prompt) - 1 + e["tokens_generated"] - len(e["committed"])}
-            for e in events]
+    return [
+        e if "position" in e else {**e, "position": len(prompt) - 1 + e["tokens_generated"] - len(e["committed"])}
+        for e in events
+    ]
 
 
 def _top_text(d: dict, events: tuple, pieces: dict[int, str]) -> tuple:
@@ -121,8 +128,7 @@ def _top_text(d: dict, events: tuple, pieces: dict[int, str]) -> tuple:
     saved = d.get("top_text")
     if isinstance(saved, list) and len(saved) == len(events):
         return tuple(tuple(tuple(str(x) for x in pos) for pos in t) for t in saved)
-    return tuple(tuple(tuple(pieces.get(t, f"#{t}") for t, _p in row) for row in e.target_top or ())
-                 for e in events)
+    return tuple(tuple(tuple(pieces.get(t, f"#{t}") for t, _p in row) for row in e.target_top or ()) for e in events)
 
 
 def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
@@ -133,11 +139,20 @@ def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
     summary = event_from_dict({**d["summary"], "kind": "summary"}) if d.get("summary") else None
     v = d.get("verdict")
     verdict = Verdict.from_dict(v) if v else None
-    return SavedRun(label=str(d["label"]), method=plain_method(d["method"]), drafter=d.get("drafter"),
-                    prompt=str(d.get("prompt", "")), prompt_index=int(d.get("prompt_index", 0)),
-                    config=dict(d.get("config") or {}), events=events,
-                    drafted_text=tuple(tuple(str(x) for x in t) for t in texts), summary=summary, verdict=verdict,
-                    machine=recorded_machine(d.get("machine")), top_text=_top_text(d, events, pieces))
+    return SavedRun(
+        label=str(d["label"]),
+        method=plain_method(d["method"]),
+        drafter=d.get("drafter"),
+        prompt=str(d.get("prompt", "")),
+        prompt_index=int(d.get("prompt_index", 0)),
+        config=dict(d.get("config") or {}),
+        events=events,
+        drafted_text=tuple(tuple(str(x) for x in t) for t in texts),
+        summary=summary,
+        verdict=verdict,
+        machine=recorded_machine(d.get("machine")),
+        top_text=_top_text(d, events, pieces),
+    )
 
 
 def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:
@@ -148,8 +163,21 @@ def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:
     checks: list[tuple[int, Verdict]] = []
     for i, r in enumerate(rec.runs):
         key += 1
-        out.append((start, RunStarted(job=job, key=key, label=r.label, method=r.method, drafter=r.drafter,
-                                      prompt=r.prompt, prompt_index=r.prompt_index, config=r.config)))
+        out.append(
+            (
+                start,
+                RunStarted(
+                    job=job,
+                    key=key,
+                    label=r.label,
+                    method=r.method,
+                    drafter=r.drafter,
+                    prompt=r.prompt,
+                    prompt_index=r.prompt_index,
+                    config=r.config,
+                ),
+            )
+        )
         end = start
         for ev, texts, top in zip(r.events, r.drafted_text, r.top_text or ((),) * len(r.events)):
             end = start + ev.elapsed_seconds
@@ -233,8 +261,15 @@ def replay_job(session: Session, playlist: Playlist, index: int):
     if not playlist or session.busy:
         return None
     rec = playlist.at(index)
-    job = session.new_job(rec.kind, rec.target or "", rec.prompts, rec.arms(), config=rec.runs[0].config,
-                          replay=playlist.badge(), caption=playlist.caption())
+    job = session.new_job(
+        rec.kind,
+        rec.target or "",
+        rec.prompts,
+        rec.arms(),
+        config=rec.runs[0].config,
+        replay=playlist.badge(),
+        caption=playlist.caption(),
+    )
     if job is None:
         return None
     session.clear_message()

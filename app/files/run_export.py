@@ -22,11 +22,37 @@ from ..state.runs import Run, compare_rows
 from ..state.session import Session
 from . import settings
 
-RUN_FIELDS = ["label", "method", "prompt_index", "tokens", "rounds", "tau", "acceptance_rate",
-              "tokens_per_sec", "ttft_seconds", "peak_memory_bytes", "finish_reason",
-              "per_position_acceptance", "drafter", "prompt", "text"]
-COMPARE_FIELDS = ["label", "runs", "finished", "tokens", "rounds", "tau", "acceptance_rate",
-                  "tokens_per_sec", "speedup", "identical", "per_position_acceptance", "drafter"]
+RUN_FIELDS = [
+    "label",
+    "method",
+    "prompt_index",
+    "tokens",
+    "rounds",
+    "tau",
+    "acceptance_rate",
+    "tokens_per_sec",
+    "ttft_seconds",
+    "peak_memory_bytes",
+    "finish_reason",
+    "per_position_acceptance",
+    "drafter",
+    "prompt",
+    "text",
+]
+COMPARE_FIELDS = [
+    "label",
+    "runs",
+    "finished",
+    "tokens",
+    "rounds",
+    "tau",
+    "acceptance_rate",
+    "tokens_per_sec",
+    "speedup",
+    "identical",
+    "per_position_acceptance",
+    "drafter",
+]
 
 
 def run_dict(run: Run) -> dict:
@@ -46,8 +72,14 @@ def run_dict(run: Run) -> dict:
     }
 
 
-def document(runs: list[Run], target: str | None, comparison: bool, prompts: int | None = None, *,
-             environment: dict | None = None) -> dict:
+def document(
+    runs: list[Run],
+    target: str | None,
+    comparison: bool,
+    prompts: int | None = None,
+    *,
+    environment: dict | None = None,
+) -> dict:
     """Everything needed to read the runs back (``app.files.replay``): the events, the drafted
     tokens' text, the verdicts, and (a comparison) its table as it was shown; ``environment``:
     the machine, MLX, BLAS and the device the runs computed on (the worker's record, with the
@@ -67,8 +99,15 @@ def document(runs: list[Run], target: str | None, comparison: bool, prompts: int
     return doc
 
 
-def write_json(path: str | Path, runs: list[Run], target: str | None, *, comparison: bool = False,
-               prompts: int | None = None, environment: dict | None = None) -> Path:
+def write_json(
+    path: str | Path,
+    runs: list[Run],
+    target: str | None,
+    *,
+    comparison: bool = False,
+    prompts: int | None = None,
+    environment: dict | None = None,
+) -> Path:
     """``runs`` on ``target`` written to ``path`` as :func:`document` makes them (a comparison
     or not, of ``prompts`` prompts, on the machine ``environment`` describes); returns the path."""
     path = Path(path)
@@ -97,15 +136,21 @@ def default_name(runs: list[Run], comparison: bool, fmt: str) -> str:
 def _run_row(run: Run) -> dict:
     s, f = run.summary, run.figures()
     return {
-        "label": run.label, "method": run.method, "prompt_index": run.prompt_index,
-        "tokens": f.tokens, "rounds": f.rounds, "tau": round(f.tau, 4),
+        "label": run.label,
+        "method": run.method,
+        "prompt_index": run.prompt_index,
+        "tokens": f.tokens,
+        "rounds": f.rounds,
+        "tau": round(f.tau, 4),
         "acceptance_rate": round(f.acceptance_rate, 4),
         "tokens_per_sec": round(run.tokens_per_sec(), 3),
         "ttft_seconds": round(s.ttft_seconds, 4) if s else "",
         "peak_memory_bytes": s.peak_memory_bytes if s else "",
         "finish_reason": s.finish_reason if s else "running",
         "per_position_acceptance": " ".join(f"{x:.4f}" for x in f.per_position_acceptance),
-        "drafter": run.drafter or "", "prompt": run.prompt, "text": s.text if s else "",
+        "drafter": run.drafter or "",
+        "prompt": run.prompt,
+        "text": s.text if s else "",
     }
 
 
@@ -114,8 +159,14 @@ def write_csv(path: str | Path, runs: list[Run], comparison: bool = False, promp
     path = Path(path)
     if comparison:
         fields = COMPARE_FIELDS
-        rows = [{**r, "per_position_acceptance": " ".join(f"{x:.4f}" for x in r["per_position_acceptance"]),
-                 "drafter": r["drafter"] or ""} for r in compare_rows(runs, prompts)]
+        rows = [
+            {
+                **r,
+                "per_position_acceptance": " ".join(f"{x:.4f}" for x in r["per_position_acceptance"]),
+                "drafter": r["drafter"] or "",
+            }
+            for r in compare_rows(runs, prompts)
+        ]
     else:
         fields, rows = RUN_FIELDS, [_run_row(r) for r in runs]
     with path.open("w", newline="") as f:
@@ -137,8 +188,10 @@ def write_rejections(folder: str | Path, context: dict[str, list[dict]], wrong: 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     out = []
-    for name, fields, groups in (("acceptance_by_context", CONTEXT_FIELDS, context),
-                                 ("what_it_gets_wrong", WRONG_FIELDS, wrong)):
+    for name, fields, groups in (
+        ("acceptance_by_context", CONTEXT_FIELDS, context),
+        ("what_it_gets_wrong", WRONG_FIELDS, wrong),
+    ):
         path = folder / f"{name}.csv"
         with path.open("w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
@@ -168,17 +221,30 @@ def keep_in_history(session, prefs) -> str | None:
         return None
     keep = prefs.get("history/keep", settings.HISTORY_KEEP, int) if prefs else None
     max_mb = prefs.get("history/max_mb", settings.HISTORY_MAX_MB, int) if prefs else None
-    return save_history(runs, session.loaded_target, comparison=session.shown_kind == "compare",
-                        prompts=session.prompt_count, keep=keep,
-                        max_bytes=max_mb * 2**20 if max_mb is not None else None, environment=session.environment)
+    return save_history(
+        runs,
+        session.loaded_target,
+        comparison=session.shown_kind == "compare",
+        prompts=session.prompt_count,
+        keep=keep,
+        max_bytes=max_mb * 2**20 if max_mb is not None else None,
+        environment=session.environment,
+    )
 
 
 HISTORY_NAME = re.compile(r"^\d{8}-\d{6}(-\d+)?-(run|compare)\.json$")
 
 
-def save_history(runs: list[Run], target: str | None, *, comparison: bool, prompts: int | None = None,
-                 keep: int | None = None, max_bytes: int | None = None,
-                 environment: dict | None = None) -> str | None:
+def save_history(
+    runs: list[Run],
+    target: str | None,
+    *,
+    comparison: bool,
+    prompts: int | None = None,
+    keep: int | None = None,
+    max_bytes: int | None = None,
+    environment: dict | None = None,
+) -> str | None:
     """Keep a finished job (``runs`` on ``target``, a comparison or not, of ``prompts`` prompts,
     on the machine ``environment`` describes) as JSON in the run history folder, as
     :func:`write_json` writes it, then drop the oldest kept jobs beyond ``keep`` files or
@@ -193,8 +259,11 @@ def save_history(runs: list[Run], target: str | None, *, comparison: bool, promp
             n += 1
             path = folder / f"{stamp}-{n}-{kind}.json"
         write_json(path, runs, target, comparison=comparison, prompts=prompts, environment=environment)
-        prune_history(folder, keep if keep is not None else settings.HISTORY_KEEP,
-                      max_bytes if max_bytes is not None else settings.HISTORY_MAX_MB * 2**20)
+        prune_history(
+            folder,
+            keep if keep is not None else settings.HISTORY_KEEP,
+            max_bytes if max_bytes is not None else settings.HISTORY_MAX_MB * 2**20,
+        )
     except OSError as e:
         return f"the run was not kept in the history ({e.strerror or e}: {getattr(e, 'filename', '') or ''})"
     return None
@@ -203,8 +272,11 @@ def save_history(runs: list[Run], target: str | None, *, comparison: bool, promp
 def prune_history(folder: Path, keep: int, max_bytes: int) -> list[Path]:
     """Delete the oldest history files (only names this module writes) until at most ``keep``
     remain and they hold at most ``max_bytes``; the newest is always kept. Returns the deleted."""
-    files = sorted((p for p in Path(folder).iterdir() if HISTORY_NAME.match(p.name) and p.is_file()),
-                   key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+    files = sorted(
+        (p for p in Path(folder).iterdir() if HISTORY_NAME.match(p.name) and p.is_file()),
+        key=lambda p: (p.stat().st_mtime, p.name),
+        reverse=True,
+    )
     kept, total, gone = 0, 0, []
     for p in files:
         size = p.stat().st_size
@@ -232,8 +304,14 @@ def export_runs(session: Session, fmt: str, comparison: bool, path: str) -> Path
     runs, prompts = _exported(session, comparison)
     try:
         if fmt == "json":
-            return write_json(path, runs, session.loaded_target, comparison=comparison, prompts=prompts,
-                                     environment=session.environment)
+            return write_json(
+                path,
+                runs,
+                session.loaded_target,
+                comparison=comparison,
+                prompts=prompts,
+                environment=session.environment,
+            )
         return write_csv(path, runs, comparison, prompts)
     except OSError as e:
         session.fail(f"could not write {path}: {e.strerror or e}")

@@ -142,7 +142,7 @@ class Settings:
             if k.startswith(prefix):
                 v = self.get(k, "", str)
                 if v not in (None, ""):
-                    out[k[len(prefix):]] = v
+                    out[k[len(prefix) :]] = v
         return out
 
     def recent(self, kind: str) -> list[str]:

@@ -50,15 +50,27 @@ from .theme import NORMAL, Theme, drafter_colours, policy_style
 
 COLUMNS = [
     ("label", "Drafter", "The drafter directory's name, or plain decoding; select a row to show it in the header"),
-    ("runs", "Prompts", "Prompts finished by every drafter and plain decoding / asked for: every figure of the\n"
-                        "table pools exactly these (a prompt still running, or stopped, is left out of all of them)"),
+    (
+        "runs",
+        "Prompts",
+        "Prompts finished by every drafter and plain decoding / asked for: every figure of the\n"
+        "table pools exactly these (a prompt still running, or stopped, is left out of all of them)",
+    ),
     ("tau", "τ", "Mean acceptance length: committed tokens per round, bonus/correction token included"),
     ("acceptance_rate", "Acceptance", "Accepted drafted tokens ÷ verified drafted tokens"),
     ("tokens_per_sec", "tok/s", "Pooled decode throughput: all tokens ÷ all decode seconds"),
     ("speedup", "Speedup", SPEEDUP_TIP + "\nPooled over the prompts: tokens ÷ seconds on each side."),
-    ("per_position_acceptance", "Acceptance by position", "Position k: rounds that accepted drafts 1..k ÷ rounds that verified k"),
-    ("identical", "= plain", "✓ every greedy output equals plain decoding token for token; ≈ the only differences are\n"
-                             "numerical ties of a bf16 / quantised target; ✗ a real difference"),
+    (
+        "per_position_acceptance",
+        "Acceptance by position",
+        "Position k: rounds that accepted drafts 1..k ÷ rounds that verified k",
+    ),
+    (
+        "identical",
+        "= plain",
+        "✓ every greedy output equals plain decoding token for token; ≈ the only differences are\n"
+        "numerical ties of a bf16 / quantised target; ✗ a real difference",
+    ),
 ]
 TIP_TPS_POOLED = TIP_TPS + "\nEach drafter's prompts are drawn back to back: one line per drafter."
 
@@ -112,8 +124,10 @@ class CompareView(QWidget):
         hh.setSectionResizeMode(6, QHeaderView.Stretch)
         hh.setTextElideMode(Qt.ElideRight)  # a narrow window: "Acceptance by pos…", never cut mid-letter
         self.table.itemSelectionChanged.connect(self._selected)
-        self.empty = QLabel("Compare runs every ticked drafter, then plain decoding, on the prompt "
-                            "(or on every prompt of the set): one row per drafter appears here.")
+        self.empty = QLabel(
+            "Compare runs every ticked drafter, then plain decoding, on the prompt "
+            "(or on every prompt of the set): one row per drafter appears here."
+        )
         self.empty.setObjectName("caption")
         self.empty.setAlignment(Qt.AlignCenter)
         self.empty.setWordWrap(True)
@@ -123,9 +137,11 @@ class CompareView(QWidget):
         self.tps.setToolTip(TIP_TPS_POOLED)
         self.costs = make_plot("Measured cost on this machine", "ms", "drafts verified (rows = 1 + drafts)")
         self.costs.setToolTip(TIP_COSTS)
-        self.boxes = [PlotBox(self.position, "one line per drafter, after a comparison"),
-                      PlotBox(self.tps, "one line per drafter and plain decoding, during a comparison"),
-                      PlotBox(self.costs, "the auto policy's measured costs, once measured")]
+        self.boxes = [
+            PlotBox(self.position, "one line per drafter, after a comparison"),
+            PlotBox(self.tps, "one line per drafter and plain decoding, during a comparison"),
+            PlotBox(self.costs, "the auto policy's measured costs, once measured"),
+        ]
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.empty, 0)
@@ -142,8 +158,11 @@ class CompareView(QWidget):
         self.plots_row.addWidget(widget, 1)
 
     def plots(self) -> dict[str, pg.PlotWidget]:
-        return {"compare_acceptance_by_position": self.position, "compare_tokens_per_sec": self.tps,
-                "compare_costs": self.costs}
+        return {
+            "compare_acceptance_by_position": self.position,
+            "compare_tokens_per_sec": self.tps,
+            "compare_costs": self.costs,
+        }
 
     def set_theme(self, t: Theme) -> None:
         self.theme = t
@@ -164,8 +183,12 @@ class CompareView(QWidget):
 
     def show_view(self, view: View) -> None:
         """Draw the last comparison (a later single run leaves it in place)."""
-        shown = (tuple((r.serial, len(r.rounds), r.done, r.verdict) for r in view.comparison), view.focus,
-                 id(view.bench), repr(view.costs))
+        shown = (
+            tuple((r.serial, len(r.rounds), r.done, r.verdict) for r in view.comparison),
+            view.focus,
+            id(view.bench),
+            repr(view.costs),
+        )
         if shown == self._drawn:
             return  # a single run's rounds: nothing here changed
         self._drawn = shown
@@ -222,13 +245,20 @@ class CompareView(QWidget):
             if label == PLAIN_LABEL or not row["per_position_acceptance"]:
                 continue
             rates = row["per_position_acceptance"]
-            self.position.plot(np.arange(1, len(rates) + 1, dtype=float), np.array(rates, float),
-                               pen=pen(colour, style), symbol="o", symbolSize=8, symbolBrush=colour)
+            self.position.plot(
+                np.arange(1, len(rates) + 1, dtype=float),
+                np.array(rates, float),
+                pen=pen(colour, style),
+                symbol="o",
+                symbolSize=8,
+                symbolBrush=colour,
+            )
         if width:
             self.position.setXRange(0.6, width + 0.4, padding=0)
             zero_based_range(self.position, 1.0, grow=1.0)
-        fit_title(self.position, t, "Acceptance by position",
-                  [k for k, row in zip(keys, rows) if row["label"] != PLAIN_LABEL])
+        fit_title(
+            self.position, t, "Acceptance by position", [k for k, row in zip(keys, rows) if row["label"] != PLAIN_LABEL]
+        )
         fit_title(self.tps, t, "Decode tok/s", keys)
         ys = []
         for label in order:
@@ -255,8 +285,15 @@ def arm_styles(t: Theme, rows: list[dict]) -> tuple[dict[str, tuple[str, str]], 
     one line style per verify policy, so a benchmark's arms of one drafter share its colour
     in the table, in every plot and in every export; plain decoding grey and dashed."""
     colours = drafter_colours(t, [drafter_name(r) for r in rows if r["label"] != PLAIN_LABEL])
-    return ({r["label"]: (t.plain, "dash") if r["label"] == PLAIN_LABEL else
-             (colours[drafter_name(r)], policy_style(r.get("policy"))) for r in rows}, colours)
+    return (
+        {
+            r["label"]: (t.plain, "dash")
+            if r["label"] == PLAIN_LABEL
+            else (colours[drafter_name(r)], policy_style(r.get("policy")))
+            for r in rows
+        },
+        colours,
+    )
 
 
 def _speedup_note(row: dict) -> str:
@@ -264,9 +301,14 @@ def _speedup_note(row: dict) -> str:
     spread = row.get("speedup_spread")
     if not spread:
         return f"{row['compared_tokens']} tokens compared, pooled over the prompts"
-    text = (f"median of {spread['n']} trials (dspark bench); middle half {spread['p25']:.2f}–{spread['p75']:.2f}×, "
-            f"range {spread['min']:.2f}–{spread['max']:.2f}×")
+    text = (
+        f"median of {spread['n']} trials (dspark bench); middle half {spread['p25']:.2f}–{spread['p75']:.2f}×, "
+        f"range {spread['min']:.2f}–{spread['max']:.2f}×"
+    )
     if row.get("limit"):
-        text += (f"\nlimit τ·step/(draft+verify) {row['limit']:.2f}×, efficiency {row['efficiency']:.2f}"
-                 if row.get("efficiency") is not None else f"\nlimit {row['limit']:.2f}×")
+        text += (
+            f"\nlimit τ·step/(draft+verify) {row['limit']:.2f}×, efficiency {row['efficiency']:.2f}"
+            if row.get("efficiency") is not None
+            else f"\nlimit {row['limit']:.2f}×"
+        )
     return text

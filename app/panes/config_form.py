@@ -40,8 +40,15 @@ class SettingsForm(QWidget):
         self.set_values({})
 
     def _watch(self, w: QWidget) -> None:
-        signal = (w.toggled if isinstance(w, QCheckBox) else w.currentTextChanged if isinstance(w, QComboBox)
-                  else w.textChanged if isinstance(w, QLineEdit) else w.valueChanged)
+        signal = (
+            w.toggled
+            if isinstance(w, QCheckBox)
+            else w.currentTextChanged
+            if isinstance(w, QComboBox)
+            else w.textChanged
+            if isinstance(w, QLineEdit)
+            else w.valueChanged
+        )
         signal.connect(self._changed)
 
     def _changed(self, *_) -> None:

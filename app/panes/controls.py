@@ -85,7 +85,9 @@ class ControlPanel(QWidget):
         # a long path scrolls inside the box; it never widens the panel (or the window)
         self.target.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.target.setMinimumContentsLength(12)
-        self.target.setToolTip("A Gemma-4 model directory (config.json, *.safetensors, tokenizer). Recent ones are listed.")
+        self.target.setToolTip(
+            "A Gemma-4 model directory (config.json, *.safetensors, tokenizer). Recent ones are listed."
+        )
         self.target.activated.connect(self._target_activated)
         self.target.lineEdit().editingFinished.connect(self._target_activated)
         browse = QPushButton("…")
@@ -99,8 +101,10 @@ class ControlPanel(QWidget):
         g = QGroupBox("Drafters")
         gl = QVBoxLayout(g)
         self.drafters = QListWidget()
-        self.drafters.setToolTip("Run uses the selected drafter; Compare uses every ticked one.\n"
-                                 "With no drafter, Run does plain decoding only.")
+        self.drafters.setToolTip(
+            "Run uses the selected drafter; Compare uses every ticked one.\n"
+            "With no drafter, Run does plain decoding only."
+        )
         self.drafters.setMaximumHeight(110)
         self.drafters.itemChanged.connect(self._item_changed)
         self.drafters.currentItemChanged.connect(self._current_changed)
@@ -178,8 +182,13 @@ class ControlPanel(QWidget):
         }
         shown = self._shown or {}
         self._shown = parts
-        for key, draw in (("target", self._show_target), ("drafters", self._show_drafters),
-                          ("sets", self._show_sets), ("prompt", self._show_prompt), ("config", self._show_config)):
+        for key, draw in (
+            ("target", self._show_target),
+            ("drafters", self._show_drafters),
+            ("sets", self._show_sets),
+            ("prompt", self._show_prompt),
+            ("config", self._show_config),
+        ):
             if shown.get(key) != parts[key]:
                 draw(c)
 

@@ -21,15 +21,19 @@ CHIPS = {
     "normal": {"error": ("#d55e00", "#ffffff"), "warn": ("#e69f00", "#000000"), "info": ("#0072b2", "#ffffff")},
     "presentation": {"error": ("#d55e00", "#ffffff"), "warn": ("#e69f00", "#000000"), "info": ("#56b4e9", "#000000")},
 }
-TIP = ("Run ▸ Diagnose: each ticked drafter (or the selected one) measured on the prompt, or on every prompt\n"
-       "of the set, with these settings and every draft verified, then compared with what it should reach\n"
-       "(its profile); each cause found is named, the most severe first: ✖ error, ▲ warn, ● info")
+TIP = (
+    "Run ▸ Diagnose: each ticked drafter (or the selected one) measured on the prompt, or on every prompt\n"
+    "of the set, with these settings and every draft verified, then compared with what it should reach\n"
+    "(its profile); each cause found is named, the most severe first: ✖ error, ▲ warn, ● info"
+)
 
 
 def chip(t: Theme, severity: str) -> str:
     bg, fg = CHIPS.get(t.name, CHIPS["normal"])[severity]
-    return (f'<span style="background:{bg}; color:{fg}; font-weight:bold">'
-            f"&nbsp;{MARKS[severity]}&nbsp;{severity.upper()}&nbsp;</span>")
+    return (
+        f'<span style="background:{bg}; color:{fg}; font-weight:bold">'
+        f"&nbsp;{MARKS[severity]}&nbsp;{severity.upper()}&nbsp;</span>"
+    )
 
 
 def entry_html(e: Entry, t: Theme, colour: str | None, *, busy: bool, first_waiting: bool) -> str:
@@ -51,12 +55,14 @@ def entry_html(e: Entry, t: Theme, colour: str | None, *, busy: bool, first_wait
 
 
 def title_html(view: View, t: Theme) -> str:
-    """"Diagnosis" and what it ran with (the same for every drafter of it); presenting, only the
+    """ "Diagnosis" and what it ran with (the same for every drafter of it); presenting, only the
     word (the findings' sentences name what matters), so a finding shows in the room there is."""
     if not view.diagnoses or t.name == PRESENTATION.name:
         return "Diagnosis"
-    return (f'Diagnosis <span style="color:{t.muted}; font-size:{t.font_pt}pt; font-weight:normal">'
-            f"· {escape(view.diagnoses[0].what)}</span>")
+    return (
+        f'Diagnosis <span style="color:{t.muted}; font-size:{t.font_pt}pt; font-weight:normal">'
+        f"· {escape(view.diagnoses[0].what)}</span>"
+    )
 
 
 def view_html(view: View, t: Theme) -> str:

@@ -29,8 +29,14 @@ STATE_NAMES = {
 }
 GLYPHS = (("·", "space"), ("⏎", "newline"), ("⇥", "tab"), ("∅", "empty piece"))
 #: Arrow keys' moves on the rows: (rows, columns).
-MOVES = {Qt.Key_Up: (-1, 0), Qt.Key_Down: (1, 0), Qt.Key_Left: (0, -1), Qt.Key_Right: (0, 1),
-         Qt.Key_PageUp: (-10, 0), Qt.Key_PageDown: (10, 0)}
+MOVES = {
+    Qt.Key_Up: (-1, 0),
+    Qt.Key_Down: (1, 0),
+    Qt.Key_Left: (0, -1),
+    Qt.Key_Right: (0, 1),
+    Qt.Key_PageUp: (-10, 0),
+    Qt.Key_PageDown: (10, 0),
+}
 
 
 class DraftGrid(QWidget):
@@ -217,15 +223,20 @@ class DraftGrid(QWidget):
         r = self.rounds[row]
         if col < len(r.drafted):
             state = cell_state(col, r.accepted, r.verify_width)
-            tip = f"round {r.index}, draft {col + 1}: “{self.cell_text(row, col)}” (token {r.drafted[col]})\n{STATE_NAMES[state]}"
+            tip = (
+                f"round {r.index}, draft {col + 1}: “{self.cell_text(row, col)}” (token {r.drafted[col]})\n"
+                f"{STATE_NAMES[state]}"
+            )
             if col < len(r.draft_probs):
                 tip += f"\ndraft probability q = {r.draft_probs[col]:.3f}"
             if r.confidences is not None and col < len(r.confidences):
                 tip += f"\nconfidence c = {r.confidences[col]:.3f}"
         elif r.committed:
             tok = r.committed[-1]
-            tip = (f"round {r.index}: the target's token “{visible(tok.text)}” (token {tok.id}, "
-                   f"{getattr(tok.source, 'value', tok.source)}), p = {tok.target_prob:.3f}")
+            tip = (
+                f"round {r.index}: the target's token “{visible(tok.text)}” (token {tok.id}, "
+                f"{getattr(tok.source, 'value', tok.source)}), p = {tok.target_prob:.3f}"
+            )
         else:
             return ""
         return tip + f"\nverified {r.verify_width} of {len(r.drafted)}, accepted {r.accepted}"
@@ -312,14 +323,24 @@ class DraftPane(QWidget):
             return f'<span style="background:{colour}; color:{fg}">&nbsp;{name}&nbsp;</span>'
 
         glyphs = " ".join(f"<b>{g}</b>&nbsp;{name.replace(' ', '&nbsp;')}" for g, name in GLYPHS)
-        self.legend.setText("Draft rows &nbsp; " + " ".join([
-            chip(t.accepted, "accepted", t.cell_fg), chip(t.rejected, "rejected", "#ffffff"),
-            chip(t.discarded, "after rejection", t.cell_fg), chip(t.unverified, "not verified", t.cell_fg),
-        ]) + f" &nbsp; {glyphs}")
-        self.legend.setToolTip("One row per round: the drafted tokens d1..dG and the target's own token.\n"
-                               "Cells beyond the verify width were drafted but not sent to the target.\n"
-                               "Whitespace is shown as · (space), ⏎ (newline), ⇥ (tab); ∅ is a token with\n"
-                               "no text of its own (part of a character); a long token ends in …")
+        self.legend.setText(
+            "Draft rows &nbsp; "
+            + " ".join(
+                [
+                    chip(t.accepted, "accepted", t.cell_fg),
+                    chip(t.rejected, "rejected", "#ffffff"),
+                    chip(t.discarded, "after rejection", t.cell_fg),
+                    chip(t.unverified, "not verified", t.cell_fg),
+                ]
+            )
+            + f" &nbsp; {glyphs}"
+        )
+        self.legend.setToolTip(
+            "One row per round: the drafted tokens d1..dG and the target's own token.\n"
+            "Cells beyond the verify width were drafted but not sent to the target.\n"
+            "Whitespace is shown as · (space), ⏎ (newline), ⇥ (tab); ∅ is a token with\n"
+            "no text of its own (part of a character); a long token ends in …"
+        )
 
     def plots(self) -> dict:
         return {"draft_rows": self}

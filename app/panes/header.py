@@ -23,27 +23,46 @@ SPEEDUP_TIP = (
     f"the same tokens, so N is the whole output. Fewer than {MIN_COMPARED} tokens in common: not shown."
 )
 FIELDS = [
-    ("speculative", "speculative tok/s",
-     "Decode tokens/sec of the speculative run (tokens / seconds after the prompt)."),
+    (
+        "speculative",
+        "speculative tok/s",
+        "Decode tokens/sec of the speculative run (tokens / seconds after the prompt).",
+    ),
     ("plain", "plain tok/s", "Decode tokens/sec of plain mlx-lm decoding, same prompt, same loaded target."),
     ("speedup", "speedup", SPEEDUP_TIP),
-    ("tau", "τ (accept length)", "Mean acceptance length: committed tokens per round, the target's\n"
-                                 "correction or bonus token included (a round accepting nothing counts 1)."),
-    ("rate", "acceptance", "Accepted drafted tokens ÷ verified drafted tokens (drafts that were\n"
-                           "never sent to the target are not counted)."),
-    ("ttft", "first token", "Time to first token: from the start of the run (prompt processing\n"
-                            "included) to the first committed token (the mean over a comparison's prompts)."),
+    (
+        "tau",
+        "τ (accept length)",
+        "Mean acceptance length: committed tokens per round, the target's\n"
+        "correction or bonus token included (a round accepting nothing counts 1).",
+    ),
+    (
+        "rate",
+        "acceptance",
+        "Accepted drafted tokens ÷ verified drafted tokens (drafts that were\n"
+        "never sent to the target are not counted).",
+    ),
+    (
+        "ttft",
+        "first token",
+        "Time to first token: from the start of the run (prompt processing\n"
+        "included) to the first committed token (the mean over a comparison's prompts).",
+    ),
     ("mem", "peak memory", "Peak MLX memory during the speculative run (mx.get_peak_memory)."),
     ("same", "same as plain", "SAME"),
 ]
-SAME_TIP = ("✓: the greedy run's output equals plain mlx-lm decoding token for token.\n"
-            "≈ tie at token N: it first differs where the target's two best tokens are equal within the\n"
-            "rounding of its dtype (bf16 / quantised targets; the many-row verify and one-row decoding round\n"
-            "differently), which is not a bug. ✗: a real difference. Hover after a run for the numbers.")
+SAME_TIP = (
+    "✓: the greedy run's output equals plain mlx-lm decoding token for token.\n"
+    "≈ tie at token N: it first differs where the target's two best tokens are equal within the\n"
+    "rounding of its dtype (bf16 / quantised targets; the many-row verify and one-row decoding round\n"
+    "differently), which is not a bug. ✗: a real difference. Hover after a run for the numbers."
+)
 FIELDS[-1] = ("same", "same as plain", SAME_TIP)
-BUSY_TIP = ("Other programs kept this machine busy while it ran (the load average, less what this app used),\n"
-            "or plain decoding's own rate varied from window to window: every tokens/sec, and so the\n"
-            "speedup, depends on what else ran. Recorded with each run, so a replay says it too.")
+BUSY_TIP = (
+    "Other programs kept this machine busy while it ran (the load average, less what this app used),\n"
+    "or plain decoding's own rate varied from window to window: every tokens/sec, and so the\n"
+    "speedup, depends on what else ran. Recorded with each run, so a replay says it too."
+)
 
 
 def plural(n: int, word: str) -> str:
@@ -129,8 +148,9 @@ class HeaderStrip(QFrame):
         else:
             self._show_run(view)
 
-    def _show(self, values: dict[str, str], headline: str, *, speedup_tip: str = "", basis: str = "",
-              busy: str = "") -> None:
+    def _show(
+        self, values: dict[str, str], headline: str, *, speedup_tip: str = "", basis: str = "", busy: str = ""
+    ) -> None:
         """``basis``: said under both tok/s when they are not whole-run rates but the two the
         speedup divides (the runs made different numbers of tokens); ``busy``: the machine's
         load said beside the speedup (``app.state.runs.busy_note``)."""
@@ -161,17 +181,22 @@ class HeaderStrip(QFrame):
         first = speculative if speculative is not None else plain
         mem = first.summary.peak_memory_bytes if first and first.done else 0
         verdict = speculative.verdict if speculative is not None else None
-        self._show({
-            "speculative": f"{speculative_tps:.1f}" if speculative_tps else "",
-            "plain": f"{plain_tps:.1f}" if plain_tps else "",
-            "speedup": f"{ratio:.2f}×" if ratio else "",
-            "tau": f"{f.tau:.2f}" if f else "",
-            "rate": f"{f.acceptance_rate:.0%}" if f else "",
-            "ttft": f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "",
-            "mem": f"{mem / 2**20:.0f} MB" if mem else "",
-            "same": same_as_plain([verdict]) or "",
-        }, headline, speedup_tip=_compared_note(compared, speculative, plain), basis=basis,
-            busy=busy_note(machine([r for r in (speculative, plain) if r is not None])))
+        self._show(
+            {
+                "speculative": f"{speculative_tps:.1f}" if speculative_tps else "",
+                "plain": f"{plain_tps:.1f}" if plain_tps else "",
+                "speedup": f"{ratio:.2f}×" if ratio else "",
+                "tau": f"{f.tau:.2f}" if f else "",
+                "rate": f"{f.acceptance_rate:.0%}" if f else "",
+                "ttft": f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "",
+                "mem": f"{mem / 2**20:.0f} MB" if mem else "",
+                "same": same_as_plain([verdict]) or "",
+            },
+            headline,
+            speedup_tip=_compared_note(compared, speculative, plain),
+            basis=basis,
+            busy=busy_note(machine([r for r in (speculative, plain) if r is not None])),
+        )
         self.values["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
 
     def _show_comparison(self, view: View) -> None:
@@ -193,17 +218,22 @@ class HeaderStrip(QFrame):
         if r.get("speedup") and not r.get("same_length", True):  # sampled runs of different lengths
             speculative_tps, plain_tps = r["compared_rates"]
             basis = f"{r['compared_tokens']} tokens compared"
-        self._show({
-            "speculative": f"{speculative_tps:.1f}" if speculative_tps else "",
-            "plain": f"{plain_tps:.1f}" if plain_tps else "",
-            "speedup": f"{r['speedup']:.2f}×" if r.get("speedup") else "",
-            "tau": f"{r['tau']:.2f}" if r.get("rounds") else "",
-            "rate": f"{r['acceptance_rate']:.0%}" if r.get("rounds") else "",
-            "ttft": f"{ttft * 1000:.0f} ms" if ttft is not None else "",
-            "mem": f"{mem / 2**20:.0f} MB" if mem else "",
-            "same": r.get("identical") or "",
-        }, headline, speedup_tip=_pooled_note(view, r, n) if row is not None else "", basis=basis,
-            busy=busy_note((row or plain or {}).get("machine")))
+        self._show(
+            {
+                "speculative": f"{speculative_tps:.1f}" if speculative_tps else "",
+                "plain": f"{plain_tps:.1f}" if plain_tps else "",
+                "speedup": f"{r['speedup']:.2f}×" if r.get("speedup") else "",
+                "tau": f"{r['tau']:.2f}" if r.get("rounds") else "",
+                "rate": f"{r['acceptance_rate']:.0%}" if r.get("rounds") else "",
+                "ttft": f"{ttft * 1000:.0f} ms" if ttft is not None else "",
+                "mem": f"{mem / 2**20:.0f} MB" if mem else "",
+                "same": r.get("identical") or "",
+            },
+            headline,
+            speedup_tip=_pooled_note(view, r, n) if row is not None else "",
+            basis=basis,
+            busy=busy_note((row or plain or {}).get("machine")),
+        )
         self.values["same"].setToolTip(SAME_TIP)
 
 
@@ -212,8 +242,11 @@ def coverage(row: dict, busy: bool) -> str:
     (``app.state.runs.complete_prompts``), or before there is one, the unfinished runs, said so."""
     done, planned = row.get("finished", 0), row.get("planned", 0)
     if row.get("partial"):
-        return (f"prompt 1 of {planned} running" if busy else
-                "stopped before a prompt finished: the figures are of unfinished runs")
+        return (
+            f"prompt 1 of {planned} running"
+            if busy
+            else "stopped before a prompt finished: the figures are of unfinished runs"
+        )
     if done >= planned:
         return f"pooled over {plural(planned, 'prompt')}"
     return f"pooled over {done} of {planned} prompts" + (" (the rest running)" if busy else " · stopped")
@@ -222,12 +255,16 @@ def coverage(row: dict, busy: bool) -> str:
 def _pooled_note(view: View, row: dict, n: int) -> str:
     if view.bench is not None:
         s = view.bench["settings"]
-        return (f"dspark bench: the median over {row['runs_text']} trials (prompts × repeats) of each trial's "
-                f"speedup over plain mlx-lm decoding of the same prompt; {s['max_tokens']} tokens each, EOS ignored.")
+        return (
+            f"dspark bench: the median over {row['runs_text']} trials (prompts × repeats) of each trial's "
+            f"speedup over plain mlx-lm decoding of the same prompt; {s['max_tokens']} tokens each, EOS ignored."
+        )
     if row.get("partial"):
         return "No prompt has finished yet: nothing to compare."
-    return (f"Pooled over the {plural(row['finished'], 'prompt')} every drafter and plain decoding finished: "
-            f"{row.get('compared_tokens', 0)} tokens compared.")
+    return (
+        f"Pooled over the {plural(row['finished'], 'prompt')} every drafter and plain decoding finished: "
+        f"{row.get('compared_tokens', 0)} tokens compared."
+    )
 
 
 def _compared_note(compared: int, speculative, plain) -> str:
@@ -238,5 +275,7 @@ def _compared_note(compared: int, speculative, plain) -> str:
     lengths = (len(speculative.summary.tokens), len(plain.summary.tokens))
     if lengths[0] == lengths[1]:
         return f"This run: both made {compared} tokens."
-    return (f"This run: speculative made {lengths[0]} tokens, plain decoding {lengths[1]}; "
-            f"both measured over the first {compared}.")
+    return (
+        f"This run: speculative made {lengths[0]} tokens, plain decoding {lengths[1]}; "
+        f"both measured over the first {compared}."
+    )

@@ -62,8 +62,13 @@ def make_plot(title: str, left: str, bottom: str, integer_y: bool = False) -> pg
 
 
 #: How a line is drawn, by name (``app.panes.theme.policy_style``), and the glyph its legend key shows.
-LINE_STYLES = {"solid": Qt.SolidLine, "dash": Qt.DashLine, "dot": Qt.DotLine, "dashdot": Qt.DashDotLine,
-               "dashdotdot": Qt.DashDotDotLine}
+LINE_STYLES = {
+    "solid": Qt.SolidLine,
+    "dash": Qt.DashLine,
+    "dot": Qt.DotLine,
+    "dashdot": Qt.DashDotLine,
+    "dashdotdot": Qt.DashDotDotLine,
+}
 GLYPHS = {"solid": "━━", "dash": "╍╍", "dot": "┉┉", "dashdot": "━╍", "dashdotdot": "━┉"}
 
 
@@ -91,10 +96,12 @@ def fit_title(w: pg.PlotWidget, t: Theme, title: str, keys: list[tuple[str, str,
                 head[-1] = f"{head[-1]} {escape(word)}"
             else:
                 head.append(escape(word))
-    spans = [f'<span style="color:{colour}; white-space:nowrap">{escape(GLYPHS[style])} {escape(name)}</span>'
-             for colour, name, style in keys]  # a key never wraps inside itself
+    spans = [
+        f'<span style="color:{colour}; white-space:nowrap">{escape(GLYPHS[style])} {escape(name)}</span>'
+        for colour, name, style in keys
+    ]  # a key never wraps inside itself
     for per_line in range(max(len(spans), 1), 0, -1):  # the fewest lines whose widest fits
-        lines = ["&nbsp;&nbsp;&nbsp;".join(spans[i:i + per_line]) for i in range(0, len(spans), per_line)]
+        lines = ["&nbsp;&nbsp;&nbsp;".join(spans[i : i + per_line]) for i in range(0, len(spans), per_line)]
         if fits(head + lines):
             break
 
@@ -136,8 +143,12 @@ def integer_ticks(w: pg.PlotWidget, values) -> None:
     room = max(w.width() - w.getAxis("left").width() - 12, 1)  # the axis's length, as fit_title takes it
     step = next((k for k in (1, 2, 5, 10, 20, 50, 100) if len(values) / k * need <= room), 200)
     first = values[0] if values else 0
-    ax.setTicks([[(float(v), str(v)) for v in values if (v - first) % step == 0],
-                 [(float(v), "") for v in values if (v - first) % step]])
+    ax.setTicks(
+        [
+            [(float(v), str(v)) for v in values if (v - first) % step == 0],
+            [(float(v), "") for v in values if (v - first) % step],
+        ]
+    )
 
 
 TIP_COSTS = (
@@ -158,8 +169,9 @@ def draw_costs(w: pg.PlotWidget, costs: dict, t: Theme, colours: dict[str, str] 
     for name, c in costs.items():
         colour = colours[name]
         v = [float(x) for x in c["verify_ms"]]
-        w.plot(np.arange(len(v), dtype=float), np.array(v), pen=pen(colour), symbol="o", symbolSize=8,
-               symbolBrush=colour)
+        w.plot(
+            np.arange(len(v), dtype=float), np.array(v), pen=pen(colour), symbol="o", symbolSize=8, symbolBrush=colour
+        )
         w.addItem(pg.InfiniteLine(pos=float(c["draft_ms"]), angle=0, pen=pen(colour, "dash", 2)))
         keys.append((colour, f"{name} (draft {float(c['draft_ms']):.1f} ms)", "solid"))
         top, width = max(top, max(v), float(c["draft_ms"])), max(width, len(v))

@@ -33,10 +33,12 @@ PAIR_CHARS = 16
 
 def pair_name(p: dict) -> str:
     """A (drafted -> target) pair as the axis shows it, whitespace visible."""
+
     def short(text: str) -> str:
         text = visible(text)
         head = PAIR_CHARS // 2
-        return text if len(text) <= PAIR_CHARS else f"{text[:head]}…{text[-(PAIR_CHARS - head - 1):]}"
+        return text if len(text) <= PAIR_CHARS else f"{text[:head]}…{text[-(PAIR_CHARS - head - 1) :]}"
+
     return f"“{short(p['drafted_text'])}” → “{short(p['target_text'])}”"
 
 
@@ -48,8 +50,9 @@ class RejectionsPane(QWidget):
         self.wrong: tuple[list, dict[str, list[dict]]] = ([], {})  # (pairs shown, label -> its counts of them)
         self.colours: dict[str, str] = {}  # label -> its drafter's colour
         self._computed = self._drawn = None  # what the data and the plots are of
-        self.by_context = make_plot("Acceptance by context length", "acceptance",
-                                    "tokens before the drafted position (bar label: rounds)")
+        self.by_context = make_plot(
+            "Acceptance by context length", "acceptance", "tokens before the drafted position (bar label: rounds)"
+        )
         self.by_context.setToolTip(TIP_CONTEXT)
         self.pairs = pg.PlotWidget(axisItems={"left": pg.AxisItem("left"), "bottom": IntegerAxis("bottom")})
         self.pairs.setMenuEnabled(False)
@@ -58,8 +61,10 @@ class RejectionsPane(QWidget):
         self.pairs.setProperty("titles", ("What it gets wrong", "drafted → target", "rounds"))
         self.pairs.getAxis("bottom").enableAutoSIPrefix(False)
         self.pairs.setToolTip(TIP_WRONG)
-        self.boxes = {"context": PlotBox(self.by_context, "acceptance by where in the sequence it drafted, after a run"),
-                      "wrong": PlotBox(self.pairs, "the drafter's most frequent rejected tokens, after a run")}
+        self.boxes = {
+            "context": PlotBox(self.by_context, "acceptance by where in the sequence it drafted, after a run"),
+            "wrong": PlotBox(self.pairs, "the drafter's most frequent rejected tokens, after a run"),
+        }
         lay = QHBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         for box in self.boxes.values():
@@ -108,8 +113,15 @@ class RejectionsPane(QWidget):
                 if b["acceptance_rate"] is None:
                     continue
                 x = place[(b["from"], b["to"] or 0)] - 0.4 + width * (j + 0.5)
-                w.addItem(pg.BarGraphItem(x=[x], height=[b["acceptance_rate"]], width=width * 0.92, brush=colour,
-                                          pen=pg.mkPen(t.fg, width=0.5)))
+                w.addItem(
+                    pg.BarGraphItem(
+                        x=[x],
+                        height=[b["acceptance_rate"]],
+                        width=width * 0.92,
+                        brush=colour,
+                        pen=pg.mkPen(t.fg, width=0.5),
+                    )
+                )
                 text = pg.TextItem(f"{b['rounds']}", color=t.fg, anchor=(0.5, 1.0))
                 text.setFont(f)
                 text.setPos(x, b["acceptance_rate"])
@@ -121,7 +133,9 @@ class RejectionsPane(QWidget):
             w.setXRange(-0.6, len(buckets) - 0.4, padding=0)
             zero_based_range(w, 1.0, grow=1.12)  # room above a full bar for its count
             w.getAxis("left").setTicks([[(v / 5, f"{v / 5:.1f}") for v in range(6)], []])  # no tick past 1
-        fit_title(w, t, "Acceptance by context length", [(self.colours[k], k, "solid") for k in groups] if n > 1 else [])
+        fit_title(
+            w, t, "Acceptance by context length", [(self.colours[k], k, "solid") for k in groups] if n > 1 else []
+        )
 
     def _draw_pairs(self) -> None:
         t, w = self.theme, self.pairs
@@ -138,8 +152,16 @@ class RejectionsPane(QWidget):
                 if k not in mine:
                     continue
                 y = len(order) - 1 - i + 0.4 - height * (j + 0.5)  # the most frequent on top
-                w.addItem(pg.BarGraphItem(x0=[0], y=[y], height=height * 0.92, width=[mine[k]],
-                                          brush=self.colours[label], pen=pg.mkPen(t.fg, width=0.5)))
+                w.addItem(
+                    pg.BarGraphItem(
+                        x0=[0],
+                        y=[y],
+                        height=height * 0.92,
+                        width=[mine[k]],
+                        brush=self.colours[label],
+                        pen=pg.mkPen(t.fg, width=0.5),
+                    )
+                )
                 text = pg.TextItem(f" {mine[k]}", color=t.fg, anchor=(0.0, 0.5))
                 text.setFont(f)
                 text.setPos(mine[k], y)

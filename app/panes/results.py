@@ -1,7 +1,7 @@
 """The right-hand side of the window: the message bar, the prompt line, the header strip and
 the tabs (Run: text, draft rows, plots; Compare: the comparison; Rejections: the rejection
-inspector's views); once a diagnosis is asked for, its findings beside the plots of the first two. It draws one ``View`` on all of them, and says which tab and which
-comparison row the person picked."""
+inspector's views); once a diagnosis is asked for, its findings beside the plots of the first
+two. It draws one ``View`` on all of them, and says which tab and which comparison row the person picked."""
 
 from __future__ import annotations
 
@@ -57,15 +57,26 @@ class ResultsPanel(QWidget):
         self.story = StoryPanel()  # a draft-rows cell's story, the whole width of the Run tab under the rows
         self.drafts.told.connect(self.story.show_story)
         self.story.closed.connect(self.drafts.clear_cell)
-        self.panes = [self.header, self.text, self.drafts, self.plots, self.compare, self.rejections, self.diagnosis,
-                      self.compare_diagnosis]
+        self.panes = [
+            self.header,
+            self.text,
+            self.drafts,
+            self.plots,
+            self.compare,
+            self.rejections,
+            self.diagnosis,
+            self.compare_diagnosis,
+        ]
         self.run_split = self._run_tab()
         self.tabs = QTabWidget()
         self.tabs.addTab(self.run_split, "Run")
         self.tabs.addTab(self.compare, "Compare")
         self.tabs.addTab(self.rejections, "Rejections")
-        self.tabs.setTabToolTip(2, "The rejection inspector: acceptance by context length and what the drafter gets "
-                                   "wrong,\nfor the last run or every drafter of the last comparison")
+        self.tabs.setTabToolTip(
+            2,
+            "The rejection inspector: acceptance by context length and what the drafter gets "
+            "wrong,\nfor the last run or every drafter of the last comparison",
+        )
         self.tab_widgets = {RUN_TAB: self.run_split, COMPARE_TAB: self.compare, REJECTIONS_TAB: self.rejections}
         self.tabs.currentChanged.connect(self._tab_changed)
         lay = QVBoxLayout(self)
@@ -109,8 +120,9 @@ class ResultsPanel(QWidget):
         self.message.setText(view.message)
         self.message.setVisible(bool(view.message))
         self.prompt_label.setText(view.caption)
-        self.prompt_label.setVisible(bool(view.caption) and (self.presenting or
-                                                             (view.tab == COMPARE_TAB and view.bench is not None)))
+        self.prompt_label.setVisible(
+            bool(view.caption) and (self.presenting or (view.tab == COMPARE_TAB and view.bench is not None))
+        )
         self.progress.show_progress(view.progress)
         hidden = self.diagnosis.isHidden()
         for pane in self.panes:

@@ -16,8 +16,15 @@ from ..state.inspector import Story, prob
 from .theme import NORMAL, Theme
 
 #: Where each state's word takes its colour in the theme (the draft grid's cell colours).
-STATE_COLOURS = {"accepted": "accepted", "rejected": "rejected", "discarded": "discarded", "unverified": "unverified",
-                 "correction": "correction", "bonus": "bonus", "target": "unverified"}
+STATE_COLOURS = {
+    "accepted": "accepted",
+    "rejected": "rejected",
+    "discarded": "discarded",
+    "unverified": "unverified",
+    "correction": "correction",
+    "bonus": "bonus",
+    "target": "unverified",
+}
 #: Characters of a token's text shown in the top-5 table before "…".
 TOKEN_CHARS = 14
 
@@ -46,8 +53,12 @@ def story_html(s: Story, t: Theme) -> str:
     chip = f'<span style="background:{colour}; color:{fg}">&nbsp;{escape(s.verdict)}&nbsp;</span>'
     where = f"round {s.round}, draft {s.draft}" if s.draft else f"round {s.round}, the target's token"
     head = f"<b>{where}</b> &nbsp; {_token(s.text)} &nbsp;{chip}&nbsp; {escape(s.why)}"
-    facts = [f"drafter's q {prob(s.q)}" if s.draft else None, f"target's p {prob(s.p)}" if s.p is not None else None,
-             escape(rank_words(s)) or None, f"position {s.position:,}"]
+    facts = [
+        f"drafter's q {prob(s.q)}" if s.draft else None,
+        f"target's p {prob(s.p)}" if s.p is not None else None,
+        escape(rank_words(s)) or None,
+        f"position {s.position:,}",
+    ]
     lines = [head, f'<span style="color:{t.muted}">' + " · ".join(f for f in facts if f) + "</span>"]
     if s.top:
         entries = []
@@ -56,13 +67,17 @@ def story_html(s: Story, t: Theme) -> str:
             # an entry never wraps inside itself (&nbsp;), the list wraps between entries; the
             # drafted one says so in words as well as in its state's colour
             entry = f"{i + 1}.&nbsp;{_token(text)}&nbsp;<b>{prob(p)}</b>" + ("&nbsp;(drafted)" if mine else "")
-            entries.append(f'<span style="background:{colour}; color:{fg}">&nbsp;{entry}&nbsp;</span>' if mine
-                           else entry)
-        lines.append(f'<span style="color:{t.muted}">target\'s top {len(s.top)}:</span> &nbsp;'
-                     + " &nbsp; ".join(entries))
+            entries.append(
+                f'<span style="background:{colour}; color:{fg}">&nbsp;{entry}&nbsp;</span>' if mine else entry
+            )
+        lines.append(
+            f'<span style="color:{t.muted}">target\'s top {len(s.top)}:</span> &nbsp;' + " &nbsp; ".join(entries)
+        )
     elif s.draft and s.state in ("accepted", "rejected", "discarded"):
-        lines.append(f'<span style="color:{t.muted}">the target\'s best tokens were not recorded for this run '
-                     "(saved before the rejection inspector)</span>")
+        lines.append(
+            f'<span style="color:{t.muted}">the target\'s best tokens were not recorded for this run '
+            "(saved before the rejection inspector)</span>"
+        )
     return "<br>".join(lines)
 
 
@@ -93,9 +108,11 @@ class StoryPanel(QFrame):
 
     def set_theme(self, t: Theme) -> None:
         self.theme = t
-        self.setStyleSheet(f"QFrame#story {{ background: {t.panel}; border: 1px solid {t.grid}; "
-                           f"border-top: 2px solid {t.accent}; }} QToolButton {{ color: {t.fg}; "
-                           f"background: {t.panel}; border: 1px solid {t.grid}; padding: 0 6px; }}")
+        self.setStyleSheet(
+            f"QFrame#story {{ background: {t.panel}; border: 1px solid {t.grid}; "
+            f"border-top: 2px solid {t.accent}; }} QToolButton {{ color: {t.fg}; "
+            f"background: {t.panel}; border: 1px solid {t.grid}; padding: 0 6px; }}"
+        )
         self.show_story(self.story)
 
     def show_story(self, s: Story | None) -> None:

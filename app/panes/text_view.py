@@ -51,7 +51,10 @@ class TokenText(QTextEdit):
             fmt.setForeground(QColor(t.fg))
             if src in colours:
                 fmt.setBackground(QColor(colours[src]))
-            tip = f"{SOURCE_NAMES.get(src, src)}\nround {tok.round}, position {tok.position}\ntoken {tok.id}  p = {tok.target_prob:.3f}"
+            tip = (
+                f"{SOURCE_NAMES.get(src, src)}\nround {tok.round}, position {tok.position}\n"
+                f"token {tok.id}  p = {tok.target_prob:.3f}"
+            )
             if tok.draft_prob is not None:
                 tip += f"  q = {tok.draft_prob:.3f}"
             fmt.setToolTip(tip)
@@ -105,7 +108,7 @@ class TextPane(QWidget):
             self._serial, self._rounds = (shown.serial if shown else None), 0
             self.text.clear_tokens(shown.prompt if shown else "")
         if shown is not None and len(shown.rounds) > self._rounds:
-            new = shown.rounds[self._rounds:]
+            new = shown.rounds[self._rounds :]
             self.text.append_tokens([t for r in new for t in r.committed])
             self._rounds += len(new)
 
@@ -118,10 +121,15 @@ class TextPane(QWidget):
             return f'<span style="background:{colour}; color:{t.fg}">&nbsp;{name}&nbsp;</span>'
 
         self.legend.setText(
-            "Generated text &nbsp; " + " &nbsp;".join([
-                chip(t.accepted, "accepted draft"), chip(t.correction, "correction"),
-                chip(t.bonus, "bonus"), f'<span style="color:{t.fg}">plain&nbsp;=&nbsp;target&nbsp;only</span>',
-            ])
+            "Generated text &nbsp; "
+            + " &nbsp;".join(
+                [
+                    chip(t.accepted, "accepted draft"),
+                    chip(t.correction, "correction"),
+                    chip(t.bonus, "bonus"),
+                    f'<span style="color:{t.fg}">plain&nbsp;=&nbsp;target&nbsp;only</span>',
+                ]
+            )
         )
         self.legend.setToolTip(
             "accepted draft: a drafted token the target accepted\n"

@@ -33,22 +33,48 @@ class Theme:
 
 
 NORMAL = Theme(
-    name="normal", font_pt=10, big_pt=17,
-    bg="#f6f7f9", panel="#ffffff", fg="#1d2230", muted="#5b6373", grid="#d5d9e0",
-    accent="#2f6fdb", error="#b3261e",
-    accepted="#b9e6c3", correction="#ffd3a6", bonus="#b8d4ff",
-    rejected="#e8575a", discarded="#f2b8b9", unverified="#d9dce1", cell_fg="#111111",
-    speculative="#0072b2", plain="#7a7f8a",
+    name="normal",
+    font_pt=10,
+    big_pt=17,
+    bg="#f6f7f9",
+    panel="#ffffff",
+    fg="#1d2230",
+    muted="#5b6373",
+    grid="#d5d9e0",
+    accent="#2f6fdb",
+    error="#b3261e",
+    accepted="#b9e6c3",
+    correction="#ffd3a6",
+    bonus="#b8d4ff",
+    rejected="#e8575a",
+    discarded="#f2b8b9",
+    unverified="#d9dce1",
+    cell_fg="#111111",
+    speculative="#0072b2",
+    plain="#7a7f8a",
     series=("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9"),
 )
 
 PRESENTATION = Theme(
-    name="presentation", font_pt=17, big_pt=30,
-    bg="#000000", panel="#0d0d0d", fg="#ffffff", muted="#c8c8c8", grid="#444444",
-    accent="#4dabf7", error="#ff6b6b",
-    accepted="#1f8f3a", correction="#c25e00", bonus="#1c5fc9",
-    rejected="#e03131", discarded="#6b2323", unverified="#3a3a3a", cell_fg="#ffffff",
-    speculative="#56b4e9", plain="#e9ecef",
+    name="presentation",
+    font_pt=17,
+    big_pt=30,
+    bg="#000000",
+    panel="#0d0d0d",
+    fg="#ffffff",
+    muted="#c8c8c8",
+    grid="#444444",
+    accent="#4dabf7",
+    error="#ff6b6b",
+    accepted="#1f8f3a",
+    correction="#c25e00",
+    bonus="#1c5fc9",
+    rejected="#e03131",
+    discarded="#6b2323",
+    unverified="#3a3a3a",
+    cell_fg="#ffffff",
+    speculative="#56b4e9",
+    plain="#e9ecef",
     series=("#56b4e9", "#e69f00", "#2fd6a0", "#f0e442", "#e08fc0", "#ff7a3d"),
 )
 
@@ -67,8 +93,17 @@ def policy_style(policy: str | None) -> str:
     """One line style per verify policy (``app.panes.plots.LINE_STYLES``): fixed solid, fixed:K
     dash-dot-dot, threshold:C dash-dot, auto dotted (plain decoding is dashed)."""
     p = (policy or "fixed").strip()
-    return ("solid" if p == "fixed" else "dot" if p == "auto" else "dashdot" if p.startswith("threshold")
-            else "dashdotdot" if p.startswith("fixed:") else "solid")
+    return (
+        "solid"
+        if p == "fixed"
+        else "dot"
+        if p == "auto"
+        else "dashdot"
+        if p.startswith("threshold")
+        else "dashdotdot"
+        if p.startswith("fixed:")
+        else "solid"
+    )
 
 
 #: The window size the presentation theme's type sizes are chosen for (a 13-inch laptop at 2x).
@@ -132,11 +167,20 @@ def stylesheet(t: Theme) -> str:
 def palette(t: Theme):
     """A Fusion palette in the theme's colours, for the inputs the stylesheet leaves alone."""
     p = QPalette()
-    for role, colour in ((QPalette.Window, t.bg), (QPalette.WindowText, t.fg), (QPalette.Base, t.panel),
-                         (QPalette.AlternateBase, t.bg), (QPalette.Text, t.fg), (QPalette.Button, t.panel),
-                         (QPalette.ButtonText, t.fg), (QPalette.Highlight, t.accent),
-                         (QPalette.HighlightedText, "#ffffff"), (QPalette.ToolTipBase, t.panel),
-                         (QPalette.ToolTipText, t.fg), (QPalette.PlaceholderText, t.muted)):
+    for role, colour in (
+        (QPalette.Window, t.bg),
+        (QPalette.WindowText, t.fg),
+        (QPalette.Base, t.panel),
+        (QPalette.AlternateBase, t.bg),
+        (QPalette.Text, t.fg),
+        (QPalette.Button, t.panel),
+        (QPalette.ButtonText, t.fg),
+        (QPalette.Highlight, t.accent),
+        (QPalette.HighlightedText, "#ffffff"),
+        (QPalette.ToolTipBase, t.panel),
+        (QPalette.ToolTipText, t.fg),
+        (QPalette.PlaceholderText, t.muted),
+    ):
         p.setColor(role, QColor(colour))
     p.setColor(QPalette.Disabled, QPalette.Text, QColor(t.muted))
     p.setColor(QPalette.Disabled, QPalette.ButtonText, QColor(t.muted))

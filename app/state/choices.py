@@ -199,7 +199,7 @@ class Choices:
         if self.prompt not in kept:
             kept.append(self.prompt)
         self._changed()
-        return f"your prompt is kept in the prompt set \"{TYPED}\""
+        return f'your prompt is kept in the prompt set "{TYPED}"'
 
     def counter(self) -> str:
         """Where ◀ ▶ are in the set: "3 / 12", "typed", or nothing without a set."""
@@ -207,7 +207,7 @@ class Choices:
         return f"{self.prompt_index + 1} / {len(ps)}" if self.on_set() else "typed" if ps else ""
 
     def caption(self) -> str:
-        """"Prompt k of N · its first line" (or "Your prompt · …" for a typed one): the
+        """ "Prompt k of N · its first line" (or "Your prompt · …" for a typed one): the
         presentation mode's prompt line for a run."""
         lines = self.prompt.strip().splitlines()
         first = lines[0][:100] if lines else ""
@@ -236,5 +236,7 @@ class Choices:
         asked = self.config.get("block_size")
         if d is None or not d.trained or not asked or asked <= d.trained:
             return None
-        return (f"{d.label} was trained at {d.trained} drafts per round: block size {asked} asks for "
-                f"{asked - d.trained} more than it learned (they are rarely accepted).")
+        return (
+            f"{d.label} was trained at {d.trained} drafts per round: block size {asked} asks for "
+            f"{asked - d.trained} more than it learned (they are rarely accepted)."
+        )

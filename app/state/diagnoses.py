@@ -29,8 +29,10 @@ RUN_REFUSED = "a diagnosis is running: press Run again once it has ended, or Sto
 NO_DRAFTER = "no drafter to diagnose: tick one under Drafters (File ▸ Add drafter… adds one)"
 
 #: The sentences' command-line advice, as what to do in the app (before ``in_app`` names the rest).
-PHRASES = {"drop --ignore-chat-template": "tick the Chat template setting",
-           "(--ignore-chat-template)": "(the Chat template setting off)"}
+PHRASES = {
+    "drop --ignore-chat-template": "tick the Chat template setting",
+    "(--ignore-chat-template)": "(the Chat template setting off)",
+}
 VALUED = re.compile(r"--block-size (\d+)")
 
 
@@ -60,11 +62,15 @@ def drafters(c: Choices) -> list[str]:
 
 
 def described(config: dict, prompts: int) -> str:
-    """"1 prompt · 96 tokens · greedy · block size 7": what a diagnosis ran with."""
+    """ "1 prompt · 96 tokens · greedy · block size 7": what a diagnosis ran with."""
     t = float(config.get("temperature", 0.0))
     block = config.get("block_size")
-    parts = [f"{prompts} prompt{'s' * (prompts != 1)}", f"{config.get('max_tokens', 256)} tokens",
-             "greedy" if t <= 0 else f"temperature {t:g}", f"block size {block}" if block else "its own block size"]
+    parts = [
+        f"{prompts} prompt{'s' * (prompts != 1)}",
+        f"{config.get('max_tokens', 256)} tokens",
+        "greedy" if t <= 0 else f"temperature {t:g}",
+        f"block size {block}" if block else "its own block size",
+    ]
     if config.get("chat_template") is False:
         parts.append("no chat template")
     return " · ".join(parts)
@@ -95,7 +101,7 @@ def sentence(f: Finding) -> str:
 
 
 def figures(d: Diagnosis) -> str:
-    """"τ 2.29 over 42 rounds · first draft accepted in 52% (its profile: 88%)": the figures the
+    """ "τ 2.29 over 42 rounds · first draft accepted in 52% (its profile: 88%)": the figures the
     findings weigh, short (acceptance at every position is the plot beside it)."""
     out = f"τ {d.tau:.2f} over {d.rounds} rounds"
     if d.per_position_acceptance:
@@ -105,5 +111,20 @@ def figures(d: Diagnosis) -> str:
     return out
 
 
-__all__ = ["BUSY_DIAGNOSING", "BUSY_RUN", "Entry", "HEALTHY", "KIND", "MARKS", "NO_DRAFTER", "RUN_REFUSED",
-           "described", "drafters", "ended", "figures", "plan", "sentence", "with_result"]
+__all__ = [
+    "BUSY_DIAGNOSING",
+    "BUSY_RUN",
+    "Entry",
+    "HEALTHY",
+    "KIND",
+    "MARKS",
+    "NO_DRAFTER",
+    "RUN_REFUSED",
+    "described",
+    "drafters",
+    "ended",
+    "figures",
+    "plan",
+    "sentence",
+    "with_result",
+]

@@ -78,8 +78,9 @@ def story(run: Run, row: int, col: int) -> Story | None:
     top, rank, tie = (), None, False
     if r.target_top is not None and col < len(r.target_top):
         names = run.top_text[row][col] if row < len(run.top_text) and col < len(run.top_text[row]) else ()
-        top = tuple((t, visible(names[i]) if i < len(names) else f"#{t}", p)
-                    for i, (t, p) in enumerate(r.target_top[col]))
+        top = tuple(
+            (t, visible(names[i]) if i < len(names) else f"#{t}", p) for i, (t, p) in enumerate(r.target_top[col])
+        )
         rank = r.draft_rank[col] if r.draft_rank is not None else None
         tie = bool(r.draft_tie and r.draft_tie[col])
     p = next((pr for t, _n, pr in top if t == r.drafted[col]), None)
@@ -87,19 +88,46 @@ def story(run: Run, row: int, col: int) -> Story | None:
         p = r.committed[col].target_prob
     verdict, why = _why(run, r, col, state, tie=tie)
     q = r.draft_probs[col] if col < len(r.draft_probs) else None
-    return Story(round=r.index, draft=col + 1, token=r.drafted[col], text=visible(text), state=state, verdict=verdict,
-                 why=why, q=q, p=p, top=top, rank=rank, tie=tie, position=r.position + col + 1)
+    return Story(
+        round=r.index,
+        draft=col + 1,
+        token=r.drafted[col],
+        text=visible(text),
+        state=state,
+        verdict=verdict,
+        why=why,
+        q=q,
+        p=p,
+        top=top,
+        rank=rank,
+        tie=tie,
+        position=r.position + col + 1,
+    )
 
 
 def _target_story(r) -> Story:
     tok = r.committed[-1]
     src = getattr(tok.source, "value", tok.source)
-    why = {"correction": f"the target's own token where draft {r.accepted + 1} was rejected",
-           "bonus": "every verified draft was accepted, so the target's next token comes with them",
-           "target": "the round verified no draft: the target's token alone"}.get(src, src)
-    return Story(round=r.index, draft=0, token=tok.id, text=visible(tok.text), state=src,
-                 verdict=f"the target's token ({src})", why=why, q=None, p=tok.target_prob, top=(), rank=None,
-                 tie=False, position=r.position + len(r.committed))
+    why = {
+        "correction": f"the target's own token where draft {r.accepted + 1} was rejected",
+        "bonus": "every verified draft was accepted, so the target's next token comes with them",
+        "target": "the round verified no draft: the target's token alone",
+    }.get(src, src)
+    return Story(
+        round=r.index,
+        draft=0,
+        token=tok.id,
+        text=visible(tok.text),
+        state=src,
+        verdict=f"the target's token ({src})",
+        why=why,
+        q=None,
+        p=tok.target_prob,
+        top=(),
+        rank=None,
+        tie=False,
+        position=r.position + len(r.committed),
+    )
 
 
 def _why(run: Run, r, col: int, state: str, *, tie: bool) -> tuple[str, str]:
@@ -116,15 +144,20 @@ def _why(run: Run, r, col: int, state: str, *, tie: bool) -> tuple[str, str]:
             return "rejected", "the output had already ended at an end-of-sequence token before it"
         fix = r.committed[a]
         if not run.greedy:
-            return "rejected", (f"by the ratio test; the target drew “{visible(fix.text)}” instead from what "
-                                "remained of its distribution")
+            return "rejected", (
+                f"by the ratio test; the target drew “{visible(fix.text)}” instead from what "
+                "remained of its distribution"
+            )
         if tie:
-            return "rejected at a tie", (f"the target scored “{visible(fix.text)}” and this draft the same (a "
-                                         "numerical tie); mlx-lm's rule takes the lower token id")
+            return "rejected at a tie", (
+                f"the target scored “{visible(fix.text)}” and this draft the same (a "
+                "numerical tie); mlx-lm's rule takes the lower token id"
+            )
         return "rejected", f"the target preferred “{visible(fix.text)}” (p {prob(fix.target_prob)})"
     if state == "discarded":
-        return "after a rejection", (f"scored in the same verify forward, but discarded: the round ended at "
-                                     f"draft {a + 1}, rejected")
+        return "after a rejection", (
+            f"scored in the same verify forward, but discarded: the round ended at draft {a + 1}, rejected"
+        )
     return "not verified", _unverified(run, r)
 
 
@@ -134,8 +167,10 @@ def _unverified(run: Run, r) -> str:
     made_before = r.tokens_generated - len(r.committed)
     left = int(run.config.get("max_tokens", 0) or 0) - made_before
     if left > 0 and w == left - 1:
-        return (f"only {left} token{'s' * (left > 1)} were left to max tokens, so the round verified "
-                f"{w} of its {g} drafts (one more token is the target's own)")
+        return (
+            f"only {left} token{'s' * (left > 1)} were left to max tokens, so the round verified "
+            f"{w} of its {g} drafts (one more token is the target's own)"
+        )
     policy = str(run.config.get("policy", "fixed"))
     return f"the verify policy {policy} sent {w} of the {g} drafts to the target"
 
@@ -184,9 +219,15 @@ def wrong_view(groups: dict[str, list[Run]], top: int = WRONG_PAIRS) -> tuple[li
     kept, out = set(shown), {}
     for label, rs in groups.items():
         drafted, committed = token_texts(rs)
-        out[label] = [{**p, "drafted_text": drafted.get(p["drafted"], committed.get(p["drafted"], f"#{p['drafted']}")),
-                       "target_text": committed.get(p["target"], drafted.get(p["target"], f"#{p['target']}"))}
-                      for p in every[label] if (p["drafted"], p["target"]) in kept]
+        out[label] = [
+            {
+                **p,
+                "drafted_text": drafted.get(p["drafted"], committed.get(p["drafted"], f"#{p['drafted']}")),
+                "target_text": committed.get(p["target"], drafted.get(p["target"], f"#{p['target']}")),
+            }
+            for p in every[label]
+            if (p["drafted"], p["target"]) in kept
+        ]
     return shown, out
 
 
@@ -207,7 +248,9 @@ def token_texts(runs: list[Run]) -> tuple[dict[int, str], dict[int, str]]:
 def bucket_name(b: dict) -> str:
     """A context bucket (``metrics.by_context``: positions after its lower edge up to its upper
     one) as its axis shows it: "0–50", "50–100", "1k–1.5k", "35k+"."""
+
     def short(n: int) -> str:
         return f"{n / 1000:g}k" if n >= 1000 and n % 100 == 0 else f"{n:,}"
+
     low = b["from"] - 1 if b["from"] else 0
     return f"{short(low)}+" if b["to"] is None else f"{short(low)}–{short(b['to'])}"

@@ -24,10 +24,14 @@ class Playlist:
         return self.recordings[self.index]
 
     def badge(self) -> str:
-        """"REPLAY 1× · 2 of 3 · file.json · recorded 2026-01-02 10:00": the header's badge."""
+        """ "REPLAY 1× · 2 of 3 · file.json · recorded 2026-01-02 10:00": the header's badge."""
         rec, n = self.recordings[self.index], len(self.recordings)
-        return (f"REPLAY {self.speed}" + (f" · {self.index + 1} of {n}" if n > 1 else "") + f" · {rec.name}"
-                + (f" · recorded {rec.created[:16].replace('T', ' ')}" if rec.created else ""))
+        return (
+            f"REPLAY {self.speed}"
+            + (f" · {self.index + 1} of {n}" if n > 1 else "")
+            + f" · {rec.name}"
+            + (f" · recorded {rec.created[:16].replace('T', ' ')}" if rec.created else "")
+        )
 
     def caption(self) -> str:
         """The prompt line: the recording's prompt, or how many it has."""

@@ -52,8 +52,13 @@ class Run:
     def snapshot(self) -> Run:
         """This run as it is now, for one redraw: every pane of it draws the same rounds (the
         live run grows as the worker's messages arrive)."""
-        return replace(self, rounds=tuple(self.rounds), drafted_text=tuple(self.drafted_text),
-                       top_text=tuple(self.top_text), serial=self.serial)
+        return replace(
+            self,
+            rounds=tuple(self.rounds),
+            drafted_text=tuple(self.drafted_text),
+            top_text=tuple(self.top_text),
+            serial=self.serial,
+        )
 
     def tokens(self) -> list[int]:
         return [t.id for r in self.rounds for t in r.committed]
@@ -97,8 +102,11 @@ def machine(runs: list[Run]) -> dict | None:
         return None
     out = {"plain_spread": spread}
     if recorded:
-        out.update(load=max(m["load"] for m in recorded), cores=max(m["cores"] for m in recorded),
-                   others=max(max(0.0, m["load"] - m["own"]) for m in recorded))
+        out.update(
+            load=max(m["load"] for m in recorded),
+            cores=max(m["cores"] for m in recorded),
+            others=max(max(0.0, m["load"] - m["own"]) for m in recorded),
+        )
     return out
 
 
@@ -126,8 +134,11 @@ def bench_machine(doc: dict) -> dict | None:
     load, cores = (env.get("load_average") or [None])[0], env.get("cpus")
     plain = next((a for a in doc.get("arms", []) if a.get("arm") == "plain"), {})
     spread = plain.get("tokens_per_sec_spread") or {}
-    out = {"plain_spread": (spread["max"] - spread["min"]) / plain["tokens_per_sec"]
-           if {"max", "min"} <= set(spread) and plain.get("tokens_per_sec") else None}
+    out = {
+        "plain_spread": (spread["max"] - spread["min"]) / plain["tokens_per_sec"]
+        if {"max", "min"} <= set(spread) and plain.get("tokens_per_sec")
+        else None
+    }
     if isinstance(load, (int, float)) and isinstance(cores, int) and cores > 0:
         out.update(load=float(load), others=float(load), cores=cores)
     return out if len(out) > 1 or out["plain_spread"] is not None else None
@@ -144,7 +155,7 @@ def plain_spread(plain: list[Run]) -> float | None:
 
 
 def busy_note(m: dict | None) -> str:
-    """"machine busy: 3.2 load on 2 cores, figures vary", or "" when the machine was quiet
+    """ "machine busy: 3.2 load on 2 cores, figures vary", or "" when the machine was quiet
     enough and plain decoding steady (``machine``'s figures)."""
     if not m:
         return ""
@@ -213,8 +224,13 @@ def compare_rows(runs: list[Run], planned: int | None = None) -> list[dict]:
     labels: dict[str, list[Run]] = {}
     for r in pooled:
         labels.setdefault(r.label, []).append(r)
-    coverage = {"planned": planned or len({r.prompt_index for r in runs}), "finished": len(complete),
-                "stopped": sum(r.stopped for r in runs), "partial": not complete, "machine": machine(pooled)}
+    coverage = {
+        "planned": planned or len({r.prompt_index for r in runs}),
+        "finished": len(complete),
+        "stopped": sum(r.stopped for r in runs),
+        "partial": not complete,
+        "machine": machine(pooled),
+    }
     plain_by_prompt = {r.prompt_index: r for r in labels.get(PLAIN_LABEL, []) if r.done}
     return [_row(label, rs, plain_by_prompt, coverage) for label, rs in labels.items()]
 
@@ -293,25 +309,34 @@ def bench_rows(doc: dict) -> list[dict]:
         plain = arm["arm"] == report.PLAIN
         n = int(arm.get("trials", 0))
         speed = float(arm["speedup"]) if arm.get("speedup") is not None else (1.0 if plain else None)
-        rows.append({
-            "label": PLAIN_LABEL if plain else str(arm["arm"]),
-            "method": "plain" if plain else "speculative",
-            "drafter": arm.get("drafter"),
-            "policy": arm.get("policy"),
-            "machine": measured_on,
-            "runs": n, "planned": n, "finished": n, "stopped": 0,
-            "runs_text": trials_per_arm,
-            "tokens": 0, "rounds": int(arm.get("rounds", 0)),
-            "tau": float(arm.get("tau", 0.0)),
-            "acceptance_rate": float(arm.get("acceptance_rate", 0.0)),
-            "per_position_acceptance": [float(x) for x in arm.get("per_position_acceptance", [])],
-            "tokens_per_sec": float(arm["tokens_per_sec"]),
-            "speedup": speed,
-            "speedup_spread": arm.get("speedup_spread"),
-            "limit": arm.get("limit"), "efficiency": arm.get("efficiency"),
-            "compared_tokens": 0, "compared_rates": [0.0, 0.0], "same_length": True,
-            "identical": None if plain else _same_mark(arm),
-            "ttft_seconds": arm.get("ttft_seconds"),
-            "peak_memory_bytes": int(arm.get("peak_memory_bytes") or 0),
-        })
+        rows.append(
+            {
+                "label": PLAIN_LABEL if plain else str(arm["arm"]),
+                "method": "plain" if plain else "speculative",
+                "drafter": arm.get("drafter"),
+                "policy": arm.get("policy"),
+                "machine": measured_on,
+                "runs": n,
+                "planned": n,
+                "finished": n,
+                "stopped": 0,
+                "runs_text": trials_per_arm,
+                "tokens": 0,
+                "rounds": int(arm.get("rounds", 0)),
+                "tau": float(arm.get("tau", 0.0)),
+                "acceptance_rate": float(arm.get("acceptance_rate", 0.0)),
+                "per_position_acceptance": [float(x) for x in arm.get("per_position_acceptance", [])],
+                "tokens_per_sec": float(arm["tokens_per_sec"]),
+                "speedup": speed,
+                "speedup_spread": arm.get("speedup_spread"),
+                "limit": arm.get("limit"),
+                "efficiency": arm.get("efficiency"),
+                "compared_tokens": 0,
+                "compared_rates": [0.0, 0.0],
+                "same_length": True,
+                "identical": None if plain else _same_mark(arm),
+                "ttft_seconds": arm.get("ttft_seconds"),
+                "peak_memory_bytes": int(arm.get("peak_memory_bytes") or 0),
+            }
+        )
     return rows

@@ -116,8 +116,14 @@ class Session:
             d = info.drafters.get(path)
             if d is None and path not in info.errors:
                 continue
-            detail = (f"{d.format} drafter, {d.block_size} drafts per round, {d.params:,} parameters"
-                      + (", confidence head" if d.confidence else "")) if d else None
+            detail = (
+                (
+                    f"{d.format} drafter, {d.block_size} drafts per round, {d.params:,} parameters"
+                    + (", confidence head" if d.confidence else "")
+                )
+                if d
+                else None
+            )
             self.choices.mark(path, info.errors.get(path), detail, d.block_size if d else None)
         if not info.errors and not self.busy:
             self.clear_message()
@@ -162,8 +168,14 @@ class Session:
         elif not entries:
             self.fail(diagnoses.NO_DRAFTER)
         else:
-            job = self.new_job(diagnoses.KIND, c.target, c.compare_prompts(), [Arm(e.label, e.drafter) for e in entries],
-                               config=c.config, caption=self.caption)
+            job = self.new_job(
+                diagnoses.KIND,
+                c.target,
+                c.compare_prompts(),
+                [Arm(e.label, e.drafter) for e in entries],
+                config=c.config,
+                caption=self.caption,
+            )
             self.diagnoses = entries
             self.clear_message()
             if self.tab == REJECTIONS_TAB:  # the list is beside the Run and the Compare tabs' plots
@@ -178,15 +190,26 @@ class Session:
         if not self.choices.target:
             self.fail("no target model chosen: choose one with File ▸ Open target…")
             return None
-        job = self.new_job(kind, self.choices.target, prompts, arms, config=self.choices.config, focus=focus,
-                           caption=caption)
+        job = self.new_job(
+            kind, self.choices.target, prompts, arms, config=self.choices.config, focus=focus, caption=caption
+        )
         if job is not None:
             self.clear_message()
             self.show_tab(COMPARE_TAB if kind == "compare" else RUN_TAB)  # never an old comparison beside a run
         return job
 
-    def new_job(self, kind: str, target: str, prompts, arms, *, config: dict, focus: str | None = None,
-                replay: str = "", caption: str = "") -> Job | None:
+    def new_job(
+        self,
+        kind: str,
+        target: str,
+        prompts,
+        arms,
+        *,
+        config: dict,
+        focus: str | None = None,
+        replay: str = "",
+        caption: str = "",
+    ) -> Job | None:
         """A job for the worker (or a replay), or None while one is running: ``arms`` on
         ``prompts`` with the generation ``config``. Its runs replace the shown ones when they
         start (``RunStarted``), so a job that fails to start leaves them in place. ``focus``: the
@@ -195,8 +218,9 @@ class Session:
         if self.busy:
             return None
         self._next_id += 1
-        self.job = Job(id=self._next_id, kind=kind, target=target, prompts=tuple(prompts), arms=tuple(arms),
-                       config=dict(config))
+        self.job = Job(
+            id=self._next_id, kind=kind, target=target, prompts=tuple(prompts), arms=tuple(arms), config=dict(config)
+        )
         self.busy = True
         self._fresh = True
         self._job_focus, self._job_replay = focus, replay
@@ -212,8 +236,15 @@ class Session:
                 return False
             if self._fresh:
                 self._start_showing()
-            rec = Run(key=msg.key, label=msg.label, method=msg.method, prompt=msg.prompt, prompt_index=msg.prompt_index,
-                      drafter=msg.drafter, config=msg.config)
+            rec = Run(
+                key=msg.key,
+                label=msg.label,
+                method=msg.method,
+                prompt=msg.prompt,
+                prompt_index=msg.prompt_index,
+                drafter=msg.drafter,
+                config=msg.config,
+            )
             self.runs.append(rec)
             self.by_key[rec.key] = rec
         elif isinstance(msg, RoundDone):
@@ -282,9 +313,11 @@ class Session:
         self.bench, self.comparison, self.compare_prompts = doc, [], int(doc["prompts"]["count"])
         self.focus = next((r["label"] for r in bench_rows(doc) if r["label"] != PLAIN_LABEL), None)
         s = doc["settings"]
-        self.caption = (f"dspark bench · {doc['prompts']['count']} prompts × {s['repeats']} repeats · "
-                        f"{s['max_tokens']} tokens · {Path(doc['_path']).parent.name} · "
-                        f"{doc.get('started', '')[:16].replace('T', ' ')}")
+        self.caption = (
+            f"dspark bench · {doc['prompts']['count']} prompts × {s['repeats']} repeats · "
+            f"{s['max_tokens']} tokens · {Path(doc['_path']).parent.name} · "
+            f"{doc.get('started', '')[:16].replace('T', ' ')}"
+        )
         self.message = ""
         self.tab = COMPARE_TAB
         self.version += 1
@@ -338,11 +371,27 @@ class Session:
         else:
             rows = tuple(compare_rows(list(comparison), self.compare_prompts)) if comparison else ()
             costs = {Path(p).name: c for p, c in self.costs.items()}
-        return View(kind=self.shown_kind, tab=self.tab, speculative=speculative, plain=plain,
-                    runs=tuple(shot[id(r)] for r in self.runs), prompts=self.prompt_count, comparison=comparison, rows=rows, compare_prompts=self.compare_prompts,
-                    focus=self.focused_label(), busy=self.busy, replay=self.replay, bench=self.bench, costs=costs,
-                    message=self.message, caption=self.caption, compare_replay=self.compare_replay,
-                    progress=self.progress, diagnoses=tuple(self.diagnoses))
+        return View(
+            kind=self.shown_kind,
+            tab=self.tab,
+            speculative=speculative,
+            plain=plain,
+            runs=tuple(shot[id(r)] for r in self.runs),
+            prompts=self.prompt_count,
+            comparison=comparison,
+            rows=rows,
+            compare_prompts=self.compare_prompts,
+            focus=self.focused_label(),
+            busy=self.busy,
+            replay=self.replay,
+            bench=self.bench,
+            costs=costs,
+            message=self.message,
+            caption=self.caption,
+            compare_replay=self.compare_replay,
+            progress=self.progress,
+            diagnoses=tuple(self.diagnoses),
+        )
 
 
 def costs_request(session: Session, remeasure: bool = True) -> CostsRequest | None:

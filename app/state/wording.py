@@ -50,9 +50,11 @@ def about_text(check, blas: str) -> str:
     device = "not checked" if check is None else check.device.upper()
     if check is not None and check.gpu and check.device == "gpu":
         device += f" ({check.gpu})"
-    lines = [f"DSpark Studio {__version__}",
-             f"MLX {installed('mlx')}, mlx-lm {installed('mlx-lm')}, PySide6 {PySide6.__version__}",
-             f"Computes on: {device}"]
+    lines = [
+        f"DSpark Studio {__version__}",
+        f"MLX {installed('mlx')}, mlx-lm {installed('mlx-lm')}, PySide6 {PySide6.__version__}",
+        f"Computes on: {device}",
+    ]
     if check is not None:
         lines.append(f"GPU check: {check.sentence}")
     lines.append(f"BLAS: {blas}")

@@ -31,6 +31,7 @@ REPO_ROLE = Qt.UserRole
 
 def _progress_class(report):
     """A tqdm class that forwards huggingface_hub's progress to ``report(done, total, unit)``."""
+
     class Bridge(tqdm):
         def __init__(self, *args, **kwargs):
             kwargs["disable"] = False
@@ -68,8 +69,14 @@ class Fetcher(QObject):
             self.sized.emit(repo, f"already in the cache: {local}")
             return
         size = hub.download_size(repo)
-        self.sized.emit(repo, f"{size / 1e9:.2f} GB to download" if size else
-                        "nothing left to download" if size == 0 else hub.offline_sentence(repo))
+        self.sized.emit(
+            repo,
+            f"{size / 1e9:.2f} GB to download"
+            if size
+            else "nothing left to download"
+            if size == 0
+            else hub.offline_sentence(repo),
+        )
 
     @Slot(str)
     def fetch(self, repo: str) -> None:

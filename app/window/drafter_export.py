@@ -33,7 +33,9 @@ def _with_browse(edit: QLineEdit, title: str, parent: QWidget) -> QWidget:
     lay.setContentsMargins(0, 0, 0, 0)
     lay.addWidget(edit, 1)
     button = QPushButton("Browse…")
-    button.clicked.connect(lambda: edit.setText(QFileDialog.getExistingDirectory(parent, title, edit.text()) or edit.text()))
+    button.clicked.connect(
+        lambda: edit.setText(QFileDialog.getExistingDirectory(parent, title, edit.text()) or edit.text())
+    )
     lay.addWidget(button)
     row.setLayout(lay)
     return row
@@ -77,11 +79,16 @@ class ExportDialog(QDialog):
         c = self.choices
         measure = self.drop_heads.isChecked() and self.measure.isChecked()
         return ExportRequest(
-            drafter=self.drafter.currentText().strip(), format=self.format.currentData(),
+            drafter=self.drafter.currentText().strip(),
+            format=self.format.currentData(),
             out=str(Path(self.out.text().strip()).expanduser()) if self.out.text().strip() else "",
-            verifier=self.verifier.text().strip(), drop_heads=self.drop_heads.isChecked(), force=self.force.isChecked(),
-            target=c.target if measure else "", prompts=tuple(c.prompt_sets.get(c.set_name, ())) if measure else (),
-            tokens=int(c.config.get("max_tokens", 128)))
+            verifier=self.verifier.text().strip(),
+            drop_heads=self.drop_heads.isChecked(),
+            force=self.force.isChecked(),
+            target=c.target if measure else "",
+            prompts=tuple(c.prompt_sets.get(c.set_name, ())) if measure else (),
+            tokens=int(c.config.get("max_tokens", 128)),
+        )
 
 
 def ask(parent, choices: Choices) -> ExportRequest | None:

@@ -20,9 +20,12 @@ from . import drafter_export as dialog
 
 
 def choose_replay(w) -> None:
-    paths, _ = QFileDialog.getOpenFileNames(w, "Open saved runs (several: Space / → plays the next) or a "
-                                            "dspark bench summary.json", str(settings.history_dir()),
-                                            "Saved runs and benchmarks (*.json)")
+    paths, _ = QFileDialog.getOpenFileNames(
+        w,
+        "Open saved runs (several: Space / → plays the next) or a dspark bench summary.json",
+        str(settings.history_dir()),
+        "Saved runs and benchmarks (*.json)",
+    )
     if paths:
         w.open_replay(paths)
 
@@ -65,8 +68,9 @@ def export_data(w, fmt: str, comparison: bool, path: str | None = None) -> Path 
 
 def export_rejections(w, folder: str | None = None) -> list[Path]:
     """The Rejections tab's two views as CSV files into a folder (``run_export.export_rejections``)."""
-    folder = folder or QFileDialog.getExistingDirectory(w, "Save the rejection views as CSV into",
-                                                        str(settings.exports_dir()))
+    folder = folder or QFileDialog.getExistingDirectory(
+        w, "Save the rejection views as CSV into", str(settings.exports_dir())
+    )
     out = run_export.export_rejections(w.session, folder) if folder else []
     w.statusBar().showMessage(f"exported {', '.join(p.name for p in out)} to {folder}" if out else "")
     w.said()
@@ -79,8 +83,10 @@ def export_pngs(w, folder: str | None = None) -> list[Path]:
         if not folder:
             return []
     out, skipped = run_export.save_pngs(folder, w.plot_widgets())
-    w.statusBar().showMessage(f"saved {len(out)} PNG files to {folder}"
-                              + (f" (not drawn, so not saved: {', '.join(skipped)})" if skipped else ""))
+    w.statusBar().showMessage(
+        f"saved {len(out)} PNG files to {folder}"
+        + (f" (not drawn, so not saved: {', '.join(skipped)})" if skipped else "")
+    )
     return out
 
 
@@ -94,8 +100,9 @@ def open_bench(w, path: str) -> bool:
 
 def save_comparison(w, folder: str | None = None) -> Path | None:
     if folder is None and w.session.comparison:
-        folder = QFileDialog.getExistingDirectory(w, "Save the comparison as a benchmark into (an empty "
-                                                  "folder)", str(settings.exports_dir()))
+        folder = QFileDialog.getExistingDirectory(
+            w, "Save the comparison as a benchmark into (an empty folder)", str(settings.exports_dir())
+        )
         if not folder:
             return None
     out = benchmark.save_comparison(w.session, folder or "")
@@ -124,5 +131,15 @@ def export_drafter(w, request=None) -> bool:
     return request is not None
 
 
-__all__ = ["choose_replay", "export_data", "export_drafter", "export_pngs", "export_rejections", "measure_costs",
-           "open_bench", "open_replay", "play_recording", "save_comparison"]
+__all__ = [
+    "choose_replay",
+    "export_data",
+    "export_drafter",
+    "export_pngs",
+    "export_rejections",
+    "measure_costs",
+    "open_bench",
+    "open_replay",
+    "play_recording",
+    "save_comparison",
+]

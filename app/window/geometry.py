@@ -23,8 +23,12 @@ def fit(rect: QRect, avail: QRect) -> QRect:
 def default_rect(avail: QRect) -> QRect:
     """The default size (or 95% x 92% of a smaller screen), centred."""
     size = DEFAULT.boundedTo(QSize(int(avail.width() * 0.95), int(avail.height() * 0.92)))
-    return QRect(avail.left() + (avail.width() - size.width()) // 2,
-                 avail.top() + (avail.height() - size.height()) // 2, size.width(), size.height())
+    return QRect(
+        avail.left() + (avail.width() - size.width()) // 2,
+        avail.top() + (avail.height() - size.height()) // 2,
+        size.width(),
+        size.height(),
+    )
 
 
 def client_area(avail: QRect, frame: QRect, inner: QRect) -> QRect:

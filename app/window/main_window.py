@@ -70,8 +70,12 @@ class MainWindow(QMainWindow):
         self.presenter.step.connect(self._present_step)
         self.presenter.notice.connect(self.statusBar().showMessage)
         self.presentation_keys = []  # Space / → next, ← previous, Esc leaves: only while presenting
-        for key, slot in ((Qt.Key_Space, self.presenter.next), (Qt.Key_Right, self.presenter.next),
-                          (Qt.Key_Left, self.presenter.previous), (Qt.Key_Escape, self.presenter.leave)):
+        for key, slot in (
+            (Qt.Key_Space, self.presenter.next),
+            (Qt.Key_Right, self.presenter.next),
+            (Qt.Key_Left, self.presenter.previous),
+            (Qt.Key_Escape, self.presenter.leave),
+        ):
             sc = QShortcut(QKeySequence(key), self, context=Qt.WindowShortcut, enabled=False)
             sc.activated.connect(slot)
             self.presentation_keys.append(sc)
@@ -111,19 +115,27 @@ class MainWindow(QMainWindow):
         self.blas_note.setObjectName("note")
         if blas.is_slow():
             self.blas_note.setText(f"⚠ slow matrix products: {blas.describe()}")
-            self.blas_note.setToolTip("mlx[cpu] on Linux links a reference BLAS; with Debian's OpenBLAS\n"
-                                      "installed the app loads it itself (dspark.blas) and runs many times faster.")
+            self.blas_note.setToolTip(
+                "mlx[cpu] on Linux links a reference BLAS; with Debian's OpenBLAS\n"
+                "installed the app loads it itself (dspark.blas) and runs many times faster."
+            )
             self.statusBar().addPermanentWidget(self.blas_note)
 
     def _connect_controls(self) -> None:
         """Each of the panel's signals: a change of the choices, then (for the models) a load."""
         c, a, ch = self.controls, self.actions, self.session.choices
         for signal, apply, load in (
-                (c.target_chosen, ch.set_target, "always"), (c.drafter_added, partial(ch.add_drafter, select=True), "idle"),
-                (c.drafter_removed, ch.remove_drafter, "idle"), (c.drafter_ticked, ch.tick, "idle"),
-                (c.drafter_selected, lambda p: ch.select(p or None), ""), (c.prompt_edited, ch.set_prompt, ""),
-                (c.prompt_stepped, ch.step_prompt, ""), (c.prompt_set_chosen, ch.choose_set, ""),
-                (a.all_prompts_toggled, ch.set_all_prompts, ""), (c.config_edited, ch.set_config, "")):
+            (c.target_chosen, ch.set_target, "always"),
+            (c.drafter_added, partial(ch.add_drafter, select=True), "idle"),
+            (c.drafter_removed, ch.remove_drafter, "idle"),
+            (c.drafter_ticked, ch.tick, "idle"),
+            (c.drafter_selected, lambda p: ch.select(p or None), ""),
+            (c.prompt_edited, ch.set_prompt, ""),
+            (c.prompt_stepped, ch.step_prompt, ""),
+            (c.prompt_set_chosen, ch.choose_set, ""),
+            (a.all_prompts_toggled, ch.set_all_prompts, ""),
+            (c.config_edited, ch.set_config, ""),
+        ):
             signal.connect(partial(self._chose, apply, load))
         a.run_clicked.connect(self.start_run)
         a.stop_clicked.connect(self.stop)
@@ -169,8 +181,9 @@ class MainWindow(QMainWindow):
     def restore(self, target: str | None, drafters: list[str], load: bool = True) -> None:
         """Show these models (already chosen: command line, last used or demo) and the saved
         prompt and settings, and load the models unless ``load`` is False (a replay needs none)."""
-        self._chose(partial(kept_choices.restore, self.prefs, self.session.choices), "always" if load else "",
-                    target, drafters)
+        self._chose(
+            partial(kept_choices.restore, self.prefs, self.session.choices), "always" if load else "", target, drafters
+        )
 
     # --- runs -----------------------------------------------------------------------------
     @property
@@ -255,8 +268,10 @@ class MainWindow(QMainWindow):
                 if problem:
                     self.statusBar().showMessage(problem)
             if msg.cancelled:
-                self.statusBar().showMessage("stopped: " + ("the drafters diagnosed by then keep their findings"
-                                                            if diagnosis else "kept what was generated"))
+                self.statusBar().showMessage(
+                    "stopped: "
+                    + ("the drafters diagnosed by then keep their findings" if diagnosis else "kept what was generated")
+                )
         finally:  # whatever happened above, the job is over (a headless run waits for this)
             self.presenter.job_ended()
             self.job_finished.emit({"job": msg.job, "ok": msg.ok, "cancelled": msg.cancelled})
@@ -308,16 +323,20 @@ class MainWindow(QMainWindow):
 
     def show_about(self) -> None:
         """Help ▸ About: the versions, the device and the GPU check, the BLAS (not modal)."""
-        self.about_box = QMessageBox(QMessageBox.Information, "About DSpark Studio",
-                                     about_text(self.device_check, blas.describe()), parent=self)
+        self.about_box = QMessageBox(
+            QMessageBox.Information, "About DSpark Studio", about_text(self.device_check, blas.describe()), parent=self
+        )
         self.about_box.open()
 
     def open_download(self):
         """The Download dialog (made once; a download finishes even if it is closed)."""
         if self.download is None:
             self.download = DownloadDialog(self)
-            self.download.chosen.connect(lambda kind, path: (self.add_drafter(path, select=True) if kind == "drafter"
-                                                             else self.on_target_chosen(path)))
+            self.download.chosen.connect(
+                lambda kind, path: (
+                    self.add_drafter(path, select=True) if kind == "drafter" else self.on_target_chosen(path)
+                )
+            )
         self.download.show()
         return self.download
 
@@ -375,7 +394,6 @@ class MainWindow(QMainWindow):
     def available_area(self):
         return geometry.available_area(self)
 
-
     # --- drawing ------------------------------------------------------------------------------
     @Slot()
     def refresh(self) -> None:
@@ -395,8 +413,9 @@ class MainWindow(QMainWindow):
     def closeEvent(self, e) -> None:
         self.timer.stop()
         if self.prefs is not None:
-            kept_choices.save(self.prefs, self.session.choices,
-                              self.normal_geometry if self.presenter.active else self.saveGeometry())
+            kept_choices.save(
+                self.prefs, self.session.choices, self.normal_geometry if self.presenter.active else self.saveGeometry()
+            )
         if self.download is not None:
             self.download.shutdown()
         self.engine.shutdown()

@@ -51,8 +51,10 @@ class Presenter(QObject):
     def request(self, delta: int) -> None:
         if self.is_busy():
             self.queued = delta
-            self.notice.emit(f"busy: the {'next' if delta > 0 else 'previous'} "
-                             f"{'run' if self.is_replaying() else 'prompt'} starts when this one ends")
+            self.notice.emit(
+                f"busy: the {'next' if delta > 0 else 'previous'} "
+                f"{'run' if self.is_replaying() else 'prompt'} starts when this one ends"
+            )
             return
         self.step.emit(delta)
 

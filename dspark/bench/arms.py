@@ -67,10 +67,14 @@ class Plain:
         mx.reset_peak_memory()
         start = perf_counter()
         tokens, first = [], None
-        steps = generate_step(mx.array(ids), self.target.model, max_tokens=max_tokens, sampler=_sampler(self.config),
-                              prefill_step_size=self.config.prefill_step_size,
-                              prompt_progress_callback=lambda done, total: marks.append(perf_counter())
-                              if done < total else None)
+        steps = generate_step(
+            mx.array(ids),
+            self.target.model,
+            max_tokens=max_tokens,
+            sampler=_sampler(self.config),
+            prefill_step_size=self.config.prefill_step_size,
+            prompt_progress_callback=lambda done, total: marks.append(perf_counter()) if done < total else None,
+        )
         for tok, _ in steps:
             if first is None:
                 first = perf_counter()
@@ -78,8 +82,13 @@ class Plain:
         end = perf_counter()
         blas.restore_threads()
         decode_start = marks[-1] if marks else start  # after all but the last prompt token
-        return {"tokens": len(tokens), "token_ids": tokens, "decode_seconds": end - decode_start,
-                "ttft_seconds": (first or end) - start, "peak_memory_bytes": int(mx.get_peak_memory())}
+        return {
+            "tokens": len(tokens),
+            "token_ids": tokens,
+            "decode_seconds": end - decode_start,
+            "ttft_seconds": (first or end) - start,
+            "peak_memory_bytes": int(mx.get_peak_memory()),
+        }
 
 
 def plain_thread_choices() -> list[int] | None:
@@ -102,11 +111,22 @@ class Speculative:
         config = replace(self.config, max_tokens=max_tokens, seed=seed)
         # as a program would run it: nothing computed for a screen (generate's display)
         s = run_to_summary(generate(self.target, self.model, ids, config, costs=self.costs, display=False))
-        return {"tokens": len(s.tokens), "token_ids": list(s.tokens), "decode_seconds": len(s.tokens) / s.tokens_per_sec,
-                "ttft_seconds": s.ttft_seconds, "peak_memory_bytes": s.peak_memory_bytes, "rounds": s.rounds,
-                "accepted": list(s.accepted_lengths), "widths": list(s.verify_widths), "plain_steps": s.plain_steps,
-                "draft_seconds": s.draft_seconds, "verify_seconds": s.verify_seconds, "plain_seconds": s.plain_seconds,
-                "token_logprobs": list(s.token_logprobs), "prompt_tokens": list(s.prompt_tokens)}
+        return {
+            "tokens": len(s.tokens),
+            "token_ids": list(s.tokens),
+            "decode_seconds": len(s.tokens) / s.tokens_per_sec,
+            "ttft_seconds": s.ttft_seconds,
+            "peak_memory_bytes": s.peak_memory_bytes,
+            "rounds": s.rounds,
+            "accepted": list(s.accepted_lengths),
+            "widths": list(s.verify_widths),
+            "plain_steps": s.plain_steps,
+            "draft_seconds": s.draft_seconds,
+            "verify_seconds": s.verify_seconds,
+            "plain_seconds": s.plain_seconds,
+            "token_logprobs": list(s.token_logprobs),
+            "prompt_tokens": list(s.prompt_tokens),
+        }
 
 
 class MlxLmDraft:
@@ -123,8 +143,14 @@ class MlxLmDraft:
         start = perf_counter()
         tokens, flags, first = [], [], None
         for tok, _, from_draft in speculative_generate_step(
-                mx.array(ids), self.target.model, self.draft_model, num_draft_tokens=self.block_size,
-                max_tokens=max_tokens, sampler=_sampler(self.config), prefill_step_size=self.config.prefill_step_size):
+            mx.array(ids),
+            self.target.model,
+            self.draft_model,
+            num_draft_tokens=self.block_size,
+            max_tokens=max_tokens,
+            sampler=_sampler(self.config),
+            prefill_step_size=self.config.prefill_step_size,
+        ):
             if first is None:
                 first = perf_counter()
             tokens.append(tok)
@@ -134,10 +160,18 @@ class MlxLmDraft:
         n, first_round = len(tokens), accepted[0] + 1 if accepted else 1
         # Tokens come a round at a time: the rate over the rounds after the first, as mlx-lm reports it.
         window = end - first if first else 0.0
-        return {"tokens": n, "token_ids": tokens, "decode_seconds": window * n / max(n - first_round, 1),
-                "ttft_seconds": (first or end) - start, "peak_memory_bytes": int(mx.get_peak_memory()),
-                "rounds": len(accepted), "accepted": accepted, "widths": widths,
-                "draft_seconds": 0.0, "verify_seconds": 0.0}
+        return {
+            "tokens": n,
+            "token_ids": tokens,
+            "decode_seconds": window * n / max(n - first_round, 1),
+            "ttft_seconds": (first or end) - start,
+            "peak_memory_bytes": int(mx.get_peak_memory()),
+            "rounds": len(accepted),
+            "accepted": accepted,
+            "widths": widths,
+            "draft_seconds": 0.0,
+            "verify_seconds": 0.0,
+        }
 
 
 def _mlx_lm_rounds(from_draft: list[bool], max_tokens: int, k: int) -> tuple[list[int], list[int]]:
@@ -163,14 +197,20 @@ class Peer:
     """A peer's loop in ``python`` (a Python with the peer installed), one process per arm,
     kept alive across trials so loading is not timed."""
 
-    def __init__(self, kind: str, *, python: str, target_dir: str, drafter_dir: str, drafter_name: str,
-                 block_size: int):
+    def __init__(
+        self, kind: str, *, python: str, target_dir: str, drafter_dir: str, drafter_name: str, block_size: int
+    ):
         """The ``kind`` peer's server started in ``python`` on the target and drafter directories;
         ``drafter_name`` names the arm, ``block_size`` the tokens it drafts a round."""
         self.kind, self.drafter, self.policy, self.block_size = kind, drafter_name, "peer", block_size
         self.name = f"{kind} {drafter_name}"
-        self.proc = subprocess.Popen([python, str(PEER_SERVER), kind, target_dir, drafter_dir, blas.loaded_path() or ""],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [python, str(PEER_SERVER), kind, target_dir, drafter_dir, blas.loaded_path() or ""],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         ready = self._read()
         if ready.get("error"):
             raise RuntimeError(ready["error"])
@@ -179,7 +219,9 @@ class Peer:
         line = self.proc.stdout.readline()
         if not line:
             err = self.proc.stderr.read()[-2000:]
-            raise RuntimeError(f"the {self.kind} peer stopped: {err.strip().splitlines()[-1] if err.strip() else 'no output'}")
+            raise RuntimeError(
+                f"the {self.kind} peer stopped: {err.strip().splitlines()[-1] if err.strip() else 'no output'}"
+            )
         return json.loads(line)
 
     def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:

@@ -26,7 +26,9 @@ def parse(text: str) -> list[int]:
     try:
         lengths = sorted({int(x) for x in str(text).split(",") if x.strip()})
     except ValueError:
-        raise DsparkError(f"--context {text!r} is not a comma-separated list of token counts (e.g. 64,1024,3000)") from None
+        raise DsparkError(
+            f"--context {text!r} is not a comma-separated list of token counts (e.g. 64,1024,3000)"
+        ) from None
     if not lengths or lengths[0] < MIN_CONTEXT or lengths[-1] > MAX_CONTEXT or len(lengths) > 16:
         raise DsparkError(f"--context takes 1 to 16 token counts between {MIN_CONTEXT} and {MAX_CONTEXT:,}")
     return lengths
@@ -42,21 +44,22 @@ def padded(target, prompts: list[list[int]], length: int) -> list[list[int]]:
             out.append(list(ids[-length:]))
             continue
         pad: list[int] = []
-        for other in prompts[i + 1:] + prompts[:i]:
+        for other in prompts[i + 1 :] + prompts[:i]:
             if len(pad) + len(ids) >= length:
                 break
             pad = pad + list(other) + sep
         if len(pad) + len(ids) < length:
             if corpus is None:
                 corpus = [target.encode(t) for t in itertools.islice(iter_texts("heldout"), 200)]
-            for text in corpus[i % max(len(corpus), 1):] + corpus[: i % max(len(corpus), 1)]:
+            for text in corpus[i % max(len(corpus), 1) :] + corpus[: i % max(len(corpus), 1)]:
                 if len(pad) + len(ids) >= length:
                     break
                 pad = text + sep + pad
         whole = pad + list(ids)
         if len(whole) < length:
-            raise DsparkError(f"the prompts and the held-out corpus hold fewer than {length:,} tokens: choose a "
-                              f"shorter --context")
+            raise DsparkError(
+                f"the prompts and the held-out corpus hold fewer than {length:,} tokens: choose a shorter --context"
+            )
         out.append(whole[-length:])
     return out
 

@@ -58,10 +58,23 @@ def mlxvlm_target(target_dir: str):
 
     lm, tokenizer = load(target_dir)
     cfg = {**vars(lm.args)}
-    vision = VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,
-                          num_key_value_heads=1, head_dim=16, global_head_dim=16)
-    vlm = Model(ModelConfig(text_config=TextConfig.from_dict(cfg), vision_config=vision,
-                            vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"]))
+    vision = VisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=16,
+        global_head_dim=16,
+    )
+    vlm = Model(
+        ModelConfig(
+            text_config=TextConfig.from_dict(cfg),
+            vision_config=vision,
+            vocab_size=cfg["vocab_size"],
+            hidden_size=cfg["hidden_size"],
+        )
+    )
     vlm.language_model.load_weights(list(tree_flatten(lm.parameters())))
     mx.eval(vlm.parameters())
     return vlm, tokenizer
@@ -90,15 +103,25 @@ def load_dflash_mlx(target_dir: str, drafter_dir: str):
     from dflash_mlx.runtime.context import build_offline_runtime_context  # noqa: PLC0415 (optional: the peer package)
 
     context = build_offline_runtime_context(verify_mode="dflash")
-    b = load_runtime_bundle(model_ref=target_dir, draft_ref=_with_rope_theta(drafter_dir), draft_quant="none",
-                            verify_config=context.verify)
+    b = load_runtime_bundle(
+        model_ref=target_dir, draft_ref=_with_rope_theta(drafter_dir), draft_quant="none", verify_config=context.verify
+    )
 
     def run(ids, max_tokens):
         tokens, times, accepted = [], [], []
         events = stream_dflash_generate(
-            target_model=b.target_model, target_ops=b.target_ops, tokenizer=b.tokenizer, draft_model=b.draft_model,
-            draft_backend=b.draft_backend, prompt="", prompt_tokens_override=list(ids), max_new_tokens=max_tokens,
-            stop_token_ids=[], publish_generation_snapshot=False, runtime_context=context)
+            target_model=b.target_model,
+            target_ops=b.target_ops,
+            tokenizer=b.tokenizer,
+            draft_model=b.draft_model,
+            draft_backend=b.draft_backend,
+            prompt="",
+            prompt_tokens_override=list(ids),
+            max_new_tokens=max_tokens,
+            stop_token_ids=[],
+            publish_generation_snapshot=False,
+            runtime_context=context,
+        )
         for ev in events:
             if isinstance(ev, TokenEvent):
                 times.append(time.perf_counter())
@@ -161,9 +184,18 @@ def load_mlx_dspark(target_dir: str, drafter_dir: str):
     drafter, _ = load_drafter(_with_taps_as_read(drafter_dir), quantize=False)
 
     def run(ids, max_tokens):
-        res = G.speculative_generate(target, tokenizer, drafter, prompt_ids=ids, max_new_tokens=max_tokens,
-                                     max_draft_tokens=None, lookup_drafts=False, confidence_threshold=0.0,
-                                     cap_controller=None, temperature=0.0)
+        res = G.speculative_generate(
+            target,
+            tokenizer,
+            drafter,
+            prompt_ids=ids,
+            max_new_tokens=max_tokens,
+            max_draft_tokens=None,
+            lookup_drafts=False,
+            confidence_threshold=0.0,
+            cap_controller=None,
+            temperature=0.0,
+        )
         tokens = list(res.token_ids)
         committed, i = [tokens[:1]], 1
         for n in res.accept_lengths:
@@ -190,7 +222,9 @@ def main() -> None:
         ctypes.CDLL(rest[0], mode=os.RTLD_GLOBAL)  # the same BLAS as the benchmark's own process, before mlx
     use_env_device()  # the peer computes where dspark does
     try:
-        run = {"dflash": load_dflash, "dflash-mlx": load_dflash_mlx, "mlx-dspark": load_mlx_dspark}[kind](target_dir, drafter_dir)
+        run = {"dflash": load_dflash, "dflash-mlx": load_dflash_mlx, "mlx-dspark": load_mlx_dspark}[kind](
+            target_dir, drafter_dir
+        )
         print(json.dumps({"ready": True}), flush=True)
     except Exception as e:  # reported to the benchmark, which goes on without this arm
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
@@ -209,10 +243,17 @@ def main() -> None:
             rounds = committed[1:]
             # the rate counts every token made; the comparison with plain decoding only the first
             # max_tokens (mlx-dspark commits a whole last round, one token past the request)
-            out = {"tokens": n, "token_ids": tokens[: req["max_tokens"]], "decode_seconds": window * n / max(n - 1, 1),
-                   "ttft_seconds": (t_first - start) if t_first else None, "rounds": len(rounds),
-                   "accepted": [len(c) - 1 for c in rounds],
-                   "draft_seconds": 0.0, "verify_seconds": 0.0, "peak_memory_bytes": int(mx.get_peak_memory())}
+            out = {
+                "tokens": n,
+                "token_ids": tokens[: req["max_tokens"]],
+                "decode_seconds": window * n / max(n - 1, 1),
+                "ttft_seconds": (t_first - start) if t_first else None,
+                "rounds": len(rounds),
+                "accepted": [len(c) - 1 for c in rounds],
+                "draft_seconds": 0.0,
+                "verify_seconds": 0.0,
+                "peak_memory_bytes": int(mx.get_peak_memory()),
+            }
         except Exception as e:
             out = {"error": f"{type(e).__name__}: {e}"}
         print(json.dumps(out), flush=True)

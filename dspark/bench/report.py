@@ -44,10 +44,33 @@ from .. import __version__, blas, metrics
 from ..reading import parse_json, read_text
 
 PLAIN = "plain"  # plain decoding's arm
-CSV_FIELDS = ["arm", "drafter", "policy", "repeat", "prompt_index", "tokens", "tokens_per_sec", "speedup", "tau",
-              "acceptance_rate", "draft_ms", "verify_ms", "overhead_ms", "in_loop", "step_ms", "limit", "efficiency",
-              "ttft_seconds", "peak_memory_bytes", "identical", "lossless", "per_position_acceptance", "blas_threads",
-              "context", "plain_steps"]
+CSV_FIELDS = [
+    "arm",
+    "drafter",
+    "policy",
+    "repeat",
+    "prompt_index",
+    "tokens",
+    "tokens_per_sec",
+    "speedup",
+    "tau",
+    "acceptance_rate",
+    "draft_ms",
+    "verify_ms",
+    "overhead_ms",
+    "in_loop",
+    "step_ms",
+    "limit",
+    "efficiency",
+    "ttft_seconds",
+    "peak_memory_bytes",
+    "identical",
+    "lossless",
+    "per_position_acceptance",
+    "blas_threads",
+    "context",
+    "plain_steps",
+]
 
 
 def committed_per_round(accepted: list[int], tokens: int) -> list[int]:
@@ -68,10 +91,15 @@ def derive(trial: dict, plain: dict | None, costs=None) -> dict:
     decode_ms = t["decode_seconds"] * 1000
     t["tokens_per_sec"] = t["tokens"] / t["decode_seconds"] if t["decode_seconds"] > 0 else 0.0
     if rounds:
-        f = metrics.figures(t["accepted"], t["widths"],
-                            committed_per_round(t["accepted"], t["tokens"] - t.get("plain_steps", 0)))
-        t.update(tau=f.tau, acceptance_rate=f.acceptance_rate, per_position_acceptance=list(f.per_position_acceptance),
-                 accepted_histogram=list(f.accepted_histogram))
+        f = metrics.figures(
+            t["accepted"], t["widths"], committed_per_round(t["accepted"], t["tokens"] - t.get("plain_steps", 0))
+        )
+        t.update(
+            tau=f.tau,
+            acceptance_rate=f.acceptance_rate,
+            per_position_acceptance=list(f.per_position_acceptance),
+            accepted_histogram=list(f.accepted_histogram),
+        )
         if t.get("draft_seconds") or t.get("verify_seconds"):
             rounds_ms = decode_ms - t.get("plain_seconds", 0.0) * 1000  # a trial before plain_seconds: all of it
             t["draft_ms"] = t["draft_seconds"] * 1000 / rounds
@@ -86,8 +114,9 @@ def derive(trial: dict, plain: dict | None, costs=None) -> dict:
         if costs is not None and ((rounds and t.get("tau")) or plain_steps):  # auto may draft no round at all
             v = costs.verify_ms
             ideal = costs.draft_ms + sum(v[min(w, len(v) - 1)] for w in t["widths"]) / rounds if rounds else 0.0
-            t["limit"] = (t["tokens"] * step / (rounds * ideal + plain_steps * step) if plain_steps
-                          else t["tau"] * step / ideal)
+            t["limit"] = (
+                t["tokens"] * step / (rounds * ideal + plain_steps * step) if plain_steps else t["tau"] * step / ideal
+            )
             t["efficiency"] = t["speedup"] / t["limit"]
     return t
 
@@ -104,9 +133,11 @@ def plain_threads(trials: list[dict], default=None) -> dict:
             wins[t["blas_threads"]] = wins.get(t["blas_threads"], 0) + 1
         for k, v in (t.get("tokens_per_sec_by_threads") or {}).items():
             rates.setdefault(k, []).append(v)
-    return {"plain_blas_threads": max(wins, key=wins.get) if wins else default,
-            "plain_tokens_per_sec_by_threads": {k: median(v) for k, v in rates.items()},
-            "plain_trials_won_by_threads": {str(k): n for k, n in wins.items()}}
+    return {
+        "plain_blas_threads": max(wins, key=wins.get) if wins else default,
+        "plain_tokens_per_sec_by_threads": {k: median(v) for k, v in rates.items()},
+        "plain_trials_won_by_threads": {str(k): n for k, n in wins.items()},
+    }
 
 
 def _spread(values: list[float]) -> dict:
@@ -124,8 +155,18 @@ def summarize_arm(trials: list[dict]) -> dict:
     out = {"arm": first["arm"], "drafter": first.get("drafter"), "policy": first.get("policy"), "trials": len(trials)}
     if first.get("context"):
         out["context"] = first["context"]
-    for key in ("tokens_per_sec", "speedup", "draft_ms", "verify_ms", "overhead_ms", "in_loop", "step_ms", "limit",
-                "efficiency", "ttft_seconds"):
+    for key in (
+        "tokens_per_sec",
+        "speedup",
+        "draft_ms",
+        "verify_ms",
+        "overhead_ms",
+        "in_loop",
+        "step_ms",
+        "limit",
+        "efficiency",
+        "ttft_seconds",
+    ):
         values = [t[key] for t in trials if t.get(key) is not None]
         if values:
             out[key] = median(values)
@@ -134,11 +175,18 @@ def summarize_arm(trials: list[dict]) -> dict:
     accepted = [a for t in trials for a in t.get("accepted", [])]
     if accepted:
         widths = [w for t in trials for w in t["widths"]]
-        committed = [c for t in trials for c in committed_per_round(t["accepted"], t["tokens"] - t.get("plain_steps", 0))]
+        committed = [
+            c for t in trials for c in committed_per_round(t["accepted"], t["tokens"] - t.get("plain_steps", 0))
+        ]
         f = metrics.figures(accepted, widths, committed)
-        out.update(tau=f.tau, acceptance_rate=f.acceptance_rate, per_position_acceptance=list(f.per_position_acceptance),
-                   accepted_histogram=list(f.accepted_histogram), rounds=f.rounds,
-                   plain_steps=sum(t.get("plain_steps", 0) for t in trials))
+        out.update(
+            tau=f.tau,
+            acceptance_rate=f.acceptance_rate,
+            per_position_acceptance=list(f.per_position_acceptance),
+            accepted_histogram=list(f.accepted_histogram),
+            rounds=f.rounds,
+            plain_steps=sum(t.get("plain_steps", 0) for t in trials),
+        )
     verdicts = [t["identical"] for t in trials if t.get("identical") is not None]
     if verdicts:
         out["identical"] = sum(verdicts)
@@ -163,8 +211,13 @@ def environment(repo: Path | None = None) -> dict:
     from .. import device  # noqa: PLC0415 (not needed for --help)
     from ..costs import machine  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
-    env = {**machine(), "python": platform.python_version(), "dspark": __version__, "blas_threads": blas.threads(),
-           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+    env = {
+        **machine(),
+        "python": platform.python_version(),
+        "dspark": __version__,
+        "blas_threads": blas.threads(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
     try:
         import mlx_lm  # noqa: PLC0415 (slow: mlx-lm, not needed for --help)
 
@@ -176,10 +229,15 @@ def environment(repo: Path | None = None) -> dict:
         env["device_check"] = checked
     root = repo or Path(__file__).resolve().parents[2]
     try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             timeout=5)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
+        rev = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         if rev.returncode == 0:
             env["git"] = rev.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
@@ -249,5 +307,15 @@ def read_trials(folder: Path) -> list[dict]:
     return [parse_json(line, f"{path}, line {i + 1}") for i, line in enumerate(lines) if line.strip()]
 
 
-__all__ = ["CSV_FIELDS", "PLAIN", "TrialLog", "committed_per_round", "derive", "environment", "plain_threads",
-           "read_trials", "summarize", "summarize_arm"]
+__all__ = [
+    "CSV_FIELDS",
+    "PLAIN",
+    "TrialLog",
+    "committed_per_round",
+    "derive",
+    "environment",
+    "plain_threads",
+    "read_trials",
+    "summarize",
+    "summarize_arm",
+]

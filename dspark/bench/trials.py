@@ -28,7 +28,9 @@ def _prompts(a) -> tuple[dict, list[str]]:
 
 
 def _peer_python(a) -> str:
-    python = Path(a.peer_python) if a.peer_python else Path(__file__).resolve().parents[2] / ".venv-peers" / "bin" / "python"
+    python = (
+        Path(a.peer_python) if a.peer_python else Path(__file__).resolve().parents[2] / ".venv-peers" / "bin" / "python"
+    )
     if not python.exists():
         raise DsparkError(f"no peer Python at {python}: run `make peers` in the checkout, or give --peer-python")
     return str(python)
@@ -42,7 +44,10 @@ def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
     from . import arms  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     drafters = list(a.drafter)
-    if not drafters and Path(target_dir).resolve() == (resources.demo_model("target") or Path("/nonexistent")).resolve():
+    if (
+        not drafters
+        and Path(target_dir).resolve() == (resources.demo_model("target") or Path("/nonexistent")).resolve()
+    ):
         drafters = [str(p) for p in map(resources.demo_model, ("dspark", "dflash")) if p]
     if not drafters and not a.mlx_lm_draft:
         raise DsparkError("nothing to compare: give --drafter (or --mlx-lm-draft)")
@@ -55,22 +60,39 @@ def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
         name = Path(d).name
         # measured afresh: the limit and auto read them, and the machine may have changed since
         costs[name] = load_or_measure(target, drafter, drafter.block_size, remeasure=True, say=say)
-        speculative_arms += [arms.Speculative(target, drafter, drafter_name=name, policy=p, config=config,
-                                              costs=costs[name]) for p in policies]
+        speculative_arms += [
+            arms.Speculative(target, drafter, drafter_name=name, policy=p, config=config, costs=costs[name])
+            for p in policies
+        ]
         for kind in a.peer:
             fmt = getattr(drafter, "format", "")
-            if (kind, fmt) in (("dflash", "zlab-dflash"), ("dflash-mlx", "zlab-dflash"), ("mlx-dspark", "deepspec"),
-                               ("mlx-dspark", "speculators")):
-                speculative_arms.append(arms.Peer(kind, python=_peer_python(a), target_dir=target_dir, drafter_dir=d,
-                                      drafter_name=name, block_size=drafter.block_size))
+            if (kind, fmt) in (
+                ("dflash", "zlab-dflash"),
+                ("dflash-mlx", "zlab-dflash"),
+                ("mlx-dspark", "deepspec"),
+                ("mlx-dspark", "speculators"),
+            ):
+                speculative_arms.append(
+                    arms.Peer(
+                        kind,
+                        python=_peer_python(a),
+                        target_dir=target_dir,
+                        drafter_dir=d,
+                        drafter_name=name,
+                        block_size=drafter.block_size,
+                    )
+                )
             else:
                 say(f"the {kind} peer does not read {name} ({fmt} format): no {kind} arm for it")
     if a.mlx_lm_draft:
         from ..loading import load_target  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
         draft = load_target(a.mlx_lm_draft, say=say)
-        speculative_arms.append(arms.MlxLmDraft(target, draft.model, draft_name=Path(a.mlx_lm_draft).name,
-                                    block_size=a.mlx_lm_num_draft, config=config))
+        speculative_arms.append(
+            arms.MlxLmDraft(
+                target, draft.model, draft_name=Path(a.mlx_lm_draft).name, block_size=a.mlx_lm_num_draft, config=config
+            )
+        )
     return [arms.Plain(target, config, arms.plain_thread_choices()), *speculative_arms], costs
 
 
@@ -120,19 +142,29 @@ def run(a, say) -> dict:
     # mistyped --target or drafter loses nothing.
     for f in ("trials.jsonl", "trials.csv", "summary.json"):
         (out / f).unlink(missing_ok=True)
-    doc = {"command": "dspark bench " + " ".join(getattr(a, "argv", [])),
-           "environment": report.environment(), "target": target_dir, "prompts": prompt_info,
-           "settings": {"max_tokens": a.max_tokens, "repeats": a.repeats, "temperature": a.temperature,
-                        "contexts": lengths if a.context else None},
-           "costs": {k: c.to_dict() for k, c in costs.items()}, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    doc = {
+        "command": "dspark bench " + " ".join(getattr(a, "argv", [])),
+        "environment": report.environment(),
+        "target": target_dir,
+        "prompts": prompt_info,
+        "settings": {
+            "max_tokens": a.max_tokens,
+            "repeats": a.repeats,
+            "temperature": a.temperature,
+            "contexts": lengths if a.context else None,
+        },
+        "costs": {k: c.to_dict() for k, c in costs.items()},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     log = report.TrialLog(out)
     trials: list[dict] = []
     try:
         for arm in arm_list:  # warm-up: kernels compiled, caches filled, nothing recorded
             arm.trial(ids[0], min(16, a.max_tokens), 0)
         bar = _bar(a, a.repeats * len(ids) * len(arm_list) * len(lengths))
-        _measure(a, target, config, arm_list=arm_list, costs=costs, ids_at=ids_at, doc=doc, bar=bar, log=log,
-                 trials=trials)
+        _measure(
+            a, target, config, arm_list=arm_list, costs=costs, ids_at=ids_at, doc=doc, bar=bar, log=log, trials=trials
+        )
         if bar:
             bar.close()
     except KeyboardInterrupt:
@@ -154,8 +186,9 @@ def run(a, say) -> dict:
     return doc
 
 
-def _measure(a, target, config, *, arm_list: list, costs: dict, ids_at: dict, doc: dict, bar, log,
-             trials: list) -> None:
+def _measure(
+    a, target, config, *, arm_list: list, costs: dict, ids_at: dict, doc: dict, bar, log, trials: list
+) -> None:
     """Every arm on every prompt (of ``ids_at``: prompt ids by context length), ``a.repeats``
     times, the arms' order rotating so none always runs first; each group of trials is judged
     against its plain one and appended to ``trials`` and ``log`` as it finishes, so an interrupt
@@ -175,27 +208,63 @@ def _measure(a, target, config, *, arm_list: list, costs: dict, ids_at: dict, do
             # thread counts chosen at the start), so they share the trials' load.
             if bar:
                 bar.set_description(f"repeat {r + 1}/{a.repeats}: isolated costs")
-            now = {name: measure(target, d, d.block_size, contexts=(context,), repeats=3, threads=costs[name].threads)
-                   for name, d in drafters.items()}
+            now = {
+                name: measure(target, d, d.block_size, contexts=(context,), repeats=3, threads=costs[name].threads)
+                for name, d in drafters.items()
+            }
             doc["costs_by_repeat"].append({k: c.to_dict() for k, c in now.items()})
             for p, prompt in enumerate(at):
                 shift = (r * len(at) + p) % len(arm_list)
                 group = {}
                 for arm in arm_list[shift:] + arm_list[:shift]:
                     if bar:
-                        bar.set_description(f"{f'{L} tokens, ' if L else ''}repeat {r + 1}/{a.repeats} prompt "
-                                            f"{p + 1}/{len(at)} {arm.name}")
+                        bar.set_description(
+                            f"{f'{L} tokens, ' if L else ''}repeat {r + 1}/{a.repeats} prompt "
+                            f"{p + 1}/{len(at)} {arm.name}"
+                        )
                     rec = arm.trial(prompt, a.max_tokens, seed=r)
-                    group[arm.name] = {"arm": arm.name, "drafter": arm.drafter, "policy": arm.policy, "repeat": r,
-                                       "prompt_index": p, **({"context": L} if L else {}), **rec}
+                    group[arm.name] = {
+                        "arm": arm.name,
+                        "drafter": arm.drafter,
+                        "policy": arm.policy,
+                        "repeat": r,
+                        "prompt_index": p,
+                        **({"context": L} if L else {}),
+                        **rec,
+                    }
                     if bar:
                         bar.update(1)
-                _judge(a, target, config, arm_list=arm_list, group=group, now=now, plain_runs=plain_runs, key=(L, p),
-                       repeat=r, prompt=prompt, log=log, trials=trials)
+                _judge(
+                    a,
+                    target,
+                    config,
+                    arm_list=arm_list,
+                    group=group,
+                    now=now,
+                    plain_runs=plain_runs,
+                    key=(L, p),
+                    repeat=r,
+                    prompt=prompt,
+                    log=log,
+                    trials=trials,
+                )
 
 
-def _judge(a, target, config, *, arm_list: list, group: dict, now: dict, plain_runs: dict, key, repeat: int,
-           prompt: list[int], log, trials: list) -> None:
+def _judge(
+    a,
+    target,
+    config,
+    *,
+    arm_list: list,
+    group: dict,
+    now: dict,
+    plain_runs: dict,
+    key,
+    repeat: int,
+    prompt: list[int],
+    log,
+    trials: list,
+) -> None:
     """Derive each trial of one ``group`` (by arm name) against the group's plain trial
     (speed-up, with the isolated costs ``now``; for greedy runs whether it was identical or
     lossless, plain decoding of ``prompt`` kept in ``plain_runs`` by ``key``, seeded by
@@ -204,8 +273,17 @@ def _judge(a, target, config, *, arm_list: list, group: dict, now: dict, plain_r
     for arm in arm_list:
         t = report.derive(group[arm.name], plain if arm.name != report.PLAIN else None, now.get(arm.drafter))
         if arm.name != report.PLAIN and a.temperature == 0:
-            t.update(_verdict(target, trial=t, plain=plain, plain_runs=plain_runs, key=key,
-                              config=replace(config, seed=repeat), prompt=prompt))
+            t.update(
+                _verdict(
+                    target,
+                    trial=t,
+                    plain=plain,
+                    plain_runs=plain_runs,
+                    key=key,
+                    config=replace(config, seed=repeat),
+                    prompt=prompt,
+                )
+            )
         for k in ("token_logprobs", "prompt_tokens"):
             t.pop(k, None)
         trials.append(t)
@@ -243,8 +321,10 @@ def keep(doc: dict, trials: list[dict], out: Path) -> None:
         write_text(spare / "summary.json", json.dumps(doc, indent=1))
         write_text(spare / "trials.jsonl", "".join(json.dumps(t) + "\n" for t in trials))
     except (DsparkError, OSError):
-        raise DsparkError(f"{failed}; {kept} of the {len(trials)} trials measured are in {out / 'trials.jsonl'}, and "
-                          f"nothing else could be written anywhere") from None
+        raise DsparkError(
+            f"{failed}; {kept} of the {len(trials)} trials measured are in {out / 'trials.jsonl'}, and "
+            f"nothing else could be written anywhere"
+        ) from None
     raise DsparkError(f"{failed}; the summary and all {len(trials)} trials measured are kept in {spare}")
 
 

@@ -19,9 +19,19 @@ from ..options import Parser
 from . import bench, calibrate, costs, diagnose, export, generate, init, inspect, make_demo, quantize, train
 
 #: Every subcommand's module, in the order ``dspark --help`` lists them.
-COMMANDS = {"init": init, "generate": generate, "costs": costs, "inspect": inspect, "quantize": quantize,
-            "train": train, "calibrate": calibrate, "bench": bench, "make-demo": make_demo, "diagnose": diagnose,
-            "export": export}
+COMMANDS = {
+    "init": init,
+    "generate": generate,
+    "costs": costs,
+    "inspect": inspect,
+    "quantize": quantize,
+    "train": train,
+    "calibrate": calibrate,
+    "bench": bench,
+    "make-demo": make_demo,
+    "diagnose": diagnose,
+    "export": export,
+}
 
 
 def build_parser(commands=tuple(COMMANDS)) -> argparse.ArgumentParser:
@@ -65,7 +75,9 @@ def _run(fn, arg) -> int:
         return 2
     except (SystemExit, GeneratorExit):
         raise
-    except BaseException as e:  # a bug (a Rust panic from tokenizers is no Exception): one line, the traceback in a file
+    except (
+        BaseException
+    ) as e:  # a bug (a Rust panic from tokenizers is no Exception): one line, the traceback in a file
         print("dspark: " + report_bug(e), file=sys.stderr)
         return 1
 

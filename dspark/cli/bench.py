@@ -13,26 +13,45 @@ HELP = "time speculative decoding against plain mlx-lm decoding (dspark bench --
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("bench", help=HELP,
-                              description="Time speculative decoding against plain mlx-lm decoding.")
+    p = subparsers.add_parser(
+        "bench", help=HELP, description="Time speculative decoding against plain mlx-lm decoding."
+    )
     p.add_argument("--target", help="target directory or Hugging Face name (default: the bundled demo target)")
-    p.add_argument("--drafter", action="append", default=[], help="drafter directory (repeatable; default with the "
-                   "demo target: the demo drafters)")
+    p.add_argument(
+        "--drafter",
+        action="append",
+        default=[],
+        help="drafter directory (repeatable; default with the demo target: the demo drafters)",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt-set", help="a bundled prompt set (default: demo) or a .json / .txt set file")
-    src.add_argument("--prompts", help="a file of prompts: a .json list or a .txt with prompts separated by '---' lines")
+    src.add_argument(
+        "--prompts", help="a file of prompts: a .json list or a .txt with prompts separated by '---' lines"
+    )
     p.add_argument("--prompt-count", type=int, help="use only the first N prompts")
-    p.add_argument("--context", help="comma-separated prompt lengths in tokens (e.g. 64,1024,3000): every arm runs "
-                   "on each prompt padded to each length (dspark.bench.contexts), reported per length")
+    p.add_argument(
+        "--context",
+        help="comma-separated prompt lengths in tokens (e.g. 64,1024,3000): every arm runs "
+        "on each prompt padded to each length (dspark.bench.contexts), reported per length",
+    )
     p.add_argument("--max-tokens", type=int, default=256, help="tokens each trial generates (EOS ignored)")
     p.add_argument("--repeats", type=int, default=3, help="trials per prompt and arm")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy, outputs compared)")
-    p.add_argument("--policy", action="append", default=[], help="verify policy per drafter (repeatable; default: "
-                   "fixed and auto): fixed, fixed:K, threshold:C, auto")
+    p.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        help="verify policy per drafter (repeatable; default: fixed and auto): fixed, fixed:K, threshold:C, auto",
+    )
     p.add_argument("--mlx-lm-draft", help="also run mlx-lm's own speculative decoding with this small draft model")
     p.add_argument("--mlx-lm-num-draft", type=int, default=3, help="draft tokens per round of --mlx-lm-draft")
-    p.add_argument("--peer", action="append", default=[], choices=["dflash", "dflash-mlx", "mlx-dspark"],
-                   help="also run this peer package's loop with each drafter it reads (repeatable)")
+    p.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        choices=["dflash", "dflash-mlx", "mlx-dspark"],
+        help="also run this peer package's loop with each drafter it reads (repeatable)",
+    )
     p.add_argument("--peer-python", help="a Python with the peers installed (default: the checkout's .venv-peers)")
     p.add_argument("--out", required=True, help="folder for trials.jsonl, trials.csv, summary.json (and figures)")
     p.add_argument("--force", action="store_true", help="replace the results already in --out")
@@ -42,8 +61,11 @@ def add_parser(subparsers):
 
 
 def _check(a) -> None:
-    for name, value, lo in (("--max-tokens", a.max_tokens, 2), ("--repeats", a.repeats, 1),
-                            ("--mlx-lm-num-draft", a.mlx_lm_num_draft, 1)):
+    for name, value, lo in (
+        ("--max-tokens", a.max_tokens, 2),
+        ("--repeats", a.repeats, 1),
+        ("--mlx-lm-num-draft", a.mlx_lm_num_draft, 1),
+    ):
         if value < lo:
             raise DsparkError(f"{name} must be at least {lo}")
     if a.prompt_count is not None and a.prompt_count < 1:
@@ -64,22 +86,34 @@ def run(a) -> int:
 
 def table(doc: dict) -> str:
     """The per-arm figures as a text table."""
-    head = f"{'arm':<28} {'tok/s':>7} {'speedup':>16} {'tau':>5} {'draft':>6} {'verify':>6} {'other':>6} " \
-           f"{'limit':>6} {'effic.':>6}  same output"
+    head = (
+        f"{'arm':<28} {'tok/s':>7} {'speedup':>16} {'tau':>5} {'draft':>6} {'verify':>6} {'other':>6} "
+        f"{'limit':>6} {'effic.':>6}  same output"
+    )
     lines = [head, "-" * len(head)]
     for s in doc["arms"]:
         sp = s.get("speedup_spread") or {}
         speed = f"{s['speedup']:.2f}x [{sp['p25']:.2f}-{sp['p75']:.2f}]" if "speedup" in s else "1 (plain)"
         f = lambda k, fmt="{:.1f}", s=s: fmt.format(s[k]) if s.get(k) is not None else "-"
-        same = f"{s['identical']}/{s['compared']}" + (f" ({s['lossless'] - s['identical']} ties)"
-                                                      if s["lossless"] > s["identical"] else "") if "compared" in s else ""
+        same = (
+            f"{s['identical']}/{s['compared']}"
+            + (f" ({s['lossless'] - s['identical']} ties)" if s["lossless"] > s["identical"] else "")
+            if "compared" in s
+            else ""
+        )
         name = f"{s['arm']} @{s['context']}" if s.get("context") else s["arm"]
-        lines.append(f"{name[:28]:<28} {s['tokens_per_sec']:>7.1f} {speed:>16} {f('tau', '{:.2f}'):>5} "
-                     f"{f('draft_ms'):>6} {f('verify_ms'):>6} {f('overhead_ms'):>6} {f('limit', '{:.2f}'):>6} "
-                     f"{f('efficiency', '{:.2f}'):>6}  {same}")
+        lines.append(
+            f"{name[:28]:<28} {s['tokens_per_sec']:>7.1f} {speed:>16} {f('tau', '{:.2f}'):>5} "
+            f"{f('draft_ms'):>6} {f('verify_ms'):>6} {f('overhead_ms'):>6} {f('limit', '{:.2f}'):>6} "
+            f"{f('efficiency', '{:.2f}'):>6}  {same}"
+        )
     env = doc["environment"]
-    lines.append(f"\n{env['cpu']} ({env['cpus']} cores), {env['os']}; MLX {env['mlx']} on {env['device']}; "
-                 f"BLAS: {env['blas']}; load average at start {env.get('load_average')}")
-    lines.append("per round, in ms: draft, verify, other (events, text, the loop); limit = tau x plain step / "
-                 "(isolated draft + verify costs); efficiency = speedup / limit")
+    lines.append(
+        f"\n{env['cpu']} ({env['cpus']} cores), {env['os']}; MLX {env['mlx']} on {env['device']}; "
+        f"BLAS: {env['blas']}; load average at start {env.get('load_average')}"
+    )
+    lines.append(
+        "per round, in ms: draft, verify, other (events, text, the loop); limit = tau x plain step / "
+        "(isolated draft + verify costs); efficiency = speedup / limit"
+    )
     return "\n".join(lines)

@@ -16,12 +16,16 @@ HELP = "fit a drafter's confidence temperatures (dspark calibrate --help)"
 
 
 def add_parser(subparsers):
-    ap = subparsers.add_parser("calibrate", help=HELP,
-                               description="Fit STS temperatures of a drafter's confidence head.")
+    ap = subparsers.add_parser(
+        "calibrate", help=HELP, description="Fit STS temperatures of a drafter's confidence head."
+    )
     ap.add_argument("--target", required=True)
     ap.add_argument("--drafter", required=True, help="drafter directory (the temperatures are saved into it)")
-    ap.add_argument("--prompts", nargs="+", help="prompt files (.txt/.py/.md, or .jsonl with text/prompt); "
-                    "default: held-out corpus prompts")
+    ap.add_argument(
+        "--prompts",
+        nargs="+",
+        help="prompt files (.txt/.py/.md, or .jsonl with text/prompt); default: held-out corpus prompts",
+    )
     ap.add_argument("--rounds", type=int, default=200, help="speculative rounds to collect")
     ap.add_argument("--max-tokens", type=int, default=128, help="tokens generated per prompt")
     ap.add_argument("--prompt-len", type=int, default=64, help="prompt tokens cut from each stretch of a prompt file")
@@ -34,8 +38,11 @@ def run(a) -> int:
     from ..training.calibrate import calibrate_drafter, format_calibration  # noqa: PLC0415 (slow: the training stack)
     from ..training.data import cut_prompts, encode_all  # noqa: PLC0415 (slow: mlx)
 
-    for flag, value, hi in (("--rounds", a.rounds, 100_000), ("--max-tokens", a.max_tokens, 1_000_000),
-                            ("--prompt-len", a.prompt_len, 1_000_000)):
+    for flag, value, hi in (
+        ("--rounds", a.rounds, 100_000),
+        ("--max-tokens", a.max_tokens, 1_000_000),
+        ("--prompt-len", a.prompt_len, 1_000_000),
+    ):
         check_range(flag, value, 1, hi)
     target = load_target(a.target)
     drafter = load_drafter(a.drafter, target, say=say)
@@ -52,11 +59,19 @@ def run(a) -> int:
     result = calibrate_drafter(target, drafter, prompts, rounds=a.rounds, max_tokens=a.max_tokens)
     drafter.calibration = result.kept()
     drafter.save(a.out or a.drafter)
-    _profile(target, drafter, prompts, acceptance=result.per_position_acceptance, src=Path(a.drafter),
-             out=Path(a.out or a.drafter))
+    _profile(
+        target,
+        drafter,
+        prompts,
+        acceptance=result.per_position_acceptance,
+        src=Path(a.drafter),
+        out=Path(a.out or a.drafter),
+    )
     print(format_calibration(result))
-    print(f"saved calibration to {Path(a.out or a.drafter)}"
-          + ("" if drafter.calibration else " (raw confidences kept: the fit did not lower the held-out ECE)"))
+    print(
+        f"saved calibration to {Path(a.out or a.drafter)}"
+        + ("" if drafter.calibration else " (raw confidences kept: the fit did not lower the held-out ECE)")
+    )
     return 0
 
 
@@ -71,6 +86,16 @@ def _profile(target, drafter, prompts, *, acceptance: list[float], src: Path, ou
 
     before = read_file(src / PROFILE_FILE) if (src / PROFILE_FILE).is_file() else None
     templated, thinking = run_style(target, GenerationConfig(), prompts)  # calibrate generates with the defaults
-    write_own(out, measured(acceptance, target, block_size=drafter.block_size, templated=templated, thinking=thinking,
-                            context_length=before.context_length if before else None, source="calibrate",
-                            prompts=len(prompts)))
+    write_own(
+        out,
+        measured(
+            acceptance,
+            target,
+            block_size=drafter.block_size,
+            templated=templated,
+            thinking=thinking,
+            context_length=before.context_length if before else None,
+            source="calibrate",
+            prompts=len(prompts),
+        ),
+    )

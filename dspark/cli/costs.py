@@ -27,7 +27,8 @@ def run(a) -> int:
     check_range("--block-size", a.block_size, 1, 64)  # as generate's: measuring allocates per width
     target = load_target(a.target, say=say_printable)
     drafter = load_drafter(a.drafter, target, say=say_printable)
-    costs = load_or_measure(target, drafter, a.block_size or drafter.block_size, remeasure=a.remeasure,
-                            say=say_printable)
+    costs = load_or_measure(
+        target, drafter, a.block_size or drafter.block_size, remeasure=a.remeasure, say=say_printable
+    )
     print(json.dumps(costs.to_dict()) if a.json else describe(costs))
     return 0

@@ -20,30 +20,62 @@ HELP = "why a drafter is rejected: run a few prompts and name each cause found (
 #: (a few hundred at the default --max-tokens), few enough to take seconds on small models.
 DEFAULT_PROMPTS = 4
 DEFAULT_MAX_TOKENS = 96
-GENERATION = ("temperature", "top_p", "top_k", "seed", "block_size", "chat_template", "system_prompt",
-              "chat_template_config", "stop_at_eos")
+GENERATION = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "block_size",
+    "chat_template",
+    "system_prompt",
+    "chat_template_config",
+    "stop_at_eos",
+)
 
 
 def add_parser(subparsers):
-    ap = subparsers.add_parser("diagnose", help=HELP, description="Why a drafter is rejected: run a few prompts, "
-                               "compare with what the drafter should reach (its profile) and name each cause found, "
-                               "most severe first.")
+    ap = subparsers.add_parser(
+        "diagnose",
+        help=HELP,
+        description="Why a drafter is rejected: run a few prompts, "
+        "compare with what the drafter should reach (its profile) and name each cause found, "
+        "most severe first.",
+    )
     ap.add_argument("--target", required=True, help="target model directory (or Hugging Face name)")
     ap.add_argument("--drafter", required=True, help="drafter directory (or Hugging Face name)")
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--prompt-set", default=DEFAULT, help=f"a bundled prompt set (default: {DEFAULT})")
-    src.add_argument("--prompts", metavar="FILE", help="a prompt set file: .json (a list of prompts) or .txt "
-                     "(prompts separated by lines holding only ---)")
-    ap.add_argument("--limit", type=int, default=DEFAULT_PROMPTS,
-                    help=f"prompts of the set to run, from its first (default: {DEFAULT_PROMPTS})")
-    ap.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
-                    help=f"tokens to generate per prompt (default: {DEFAULT_MAX_TOKENS})")
+    src.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help="a prompt set file: .json (a list of prompts) or .txt (prompts separated by lines holding only ---)",
+    )
+    ap.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_PROMPTS,
+        help=f"prompts of the set to run, from its first (default: {DEFAULT_PROMPTS})",
+    )
+    ap.add_argument(
+        "--max-tokens",
+        type=int,
+        default=DEFAULT_MAX_TOKENS,
+        help=f"tokens to generate per prompt (default: {DEFAULT_MAX_TOKENS})",
+    )
     add_options(ap, GenerationConfig, only=GENERATION)
-    ap.add_argument("--json", action="store_true", help="print one JSON object: findings, per_position_acceptance, "
-                    "expected_per_position, tau, rounds, prompts, profile")
-    ap.add_argument("--record", action="store_true", help="measure this drafter's profile on these prompts (greedy) "
-                    "and keep it with your dspark data, never in the drafter's directory; later diagnoses compare "
-                    "with it")
+    ap.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: findings, per_position_acceptance, "
+        "expected_per_position, tau, rounds, prompts, profile",
+    )
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="measure this drafter's profile on these prompts (greedy) "
+        "and keep it with your dspark data, never in the drafter's directory; later diagnoses compare "
+        "with it",
+    )
     return ap
 
 
@@ -74,9 +106,11 @@ def run(a) -> int:
         if a.json:
             print(json.dumps({"recorded": str(path), "profile": profile.to_dict()}))
         else:
-            print(f"recorded this drafter's profile in {path}: acceptance by position "
-                  + " ".join(f"{x:.2f}" for x in profile.per_position_acceptance)
-                  + f" ({profile.rounds} rounds on {profile.prompts} prompts)")
+            print(
+                f"recorded this drafter's profile in {path}: acceptance by position "
+                + " ".join(f"{x:.2f}" for x in profile.per_position_acceptance)
+                + f" ({profile.rounds} rounds on {profile.prompts} prompts)"
+            )
         return 0
     result = diagnose(target, drafter, prompts, config, profile=find(drafter_dir, drafter), progress=progress)
     _end(progress)

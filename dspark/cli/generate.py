@@ -32,19 +32,28 @@ def add_parser(subparsers):
     add_options(p, GenerationConfig)
     p.add_argument("--baseline", action="store_true", help="also run plain mlx-lm decoding and report the speedup")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--inspect", action="store_true", help="keep what the target thought of every verified draft (its "
-                   "top tokens with probabilities, the drafted token's rank): with --json, a list of rounds")
+    p.add_argument(
+        "--inspect",
+        action="store_true",
+        help="keep what the target thought of every verified draft (its "
+        "top tokens with probabilities, the drafted token's rank): with --json, a list of rounds",
+    )
     return p
 
 
 def _inspected(ev) -> dict:
     """One round as ``generate --inspect --json`` prints it (the rejection inspector)."""
-    return {"drafted": list(ev.drafted), "accepted": ev.accepted, "tokens": [t.id for t in ev.committed],
-            "target_top": [[[t, p] for t, p in row] for row in ev.target_top or ()],
-            "draft_rank": list(ev.draft_rank or ()), "draft_probs": list(ev.draft_probs[: ev.verify_width]),
-            "position": ev.position,
-            # the first rejected draft lost only a numerical tie of the target's two best
-            "tie": bool(ev.draft_tie and ev.accepted < ev.verify_width and ev.draft_tie[ev.accepted])}
+    return {
+        "drafted": list(ev.drafted),
+        "accepted": ev.accepted,
+        "tokens": [t.id for t in ev.committed],
+        "target_top": [[[t, p] for t, p in row] for row in ev.target_top or ()],
+        "draft_rank": list(ev.draft_rank or ()),
+        "draft_probs": list(ev.draft_probs[: ev.verify_width]),
+        "position": ev.position,
+        # the first rejected draft lost only a numerical tie of the target's two best
+        "tie": bool(ev.draft_tie and ev.accepted < ev.verify_width and ev.draft_tie[ev.accepted]),
+    }
 
 
 def _prompt(a) -> str:
@@ -60,8 +69,9 @@ def _prompt(a) -> str:
     try:
         prompt.encode("utf-8")
     except UnicodeEncodeError as e:  # bytes the terminal's encoding could not decode, kept as surrogates
-        raise DsparkError(f"the prompt is not valid text (an undecodable byte at character {e.start}): give it as "
-                          f"UTF-8") from None
+        raise DsparkError(
+            f"the prompt is not valid text (an undecodable byte at character {e.start}): give it as UTF-8"
+        ) from None
     return prompt
 
 
@@ -93,11 +103,17 @@ def _models_for_generate(a, config):
 def _print_generated(result: dict, summary, verdict, plain: bool) -> None:
     """The closing lines of a plain-text ``generate`` (the text itself was streamed)."""
     pos = " ".join(f"{x:.2f}" for x in summary.per_position_acceptance)
-    print(f"\n\n{len(summary.tokens)} tokens, {summary.rounds} rounds, tau {summary.tau:.2f}, "
-          f"{summary.tokens_per_sec:.1f} tok/s" + (f", acceptance by position {pos}" if pos else ""), file=sys.stderr)
+    print(
+        f"\n\n{len(summary.tokens)} tokens, {summary.rounds} rounds, tau {summary.tau:.2f}, "
+        f"{summary.tokens_per_sec:.1f} tok/s" + (f", acceptance by position {pos}" if pos else ""),
+        file=sys.stderr,
+    )
     if plain:
-        print(f"plain mlx-lm decoding {result['plain_tokens_per_sec']:.1f} tok/s, speedup {result['speedup']:.2f}x"
-              + (f"; {verdict.explain()}" if verdict else " (sampled: outputs differ by design)"), file=sys.stderr)
+        print(
+            f"plain mlx-lm decoding {result['plain_tokens_per_sec']:.1f} tok/s, speedup {result['speedup']:.2f}x"
+            + (f"; {verdict.explain()}" if verdict else " (sampled: outputs differ by design)"),
+            file=sys.stderr,
+        )
 
 
 def run(a) -> int:
@@ -107,8 +123,11 @@ def run(a) -> int:
     config = from_args(GenerationConfig, a)
     config.check()
     prompt, target_dir, target, drafter_dir, drafter = _models_for_generate(a, config)
-    costs = (for_policy(config.policy, target, drafter, config.block_size or drafter.block_size, say=say_printable)
-             if drafter else None)
+    costs = (
+        for_policy(config.policy, target, drafter, config.block_size or drafter.block_size, say=say_printable)
+        if drafter
+        else None
+    )
     if a.baseline:
         # Warm both paths up first (kernel compilation, allocations) so neither pays it in the timed run.
         warm = GenerationConfig(max_tokens=8, seed=config.seed)
@@ -116,8 +135,11 @@ def run(a) -> int:
         if drafter:
             run_to_summary(generate(target, drafter, prompt, warm))
     # token probabilities are only printed by --json (Summary.token_logprobs): skip them otherwise
-    events = (generate(target, drafter, prompt, config, costs=costs, display=a.json or a.inspect, inspect=a.inspect)
-              if drafter else generate_plain(target, prompt, config))
+    events = (
+        generate(target, drafter, prompt, config, costs=costs, display=a.json or a.inspect, inspect=a.inspect)
+        if drafter
+        else generate_plain(target, prompt, config)
+    )
     summary, inspected = None, []
     for ev in events:
         if isinstance(ev, RoundEvent) and not a.json:

@@ -36,6 +36,8 @@ def run(a) -> int:
     else:  # a new drafter appears whole or not at all: a kill leaves no weights without a config
         with staged_dir(out) as tmp:
             drafter.save(tmp)
-    print(f"wrote an untrained {cfg.format} drafter ({drafter.num_params():,} parameters, taps "
-          f"{list(drafter.tap_layers)}) to {out}")
+    print(
+        f"wrote an untrained {cfg.format} drafter ({drafter.num_params():,} parameters, taps "
+        f"{list(drafter.tap_layers)}) to {out}"
+    )
     return 0

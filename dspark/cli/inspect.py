@@ -27,10 +27,12 @@ def run(a) -> int:
     lines = [
         f"{info['path']}: {info['format']} drafter" + (f" ({info['variant']})" if info.get("variant") else ""),
         f"  parameters {info['parameters']:,} ({info['bytes'] / 2**20:.1f} MiB, {info['dtype']}"
-        + (f", quantized {info['quantization']['bits']}-bit" if info.get("quantization") else "") + ")",
-        f"  block size {info['block_size']} (drafted tokens per round; the checkpoint's block has {info['block_slots']} "
-        f"slots, the anchor's included); mask token {info['mask_token_id']}",
-        f"  layers {info['layers']}; heads: {', '.join(heads) or 'none (DFlash-style)'}; draft vocabulary {info['draft_vocab']}",
+        + (f", quantized {info['quantization']['bits']}-bit" if info.get("quantization") else "")
+        + ")",
+        f"  block size {info['block_size']} (drafted tokens per round; the checkpoint's block has "
+        f"{info['block_slots']} slots, the anchor's included); mask token {info['mask_token_id']}",
+        f"  layers {info['layers']}; heads: {', '.join(heads) or 'none (DFlash-style)'}; "
+        f"draft vocabulary {info['draft_vocab']}",
         f"  taps target layers {info['tap_layers']}",
         f"  needs a target with hidden size {t['hidden_size']}, vocabulary {t['vocab_size']}, "
         + (f"{t['num_layers']} layers" if t.get("num_layers") else f"at least {t.get('min_layers')} layers"),

@@ -22,8 +22,11 @@ def add_parser(subparsers):
     ap = subparsers.add_parser("make-demo", help=HELP, description=build.__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(demo_dir()), help="where the demo models go (default: resources/demo)")
     ap.add_argument("--only", choices=build.STAGES, help="run one stage only (default: all, in order)")
-    ap.add_argument("--prompt-set", default=str(prompts_dir() / "demo.json"),
-                    help="the prompt set file the prompts stage writes and the measure stage reads")
+    ap.add_argument(
+        "--prompt-set",
+        default=str(prompts_dir() / "demo.json"),
+        help="the prompt set file the prompts stage writes and the measure stage reads",
+    )
     ap.add_argument("--target-minutes", type=float, help="time budget of the target's training (default: none)")
     ap.add_argument("--drafter-steps", type=int, default=build.TRAINING.steps, help="optimizer steps of each drafter")
     ap.add_argument("--drafter-minutes", type=float, help="time budget of each drafter's training (default: none)")

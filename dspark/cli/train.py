@@ -16,8 +16,17 @@ from ..training.texts import read_texts
 HELP = "train a drafter against a target (dspark train --help)"
 
 RUN_OPTIONS = ("time_budget_minutes", "checkpoint_minutes", "eval_prompts", "eval_tokens", "seed", "rank_timeout")
-DATA_OPTIONS = ("seq_len", "ctx_len", "prompt_len", "self_distill", "long_prompts", "long_prompt_len", "max_sequences",
-                "anchors_per_seq", "feature_cache_mb")
+DATA_OPTIONS = (
+    "seq_len",
+    "ctx_len",
+    "prompt_len",
+    "self_distill",
+    "long_prompts",
+    "long_prompt_len",
+    "max_sequences",
+    "anchors_per_seq",
+    "feature_cache_mb",
+)
 
 
 TRAIN_EPILOG = """\
@@ -37,13 +46,24 @@ with one sentence (one that stops answering: after --rank-timeout); the last che
 def add_parser(subparsers):
     from ..training.trainer import TrainSettings  # noqa: PLC0415 (slow: mlx, the training stack)
 
-    ap = subparsers.add_parser("train", help=HELP, description="Train a DSpark drafter against a frozen Gemma-4 "
-                               "target.", epilog=TRAIN_EPILOG, formatter_class=KeepEpilogLines)
+    ap = subparsers.add_parser(
+        "train",
+        help=HELP,
+        description="Train a DSpark drafter against a frozen Gemma-4 target.",
+        epilog=TRAIN_EPILOG,
+        formatter_class=KeepEpilogLines,
+    )
     ap.add_argument("--target", required=True, help="target model directory")
-    ap.add_argument("--data", nargs="+", help="text files (.txt/.py/.md), folders, or .jsonl with a text/prompt field; "
-                    "default: the built-in corpus")
-    ap.add_argument("--heldout", nargs="+", help="held-out prompt files for the final evaluation "
-                    "(default: held-out corpus prompts, or a slice of --data)")
+    ap.add_argument(
+        "--data",
+        nargs="+",
+        help="text files (.txt/.py/.md), folders, or .jsonl with a text/prompt field; default: the built-in corpus",
+    )
+    ap.add_argument(
+        "--heldout",
+        nargs="+",
+        help="held-out prompt files for the final evaluation (default: held-out corpus prompts, or a slice of --data)",
+    )
     ap.add_argument("--out", required=True, help="drafter directory to write")
     add_options(ap.add_argument_group("drafter"), DflashConfig)
     add_options(ap.add_argument_group("optimisation"), TrainSettings, skip=RUN_OPTIONS + DATA_OPTIONS)
@@ -96,8 +116,19 @@ def _train(parser, a, argv, world) -> int:
         heldout = read_texts(a.heldout) if a.heldout else (None if a.data else heldout_prompts(settings.eval_prompts))
     world.timeout = settings.rank_timeout
     world.open_log(out / TRAIN_DIR / f"rank-{world.rank}.log")
-    train_drafter(target, texts, out, cfg, settings=settings, heldout_texts=heldout, resume=a.resume,
-                  progress=not a.no_progress, log=world.say if world.size > 1 else None, world=world, read_from=src)
+    train_drafter(
+        target,
+        texts,
+        out,
+        cfg,
+        settings=settings,
+        heldout_texts=heldout,
+        resume=a.resume,
+        progress=not a.no_progress,
+        log=world.say if world.size > 1 else None,
+        world=world,
+        read_from=src,
+    )
     if world.main:
         print(f"wrote {out} (report: {out / REPORT_FILE})")
     return 0
@@ -113,8 +144,12 @@ def _train_settings(parser, a, argv, src: Path):
     if saved:  # continue as the run was started: options not given again keep their saved values
         given = _given_options(parser, argv)
         cfg = DflashConfig.from_dict({**saved[0], **{k: getattr(a, k) for k in given if hasattr(DflashConfig(), k)}})
-        settings = TrainSettings(**{**{k: v for k, v in saved[1].items() if k in TrainSettings.__dataclass_fields__},
-                                    **{k: getattr(a, k) for k in given if k in TrainSettings.__dataclass_fields__}})
+        settings = TrainSettings(
+            **{
+                **{k: v for k, v in saved[1].items() if k in TrainSettings.__dataclass_fields__},
+                **{k: getattr(a, k) for k in given if k in TrainSettings.__dataclass_fields__},
+            }
+        )
     else:
         cfg, settings = from_args(DflashConfig, a), from_args(TrainSettings, a)
     check_options(cfg)

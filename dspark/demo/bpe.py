@@ -45,8 +45,13 @@ def save_tokenizer(tok, out_dir: Path) -> None:
     """``tokenizer.json`` plus the config files ``transformers``/``mlx_lm.load`` read."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text(out_dir / "tokenizer.json", tok.to_str(pretty=True))
-    special = {"pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>",
-               "unk_token": "<unk>", "mask_token": "<mask>"}
+    special = {
+        "pad_token": "<pad>",
+        "eos_token": "<eos>",
+        "bos_token": "<bos>",
+        "unk_token": "<unk>",
+        "mask_token": "<mask>",
+    }
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         **special,

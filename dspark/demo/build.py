@@ -38,20 +38,38 @@ from .target_model import CKPT_DIR, CKPT_FILE
 #: predicts, reached 3.95), and its block then costs about what DSpark's sequential heads add.
 WINDOW = 512
 DRAFTERS = {
-    "dspark": DflashConfig(block_size=7, num_layers=1, mask_token_id=4, markov_rank=256, format="speculators",
-                           context_window=WINDOW),
-    "dflash": DflashConfig(block_size=7, num_layers=2, mask_token_id=4, markov=False, confidence=False, format="zlab",
-                           context_window=WINDOW),
+    "dspark": DflashConfig(
+        block_size=7, num_layers=1, mask_token_id=4, markov_rank=256, format="speculators", context_window=WINDOW
+    ),
+    "dflash": DflashConfig(
+        block_size=7,
+        num_layers=2,
+        mask_token_id=4,
+        markov=False,
+        confidence=False,
+        format="zlab",
+        context_window=WINDOW,
+    ),
 }
-TRAINING = TrainSettings(steps=4000, self_distill=True, max_sequences=4000, long_prompts=0.25, long_prompt_len=1024,
-                         eval_prompts=8, eval_tokens=128, feature_cache_mb=10_000)
+TRAINING = TrainSettings(
+    steps=4000,
+    self_distill=True,
+    max_sequences=4000,
+    long_prompts=0.25,
+    long_prompt_len=1024,
+    eval_prompts=8,
+    eval_tokens=128,
+    feature_cache_mb=10_000,
+)
 STAGES = ("target", "drafters", "calibrate", "prompts", "measure")
 
 
 def build_target(out: Path, minutes: float | None, resume: bool) -> None:
     if resume and (out / "target" / "config.json").is_file() and not (out / "target" / CKPT_DIR / CKPT_FILE).is_file():
-        print(f"the demo target in {out / 'target'} is built (no checkpoint to continue): kept; --fresh rebuilds it",
-              file=sys.stderr)
+        print(
+            f"the demo target in {out / 'target'} is built (no checkpoint to continue): kept; --fresh rebuilds it",
+            file=sys.stderr,
+        )
         return
     resumable = resume and (out / "target" / CKPT_DIR / CKPT_FILE).is_file()
     train_target(out / "target", time_budget_minutes=minutes, resume=resumable)
@@ -70,14 +88,26 @@ def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple
         step = saved_step(out / kind) if resume else None
         if resume and (out / kind / "config.json").is_file() and (step is None or step >= settings.steps):
             # Finished: training it again would rewrite its report and calibration with nothing learnt.
-            print(f"the {kind} drafter in {out / kind} is built" + (f" ({step} steps)" if step else "")
-                  + ": kept; --fresh rebuilds it" + (", a larger --drafter-steps trains it further" if step else ""),
-                  file=sys.stderr)
+            print(
+                f"the {kind} drafter in {out / kind} is built"
+                + (f" ({step} steps)" if step else "")
+                + ": kept; --fresh rebuilds it"
+                + (", a larger --drafter-steps trains it further" if step else ""),
+                file=sys.stderr,
+            )
             continue
         # The second drafter trains on the first one's self-distilled sequences: same data.
         shared = out / kinds[0] / DATA_FILE if kind != kinds[0] else None
-        train_drafter(target, texts, out / kind, DRAFTERS[kind], settings=settings, heldout_texts=held, resume=resume,
-                      data_file=shared)
+        train_drafter(
+            target,
+            texts,
+            out / kind,
+            DRAFTERS[kind],
+            settings=settings,
+            heldout_texts=held,
+            resume=resume,
+            data_file=shared,
+        )
 
 
 def calibrate(out: Path, rounds: int = 600) -> None:

@@ -41,11 +41,12 @@ def passing_openings(target, say) -> tuple[list[str], int]:
     texts = heldout_prompts(CANDIDATES)
     ids = [target.encode(t) for t in texts]
     say(f"prompt set: the target writes 256 tokens after each of {len(texts)} held-out openings")
-    seqs = greedy_continuations(target, ids, max(map(len, ids)) + 256, new_tokens=256, progress=True,
-                                label="prompt filter")
+    seqs = greedy_continuations(
+        target, ids, max(map(len, ids)) + 256, new_tokens=256, progress=True, label="prompt filter"
+    )
     keep = []
     for text, p, row, n in zip(texts, ids, seqs.tokens, seqs.lengths):
-        out = [int(t) for t in row[len(p): n]][:256]
+        out = [int(t) for t in row[len(p) : n]][:256]
         if len(out) == 256 and repetition_share(out) < MAX_REPETITION:
             keep.append(text)
     return keep, len(texts)
@@ -58,13 +59,19 @@ def write_prompt_set(out_file: Path, target, say) -> dict:
         raise RuntimeError(f"only {len(passing)} of {tried} held-out openings pass the filter")
     step = len(passing) / SET_SIZE
     chosen = [passing[int(i * step)] for i in range(SET_SIZE)]
-    doc = {"name": "Demo: codecs and stdlib (the demo target)",
-           "description": (f"Openings from Python standard-library files the demo target never trained on: on each "
-                           f"the target writes 256 tokens of plausible code (no stretch that repeats a pattern of 12 "
-                           f"tokens or fewer covers {MAX_REPETITION:.0%} of the output; {len(passing)} of {tried} "
-                           f"held-out openings pass, the others degenerate into repetition that any drafter "
-                           f"predicts); these are {SET_SIZE} of them, spread evenly over the passing ones."),
-           "prompts": chosen, "passing": len(passing), "tried": tried}
+    doc = {
+        "name": "Demo: codecs and stdlib (the demo target)",
+        "description": (
+            f"Openings from Python standard-library files the demo target never trained on: on each "
+            f"the target writes 256 tokens of plausible code (no stretch that repeats a pattern of 12 "
+            f"tokens or fewer covers {MAX_REPETITION:.0%} of the output; {len(passing)} of {tried} "
+            f"held-out openings pass, the others degenerate into repetition that any drafter "
+            f"predicts); these are {SET_SIZE} of them, spread evenly over the passing ones."
+        ),
+        "prompts": chosen,
+        "passing": len(passing),
+        "tried": tried,
+    }
     write_text(out_file, json.dumps(doc, indent=1) + "\n")
     say(f"prompt set: {len(passing)} of {tried} openings pass; {SET_SIZE} written to {out_file}")
     return doc
@@ -79,9 +86,15 @@ def acceptance(target, drafter, prompts: list, tokens: int = 128) -> dict:
     runs = [list(generate(target, drafter, p, config, display=False)) for p in prompts]
     rounds = [ev for run in runs for ev in run[:-1]]
     f = metrics.summarize(rounds)
-    return {"prompts": len(prompts), "tokens_per_prompt": tokens, "tau": f.tau,
-            "tau_per_prompt": [run[-1].tau for run in runs], "acceptance_rate": f.acceptance_rate,
-            "per_position_acceptance": list(f.per_position_acceptance), "by_context": metrics.by_context(rounds)}
+    return {
+        "prompts": len(prompts),
+        "tokens_per_prompt": tokens,
+        "tau": f.tau,
+        "tau_per_prompt": [run[-1].tau for run in runs],
+        "acceptance_rate": f.acceptance_rate,
+        "per_position_acceptance": list(f.per_position_acceptance),
+        "by_context": metrics.by_context(rounds),
+    }
 
 
 def measure(out: Path, drafters: dict, prompt_set: list[str], say, lossless_tokens: int = 600) -> dict:
@@ -92,27 +105,37 @@ def measure(out: Path, drafters: dict, prompt_set: list[str], say, lossless_toke
     from ..loading import load_drafter, load_target  # noqa: PLC0415 (slow: mlx)
 
     target = load_target(out / "target")
-    result = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-              f"{platform.system()}", "mlx": mx.__version__, "device": str(mx.default_device()), "blas": blas(),
-              "drafters": {}}
+    result = {
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "mlx": mx.__version__,
+        "device": str(mx.default_device()),
+        "blas": blas(),
+        "drafters": {},
+    }
     ids = [prompt_ids(target, p) for p in prompt_set]
     for kind in drafters:
         if not (out / kind / "config.json").is_file():
             continue
         drafter = load_drafter(out / kind, target)
-        entry = {**acceptance(target, drafter, prompt_set, 256), "parameters": drafter.num_params(),
-                 "format": drafter.format}
-        entry["by_prompt_length"] = {str(L): acceptance(target, drafter, padded(target, ids, L), 128)
-                                     for L in CONTEXTS}
+        entry = {
+            **acceptance(target, drafter, prompt_set, 256),
+            "parameters": drafter.num_params(),
+            "format": drafter.format,
+        }
+        entry["by_prompt_length"] = {str(L): acceptance(target, drafter, padded(target, ids, L), 128) for L in CONTEXTS}
         config = GenerationConfig(max_tokens=lossless_tokens, stop_at_eos=False)
         speculative = run_to_summary(generate(target, drafter, prompt_set[0], config, display=False))
         base = run_to_summary(generate_plain(target, prompt_set[0], config))
-        entry.update(lossless_tokens=lossless_tokens,
-                     lossless=metrics.first_difference(speculative.tokens, base.tokens) is None)
+        entry.update(
+            lossless_tokens=lossless_tokens, lossless=metrics.first_difference(speculative.tokens, base.tokens) is None
+        )
         result["drafters"][kind] = entry
-        say(f"{kind}: tau {entry['tau']:.2f}; by prompt length "
+        say(
+            f"{kind}: tau {entry['tau']:.2f}; by prompt length "
             + ", ".join(f"{L}: {v['tau']:.2f}" for L, v in entry["by_prompt_length"].items())
-            + f"; identical to plain for {lossless_tokens} tokens: {entry['lossless']}")
+            + f"; identical to plain for {lossless_tokens} tokens: {entry['lossless']}"
+        )
     write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
     return result
 

@@ -105,10 +105,17 @@ class TargetRecipe:
         return cls(**{**d, "phases": tuple(Phase(**p) for p in d["phases"])})
 
 
-def train_target(out_dir: str | Path, recipe: TargetRecipe = TargetRecipe(), *, resume: bool = False,
-                 time_budget_minutes: float | None = None, compile_step: bool | None = None,
-                 tokenizer_dir: str | Path | None = None, progress: bool = True,
-                 log: Callable[[str], None] | None = None) -> dict:
+def train_target(
+    out_dir: str | Path,
+    recipe: TargetRecipe = TargetRecipe(),
+    *,
+    resume: bool = False,
+    time_budget_minutes: float | None = None,
+    compile_step: bool | None = None,
+    tokenizer_dir: str | Path | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> dict:
     """Train (or, with ``resume``, continue) the demo target into ``out_dir``; returns the stats
     written to ``training.json``. Progress: a bar on a terminal (unless not ``progress``), else a
     line every 10 steps. ``time_budget_minutes`` stops this call's loop after that long
@@ -140,32 +147,52 @@ def train_target(out_dir: str | Path, recipe: TargetRecipe = TargetRecipe(), *, 
         smooth = history.get("smoothed_loss")
         history["smoothed_loss"] = smooth = loss if smooth is None else 0.95 * smooth + 0.05 * loss
         if state["step"] % 10 == 0:
-            history["log"].append({"step": state["step"], "loss": round(smooth, 4),
-                                   "lr": round(optimizer.learning_rate.item(), 6)})
+            history["log"].append(
+                {"step": state["step"], "loss": round(smooth, 4), "lr": round(optimizer.learning_rate.item(), 6)}
+            )
         if state["step"] % recipe.checkpoint_every == 0:
             held = evaluate(model, held_windows[:32])
             history["log"].append({"step": state["step"], "heldout_loss_32": round(held, 4)})
         rate = history["tokens"] / max(history["train_time_s"], 1e-9)
-        return {"loss": f"{smooth:.3f}", "phase": f"{i + 1}/{len(recipe.phases)} ({phase.seq_len})",
-                "tok/s": f"{rate:,.0f}"}
+        return {
+            "loss": f"{smooth:.3f}",
+            "phase": f"{i + 1}/{len(recipe.phases)} ({phase.seq_len})",
+            "tok/s": f"{rate:,.0f}",
+        }
 
     def checkpoint() -> None:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-        save_checkpoint(ckpt_path, model, optimizer, step=state["step"],
-                        meta={"recipe": recipe.to_dict(), "history": history})
+        save_checkpoint(
+            ckpt_path, model, optimizer, step=state["step"], meta={"recipe": recipe.to_dict(), "history": history}
+        )
 
     budget = time_budget_minutes * 60 if time_budget_minutes else None
     try:
-        stopped = train_loop(lambda: state["step"], recipe.steps, one_step, checkpoint=checkpoint,
-                             checkpoint_due=lambda: state["step"] % recipe.checkpoint_every == 0,
-                             progress=Progress(total=recipe.steps, desc="pretrain", bar=progress, say=say),
-                             budget_s=budget)
+        stopped = train_loop(
+            lambda: state["step"],
+            recipe.steps,
+            one_step,
+            checkpoint=checkpoint,
+            checkpoint_due=lambda: state["step"] % recipe.checkpoint_every == 0,
+            progress=Progress(total=recipe.steps, desc="pretrain", bar=progress, say=say),
+            budget_s=budget,
+        )
     except KeyboardInterrupt:
         say(f"interrupted at step {state['step']}; checkpoint saved. Continue with --resume.")
         raise
     checkpoint()
-    return _finish(out_dir, model, config=model_config(recipe.model), recipe=recipe, history=history,
-                   step=state["step"], stopped=stopped, train_ids=train_ids, held_ids=held_ids, say=say)
+    return _finish(
+        out_dir,
+        model,
+        config=model_config(recipe.model),
+        recipe=recipe,
+        history=history,
+        step=state["step"],
+        stopped=stopped,
+        train_ids=train_ids,
+        held_ids=held_ids,
+        say=say,
+    )
 
 
 def _token_ids(ckpt_dir: Path, resume: bool, tokenizer_dir) -> tuple[list, list]:
@@ -176,29 +203,35 @@ def _token_ids(ckpt_dir: Path, resume: bool, tokenizer_dir) -> tuple[list, list]
     else:
         tok = load_tokenizer(Path(tokenizer_dir)) if tokenizer_dir else train_tokenizer(corpus.iter_texts("train"))
         save_tokenizer(tok, ckpt_dir)
-    return (encode_documents(tok, list(corpus.iter_texts("train"))),
-            encode_documents(tok, list(corpus.iter_texts("heldout"))))
+    return (
+        encode_documents(tok, list(corpus.iter_texts("train"))),
+        encode_documents(tok, list(corpus.iter_texts("heldout"))),
+    )
 
 
 def _model_and_state(recipe: TargetRecipe, resume_from: Path | None, say):
     """(model, optimizer, {"step", "history"}), fresh or as the checkpoint ``resume_from`` left them."""
     mx.random.seed(recipe.seed)
     model = build_model(model_config(recipe.model))
-    optimizer = optim.AdamW(learning_rate=lr_schedule(recipe.lr, recipe.steps, recipe.warmup),
-                            weight_decay=recipe.weight_decay)
+    optimizer = optim.AdamW(
+        learning_rate=lr_schedule(recipe.lr, recipe.steps, recipe.warmup), weight_decay=recipe.weight_decay
+    )
     optimizer.init(model.trainable_parameters())
     state = {"step": 0, "history": {"train_time_s": 0.0, "tokens": 0, "log": []}}
     if resume_from is not None:
         state["step"], meta = load_checkpoint(resume_from, model, optimizer)
         state["history"] = meta["history"]
         say(f"resume: at step {state['step']} of {recipe.steps}")
-    say(f"model: gemma4_text, {count_parameters(model):,} parameters; {recipe.steps} steps in phases "
-        + ", ".join(f"{p.steps} x {p.batch_size}x{p.seq_len}" for p in recipe.phases))
+    say(
+        f"model: gemma4_text, {count_parameters(model):,} parameters; {recipe.steps} steps in phases "
+        + ", ".join(f"{p.steps} x {p.batch_size}x{p.seq_len}" for p in recipe.phases)
+    )
     return model, optimizer, state
 
 
 def _update_step(model, optimizer, grad_clip: float, compile_step: bool | None):
     """(x, y) -> (loss, gradient norm), the optimizer's update applied."""
+
     def loss_and_update(x, y):
         loss, grads = nn.value_and_grad(model, loss_fn)(model, x, y)
         grads, gnorm = optim.clip_grad_norm(grads, grad_clip)
@@ -211,8 +244,9 @@ def _update_step(model, optimizer, grad_clip: float, compile_step: bool | None):
         compile_step = mx.default_device().type == mx.gpu
     if not compile_step:
         return loss_and_update
-    return partial(mx.compile, inputs=[model.state, optimizer.state],
-                   outputs=[model.state, optimizer.state])(loss_and_update)
+    return partial(mx.compile, inputs=[model.state, optimizer.state], outputs=[model.state, optimizer.state])(
+        loss_and_update
+    )
 
 
 def _resumed_recipe(ckpt_path: Path, asked: TargetRecipe) -> TargetRecipe:
@@ -227,13 +261,26 @@ def _resumed_recipe(ckpt_path: Path, asked: TargetRecipe) -> TargetRecipe:
         raise DsparkError(f"{ckpt_path} is not a readable pretraining checkpoint: remove it to start over") from None
     if saved.to_dict() != asked.to_dict():
         diff = next(k for k, v in saved.to_dict().items() if asked.to_dict()[k] != v)
-        raise DsparkError(f"--resume: the target in {ckpt_path.parent.parent} was trained with another {diff} "
-                          f"({getattr(saved, diff)!r}); train into a new --out to change it")
+        raise DsparkError(
+            f"--resume: the target in {ckpt_path.parent.parent} was trained with another {diff} "
+            f"({getattr(saved, diff)!r}); train into a new --out to change it"
+        )
     return saved
 
 
-def _finish(out_dir: Path, model, *, config: dict, recipe: TargetRecipe, history: dict, step: int, stopped: str,
-            train_ids: np.ndarray, held_ids: np.ndarray, say) -> dict:
+def _finish(
+    out_dir: Path,
+    model,
+    *,
+    config: dict,
+    recipe: TargetRecipe,
+    history: dict,
+    step: int,
+    stopped: str,
+    train_ids: np.ndarray,
+    held_ids: np.ndarray,
+    say,
+) -> dict:
     """Evaluate ``model`` on the ``train_ids`` and ``held_ids`` token streams, write the model
     directory (``config``) and ``training.json`` (the ``recipe``, the ``history`` of ``step``
     steps and what ``stopped`` them) into ``out_dir``, check it reloads; ``say`` hears the result.
@@ -244,7 +291,9 @@ def _finish(out_dir: Path, model, *, config: dict, recipe: TargetRecipe, history
     longest = max(p.seq_len for p in recipe.phases)
     held_long = evaluate(model, eval_windows(held_ids, longest, 8), batch=1)
     stats = {
-        "steps_done": step, "steps_scheduled": recipe.steps, "stopped_by": stopped,
+        "steps_done": step,
+        "steps_scheduled": recipe.steps,
+        "stopped_by": stopped,
         "tokens_seen": history["tokens"],
         "train_time_minutes": round(history["train_time_s"] / 60, 2),
         "tokens_per_second": round(history["tokens"] / max(history["train_time_s"], 1e-9), 1),
@@ -262,9 +311,16 @@ def _finish(out_dir: Path, model, *, config: dict, recipe: TargetRecipe, history
         "device": str(mx.default_device()),
         "loss_log": history["log"],
     }
-    save_model(model, config, tok_dir=out_dir / CKPT_DIR, out_dir=out_dir,
-               extra_files={"training.json": json.dumps(stats, indent=2) + "\n"})
+    save_model(
+        model,
+        config,
+        tok_dir=out_dir / CKPT_DIR,
+        out_dir=out_dir,
+        extra_files={"training.json": json.dumps(stats, indent=2) + "\n"},
+    )
     stats.update(verify_saved(out_dir, model, next(corpus.iter_texts("heldout"))[:2000]))
-    say(f"done: {step} steps, {history['tokens']:,} tokens in {history['train_time_s'] / 60:.1f} min; train loss "
-        f"{train_loss:.4f}, held-out loss {held_loss:.4f} (perplexity {math.exp(held_loss):.2f}); saved to {out_dir}")
+    say(
+        f"done: {step} steps, {history['tokens']:,} tokens in {history['train_time_s'] / 60:.1f} min; train loss "
+        f"{train_loss:.4f}, held-out loss {held_loss:.4f} (perplexity {math.exp(held_loss):.2f}); saved to {out_dir}"
+    )
     return stats

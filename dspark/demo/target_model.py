@@ -61,6 +61,7 @@ CKPT_FILE = "checkpoint.safetensors"
 
 # ----------------------------------------------------------------------------- model
 
+
 def model_config(model_args: dict | None = None) -> dict:
     """The full ``config.json`` of a model with these ModelArgs fields (default ``MODEL_ARGS``):
     every field spelled out (so ``mlx_lm.load`` never falls back to a default that differs from
@@ -95,6 +96,7 @@ def loss_fn(model, x, y):
 
 # ----------------------------------------------------------------------------- data
 
+
 class Batches:
     """Training windows, in an order that is a pure function of (seed, step).
 
@@ -122,7 +124,7 @@ class Batches:
         rows = []
         for g in range(step * self.batch, (step + 1) * self.batch):
             w = int(self._order(g // self.n)[g % self.n])
-            rows.append(self.ids[w * self.seq_len: w * self.seq_len + self.seq_len + 1])
+            rows.append(self.ids[w * self.seq_len : w * self.seq_len + self.seq_len + 1])
         arr = np.stack(rows).astype(np.int32)
         return mx.array(arr[:, :-1]), mx.array(arr[:, 1:])
 
@@ -131,14 +133,14 @@ def eval_windows(ids: np.ndarray, seq_len: int, max_seqs: int) -> np.ndarray:
     """Up to ``max_seqs`` non-overlapping windows spread evenly over a token stream."""
     n = (len(ids) - 1) // seq_len
     picks = np.unique(np.linspace(0, n - 1, num=min(n, max_seqs)).round().astype(int))
-    return np.stack([ids[w * seq_len: w * seq_len + seq_len + 1] for w in picks]).astype(np.int32)
+    return np.stack([ids[w * seq_len : w * seq_len + seq_len + 1] for w in picks]).astype(np.int32)
 
 
 def evaluate(model, windows: np.ndarray, batch: int = 16) -> float:
     """Mean next-token loss (nats/token) over the windows."""
     total, count = 0.0, 0
     for i in range(0, len(windows), batch):
-        chunk = windows[i:i + batch]
+        chunk = windows[i : i + batch]
         x, y = mx.array(chunk[:, :-1]), mx.array(chunk[:, 1:])
         loss = nn.losses.cross_entropy(model(x), y, reduction="sum")
         total += loss.item()
@@ -148,13 +150,14 @@ def evaluate(model, windows: np.ndarray, batch: int = 16) -> float:
 
 # ----------------------------------------------------------------------------- checkpoints
 
+
 def lr_schedule(lr: float, steps: int, warmup: int):
     """Linear warm-up to ``lr``, then cosine decay to ``lr / 10`` at ``steps``."""
     warmup = max(1, min(warmup, steps - 1)) if steps > 1 else 1
     return optim.join_schedules(
-        [optim.linear_schedule(lr * 0.01, lr, warmup),
-         optim.cosine_decay(lr, max(1, steps - warmup), lr * 0.1)],
-        [warmup])
+        [optim.linear_schedule(lr * 0.01, lr, warmup), optim.cosine_decay(lr, max(1, steps - warmup), lr * 0.1)],
+        [warmup],
+    )
 
 
 def save_checkpoint(path: Path, model, optimizer, *, step: int, meta: dict) -> None:
@@ -176,10 +179,11 @@ def load_checkpoint(path: Path, model, optimizer) -> tuple[int, dict]:
     step = metadata.get("step", "")
     meta = parse_json(metadata.get("meta", ""), f"{path} (its metadata)")
     if not step.isdigit() or int(step) > 10_000_000 or not isinstance(meta, dict):
-        raise DsparkError(f"{path} is not a readable pretraining checkpoint (step {step[:20]!r}): remove it to start over")
+        raise DsparkError(
+            f"{path} is not a readable pretraining checkpoint (step {step[:20]!r}): remove it to start over"
+        )
     model.load_weights([(k[6:], v) for k, v in arrays.items() if k.startswith("model.")])
-    optimizer.state = tree_unflatten([(k[4:], v) for k, v in arrays.items()
-                                      if k.startswith("opt.")])
+    optimizer.state = tree_unflatten([(k[4:], v) for k, v in arrays.items() if k.startswith("opt.")])
     mx.eval(model.parameters(), optimizer.state)
     return int(step), meta
 

@@ -37,14 +37,25 @@ class Measurement:
 def of_rounds(events: Sequence[RoundEvent]) -> Measurement:
     drafted = [e for e in events if not e.plain_step]
     f = metrics.summarize(drafted)
-    return Measurement(rounds=f.rounds, tau=f.tau, per_position=tuple(f.per_position_acceptance),
-                       by_context=tuple(metrics.by_context(drafted)),
-                       max_position=max((e.position for e in drafted), default=0))
+    return Measurement(
+        rounds=f.rounds,
+        tau=f.tau,
+        per_position=tuple(f.per_position_acceptance),
+        by_context=tuple(metrics.by_context(drafted)),
+        max_position=max((e.position for e in drafted), default=0),
+    )
 
 
-def measure(target, drafter, prompts: Sequence, config: GenerationConfig, *,
-            step: Callable[[str], None] | None = None, cancel: Callable[[], bool] | None = None,
-            what: str = "") -> Measurement:
+def measure(
+    target,
+    drafter,
+    prompts: Sequence,
+    config: GenerationConfig,
+    *,
+    step: Callable[[str], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+    what: str = "",
+) -> Measurement:
     """Generate every prompt with ``config`` (policy ``fixed``: every drafted token verified, so
     each position's acceptance is defined) and measure the rounds. ``step(what)`` is called after
     each prompt; ``cancel()`` stops between rounds and raises :class:`Stopped`."""
@@ -99,11 +110,25 @@ def share_lost(now: float, reference: float) -> float:
 def context_rounds(by_context: Sequence[dict], lo: int, hi: int | None = None) -> tuple[int, float | None]:
     """(rounds, position-1 acceptance) of the ``metrics.by_context`` buckets starting after
     ``lo`` tokens (and ending at most at ``hi``), pooled by rounds."""
-    chosen = [b for b in by_context if b["from"] > lo and (hi is None or (b["to"] is not None and b["to"] <= hi))
-              and b["first_acceptance"] is not None]
+    chosen = [
+        b
+        for b in by_context
+        if b["from"] > lo
+        and (hi is None or (b["to"] is not None and b["to"] <= hi))
+        and b["first_acceptance"] is not None
+    ]
     n = sum(b["rounds"] for b in chosen)
     return n, (sum(b["rounds"] * b["first_acceptance"] for b in chosen) / n if n else None)
 
 
-__all__ = ["Measurement", "Stopped", "accepted_within", "conditional", "context_rounds", "measure", "of_rounds",
-           "pooled_conditional", "share_lost"]
+__all__ = [
+    "Measurement",
+    "Stopped",
+    "accepted_within",
+    "conditional",
+    "context_rounds",
+    "measure",
+    "of_rounds",
+    "pooled_conditional",
+    "share_lost",
+]

@@ -73,20 +73,35 @@ def target_mismatch(f: Facts) -> Finding | None:
         return None
     ev = {"recorded_fingerprint": rec, "target_fingerprint": f.target_fingerprint}
     if f.profile is None:
-        return Finding("target_mismatch", "info", f"this drafter was trained against other weights of this "
-                       f"target (fingerprint {rec}, this target's {f.target_fingerprint}); with no profile, how much "
-                       f"that costs is unknown: use the target it was trained for if acceptance is low", ev)
+        return Finding(
+            "target_mismatch",
+            "info",
+            f"this drafter was trained against other weights of this "
+            f"target (fingerprint {rec}, this target's {f.target_fingerprint}); with no profile, how much "
+            f"that costs is unknown: use the target it was trained for if acceptance is low",
+            ev,
+        )
     m = min(len(f.profile.per_position_acceptance), len(f.greedy.per_position))
     exp, got = accepted_within(f.profile.per_position_acceptance, m), accepted_within(f.greedy.per_position, m)
     ev.update(expected_accepted=exp, accepted=got, positions=m)
     if got < FAR_BELOW * exp:
-        return Finding("target_mismatch", "error", f"this drafter was trained against other weights of this target "
-                       f"(fingerprint {rec}, this target's {f.target_fingerprint}) and accepts {got:.2f} drafts a round "
-                       f"in its first {m} positions where its profile reaches {exp:.2f}: run it with the target it was "
-                       f"trained for, or train a drafter for this one", ev)
-    return Finding("target_mismatch", "info", f"this drafter was trained against other weights of this target "
-                   f"(fingerprint {rec}, this target's {f.target_fingerprint}), yet accepts {got:.2f} drafts a round "
-                   f"against its profile's {exp:.2f}: close enough to keep", ev)
+        return Finding(
+            "target_mismatch",
+            "error",
+            f"this drafter was trained against other weights of this target "
+            f"(fingerprint {rec}, this target's {f.target_fingerprint}) and accepts {got:.2f} drafts a round "
+            f"in its first {m} positions where its profile reaches {exp:.2f}: run it with the target it was "
+            f"trained for, or train a drafter for this one",
+            ev,
+        )
+    return Finding(
+        "target_mismatch",
+        "info",
+        f"this drafter was trained against other weights of this target "
+        f"(fingerprint {rec}, this target's {f.target_fingerprint}), yet accepts {got:.2f} drafts a round "
+        f"against its profile's {exp:.2f}: close enough to keep",
+        ev,
+    )
 
 
 def convention(f: Facts) -> Finding | None:
@@ -100,11 +115,22 @@ def convention(f: Facts) -> Finding | None:
     if alt < JUMP * now or alt - now < MIN_GAIN:
         return None
     was = (f.current_conventions or {}).get(name)
-    ev = {"convention": name, "value": value, "was": was, "accepted": now, "accepted_with_it": alt,
-          "flag": flag(name, value)}
-    return Finding("convention", "error", f"read with {describe(name, was)}, this drafter accepts {now:.2f} drafts a "
-                   f"round; with {describe(name, value)} it accepts {alt:.2f} on the same prompts: its weights follow "
-                   f"the other convention. Add {flag(name, value)} to its config.json", ev)
+    ev = {
+        "convention": name,
+        "value": value,
+        "was": was,
+        "accepted": now,
+        "accepted_with_it": alt,
+        "flag": flag(name, value),
+    }
+    return Finding(
+        "convention",
+        "error",
+        f"read with {describe(name, was)}, this drafter accepts {now:.2f} drafts a "
+        f"round; with {describe(name, value)} it accepts {alt:.2f} on the same prompts: its weights follow "
+        f"the other convention. Add {flag(name, value)} to its config.json",
+        ev,
+    )
 
 
 def chat_template_off(f: Facts) -> Finding | None:
@@ -119,9 +145,14 @@ def chat_template_off(f: Facts) -> Finding | None:
     if trained is not True and lost < LOSS_WARN:
         return None
     why = "this drafter's profile says it was trained on templated text, and " if trained else ""
-    return Finding("chat_template_off", "warn", f"the prompts were not put in the target's chat template "
-                   f"(--ignore-chat-template); {why}it accepts {without:.2f} drafts a round without the template and "
-                   f"{with_:.2f} with it ({lost:.0%} lost): drop --ignore-chat-template", ev)
+    return Finding(
+        "chat_template_off",
+        "warn",
+        f"the prompts were not put in the target's chat template "
+        f"(--ignore-chat-template); {why}it accepts {without:.2f} drafts a round without the template and "
+        f"{with_:.2f} with it ({lost:.0%} lost): drop --ignore-chat-template",
+        ev,
+    )
 
 
 def thinking_mode(f: Facts) -> Finding | None:
@@ -134,16 +165,29 @@ def thinking_mode(f: Facts) -> Finding | None:
     if trained is None:
         if not f.thinking:
             return None
-        return Finding("thinking_mode", "info", "thinking is on in the chat template (enable_thinking); whether this "
-                       "drafter was trained with it is unknown (no profile says): published drafters mostly were not, "
-                       "so compare with it off if acceptance is low", ev)
+        return Finding(
+            "thinking_mode",
+            "info",
+            "thinking is on in the chat template (enable_thinking); whether this "
+            "drafter was trained with it is unknown (no profile says): published drafters mostly were not, "
+            "so compare with it off if acceptance is low",
+            ev,
+        )
     if trained == f.thinking:
         return None
     now, then = ("on", "off") if f.thinking else ("off", "on")
-    fix = "drop enable_thinking from --chat-template-config" if f.thinking else \
-        "add --chat-template-config '{\"enable_thinking\": true}'"
-    return Finding("thinking_mode", "warn", f"thinking is {now} in the chat template but this drafter's profile says it "
-                   f"was trained with thinking {then}: its drafts follow text it never saw here; {fix}", ev)
+    fix = (
+        "drop enable_thinking from --chat-template-config"
+        if f.thinking
+        else "add --chat-template-config '{\"enable_thinking\": true}'"
+    )
+    return Finding(
+        "thinking_mode",
+        "warn",
+        f"thinking is {now} in the chat template but this drafter's profile says it "
+        f"was trained with thinking {then}: its drafts follow text it never saw here; {fix}",
+        ev,
+    )
 
 
 def block_beyond_trained(f: Facts) -> Finding | None:
@@ -158,19 +202,35 @@ def block_beyond_trained(f: Facts) -> Finding | None:
     reached = round(f.greedy.rounds * pos[T - 1]) if len(pos) >= T else 0  # rounds that drafted position T + 1
     ev = {"block_size": K, "trained_block": T, "within": within, "past": past, "rounds_past": reached}
     if within is None or past is None or reached < MIN_ROUNDS:
-        return Finding("block_beyond_trained", "info", f"--block-size {K} is past the {T} positions this drafter was "
-                       f"trained for, and {reached} rounds (greedy) reached them here, too few to judge: use "
-                       f"--block-size {T}, or more prompts to measure the larger block", ev)
+        return Finding(
+            "block_beyond_trained",
+            "info",
+            f"--block-size {K} is past the {T} positions this drafter was "
+            f"trained for, and {reached} rounds (greedy) reached them here, too few to judge: use "
+            f"--block-size {T}, or more prompts to measure the larger block",
+            ev,
+        )
     ratio = past / within if within > 0 else 1.0
     ev["ratio"] = ratio
-    figures = (f"--block-size {K} is past the {T} positions this drafter was trained for: greedy, positions {T + 1}-{K} "
-               f"accept {past:.0%} of the {reached} rounds that reach them against {within:.0%} for positions 1-{T} "
-               f"({ratio:.2f} as often)")
+    figures = (
+        f"--block-size {K} is past the {T} positions this drafter was trained for: greedy, positions {T + 1}-{K} "
+        f"accept {past:.0%} of the {reached} rounds that reach them against {within:.0%} for positions 1-{T} "
+        f"({ratio:.2f} as often)"
+    )
     if ratio < PAST_FRACTION:
-        return Finding("block_beyond_trained", "warn", f"{figures}; each costs a verified token and returns little: "
-                       f"use --block-size {T}", ev)
-    return Finding("block_beyond_trained", "info", f"{figures}: they hold up on these prompts, so the larger block may "
-                   f"pay; compare the speed with --block-size {T}", ev)
+        return Finding(
+            "block_beyond_trained",
+            "warn",
+            f"{figures}; each costs a verified token and returns little: use --block-size {T}",
+            ev,
+        )
+    return Finding(
+        "block_beyond_trained",
+        "info",
+        f"{figures}: they hold up on these prompts, so the larger block may "
+        f"pay; compare the speed with --block-size {T}",
+        ev,
+    )
 
 
 def context_length(f: Facts) -> Finding | None:
@@ -189,13 +249,26 @@ def context_length(f: Facts) -> Finding | None:
     far_n, far = context_rounds(ctx, far_from)
     if far_n < MIN_ROUNDS or near is None or far is None or far >= CONTEXT_FALL * near:
         return None
-    ev = {"trained_context": trained, "far_from": far_from, "far_rounds": far_n, "far_first_acceptance": far,
-          "near_first_acceptance": near}
-    known = f"this drafter was trained on up to {trained} tokens" if trained else "no profile says how long a " \
-        "context this drafter was trained on"
-    return Finding("context_length", "warn", f"past {far_from} tokens of context ({known}) the first draft is "
-                   f"accepted in {far:.0%} of {far_n} rounds against {near:.0%} at short contexts: shorten the "
-                   f"prompts, or train the drafter on contexts this long (--long-prompts, --long-prompt-len)", ev)
+    ev = {
+        "trained_context": trained,
+        "far_from": far_from,
+        "far_rounds": far_n,
+        "far_first_acceptance": far,
+        "near_first_acceptance": near,
+    }
+    known = (
+        f"this drafter was trained on up to {trained} tokens"
+        if trained
+        else "no profile says how long a context this drafter was trained on"
+    )
+    return Finding(
+        "context_length",
+        "warn",
+        f"past {far_from} tokens of context ({known}) the first draft is "
+        f"accepted in {far:.0%} of {far_n} rounds against {near:.0%} at short contexts: shorten the "
+        f"prompts, or train the drafter on contexts this long (--long-prompts, --long-prompt-len)",
+        ev,
+    )
 
 
 def sampling(f: Facts) -> Finding | None:
@@ -207,10 +280,15 @@ def sampling(f: Facts) -> Finding | None:
     if lost < LOSS_NOISE:
         return None
     ev = {"temperature": f.temperature, "accepted": now, "accepted_greedy": greedy, "share_lost": lost}
-    return Finding("sampling", "warn" if lost >= LOSS_WARN else "info", f"at temperature {f.temperature:g} the "
-                   f"drafter keeps {now:.2f} drafts a round against {greedy:.2f} greedy on the same prompts: sampling "
-                   f"costs {lost:.0%} of them (a draft is kept with probability min(1, p/q), below 1 wherever the "
-                   f"two distributions differ); lower the temperature where the output allows it", ev)
+    return Finding(
+        "sampling",
+        "warn" if lost >= LOSS_WARN else "info",
+        f"at temperature {f.temperature:g} the "
+        f"drafter keeps {now:.2f} drafts a round against {greedy:.2f} greedy on the same prompts: sampling "
+        f"costs {lost:.0%} of them (a draft is kept with probability min(1, p/q), below 1 wherever the "
+        f"two distributions differ); lower the temperature where the output allows it",
+        ev,
+    )
 
 
 def low_acceptance(f: Facts, others: list[Finding]) -> Finding | None:
@@ -218,9 +296,13 @@ def low_acceptance(f: Facts, others: list[Finding]) -> Finding | None:
     g = f.greedy
     if g.rounds < MIN_ROUNDS or g.first >= NEAR_CHANCE or any(o.severity in ("warn", "error") for o in others):
         return None
-    return Finding("low_acceptance", "error", f"the first draft is accepted in {g.first:.0%} of {g.rounds} rounds, "
-                   f"near chance, and no other cause was found: this drafter does not fit this target or this text",
-                   {"first_acceptance": g.first, "rounds": g.rounds})
+    return Finding(
+        "low_acceptance",
+        "error",
+        f"the first draft is accepted in {g.first:.0%} of {g.rounds} rounds, "
+        f"near chance, and no other cause was found: this drafter does not fit this target or this text",
+        {"first_acceptance": g.first, "rounds": g.rounds},
+    )
 
 
 CHECKS = (target_mismatch, convention, chat_template_off, thinking_mode, block_beyond_trained, context_length, sampling)

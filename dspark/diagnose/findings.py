@@ -16,8 +16,16 @@ from dataclasses import dataclass, field
 SEVERITIES = ("error", "warn", "info")
 
 #: Every code a diagnosis can give, in the order the checks run (ties in severity keep it).
-CODES = ("target_mismatch", "convention", "chat_template_off", "thinking_mode", "block_beyond_trained",
-         "context_length", "sampling", "low_acceptance")
+CODES = (
+    "target_mismatch",
+    "convention",
+    "chat_template_off",
+    "thinking_mode",
+    "block_beyond_trained",
+    "context_length",
+    "sampling",
+    "low_acceptance",
+)
 
 
 @dataclass(frozen=True)
@@ -28,7 +36,12 @@ class Finding:
     evidence: dict = field(default_factory=dict)  # the figures, JSON-ready
 
     def to_dict(self) -> dict:
-        return {"code": self.code, "severity": self.severity, "sentence": self.sentence, "evidence": dict(self.evidence)}
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "sentence": self.sentence,
+            "evidence": dict(self.evidence),
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,11 +56,15 @@ class Diagnosis:
 
     def to_dict(self) -> dict:
         """The ``dspark diagnose --json`` object."""
-        return {"findings": [f.to_dict() for f in self.findings],
-                "per_position_acceptance": list(self.per_position_acceptance),
-                "expected_per_position": None if self.expected_per_position is None
-                else list(self.expected_per_position),
-                "tau": self.tau, "rounds": self.rounds, "prompts": self.prompts, "profile": self.profile_source}
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "per_position_acceptance": list(self.per_position_acceptance),
+            "expected_per_position": None if self.expected_per_position is None else list(self.expected_per_position),
+            "tau": self.tau,
+            "rounds": self.rounds,
+            "prompts": self.prompts,
+            "profile": self.profile_source,
+        }
 
     def worst(self) -> str | None:
         """The most severe severity found, None when nothing was."""
@@ -63,11 +80,14 @@ def ordered(findings) -> tuple[Finding, ...]:
 def describe(d: Diagnosis) -> str:
     """The diagnosis as lines of text (what ``dspark diagnose`` prints)."""
     pos = " ".join(f"{x:.2f}" for x in d.per_position_acceptance)
-    lines = [f"measured {d.rounds} rounds on {d.prompts} prompt{'s' * (d.prompts != 1)}: tau {d.tau:.2f}, "
-             f"acceptance by position {pos or '(none)'}"]
+    lines = [
+        f"measured {d.rounds} rounds on {d.prompts} prompt{'s' * (d.prompts != 1)}: tau {d.tau:.2f}, "
+        f"acceptance by position {pos or '(none)'}"
+    ]
     if d.expected_per_position is not None:
-        lines.append(f"expected (profile: {d.profile_source}): "
-                     + " ".join(f"{x:.2f}" for x in d.expected_per_position))
+        lines.append(
+            f"expected (profile: {d.profile_source}): " + " ".join(f"{x:.2f}" for x in d.expected_per_position)
+        )
     else:
         lines.append("no profile of this drafter: nothing to compare with (dspark diagnose --record measures one)")
     if not d.findings:

@@ -51,9 +51,16 @@ def _checked(target, prompts: Sequence, config: GenerationConfig) -> list:
     return prompts
 
 
-def diagnose(target, drafter, prompts: Sequence, config: GenerationConfig = GenerationConfig(), *,
-             profile: Profile | None = None, progress: Progress | None = None,
-             cancel: Callable[[], bool] | None = None) -> Diagnosis:
+def diagnose(
+    target,
+    drafter,
+    prompts: Sequence,
+    config: GenerationConfig = GenerationConfig(),
+    *,
+    profile: Profile | None = None,
+    progress: Progress | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> Diagnosis:
     """Measure ``drafter`` with ``target`` on ``prompts`` (texts or token-id lists) under
     ``config`` (every draft verified), compare with ``profile`` (``profile.find``) and say what
     lowers acceptance, most severe first."""
@@ -63,23 +70,53 @@ def diagnose(target, drafter, prompts: Sequence, config: GenerationConfig = Gene
     needs_template = target.has_chat_template and not templated and any(isinstance(p, str) for p in prompts)
     steps = _Steps(progress, len(prompts), 1 + (config.temperature > 0) + needs_template)
     main = measure(target, drafter, prompts, config, step=steps, cancel=cancel, what="as asked")
-    greedy = main if config.temperature <= 0 else \
-        measure(target, drafter, prompts, greedy_config, step=steps, cancel=cancel, what="greedy")
-    with_template = measure(target, drafter, prompts, dataclasses.replace(greedy_config, chat_template=True),
-                            step=steps, cancel=cancel, what="with the chat template") if needs_template else None
-    tried, now = _conventions(target, drafter, prompts, greedy_config, greedy=greedy, profile=profile, steps=steps,
-                              cancel=cancel)
-    facts = Facts(main=main, greedy=greedy, temperature=config.temperature,
-                  block_size=config.block_size or drafter.block_size, trained_block=drafter.block_size,
-                  target_fingerprint=target_fingerprint(target),
-                  recorded_fingerprint=(profile.target_fingerprint if profile is not None else None)
-                  or getattr(drafter, "target_weights", None),
-                  profile=profile, has_template=target.has_chat_template, templated=templated, thinking=thinking,
-                  with_template=with_template, conventions=tuple(tried), current_conventions=now)
-    return Diagnosis(findings=ordered(run_checks(facts)), per_position_acceptance=main.per_position,
-                     expected_per_position=profile.per_position_acceptance if profile is not None else None,
-                     tau=main.tau, rounds=main.rounds, prompts=len(prompts),
-                     profile_source=profile.source if profile is not None else None)
+    greedy = (
+        main
+        if config.temperature <= 0
+        else measure(target, drafter, prompts, greedy_config, step=steps, cancel=cancel, what="greedy")
+    )
+    with_template = (
+        measure(
+            target,
+            drafter,
+            prompts,
+            dataclasses.replace(greedy_config, chat_template=True),
+            step=steps,
+            cancel=cancel,
+            what="with the chat template",
+        )
+        if needs_template
+        else None
+    )
+    tried, now = _conventions(
+        target, drafter, prompts, greedy_config, greedy=greedy, profile=profile, steps=steps, cancel=cancel
+    )
+    facts = Facts(
+        main=main,
+        greedy=greedy,
+        temperature=config.temperature,
+        block_size=config.block_size or drafter.block_size,
+        trained_block=drafter.block_size,
+        target_fingerprint=target_fingerprint(target),
+        recorded_fingerprint=(profile.target_fingerprint if profile is not None else None)
+        or getattr(drafter, "target_weights", None),
+        profile=profile,
+        has_template=target.has_chat_template,
+        templated=templated,
+        thinking=thinking,
+        with_template=with_template,
+        conventions=tuple(tried),
+        current_conventions=now,
+    )
+    return Diagnosis(
+        findings=ordered(run_checks(facts)),
+        per_position_acceptance=main.per_position,
+        expected_per_position=profile.per_position_acceptance if profile is not None else None,
+        tau=main.tau,
+        rounds=main.rounds,
+        prompts=len(prompts),
+        profile_source=profile.source if profile is not None else None,
+    )
 
 
 def _looks_low(greedy: Measurement, profile: Profile | None, target) -> bool:
@@ -88,8 +125,11 @@ def _looks_low(greedy: Measurement, profile: Profile | None, target) -> bool:
     were trained with: then only far below it is low (the demo's DFlash-style drafter, 0.49 at
     position 1 as trained, was otherwise measured three more times under readings it never had);
     any other drafter is also low under ``LOW_FIRST`` at position 1."""
-    trained_here = (profile is not None and profile.source == "training"
-                    and profile.target_fingerprint == target_fingerprint(target))
+    trained_here = (
+        profile is not None
+        and profile.source == "training"
+        and profile.target_fingerprint == target_fingerprint(target)
+    )
     if greedy.first < LOW_FIRST and not trained_here:
         return True
     if profile is None:
@@ -120,27 +160,49 @@ def _conventions(target, drafter, prompts, greedy_config, *, greedy: Measurement
             other = conventions.variant(drafter, name, value)
         except DsparkError:
             continue
-        config = (greedy_config if greedy_config.block_size is None
-                  else dataclasses.replace(greedy_config, block_size=None))
-        tried.append((name, value, measure(target, other, prompts, config, step=steps, cancel=cancel,
-                                           what=f"read with {name} = {value}")))
+        config = (
+            greedy_config if greedy_config.block_size is None else dataclasses.replace(greedy_config, block_size=None)
+        )
+        tried.append(
+            (
+                name,
+                value,
+                measure(target, other, prompts, config, step=steps, cancel=cancel, what=f"read with {name} = {value}"),
+            )
+        )
     return tried, conventions.current(drafter.spec)
 
 
-def record(target, drafter, prompts: Sequence, config: GenerationConfig = GenerationConfig(), *,
-           progress: Progress | None = None, cancel: Callable[[], bool] | None = None) -> Profile:
+def record(
+    target,
+    drafter,
+    prompts: Sequence,
+    config: GenerationConfig = GenerationConfig(),
+    *,
+    progress: Progress | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> Profile:
     """A profile measured now: greedy, every draft verified, the prompt style as ``config`` makes
     it (``dspark diagnose --record``; the caller stores it with ``profile.write_recorded``)."""
     prompts = _checked(target, prompts, config)
     greedy_config = dataclasses.replace(config, temperature=0.0)
-    m = measure(target, drafter, prompts, greedy_config, step=_Steps(progress, len(prompts), 1), cancel=cancel,
-                what="recording")
+    m = measure(
+        target, drafter, prompts, greedy_config, step=_Steps(progress, len(prompts), 1), cancel=cancel, what="recording"
+    )
     if not m.per_position:
         raise DsparkError("no round drafted on these prompts: nothing to record (give more --max-tokens)")
     templated, thinking = style.run_style(target, config, prompts)
-    return measured(m.per_position, target, block_size=greedy_config.block_size or drafter.block_size,
-                    templated=templated, thinking=thinking, context_length=None, source="recorded",
-                    prompts=len(prompts), rounds=m.rounds)
+    return measured(
+        m.per_position,
+        target,
+        block_size=greedy_config.block_size or drafter.block_size,
+        templated=templated,
+        thinking=thinking,
+        context_length=None,
+        source="recorded",
+        prompts=len(prompts),
+        rounds=m.rounds,
+    )
 
 
 __all__ = ["diagnose", "record"]

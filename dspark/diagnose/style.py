@@ -44,7 +44,7 @@ def scaffold(target, thinking: bool) -> Scaffold | None:
     m = 0
     while m < min(len(a), len(b)) - n and a[-1 - m] == b[-1 - m]:
         m += 1
-    return Scaffold(tuple(a[:n]), tuple(a[len(a) - m:]))
+    return Scaffold(tuple(a[:n]), tuple(a[len(a) - m :]))
 
 
 def thinking_switch(target) -> bool:
@@ -75,7 +75,7 @@ def _share(rows: Sequence[Sequence[int]], pattern: Sequence[int]) -> float:
     for row in rows:
         r = np.asarray(row, np.int64)
         starts = np.flatnonzero(r[: max(len(r) - len(p) + 1, 0)] == p[0])
-        hits += any(np.array_equal(r[s:s + len(p)], p) for s in starts)
+        hits += any(np.array_equal(r[s : s + len(p)], p) for s in starts)
     return hits / len(rows)
 
 

@@ -82,15 +82,23 @@ class Spec:
     # --- the target ----------------------------------------------------------------------
     def check_target(self, target) -> None:
         d = target.dims
-        for name, mine, theirs in (("hidden size", self.hidden, d.hidden_size), ("vocabulary", self.vocab, d.vocab_size)):
+        for name, mine, theirs in (
+            ("hidden size", self.hidden, d.hidden_size),
+            ("vocabulary", self.vocab, d.vocab_size),
+        ):
             if mine != theirs:
-                raise DrafterMismatchError(f"the drafter was made for a target of {name} {mine}, this target's is {theirs}")
+                raise DrafterMismatchError(
+                    f"the drafter was made for a target of {name} {mine}, this target's is {theirs}"
+                )
         bad = [t for t in self.taps if t >= d.num_layers]
         if bad:
-            raise DrafterMismatchError(f"the drafter taps target layer {bad[0]}, but the target has {d.num_layers} layers")
+            raise DrafterMismatchError(
+                f"the drafter taps target layer {bad[0]}, but the target has {d.num_layers} layers"
+            )
         if self.num_target_layers is not None and self.num_target_layers != d.num_layers:
-            raise DrafterMismatchError(f"the drafter was made for a target of {self.num_target_layers} layers, "
-                                       f"this target has {d.num_layers}")
+            raise DrafterMismatchError(
+                f"the drafter was made for a target of {self.num_target_layers} layers, this target has {d.num_layers}"
+            )
 
     # --- the weights ---------------------------------------------------------------------
     def net(self) -> nn.Module:
@@ -139,14 +147,27 @@ class Spec:
 
     def describe(self) -> dict:
         return {
-            "variant": self.variant, "block_size": self.block_size,
-            "block_slots": self.block_size + (0 if self.layout.anchor_predicts else 1), "anchor_predicts": self.layout.anchor_predicts,
-            "tap_layers": list(self.taps), "mask_token_id": self.mask_token_id, "draft_vocab": self.draft_vocab,
-            "layers": len(self.make_layers()), "markov_head": bool(self.markov_rank), "markov_rank": self.markov_rank,
-            "confidence_head": self.confidence, "own_embedding": self.own_embedding, "own_head": self.own_head,
-            "sliding_windows": [w for w in self.layout.windows if w], "notes": self.notes,
-            "target": {"hidden_size": self.hidden, "vocab_size": self.vocab, "num_layers": self.num_target_layers,
-                       "min_layers": max(self.taps) + 1},
+            "variant": self.variant,
+            "block_size": self.block_size,
+            "block_slots": self.block_size + (0 if self.layout.anchor_predicts else 1),
+            "anchor_predicts": self.layout.anchor_predicts,
+            "tap_layers": list(self.taps),
+            "mask_token_id": self.mask_token_id,
+            "draft_vocab": self.draft_vocab,
+            "layers": len(self.make_layers()),
+            "markov_head": bool(self.markov_rank),
+            "markov_rank": self.markov_rank,
+            "confidence_head": self.confidence,
+            "own_embedding": self.own_embedding,
+            "own_head": self.own_head,
+            "sliding_windows": [w for w in self.layout.windows if w],
+            "notes": self.notes,
+            "target": {
+                "hidden_size": self.hidden,
+                "vocab_size": self.vocab,
+                "num_layers": self.num_target_layers,
+                "min_layers": max(self.taps) + 1,
+            },
         }
 
 
@@ -174,7 +195,11 @@ class CheckpointDrafter(BlockDrafter):
         the checkpoint's names) and its ``config.json`` with dspark's extension updated, each
         written whole or not at all (weights first)."""
         p = output_dir(path, allow_existing=True)
-        ext = {**(self.config.get(EXTENSION) or {}), "calibration": self.calibration, "target_weights": self.target_weights}
+        ext = {
+            **(self.config.get(EXTENSION) or {}),
+            "calibration": self.calibration,
+            "target_weights": self.target_weights,
+        }
         arrays = dict(tree_flatten(self.net.parameters()))
         if self.draft_to_target is not None:  # the vocabulary table travels as the format stores it
             arrays["d2t"] = (self.draft_to_target - mx.arange(self.draft_to_target.shape[0])).astype(mx.int64)
@@ -206,5 +231,9 @@ class CheckpointDrafter(BlockDrafter):
         super().check_target(target)
 
     def info(self) -> dict:
-        return {"format": self.format, "variant": self.spec.variant, "block_size": self.block_size,
-                "confidence": self.has_confidence}
+        return {
+            "format": self.format,
+            "variant": self.spec.variant,
+            "block_size": self.block_size,
+            "confidence": self.has_confidence,
+        }

@@ -38,7 +38,7 @@ def read(config: dict, where) -> dict:
     if chosen is None:
         return {}
     if not isinstance(chosen, dict):
-        raise DsparkError(f"{where}: \"{EXTENSION}\".\"{KEY}\" must be an object, not {json.dumps(chosen)[:40]}")
+        raise DsparkError(f'{where}: "{EXTENSION}"."{KEY}" must be an object, not {json.dumps(chosen)[:40]}')
     for name, value in chosen.items():
         if name not in NAMES:
             raise DsparkError(f"{where}: unknown drafter convention {name!r} (known: {', '.join(NAMES)})")
@@ -54,9 +54,11 @@ def read(config: dict, where) -> dict:
 
 def current(spec: Spec) -> dict:
     """The conventions ``spec`` reads its weights under."""
-    return {"anchor_predicts": spec.layout.anchor_predicts,
-            "embed_scale": "target" if spec.embed_scale is None else spec.embed_scale,
-            "window_from_anchor": spec.layout.window_from_anchor}
+    return {
+        "anchor_predicts": spec.layout.anchor_predicts,
+        "embed_scale": "target" if spec.embed_scale is None else spec.embed_scale,
+        "window_from_anchor": spec.layout.window_from_anchor,
+    }
 
 
 def apply(spec: Spec, chosen: dict) -> Spec:
@@ -110,8 +112,11 @@ def describe(name: str, value) -> str:
     if name == "anchor_predicts":
         return "the anchor slot predicting the first draft" if value else "the anchor slot only feeding the block"
     if name == "embed_scale":
-        return "the block embedding scaled as the target scales its own" if value == "target" else \
-            f"the block embedding scaled by {value:g}"
+        return (
+            "the block embedding scaled as the target scales its own"
+            if value == "target"
+            else f"the block embedding scaled by {value:g}"
+        )
     return "one sliding window before the anchor for every slot" if value else "a sliding window per block slot"
 
 

@@ -64,8 +64,19 @@ class _Layer(nn.Module):
 
 
 class Qwen3Layer(_Layer):
-    def __init__(self, hidden: int, *, heads: int, kv_heads: int, head_dim: int, ffn: int, eps: float,
-                 rope_theta: float, rope_scaling: dict | None = None, max_positions: int = 131072):
+    def __init__(
+        self,
+        hidden: int,
+        *,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        ffn: int,
+        eps: float,
+        rope_theta: float,
+        rope_scaling: dict | None = None,
+        max_positions: int = 131072,
+    ):
         """A layer of width ``hidden``: ``heads`` query heads over ``kv_heads`` key/value heads of
         ``head_dim`` each, an MLP of width ``ffn``, norms of epsilon ``eps``, and mlx-lm's RoPE of
         base ``rope_theta`` scaled by ``rope_scaling`` (None: plain) up to ``max_positions``."""
@@ -75,8 +86,13 @@ class Qwen3Layer(_Layer):
         self.input_layernorm = nn.RMSNorm(hidden, eps=eps)
         self.post_attention_layernorm = nn.RMSNorm(hidden, eps=eps)
         self.scale = head_dim**-0.5
-        self.rope = initialize_rope(head_dim, base=rope_theta, traditional=False, scaling_config=rope_scaling,
-                                    max_position_embeddings=max_positions)
+        self.rope = initialize_rope(
+            head_dim,
+            base=rope_theta,
+            traditional=False,
+            scaling_config=rope_scaling,
+            max_position_embeddings=max_positions,
+        )
 
     def values(self, x: mx.array, raw: mx.array) -> mx.array:
         return self.self_attn.split(self.self_attn.v_proj(x), self.self_attn.kv_heads)
@@ -87,8 +103,19 @@ class Qwen3Layer(_Layer):
 
 
 class Gemma4Layer(_Layer):
-    def __init__(self, hidden: int, *, heads: int, kv_heads: int, head_dim: int, ffn: int, eps: float,
-                 rope: dict, k_eq_v: bool, max_positions: int = 262144):
+    def __init__(
+        self,
+        hidden: int,
+        *,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        ffn: int,
+        eps: float,
+        rope: dict,
+        k_eq_v: bool,
+        max_positions: int = 262144,
+    ):
         """A layer of width ``hidden``: ``heads`` query heads over ``kv_heads`` key/value heads of
         ``head_dim`` each (the values are the keys when ``k_eq_v``), an MLP of width ``ffn``, norms
         of epsilon ``eps``, and mlx-lm's RoPE as the checkpoint's ``rope`` parameters say, up to
@@ -102,8 +129,13 @@ class Gemma4Layer(_Layer):
         self.pre_feedforward_layernorm = nn.RMSNorm(hidden, eps=eps)
         self.post_feedforward_layernorm = nn.RMSNorm(hidden, eps=eps)
         self.layer_scalar = mx.ones((1,))
-        self.rope = initialize_rope(head_dim, base=rope.get("rope_theta", 1e6), traditional=False, scaling_config=rope,
-                                    max_position_embeddings=max_positions)
+        self.rope = initialize_rope(
+            head_dim,
+            base=rope.get("rope_theta", 1e6),
+            traditional=False,
+            scaling_config=rope,
+            max_position_embeddings=max_positions,
+        )
 
     def values(self, x: mx.array, raw: mx.array) -> mx.array:
         v = raw if self.k_eq_v else self.self_attn.split(self.self_attn.v_proj(x), self.self_attn.kv_heads)

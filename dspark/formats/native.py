@@ -46,8 +46,10 @@ def read_config(p: Path, meta: dict) -> tuple[TargetDims, DflashConfig]:
     """The dims and cfg sections of a native config.json, validated (types, ranges, the taps
     inside the target) before anything is allocated."""
     if meta.get("format") != FORMAT:
-        raise DsparkError(f"{p} is not a drafter in dspark's own format (its config.json has no \"format\": "
-                          f"\"{FORMAT}\"): load it with dspark.load_drafter, which reads every format")
+        raise DsparkError(
+            f'{p} is not a drafter in dspark\'s own format (its config.json has no "format": '
+            f'"{FORMAT}"): load it with dspark.load_drafter, which reads every format'
+        )
     if meta.get("version") != VERSION:
         raise DsparkError(f"{p} is drafter format version {meta.get('version')!r}, this dspark reads {VERSION}")
     f = Fields(meta, p / "config.json")
@@ -56,19 +58,27 @@ def read_config(p: Path, meta: dict) -> tuple[TargetDims, DflashConfig]:
     d = Fields(f.dict("dims"), p / "config.json (dims)")
     try:
         dims = TargetDims(
-            hidden_size=d.int("hidden_size"), num_layers=d.int("num_layers", "num_hidden_layers"),
-            vocab_size=d.int("vocab_size"), num_heads=d.int("num_heads", "num_attention_heads"),
-            num_kv_heads=d.int("num_kv_heads", "num_key_value_heads"), head_dim=d.int("head_dim"),
-            intermediate_size=d.int("intermediate_size"), rms_norm_eps=d.float("rms_norm_eps", "rms_norm_eps"),
-            final_logit_softcapping=d.float("final_logit_softcapping", "softcap") if d.has("final_logit_softcapping") else None)
+            hidden_size=d.int("hidden_size"),
+            num_layers=d.int("num_layers", "num_hidden_layers"),
+            vocab_size=d.int("vocab_size"),
+            num_heads=d.int("num_heads", "num_attention_heads"),
+            num_kv_heads=d.int("num_kv_heads", "num_key_value_heads"),
+            head_dim=d.int("head_dim"),
+            intermediate_size=d.int("intermediate_size"),
+            rms_norm_eps=d.float("rms_norm_eps", "rms_norm_eps"),
+            final_logit_softcapping=d.float("final_logit_softcapping", "softcap")
+            if d.has("final_logit_softcapping")
+            else None,
+        )
         cfg = DflashConfig.from_dict(f.dict("cfg"))
     except TypeError as e:
         raise DsparkError(f"{p / 'config.json'} has a malformed dims/cfg section ({e})") from None
     check_options(cfg)
     check_cfg(cfg, dims)
     calibration_temps(meta.get("calibration"), p / "config.json")
-    if meta.get("target_weights") is not None and not (isinstance(meta["target_weights"], str)
-                                                       and len(meta["target_weights"]) <= 100):
+    if meta.get("target_weights") is not None and not (
+        isinstance(meta["target_weights"], str) and len(meta["target_weights"]) <= 100
+    ):
         raise f._fail("target_weights", meta["target_weights"], "a weights fingerprint")
     if meta.get("quantization") is not None and not isinstance(meta["quantization"], dict):
         raise f._fail("quantization", meta["quantization"], "a JSON object")

@@ -29,7 +29,10 @@ def apply_quantization(net: nn.Module, header: dict, quantization: dict | None, 
             return False
         own = quantization.get(path)
         if isinstance(own, dict):
-            return {"group_size": f.int("group_size", "group_size", config=own), "bits": f.int("bits", "bits", config=own)}
+            return {
+                "group_size": f.int("group_size", "group_size", config=own),
+                "bits": f.int("bits", "bits", config=own),
+            }
         return True
 
     nn.quantize(net, group_size=default[0], bits=default[1], class_predicate=predicate)

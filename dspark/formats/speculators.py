@@ -55,10 +55,13 @@ def read_spec(directory: Path, config: dict, names: set[str] | None = None) -> S
     methods = sc.get("proposal_methods") or [{}]
     default_block_size = block if config.get("sample_from_anchor", algo == "dspark") else block - 1
     block_size = Fields(methods[0] if isinstance(methods[0], dict) else {}, where).int(
-        "speculative_tokens", "block_size", default=default_block_size)
+        "speculative_tokens", "block_size", default=default_block_size
+    )
     if block - block_size not in (0, 1):
-        raise DsparkError(f"{where}: {block_size} speculative tokens from a block of {block} slots: expected "
-                          f"{block} (the anchor slot predicts) or {block - 1} (it does not)")
+        raise DsparkError(
+            f"{where}: {block_size} speculative tokens from a block of {block} slots: expected "
+            f"{block} (the anchor slot predicts) or {block - 1} (it does not)"
+        )
     draft_vocab = f.int("draft_vocab_size", default=vocab)
     if draft_vocab > vocab:
         raise f._fail("draft_vocab_size", draft_vocab, f"at most the vocabulary size {vocab}")
@@ -75,24 +78,52 @@ def read_spec(directory: Path, config: dict, names: set[str] | None = None) -> S
     max_pos = t.int("max_position_embeddings", default=131072)
 
     def layers():
-        return [Qwen3Layer(H, heads=heads, kv_heads=kv, head_dim=hd, ffn=ffn, eps=eps, rope_theta=theta,
-                           rope_scaling=rope or None, max_positions=max_pos) for _ in range(L)]
+        return [
+            Qwen3Layer(
+                H,
+                heads=heads,
+                kv_heads=kv,
+                head_dim=hd,
+                ffn=ffn,
+                eps=eps,
+                rope_theta=theta,
+                rope_scaling=rope or None,
+                max_positions=max_pos,
+            )
+            for _ in range(L)
+        ]
 
     taps = taps_of(config, f)
     notes = [] if "embed_tokens.weight" in header else ["no embed_tokens: the target's table, unscaled, as in training"]
     if any(windows):
-        notes.append("sliding layers see the window before the anchor, full layers everything, as in training "
-                     "(mlx-dspark windows every layer by each slot's position)")
+        notes.append(
+            "sliding layers see the window before the anchor, full layers everything, as in training "
+            "(mlx-dspark windows every layer by each slot's position)"
+        )
     layout = BlockLayout(anchor_predicts=block == block_size, windows=windows, causal=causal, window_from_anchor=True)
-    return Spec(format="speculators", variant="DSpark" if algo == "dspark" else "DFlash", hidden=H, vocab=vocab,
-                draft_vocab=draft_vocab, taps=taps, block_size=block_size, mask_token_id=f.int("mask_token_id"),
-                layout=layout,
-                make_layers=layers, eps=eps, own_embedding="embed_tokens.weight" in header, embed_scale=1.0,
-                own_head="lm_head.weight" in header or draft_vocab < vocab,
-                softcap=f.float("final_logit_softcapping", "softcap", default=0.0) or None, markov_rank=rank,
-                confidence=f.bool("enable_confidence_head", default=False),
-                confidence_with_markov=f.bool("confidence_head_with_markov", default=True) and rank > 0,
-                d2t=draft_vocab < vocab, quantization=config.get("quantization"), notes=notes)
+    return Spec(
+        format="speculators",
+        variant="DSpark" if algo == "dspark" else "DFlash",
+        hidden=H,
+        vocab=vocab,
+        draft_vocab=draft_vocab,
+        taps=taps,
+        block_size=block_size,
+        mask_token_id=f.int("mask_token_id"),
+        layout=layout,
+        make_layers=layers,
+        eps=eps,
+        own_embedding="embed_tokens.weight" in header,
+        embed_scale=1.0,
+        own_head="lm_head.weight" in header or draft_vocab < vocab,
+        softcap=f.float("final_logit_softcapping", "softcap", default=0.0) or None,
+        markov_rank=rank,
+        confidence=f.bool("enable_confidence_head", default=False),
+        confidence_with_markov=f.bool("confidence_head_with_markov", default=True) and rank > 0,
+        d2t=draft_vocab < vocab,
+        quantization=config.get("quantization"),
+        notes=notes,
+    )
 
 
 def aux_ids(taps) -> list[int]:
@@ -109,8 +140,11 @@ def taps_of(config: dict, f: Fields) -> tuple[int, ...]:
     if list(trained.get("tap_layers") or []) == list(ids):
         return tuple(ids)
     if 0 in ids:
-        raise f._fail("aux_hidden_state_layer_ids", list(ids), "ids of 1 or more (id 0 is the embedding, which no "
-                      "drafter dspark runs taps)")
+        raise f._fail(
+            "aux_hidden_state_layer_ids",
+            list(ids),
+            "ids of 1 or more (id 0 is the embedding, which no drafter dspark runs taps)",
+        )
     return tuple(i - 1 for i in ids)
 
 
@@ -134,24 +168,44 @@ def new_config(shape: DraftShape, verifier: str = "") -> dict:
     config = {
         "architectures": ["DSparkSpeculator" if algo == "dspark" else "DFlashSpeculator"],
         "speculators_model_type": algo,
-        "speculators_config": {"algorithm": algo, "default_proposal_method": "greedy",
-                               "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": shape.block_size}],
-                               "verifier": {"name_or_path": verifier or None,
-                                            "architectures": ["Gemma4ForCausalLM"]}},
+        "speculators_config": {
+            "algorithm": algo,
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": shape.block_size}],
+            "verifier": {"name_or_path": verifier or None, "architectures": ["Gemma4ForCausalLM"]},
+        },
         "transformer_layer_config": {
-            "model_type": "qwen3", "hidden_size": shape.hidden, "num_hidden_layers": shape.layers,
-            "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
-            "intermediate_size": shape.intermediate, "vocab_size": shape.vocab, "rms_norm_eps": shape.eps,
+            "model_type": "qwen3",
+            "hidden_size": shape.hidden,
+            "num_hidden_layers": shape.layers,
+            "num_attention_heads": shape.heads,
+            "num_key_value_heads": shape.kv_heads,
+            "head_dim": shape.head_dim,
+            "intermediate_size": shape.intermediate,
+            "vocab_size": shape.vocab,
+            "rms_norm_eps": shape.eps,
             "rope_parameters": {"rope_theta": shape.rope_theta, "rope_type": "default"},
-            "max_position_embeddings": shape.max_positions, "layer_types": kinds,
-            "sliding_window": shape.window or None, "use_sliding_window": bool(shape.window), "attention_bias": False},
-        "aux_hidden_state_layer_ids": aux_ids(shape.taps), "block_size": shape.block_size + (not shape.anchor_predicts),
-        "sample_from_anchor": shape.anchor_predicts, "mask_token_id": shape.mask_token_id,
-        "sliding_window_non_causal": True, "target_hidden_size": shape.hidden, "draft_vocab_size": shape.draft_vocab or shape.vocab,
+            "max_position_embeddings": shape.max_positions,
+            "layer_types": kinds,
+            "sliding_window": shape.window or None,
+            "use_sliding_window": bool(shape.window),
+            "attention_bias": False,
+        },
+        "aux_hidden_state_layer_ids": aux_ids(shape.taps),
+        "block_size": shape.block_size + (not shape.anchor_predicts),
+        "sample_from_anchor": shape.anchor_predicts,
+        "mask_token_id": shape.mask_token_id,
+        "sliding_window_non_causal": True,
+        "target_hidden_size": shape.hidden,
+        "draft_vocab_size": shape.draft_vocab or shape.vocab,
     }
     if shape.softcap:
         config["final_logit_softcapping"] = shape.softcap
     if algo == "dspark":
-        config.update(markov_rank=shape.markov_rank, markov_head_type="vanilla",
-                      enable_confidence_head=shape.confidence, confidence_head_with_markov=shape.markov_rank > 0)
+        config.update(
+            markov_rank=shape.markov_rank,
+            markov_head_type="vanilla",
+            enable_confidence_head=shape.confidence,
+            confidence_head_with_markov=shape.markov_rank > 0,
+        )
     return config

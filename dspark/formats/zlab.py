@@ -37,7 +37,9 @@ def read_spec(directory: Path, config: dict) -> Spec:
     mask = f.int("mask_token_id", config=dc if "mask_token_id" in dc else config)
     block = f.int("block_size", config=dc if "block_size" in dc else config, default=16)
     if block < 2:
-        raise Fields(config, directory / "config.json")._fail("block_size", block, "at least 2 (the anchor and a draft)")
+        raise Fields(config, directory / "config.json")._fail(
+            "block_size", block, "at least 2 (the anchor and a draft)"
+        )
     H, L = f.int("hidden_size"), f.int("num_hidden_layers", "draft_layers")
     heads, kv = f.int("num_attention_heads"), f.int("num_key_value_heads")
     hd = f.int("head_dim", default=H // heads)
@@ -46,8 +48,9 @@ def read_spec(directory: Path, config: dict) -> Spec:
     theta = f.float("rope_theta", "rope_theta", default=rope.get("rope_theta", 10000.0))
     kinds = config.get("layer_types") or ["full_attention"] * L
     if not isinstance(kinds, list) or len(kinds) != L or set(kinds) - {"full_attention", "sliding_attention"}:
-        raise Fields(config, directory / "config.json")._fail("layer_types", kinds,
-                                                              f"{L} entries of full_attention / sliding_attention")
+        raise Fields(config, directory / "config.json")._fail(
+            "layer_types", kinds, f"{L} entries of full_attention / sliding_attention"
+        )
     sliding = [k == "sliding_attention" for k in kinds]
     window = f.int("sliding_window") if any(sliding) else None
     forced = config.get("is_causal")
@@ -69,15 +72,43 @@ def read_spec(directory: Path, config: dict) -> Spec:
     num_target = f.int("num_target_layers", "num_hidden_layers") if f.has("num_target_layers") else None
 
     def layers():
-        return [Qwen3Layer(H, heads=heads, kv_heads=kv, head_dim=hd, ffn=ffn, eps=eps, rope_theta=theta,
-                           rope_scaling=rope or None, max_positions=f.int("max_position_embeddings", default=131072))
-                for _ in range(L)]
+        return [
+            Qwen3Layer(
+                H,
+                heads=heads,
+                kv_heads=kv,
+                head_dim=hd,
+                ffn=ffn,
+                eps=eps,
+                rope_theta=theta,
+                rope_scaling=rope or None,
+                max_positions=f.int("max_position_embeddings", default=131072),
+            )
+            for _ in range(L)
+        ]
 
     layout = BlockLayout(anchor_predicts=False, windows=tuple(window if s else None for s in sliding), causal=causal)
-    return Spec(format="zlab-dflash", variant="DFlash", hidden=H, vocab=vocab, draft_vocab=vocab, taps=taps,
-                block_size=block - 1, mask_token_id=mask, layout=layout, make_layers=layers, eps=eps, own_embedding=False, embed_scale=scale, own_head=False, softcap=softcap or None,
-                output_multiplier=out_mult, num_target_layers=num_target, quantization=config.get("quantization"),
-                notes=notes)
+    return Spec(
+        format="zlab-dflash",
+        variant="DFlash",
+        hidden=H,
+        vocab=vocab,
+        draft_vocab=vocab,
+        taps=taps,
+        block_size=block - 1,
+        mask_token_id=mask,
+        layout=layout,
+        make_layers=layers,
+        eps=eps,
+        own_embedding=False,
+        embed_scale=scale,
+        own_head=False,
+        softcap=softcap or None,
+        output_multiplier=out_mult,
+        num_target_layers=num_target,
+        quantization=config.get("quantization"),
+        notes=notes,
+    )
 
 
 def new_config(shape: DraftShape) -> dict:
@@ -87,14 +118,28 @@ def new_config(shape: DraftShape) -> dict:
     heads have no Markov or confidence head (``dspark.convert`` refuses those before this)."""
     kinds = ["sliding_attention" if shape.window else "full_attention"] * shape.layers
     return {
-        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": shape.hidden,
-        "num_hidden_layers": shape.layers, "num_attention_heads": shape.heads, "num_key_value_heads": shape.kv_heads,
-        "head_dim": shape.head_dim, "intermediate_size": shape.intermediate, "vocab_size": shape.vocab,
-        "rms_norm_eps": shape.eps, "rope_theta": shape.rope_theta, "max_position_embeddings": shape.max_positions,
-        "num_target_layers": shape.num_target_layers, "layer_types": kinds,
-        "sliding_window": shape.window + 1 if shape.window else None, "is_causal": False,
-        "tie_word_embeddings": False, "torch_dtype": "float32",
-        "dflash_config": {"block_size": shape.block_size + 1, "mask_token_id": shape.mask_token_id,
-                          "target_layer_ids": list(shape.taps),
-                          **({"final_logit_softcapping": shape.softcap} if shape.softcap else {})},
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "hidden_size": shape.hidden,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "intermediate_size": shape.intermediate,
+        "vocab_size": shape.vocab,
+        "rms_norm_eps": shape.eps,
+        "rope_theta": shape.rope_theta,
+        "max_position_embeddings": shape.max_positions,
+        "num_target_layers": shape.num_target_layers,
+        "layer_types": kinds,
+        "sliding_window": shape.window + 1 if shape.window else None,
+        "is_causal": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "dflash_config": {
+            "block_size": shape.block_size + 1,
+            "mask_token_id": shape.mask_token_id,
+            "target_layer_ids": list(shape.taps),
+            **({"final_logit_softcapping": shape.softcap} if shape.softcap else {}),
+        },
     }

@@ -52,8 +52,9 @@ def step_arrays(target, *, block_size: int, layers: int, taps: int, settings) ->
         "the drafter's context keys and values": layers * 2 * A * S * d.num_kv_heads * d.head_dim,
         "the drafter's attention scores": layers * A * d.num_heads * (G + 1) * (S + G + 1),
         "the drafter's logits": 4 * A * G * d.vocab_size,
-        "self-distillation's caches": (DISTILL_ROWS * S * d.num_layers * 2 * d.num_kv_heads * d.head_dim
-                                       if s.self_distill else 0),
+        "self-distillation's caches": (
+            DISTILL_ROWS * S * d.num_layers * 2 * d.num_kv_heads * d.head_dim if s.self_distill else 0
+        ),
     }
 
 
@@ -65,28 +66,38 @@ def check_training_shapes(target, *, block_size: int, layers: int, tap_layers, s
     s = settings
     positions = target_positions(target)
     if positions is not None and s.seq_len > positions:
-        raise DsparkError(f"--seq-len {s.seq_len:,} is longer than the {positions:,} positions this target holds: "
-                          f"choose at most {positions:,}")
+        raise DsparkError(
+            f"--seq-len {s.seq_len:,} is longer than the {positions:,} positions this target holds: "
+            f"choose at most {positions:,}"
+        )
     if positions is not None and sequence_width(s) > positions:
-        raise DsparkError(f"--long-prompt-len {s.long_prompt_len:,} and its continuation make sequences of "
-                          f"{sequence_width(s):,} tokens, more than the {positions:,} positions this target holds")
+        raise DsparkError(
+            f"--long-prompt-len {s.long_prompt_len:,} and its continuation make sequences of "
+            f"{sequence_width(s):,} tokens, more than the {positions:,} positions this target holds"
+        )
     taps = len(tap_layers) or len(default_taps(target.dims.num_layers))
     arrays = step_arrays(target, block_size=block_size, layers=layers, taps=taps, settings=s)
     what, largest = max(arrays.items(), key=lambda kv: kv[1])
     options = f"--seq-len {s.seq_len:,}, --batch {s.batch_anchors:,}, --anchors-per-seq {s.anchors_per_seq:,}"
     if largest > MAX_ELEMENTS:
-        raise DsparkError(f"training with {options} would make {what} one array of {largest:,} numbers, more than "
-                          f"MLX can index: lower them")
+        raise DsparkError(
+            f"training with {options} would make {what} one array of {largest:,} numbers, more than "
+            f"MLX can index: lower them"
+        )
     budget = memory_budget()
     if budget is None or os.environ.get("DSPARK_IGNORE_MEMORY"):
         return
     # activations are kept for the backward pass and the gradients are as large again
-    needed = FLOAT * (3 * sum(v for k, v in arrays.items() if k.startswith("the drafter")) +
-                      sum(v for k, v in arrays.items() if not k.startswith("the drafter")))
+    needed = FLOAT * (
+        3 * sum(v for k, v in arrays.items() if k.startswith("the drafter"))
+        + sum(v for k, v in arrays.items() if not k.startswith("the drafter"))
+    )
     total, limit = budget
     if needed + loaded_bytes() > REFUSE_SHARE * total:
-        raise DsparkError(f"training with {options} needs about {gib(needed)} of memory for one step ({what} the most) "
-                          f"and {limit}: lower them (set DSPARK_IGNORE_MEMORY=1 to try anyway)")
+        raise DsparkError(
+            f"training with {options} needs about {gib(needed)} of memory for one step ({what} the most) "
+            f"and {limit}: lower them (set DSPARK_IGNORE_MEMORY=1 to try anyway)"
+        )
 
 
 __all__ = ["MAX_ELEMENTS", "check_training_shapes", "step_arrays", "target_positions"]

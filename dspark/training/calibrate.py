@@ -89,7 +89,9 @@ def survival_pairs(rounds: Sequence[Round], temperatures: Sequence[float], k: in
     return pred, label
 
 
-def ece_by_position(rounds: Sequence[Round], temperatures: Sequence[float], block_size: int) -> tuple[float, list[float]]:
+def ece_by_position(
+    rounds: Sequence[Round], temperatures: Sequence[float], block_size: int
+) -> tuple[float, list[float]]:
     """(pooled ECE over all verified positions, ECE per position 1..G)."""
     preds, labels, per = [], [], []
     for k in range(1, block_size + 1):
@@ -128,12 +130,17 @@ def collect_rounds(
     with raw confidence logits, and per prompt its (RoundEvents, Rounds) for tau and acceptance."""
     rounds: list[Round] = []
     events: list[tuple[list[RoundEvent], list[Round]]] = []
-    config = GenerationConfig(max_tokens=max_tokens, temperature=0.0, block_size=block_size or drafter.block_size,
-                           policy="fixed", stop_at_eos=False)
+    config = GenerationConfig(
+        max_tokens=max_tokens,
+        temperature=0.0,
+        block_size=block_size or drafter.block_size,
+        policy="fixed",
+        stop_at_eos=False,
+    )
     for prompt in prompts:
         evs = [ev for ev in generate(target, drafter, prompt, config) if isinstance(ev, RoundEvent)]
         rounds.extend(Round(ev.confidence_logits, ev.verify_width, ev.accepted) for ev in evs)
-        events.append((evs, rounds[len(rounds) - len(evs):]))
+        events.append((evs, rounds[len(rounds) - len(evs) :]))
         if max_rounds is not None and len(rounds) >= max_rounds:
             break
     return rounds, events
@@ -144,12 +151,26 @@ def calibrate_rounds(fit: Sequence[Round], check: Sequence[Round], block_size: i
     temps = fit_temperatures(fit, block_size)
     before, per_before = ece_by_position(check, [1.0] * block_size, block_size)
     after, per_after = ece_by_position(check, temps, block_size)
-    return Calibration(temperatures=temps, ece_before=before, ece_after=after, per_position_before=per_before,
-                       per_position_after=per_after, fit_rounds=len(fit), check_rounds=len(check))
+    return Calibration(
+        temperatures=temps,
+        ece_before=before,
+        ece_after=after,
+        per_position_before=per_before,
+        per_position_after=per_after,
+        fit_rounds=len(fit),
+        check_rounds=len(check),
+    )
 
 
-def calibrate_drafter(target: Target, drafter: BlockDrafter, prompts: Sequence, *, rounds: int = 200,
-                      max_tokens: int = 128, holdout: bool = True) -> Calibration:
+def calibrate_drafter(
+    target: Target,
+    drafter: BlockDrafter,
+    prompts: Sequence,
+    *,
+    rounds: int = 200,
+    max_tokens: int = 128,
+    holdout: bool = True,
+) -> Calibration:
     """Collect rounds of the real loop and fit STS temperatures (``result.kept()`` are the
     ones to store in ``drafter.calibration``). With ``holdout`` the ECE is measured on every
     other prompt's rounds, fitted on the rest. The drafter is not changed: the rounds carry
@@ -160,20 +181,23 @@ def calibrate_drafter(target: Target, drafter: BlockDrafter, prompts: Sequence, 
     return _fit_on_even_check_on_odd(per_prompt, drafter.block_size, holdout)
 
 
-
-def _fit_on_even_check_on_odd(per_prompt: list[tuple[list[RoundEvent], list[Round]]], block_size: int,
-                              holdout: bool = True) -> Calibration:
+def _fit_on_even_check_on_odd(
+    per_prompt: list[tuple[list[RoundEvent], list[Round]]], block_size: int, holdout: bool = True
+) -> Calibration:
     # Split by prompt, not by round: rounds of one generation are correlated.
     rounds = [rs for _, rs in per_prompt]
     fit = [r for i, rs in enumerate(rounds) for r in rs if not holdout or i % 2 == 0]
     check = [r for i, rs in enumerate(rounds) for r in rs if holdout and i % 2 == 1] or fit
     every = [r for rs in rounds for r in rs]
-    return replace(calibrate_rounds(fit, check, block_size), per_position_acceptance=metrics.per_position_acceptance(
-        [r.accepted for r in every], [r.width for r in every]))
+    return replace(
+        calibrate_rounds(fit, check, block_size),
+        per_position_acceptance=metrics.per_position_acceptance([r.accepted for r in every], [r.width for r in every]),
+    )
 
 
-def evaluate_drafter(target: Target, drafter: BlockDrafter, prompts, max_tokens: int = 128, *,
-                     say=lambda s: None) -> tuple[dict, Calibration | None]:
+def evaluate_drafter(
+    target: Target, drafter: BlockDrafter, prompts, max_tokens: int = 128, *, say=lambda s: None
+) -> tuple[dict, Calibration | None]:
     """(figures of the real greedy loop on held-out prompts, an STS calibration fitted on
     every other prompt's rounds and checked on the others, or None without a confidence head)."""
     t0 = time.perf_counter()
@@ -189,8 +213,10 @@ def evaluate_drafter(target: Target, drafter: BlockDrafter, prompts, max_tokens:
         "max_tokens_per_prompt": max_tokens,
         "by_context": metrics.by_context(e for es, _ in per_prompt for e in es),
     }
-    say(f"held-out ({len(prompts)} prompts, {f.rounds} rounds): tau {f.tau:.3f}, acceptance by position "
-        + " ".join(f"{x:.2f}" for x in f.per_position_acceptance))
+    say(
+        f"held-out ({len(prompts)} prompts, {f.rounds} rounds): tau {f.tau:.3f}, acceptance by position "
+        + " ".join(f"{x:.2f}" for x in f.per_position_acceptance)
+    )
     cal = None
     if drafter.has_confidence and f.rounds:
         cal = _fit_on_even_check_on_odd(per_prompt, drafter.block_size)
@@ -202,8 +228,10 @@ def evaluate_drafter(target: Target, drafter: BlockDrafter, prompts, max_tokens:
 
 def format_calibration(c: Calibration) -> str:
     per = lambda xs: " ".join(f"{x:.3f}" for x in xs)
-    return (f"ECE before {c.ece_before:.4f} -> after {c.ece_after:.4f} "
-            f"({c.check_rounds} rounds checked, {c.fit_rounds} fitted)\n"
-            f"  per position before: {per(c.per_position_before)}\n"
-            f"  per position after:  {per(c.per_position_after)}\n"
-            f"  temperatures:        {per(c.temperatures)}")
+    return (
+        f"ECE before {c.ece_before:.4f} -> after {c.ece_after:.4f} "
+        f"({c.check_rounds} rounds checked, {c.fit_rounds} fitted)\n"
+        f"  per position before: {per(c.per_position_before)}\n"
+        f"  per position after:  {per(c.per_position_after)}\n"
+        f"  temperatures:        {per(c.temperatures)}"
+    )

@@ -44,7 +44,11 @@ class Sequences:
 
     def save(self, path: Path, heldout: list[list[int]]) -> None:
         """Write the sequences and the held-out prompts (JSON metadata) for ``--resume``."""
-        arrays = {"tokens": mx.array(self.tokens), "lengths": mx.array(self.lengths), "first_anchor": mx.array(self.first_anchor)}
+        arrays = {
+            "tokens": mx.array(self.tokens),
+            "lengths": mx.array(self.lengths),
+            "first_anchor": mx.array(self.first_anchor),
+        }
         save_safetensors(path, arrays, {"heldout": json.dumps([list(map(int, h)) for h in heldout])})
 
     @classmethod
@@ -55,7 +59,8 @@ class Sequences:
         header = read_header(path)
         want = {"tokens": 2, "lengths": 1, "first_anchor": 1}
         if set(header) - {"__metadata__"} != set(want) or any(
-                header[k]["dtype"] != "I32" or len(header[k]["shape"]) != n for k, n in want.items()):
+            header[k]["dtype"] != "I32" or len(header[k]["shape"]) != n for k, n in want.items()
+        ):
             raise DsparkError(f"{path} is not training data written by dspark train (tokens, lengths, first_anchor)")
         try:
             a, meta = mx.load(str(path), return_metadata=True)
@@ -64,9 +69,16 @@ class Sequences:
         seqs = cls(np.array(a["tokens"]), np.array(a["lengths"]), np.array(a["first_anchor"]))
         held = parse_json(meta.get("heldout", "[]"), f"{path} (its held-out prompts)", allow_nan=False)
         seqs.check(vocab_size, path)
-        if not isinstance(held, list) or len(held) > 100_000 or not all(
-                isinstance(h, list) and len(h) <= seqs.tokens.shape[1] and
-                all(type(t) is int and 0 <= t < vocab_size for t in h) for h in held):
+        if (
+            not isinstance(held, list)
+            or len(held) > 100_000
+            or not all(
+                isinstance(h, list)
+                and len(h) <= seqs.tokens.shape[1]
+                and all(type(t) is int and 0 <= t < vocab_size for t in h)
+                for h in held
+            )
+        ):
             raise DsparkError(f"{path}: its held-out prompts are not lists of token ids in the vocabulary")
         return seqs, held
 
@@ -161,8 +173,9 @@ class TargetFeatures:
             rows_needed = int(self.seqs.lengths[missing].max())
             # Tapping the last layer too gives the final hidden (its output, normed) from the
             # same pass, without materialising [S, V] logits.
-            _, rows = self.target.forward(mx.array(self.seqs.tokens[missing, :rows_needed]), None,
-                                          self.taps + (self.last,), logits=False)
+            _, rows = self.target.forward(
+                mx.array(self.seqs.tokens[missing, :rows_needed]), None, self.taps + (self.last,), logits=False
+            )
             rows = mx.stop_gradient(rows)
             H = self.target.dims.hidden_size
             taps, final = rows[..., : len(self.taps) * H], self.target.final_norm(rows[..., len(self.taps) * H :])
@@ -196,4 +209,3 @@ def progress_bar(total: int, progress: bool, desc: str, unit: str):
 
 def held_out_prompts(target: Target, heldout_texts, seq_len: int) -> list[list[int]]:
     return [d[-seq_len:] for d in encode_all(target, heldout_texts)]
-

@@ -53,10 +53,15 @@ class FinishedBatches:
             a, meta = mx.load(str(self.path), return_metadata=True)
             tokens, lengths, first = (np.array(a[k]) for k in ("tokens", "lengths", "first_anchor"))
             done = json.loads(meta["done"])
-            ok = (meta.get("key") == self.key and tokens.shape == self.tokens.shape and tokens.dtype == np.int32
-                  and lengths.shape == first.shape == self.lengths.shape and isinstance(done, list)
-                  and all(type(b) is int and 0 <= b < batches for b in done)
-                  and ((tokens >= 0) & (tokens < self.vocab_size)).all())
+            ok = (
+                meta.get("key") == self.key
+                and tokens.shape == self.tokens.shape
+                and tokens.dtype == np.int32
+                and lengths.shape == first.shape == self.lengths.shape
+                and isinstance(done, list)
+                and all(type(b) is int and 0 <= b < batches for b in done)
+                and ((tokens >= 0) & (tokens < self.vocab_size)).all()
+            )
         except Exception:  # a file cut short or altered: mlx, json and numpy raise their own errors
             ok = False
         if not ok:
@@ -69,8 +74,11 @@ class FinishedBatches:
     def save(self) -> None:
         if self.path is None:
             return
-        arrays = {"tokens": mx.array(self.tokens), "lengths": mx.array(self.lengths),
-                  "first_anchor": mx.array(self.first)}
+        arrays = {
+            "tokens": mx.array(self.tokens),
+            "lengths": mx.array(self.lengths),
+            "first_anchor": mx.array(self.first),
+        }
         save_safetensors(self.path, arrays, {"key": self.key, "done": json.dumps(sorted(self.done))})
 
 
@@ -92,28 +100,45 @@ def _job_key(target: Target, prompts: list[list[int]], lengths: str, batch: int)
     return h.hexdigest()
 
 
-def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int, *, batch: int = 64,
-                         new_tokens: int | None = None, label: str = "self-distill",
-                         progress: bool = False, world: World | None = None, keep_in: Path | None = None,
-                         say: Callable[[str], None] = lambda m: None) -> Sequences:
-    """Each prompt followed by the target's own greedy continuation up to ``seq_len`` tokens
-    (cut after the first EOS), or up to ``new_tokens`` after the prompt where that is fewer.
-    Prompts of equal length decode together in one batch (on 2 CPU cores, 16 rows decode ~300
-    tok/s, 64 rows ~500, 128 rows ~900 for a 6-layer, 256-wide target). The processes of a distributed ``world`` each decode their share of those batches
-    (the very batches one process decodes, so the same tokens) and then swap them. A single
-    process given ``keep_in`` keeps its finished batches there and continues after them. ``batch``
-    rows decode together; ``progress`` shows a bar named ``label``; ``say`` hears what was kept."""
+def greedy_continuations(
+    target: Target,
+    prompts: list[list[int]],
+    seq_len: int,
+    *,
+    batch: int = 64,
+    new_tokens: int | None = None,
+    label: str = "self-distill",
+    progress: bool = False,
+    world: World | None = None,
+    keep_in: Path | None = None,
+    say: Callable[[str], None] = lambda m: None,
+) -> Sequences:
+    """Each prompt followed by the target's own greedy continuation up to ``seq_len`` tokens (cut after
+    the first EOS), or up to ``new_tokens`` after the prompt where that is fewer. Prompts of equal
+    length decode together in one batch (on 2 CPU cores, 16 rows decode ~300 tok/s, 64 rows ~500,
+    128 rows ~900 for a 6-layer, 256-wide target). The processes of a distributed ``world`` each
+    decode their share of those batches (the very batches one process decodes, so the same tokens)
+    and then swap them. A single process given ``keep_in`` keeps its finished batches there and
+    continues after them. ``batch`` rows decode together; ``progress`` shows a bar named ``label``;
+    ``say`` hears what was kept."""
     world = world or World()
     by_len: dict[int, list[int]] = {}
     for i, p in enumerate(prompts):
         by_len.setdefault(min(len(p), seq_len - 1), []).append(i)
-    batches = [(n, members[b : b + batch]) for n, members in sorted(by_len.items())
-               for b in range(0, len(members), batch)]
+    batches = [
+        (n, members[b : b + batch]) for n, members in sorted(by_len.items()) for b in range(0, len(members), batch)
+    ]
     mine = [b for b in range(len(batches)) if b % world.size == world.rank]
     key = _job_key(target, prompts, f"{seq_len}|{new_tokens}", batch)
     new_of = lambda n: seq_len - n if new_tokens is None else min(new_tokens, seq_len - n)
-    rows = FinishedBatches(keep_in if world.size == 1 else None, key, n=len(prompts), seq_len=seq_len,
-                           vocab_size=target.dims.vocab_size, say=say)
+    rows = FinishedBatches(
+        keep_in if world.size == 1 else None,
+        key,
+        n=len(prompts),
+        seq_len=seq_len,
+        vocab_size=target.dims.vocab_size,
+        say=say,
+    )
     rows.load(len(batches))
     tokens_of = lambda b: len(batches[b][1]) * new_of(batches[b][0])
     bar = progress_bar(sum(tokens_of(b) for b in mine), progress, label, "tok")
@@ -138,8 +163,9 @@ def greedy_continuations(target: Target, prompts: list[list[int]], seq_len: int,
         bar.close()
     tokens, lengths, first = rows.tokens, rows.lengths, rows.first
     if world.size > 1:
-        tokens, lengths, first = (np.array(a) for a in world.sum([mx.array(a) for a in (tokens, lengths, first)],
-                                                                 "the self-distilled data"))
+        tokens, lengths, first = (
+            np.array(a) for a in world.sum([mx.array(a) for a in (tokens, lengths, first)], "the self-distilled data")
+        )
     return Sequences(tokens, lengths, first)
 
 
@@ -161,10 +187,23 @@ def _subset(seqs: Sequences, keep: Sequence[int]) -> Sequences:
     return Sequences(seqs.tokens[keep], seqs.lengths[keep], seqs.first_anchor[keep])
 
 
-def build_training_data(target: Target, docs, *, seq_len: int, prompt_len: int, self_distill: bool,
-                        max_sequences: int | None, heldout: int, rng: np.random.Generator, progress: bool, say,
-                        long_share: float = 0.0, long_len: int = 0, world: World | None = None,
-                        keep_in: Path | None = None):
+def build_training_data(
+    target: Target,
+    docs,
+    *,
+    seq_len: int,
+    prompt_len: int,
+    self_distill: bool,
+    max_sequences: int | None,
+    heldout: int,
+    rng: np.random.Generator,
+    progress: bool,
+    say,
+    long_share: float = 0.0,
+    long_len: int = 0,
+    world: World | None = None,
+    keep_in: Path | None = None,
+):
     """(training sequences, held-out prompts). Without explicit held-out texts, ``heldout``
     stretches of the data are set aside: their prompts evaluate the drafter and they are
     never trained on. With self-distillation and ``long_share``, that share of the sequences
@@ -177,16 +216,26 @@ def build_training_data(target: Target, docs, *, seq_len: int, prompt_len: int, 
     if self_distill:
         prompts = cut_prompts(docs, seq_len, prompt_len)
         prompts, held = split_heldout(prompts, heldout)
-        longs = _long_prompts(docs, held, seq_len=seq_len, prompt_len=prompt_len, share=long_share, long_len=long_len,
-                              short=len(prompts), rng=rng)
+        longs = _long_prompts(
+            docs,
+            held,
+            seq_len=seq_len,
+            prompt_len=prompt_len,
+            share=long_share,
+            long_len=long_len,
+            short=len(prompts),
+            rng=rng,
+        )
         if max_sequences and len(prompts) + len(longs) > max_sequences:
             keep_long = round(max_sequences * len(longs) / (len(prompts) + len(longs)))
             longs = [longs[i] for i in sorted(rng.choice(len(longs), keep_long, replace=False))]
             prompts = [prompts[i] for i in sorted(rng.choice(len(prompts), max_sequences - keep_long, replace=False))]
         if not prompts:
             raise DsparkError("the training data gave no prompts")
-        say(f"self-distillation: the target writes {len(prompts)} sequences of {seq_len} tokens"
-            + (f" and {len(longs)} after long prompts of up to {long_len}" if longs else ""))
+        say(
+            f"self-distillation: the target writes {len(prompts)} sequences of {seq_len} tokens"
+            + (f" and {len(longs)} after long prompts of up to {long_len}" if longs else "")
+        )
         write = dict(progress=progress, world=world, keep_in=keep_in, say=say)
         parts = [greedy_continuations(target, prompts, seq_len, **write)]
         for L in sorted({len(p) for p in longs}):
@@ -203,8 +252,9 @@ def build_training_data(target: Target, docs, *, seq_len: int, prompt_len: int, 
     return _subset(seqs, keep), held
 
 
-def _long_prompts(docs, held, *, seq_len: int, prompt_len: int, share: float, long_len: int, short: int,
-                  rng: np.random.Generator) -> list[list[int]]:
+def _long_prompts(
+    docs, held, *, seq_len: int, prompt_len: int, share: float, long_len: int, short: int, rng: np.random.Generator
+) -> list[list[int]]:
     """The long prompts ``build_training_data`` adds: ``share`` of all sequences, ``short`` of
     them short ones; up to ``long_len`` tokens each, cut (drawn with ``rng``) from ``docs`` no
     ``held`` prompt was cut from, continued to as many tokens as a short prompt of ``prompt_len``

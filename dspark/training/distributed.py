@@ -103,8 +103,10 @@ class World:
     # --- the batch ----------------------------------------------------------------------
     def check_batch(self, batch: int) -> None:
         if batch % self.size:
-            raise DsparkError(f"--batch {batch} cannot be split evenly over {self.size} processes: give a multiple "
-                              f"of {self.size} (it is the global batch; each process takes 1/{self.size} of it)")
+            raise DsparkError(
+                f"--batch {batch} cannot be split evenly over {self.size} processes: give a multiple "
+                f"of {self.size} (it is the global batch; each process takes 1/{self.size} of it)"
+            )
 
     def part(self, n: int) -> tuple[int, int]:
         """This rank's contiguous share [lo, hi) of ``n`` items (a multiple of ``size``):
@@ -158,9 +160,13 @@ class World:
             yield
         except RuntimeError as e:  # the inputs were computed before: this is the network ("[ring] connection to a
             # peer was lost")
-            raise RankLost(self._stop_sentence(f"lost its connection to another rank at {what} ({e}): that rank "
-                                               f"stopped or its machine went away (its .train/rank-N.log may say "
-                                               f"why)")) from None
+            raise RankLost(
+                self._stop_sentence(
+                    f"lost its connection to another rank at {what} ({e}): that rank "
+                    f"stopped or its machine went away (its .train/rank-N.log may say "
+                    f"why)"
+                )
+            ) from None
         finally:
             self._deadline = None
 
@@ -174,8 +180,10 @@ class World:
             time.sleep(min(1.0, self.timeout / 4))
             deadline = self._deadline
             if deadline is not None and time.monotonic() > deadline:
-                sentence = self._stop_sentence(f"waited {self.timeout:g} s at {self._waiting_at} for another rank "
-                                               f"that no longer answers (--rank-timeout)")
+                sentence = self._stop_sentence(
+                    f"waited {self.timeout:g} s at {self._waiting_at} for another rank "
+                    f"that no longer answers (--rank-timeout)"
+                )
                 self.log(sentence)
                 print(f"dspark: error: {sentence}", file=self._stderr, flush=True)
                 os._exit(2)  # the main thread is stuck inside MLX: nothing else would end it
@@ -219,8 +227,10 @@ class World:
         theirs = self.broadcast(digest.digest() if self.main else None, "the start")
         with self.together():
             if theirs != digest.digest():
-                raise DsparkError(f"its {what} differ from rank 0's: give every machine the same target, data and "
-                                  f"options (the same files at the same paths)")
+                raise DsparkError(
+                    f"its {what} differ from rank 0's: give every machine the same target, data and "
+                    f"options (the same files at the same paths)"
+                )
 
     # --- files ----------------------------------------------------------------------------
     def mirror(self, folder: Path, names: Sequence[str]) -> Path:

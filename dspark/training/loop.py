@@ -64,8 +64,9 @@ class Progress:
         if self.enabled and self.bar and sys.stderr.isatty():
             from tqdm import tqdm  # noqa: PLC0415 (slow: tqdm, only for a bar on a terminal)
 
-            self.tqdm = tqdm(total=self.total, initial=step, desc=self.desc, unit="step", dynamic_ncols=True,
-                            file=sys.stderr)
+            self.tqdm = tqdm(
+                total=self.total, initial=step, desc=self.desc, unit="step", dynamic_ncols=True, file=sys.stderr
+            )
 
     def left(self, step: int) -> float:
         elapsed = time.perf_counter() - self.t0
@@ -88,10 +89,18 @@ class Progress:
             self.tqdm.close()
 
 
-def train_loop(step: Callable[[], int], steps: int, one_step: Callable[[], dict[str, str]], *,
-               checkpoint: Callable[[], None], checkpoint_due: Callable[[], bool], progress: Progress,
-               budget_s: float | None = None, started: float | None = None,
-               agree: Callable[..., tuple[bool, ...]] | None = None) -> str:
+def train_loop(
+    step: Callable[[], int],
+    steps: int,
+    one_step: Callable[[], dict[str, str]],
+    *,
+    checkpoint: Callable[[], None],
+    checkpoint_due: Callable[[], bool],
+    progress: Progress,
+    budget_s: float | None = None,
+    started: float | None = None,
+    agree: Callable[..., tuple[bool, ...]] | None = None,
+) -> str:
     """Run ``one_step`` until ``step()`` reaches ``steps`` or the time budget (counted from
     ``started``, default now) is spent; returns what stopped it ("steps" or "time budget").
     ``checkpoint`` runs whenever ``checkpoint_due()`` says so and, on a stop signal, before
@@ -105,8 +114,11 @@ def train_loop(step: Callable[[], int], steps: int, one_step: Callable[[], dict[
     try:
         with StopSignals() as stop:
             while step() < steps:
-                flags = (stop.asked is not None, budget_s is not None and time.perf_counter() - started >= budget_s,
-                         step() > first and checkpoint_due())
+                flags = (
+                    stop.asked is not None,
+                    budget_s is not None and time.perf_counter() - started >= budget_s,
+                    step() > first and checkpoint_due(),
+                )
                 asked, spent, due = agree(*flags) if agree is not None else flags
                 if asked:
                     checkpoint()

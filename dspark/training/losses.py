@@ -88,7 +88,9 @@ def dspark_loss(
     conf_m = mx.array(0.0)
     if conf_logits is not None:
         survive = mx.stop_gradient(1.0 - 0.5 * tv)
-        bce = nn.losses.binary_cross_entropy(conf_logits.astype(mx.float32), survive, with_logits=True, reduction="none")
+        bce = nn.losses.binary_cross_entropy(
+            conf_logits.astype(mx.float32), survive, with_logits=True, reduction="none"
+        )
         conf_m = mean(bce)
         total = total + conf_weight * conf_m
     return LossParts(total, ce_m, tv_m, conf_m)

@@ -33,8 +33,7 @@ def _read_jsonl(path: Path, raw: str) -> list[str]:
         if isinstance(record, dict):
             value = record.get("text", record.get("prompt"))
         if not isinstance(value, str):
-            raise DataFileError(
-                f"{path}: line {lineno} has no string \"text\" or \"prompt\" field.")
+            raise DataFileError(f'{path}: line {lineno} has no string "text" or "prompt" field.')
         if value.strip():
             texts.append(value)
     return texts
@@ -53,16 +52,16 @@ def read_texts(paths: Iterable[str | Path]) -> list[str]:
     for p in paths:
         path = Path(p).expanduser()
         if path.is_dir():
-            inside = sorted(f for f in path.rglob("*") if f.is_file()
-                            and f.suffix.lower() in TEXT_SUFFIXES + (".jsonl",))
+            inside = sorted(
+                f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES + (".jsonl",)
+            )
             if not inside:
                 raise DataFileError(f"{path}: folder holds no .txt, .py, .md or .jsonl files.")
             files.extend(inside)
         elif not path.exists():
             raise DataFileError(f"{path}: file not found.")
         elif path.suffix.lower() not in TEXT_SUFFIXES + (".jsonl",):
-            raise DataFileError(
-                f"{path}: unsupported file type; use .txt, .py, .md or .jsonl.")
+            raise DataFileError(f"{path}: unsupported file type; use .txt, .py, .md or .jsonl.")
         else:
             files.append(path)
     if not files:

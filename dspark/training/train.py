@@ -76,26 +76,40 @@ def train_drafter(
     them on the other ranks). Returns the trained drafter."""
     s, world = settings, world or World()
     t_start = time.perf_counter()
-    check_training_shapes(target, block_size=cfg.block_size, layers=cfg.num_layers, tap_layers=cfg.tap_layers,
-                          settings=s)  # before anything is allocated
+    check_training_shapes(
+        target, block_size=cfg.block_size, layers=cfg.num_layers, tap_layers=cfg.tap_layers, settings=s
+    )  # before anything is allocated
     out = _output(out_dir, world)
     src = Path(read_from) if read_from is not None else out
     say = log or (lambda m: print(m, file=sys.stderr))
     drafter, resuming = _drafter(target, cfg, s, out=out, src=src, resume=resume, say=say)
     trained_as = trained_settings(drafter)
     seqs, held, distill_seconds, new = _training_data(
-        target, texts, heldout_texts, s, data_file=data_file, resuming=resuming, progress=progress and world.main,
-        say=say, src=src, world=world, run=[target.target_id, trained_as, asdict(s)])
+        target,
+        texts,
+        heldout_texts,
+        s,
+        data_file=data_file,
+        resuming=resuming,
+        progress=progress and world.main,
+        say=say,
+        src=src,
+        world=world,
+        run=[target.target_id, trained_as, asdict(s)],
+    )
     if new and world.main:  # kept for a later --resume
         seqs.save(out / DATA_FILE, held)
         forget_unfinished(out / TRAIN_DIR)
     trainer = DrafterTrainer(target, drafter, seqs, s, trained_as=trained_as, world=world)
     if resuming:
         _resume(trainer, src, out, say)
-    say(f"drafter: {trained_as['format']} format, {drafter.num_params():,} parameters, taps {list(drafter.tap_layers)}, "
+    say(
+        f"drafter: {trained_as['format']} format, {drafter.num_params():,} parameters, "
+        f"taps {list(drafter.tap_layers)}, "
         f"block {drafter.block_size}, markov {drafter.has_markov}, confidence {drafter.has_confidence}, context window "
         f"{trained_as['context_window'] or 'none'}; {len(seqs)} sequences of {seqs.tokens.shape[1]}"
-        + (f"; {world.size} processes, {s.batch_anchors // world.size} anchors each a step" if world.size > 1 else ""))
+        + (f"; {world.size} processes, {s.batch_anchors // world.size} anchors each a step" if world.size > 1 else "")
+    )
 
     first_step, loop_start = trainer.step, time.perf_counter()
     stopped, recent = _train_loop(trainer, out, t_start, progress, say=say)
@@ -105,19 +119,33 @@ def train_drafter(
     drafter.save(out)
     trainer.save_state(out)
     done = trainer.step - first_step
-    report = _report(target, drafter, trained_as=trained_as, s=s, sequences=len(seqs), trainer=trainer, stopped=stopped,
-                     recent=recent, done=done, train_seconds=train_seconds, distill_seconds=distill_seconds)
-    say(f"trained {done} steps in {train_seconds:.0f}s ({report['steps_per_sec']:.2f} steps/s, "
+    report = _report(
+        target,
+        drafter,
+        trained_as=trained_as,
+        s=s,
+        sequences=len(seqs),
+        trainer=trainer,
+        stopped=stopped,
+        recent=recent,
+        done=done,
+        train_seconds=train_seconds,
+        distill_seconds=distill_seconds,
+    )
+    say(
+        f"trained {done} steps in {train_seconds:.0f}s ({report['steps_per_sec']:.2f} steps/s, "
         f"{report['anchors_per_sec']:.1f} anchors/s, {report['block_tokens_per_sec']:.0f} block tokens/s; "
-        f"target forwards {trainer.features.seconds:.0f}s of it)")
+        f"target forwards {trainer.features.seconds:.0f}s of it)"
+    )
     _evaluate(target, drafter, held, s, report=report, out=out, say=say)
     write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
     _profile(target, drafter, seqs, s, report=report, out=out)
     return drafter
 
 
-def _drafter(target: Target, cfg: DflashConfig, s: TrainSettings, *, out: Path, src: Path, resume: bool,
-             say) -> tuple[BlockDrafter, bool]:
+def _drafter(
+    target: Target, cfg: DflashConfig, s: TrainSettings, *, out: Path, src: Path, resume: bool, say
+) -> tuple[BlockDrafter, bool]:
     """(the drafter to train, whether it continues the run saved in ``src``): with ``resume``, the
     one saved there (checked against ``cfg`` and ``s``), else a new one of ``cfg``'s shape, what an
     unfinished run left in ``out`` forgotten; ``say`` hears when there is nothing to resume."""
@@ -156,22 +184,23 @@ def _output(out_dir: str | Path, world: World) -> Path:
     return out
 
 
-def _evaluate(target: Target, drafter: BlockDrafter, held, s: TrainSettings, *, report: dict, out: Path,
-              say) -> None:
+def _evaluate(target: Target, drafter: BlockDrafter, held, s: TrainSettings, *, report: dict, out: Path, say) -> None:
     """The held-out evaluation on the ``held`` prompts and calibration, into ``report`` (and the
     drafter's calibration, saved again in ``out``); ``say`` hears each step."""
     if s.eval_prompts > 0 and held:
         from .calibrate import evaluate_drafter  # noqa: PLC0415 (slow: the engine, only to evaluate)
 
-        report["heldout"], calibration = evaluate_drafter(target, drafter, held[: s.eval_prompts], s.eval_tokens,
-                                                          say=say)
+        report["heldout"], calibration = evaluate_drafter(
+            target, drafter, held[: s.eval_prompts], s.eval_tokens, say=say
+        )
         if calibration is not None:
             drafter.calibration = calibration.kept()
             drafter.save(out)
 
 
-def _profile(target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSettings, *, report: dict,
-             out: Path) -> None:
+def _profile(
+    target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSettings, *, report: dict, out: Path
+) -> None:
     """The drafter's profile in ``out``, what ``dspark diagnose`` compares with: its held-out
     acceptance on this target (from ``report``), the prompt style of its training data ``seqs``
     (in the chat template or not, thinking or not: read from the data itself) and the longest
@@ -182,14 +211,36 @@ def _profile(target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSet
     rows = [row[:n] for row, n in zip(seqs.tokens[:512], seqs.lengths[:512])]  # a sample is evidence enough
     context = longest_context(s.seq_len, s.prompt_len, s.long_prompts if s.self_distill else 0, s.long_prompt_len)
     templated, thinking = data_style(target, rows)
-    write_own(out, measured(acc, target, block_size=drafter.block_size, templated=templated, thinking=thinking,
-                            context_length=context, source="training", prompts=report["heldout"]["prompts"],
-                            rounds=report["heldout"]["rounds"]))
+    write_own(
+        out,
+        measured(
+            acc,
+            target,
+            block_size=drafter.block_size,
+            templated=templated,
+            thinking=thinking,
+            context_length=context,
+            source="training",
+            prompts=report["heldout"]["prompts"],
+            rounds=report["heldout"]["rounds"],
+        ),
+    )
 
 
-def _report(target: Target, drafter: BlockDrafter, *, trained_as: dict, s: TrainSettings, sequences: int,
-            trainer: DrafterTrainer, stopped: str | None, recent: list, done: int, train_seconds: float,
-            distill_seconds: float) -> dict:
+def _report(
+    target: Target,
+    drafter: BlockDrafter,
+    *,
+    trained_as: dict,
+    s: TrainSettings,
+    sequences: int,
+    trainer: DrafterTrainer,
+    stopped: str | None,
+    recent: list,
+    done: int,
+    train_seconds: float,
+    distill_seconds: float,
+) -> dict:
     """What train_report.json records of the training itself (the evaluation is added after):
     the drafter's settings ``trained_as`` and the run's ``s``, the ``sequences`` trained on, what
     ``stopped`` the loop and the ``recent`` losses, and the rates. ``done`` is the steps this run
@@ -222,8 +273,9 @@ def trained_settings(drafter: BlockDrafter) -> dict:
         return asdict(drafter.cfg)
     made = (getattr(drafter, "config", {}).get(EXTENSION) or {}).get("trained_as")
     if not isinstance(made, dict):
-        raise DsparkError(f"this {drafter.format} drafter was not made by dspark train: it has no training settings "
-                          f"to continue from")
+        raise DsparkError(
+            f"this {drafter.format} drafter was not made by dspark train: it has no training settings to continue from"
+        )
     return dict(made)
 
 
@@ -232,8 +284,18 @@ def _resumed(out: Path, target: Target, cfg: DflashConfig) -> BlockDrafter:
 
 
 #: Settings a resumed run may change; every other one must be what the checkpoint was trained with.
-RESUMABLE = frozenset({"steps", "time_budget_minutes", "checkpoint_minutes", "eval_prompts", "eval_tokens",
-                       "feature_cache_mb", "compile", "rank_timeout"})
+RESUMABLE = frozenset(
+    {
+        "steps",
+        "time_budget_minutes",
+        "checkpoint_minutes",
+        "eval_prompts",
+        "eval_tokens",
+        "feature_cache_mb",
+        "compile",
+        "rank_timeout",
+    }
+)
 
 
 def saved_run(out: Path) -> tuple[dict, dict] | None:
@@ -264,8 +326,9 @@ def _saved_meta(out: Path) -> dict | None:
             raise TypeError
         return meta
     except (KeyError, TypeError, ValueError):
-        raise DsparkError(f"{path} is not a readable training checkpoint: start over without --resume, "
-                          f"or remove it") from None
+        raise DsparkError(
+            f"{path} is not a readable training checkpoint: start over without --resume, or remove it"
+        ) from None
 
 
 def check_resume(out: Path, cfg: DflashConfig, settings: TrainSettings, target_layers: int) -> None:
@@ -276,17 +339,35 @@ def check_resume(out: Path, cfg: DflashConfig, settings: TrainSettings, target_l
         want["tap_layers"] = list(default_taps(target_layers))
     for key, value in want.items():
         have = drafter.get(key, getattr(DflashConfig(), key))  # a field added since: its default
-        if (list(have) if isinstance(have, (list, tuple)) else have) != (list(value) if isinstance(value, (list, tuple)) else value):
-            raise DsparkError(f"--resume: the run in {out} was trained with {key} {have!r}, not {value!r} "
-                              f"(leave the option out to continue it, or train into a new --out)")
+        if (list(have) if isinstance(have, (list, tuple)) else have) != (
+            list(value) if isinstance(value, (list, tuple)) else value
+        ):
+            raise DsparkError(
+                f"--resume: the run in {out} was trained with {key} {have!r}, not {value!r} "
+                f"(leave the option out to continue it, or train into a new --out)"
+            )
     for key, value in asdict(settings).items():
         if key not in RESUMABLE and key in saved and saved[key] != value:
-            raise DsparkError(f"--resume: the run in {out} was trained with {key} {saved[key]!r}, not {value!r} "
-                              f"(leave the option out to continue it, or train into a new --out)")
+            raise DsparkError(
+                f"--resume: the run in {out} was trained with {key} {saved[key]!r}, not {value!r} "
+                f"(leave the option out to continue it, or train into a new --out)"
+            )
 
 
-def _training_data(target, texts, heldout_texts, s: TrainSettings, *, data_file, resuming: bool, progress, say,
-                   src: Path, world: World, run: list):
+def _training_data(
+    target,
+    texts,
+    heldout_texts,
+    s: TrainSettings,
+    *,
+    data_file,
+    resuming: bool,
+    progress,
+    say,
+    src: Path,
+    world: World,
+    run: list,
+):
     """(sequences, held-out prompts, self-distillation seconds, whether they are new to this
     run's folder): the first run's data on ``--resume`` (read from ``src``), another run's with
     ``data_file`` (to compare drafters on identical data, as the demo does), else built now (the
@@ -302,14 +383,25 @@ def _training_data(target, texts, heldout_texts, s: TrainSettings, *, data_file,
         return seqs, held, 0.0, bool(data_file)
     t0 = time.perf_counter()
     docs = encode_all(target, texts)
-    world.check_same(SAME, [np.array([len(d) for d in docs]), np.concatenate([np.asarray(d, np.int64) for d in docs]),
-                            [held, run]])
-    seqs, auto_held = build_training_data(target, docs, seq_len=s.seq_len, prompt_len=s.prompt_len,
-                                          self_distill=s.self_distill, max_sequences=s.sequences_cap(),
-                                          heldout=s.eval_prompts if held is None else 0,
-                                          rng=np.random.default_rng(s.seed), progress=progress, say=say,
-                                          long_share=s.long_prompts, long_len=s.long_prompt_len, world=world,
-                                          keep_in=src / TRAIN_DIR)
+    world.check_same(
+        SAME, [np.array([len(d) for d in docs]), np.concatenate([np.asarray(d, np.int64) for d in docs]), [held, run]]
+    )
+    seqs, auto_held = build_training_data(
+        target,
+        docs,
+        seq_len=s.seq_len,
+        prompt_len=s.prompt_len,
+        self_distill=s.self_distill,
+        max_sequences=s.sequences_cap(),
+        heldout=s.eval_prompts if held is None else 0,
+        rng=np.random.default_rng(s.seed),
+        progress=progress,
+        say=say,
+        long_share=s.long_prompts,
+        long_len=s.long_prompt_len,
+        world=world,
+        keep_in=src / TRAIN_DIR,
+    )
     held = held if held is not None else auto_held
     return seqs, held, time.perf_counter() - t0, True
 
@@ -352,10 +444,17 @@ def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bo
     world = trainer.world
     budget = s.time_budget_minutes * 60 if s.time_budget_minutes else None
     try:
-        stopped = train_loop(lambda: trainer.step, s.steps, one_step, checkpoint=save,
-                             checkpoint_due=lambda: time.perf_counter() - last_save[0] > s.checkpoint_minutes * 60,
-                             progress=Progress(total=s.steps, desc="train", enabled=progress, bar=world.main, say=say),
-                             budget_s=budget, started=t_start, agree=world.agree if world.size > 1 else None)
+        stopped = train_loop(
+            lambda: trainer.step,
+            s.steps,
+            one_step,
+            checkpoint=save,
+            checkpoint_due=lambda: time.perf_counter() - last_save[0] > s.checkpoint_minutes * 60,
+            progress=Progress(total=s.steps, desc="train", enabled=progress, bar=world.main, say=say),
+            budget_s=budget,
+            started=t_start,
+            agree=world.agree if world.size > 1 else None,
+        )
     except KeyboardInterrupt:
         say(f"\ninterrupted: checkpoint saved at step {trainer.step}; continue with --resume")
         raise

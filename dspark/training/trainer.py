@@ -57,7 +57,9 @@ def lr_schedule(lr: float, steps: int, warmup: float) -> Callable:
     warm = max(1, round(warmup * steps))
     if warm >= steps:
         return optim.linear_schedule(lr / warm, lr, steps)
-    return optim.join_schedules([optim.linear_schedule(lr / warm, lr, warm), optim.cosine_decay(lr, steps - warm)], [warm])
+    return optim.join_schedules(
+        [optim.linear_schedule(lr / warm, lr, warm), optim.cosine_decay(lr, steps - warm)], [warm]
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,23 +80,32 @@ class TrainSettings:
     ctx_len: int = option(0, "context rows per anchor (0: the sequence length)", lo=0, hi=1_000_000)
     prompt_len: int = option(64, "prompt tokens kept per sequence under --self-distill", lo=1, hi=1_000_000)
     self_distill: bool = option(False, "train on the target's own greedy continuations of the data's prompts")
-    long_prompts: float = option(0.0, "share of the self-distilled sequences that start from a long prompt (up to "
-                                 "--long-prompt-len tokens), so the drafter learns long contexts", lo=0.0, hi=0.9)
+    long_prompts: float = option(
+        0.0,
+        "share of the self-distilled sequences that start from a long prompt (up to "
+        "--long-prompt-len tokens), so the drafter learns long contexts",
+        lo=0.0,
+        hi=0.9,
+    )
     long_prompt_len: int = option(1024, "the longest such prompt, in tokens", lo=2, hi=1_000_000)
-    max_sequences: int | None = option(None, "cap on training sequences", lo=1, hi=100_000_000,
-                                       none=f"one per {ANCHORS_PER_SEQUENCE} anchors drawn")
+    max_sequences: int | None = option(
+        None, "cap on training sequences", lo=1, hi=100_000_000, none=f"one per {ANCHORS_PER_SEQUENCE} anchors drawn"
+    )
     anchors_per_seq: int = option(8, "anchors drawn from one sequence in a batch", lo=1, hi=65_536)
-    feature_cache_mb: int = option(2048, "memory for cached target features; sequences beyond it are recomputed",
-                                   lo=1, hi=10_000_000)
+    feature_cache_mb: int = option(
+        2048, "memory for cached target features; sequences beyond it are recomputed", lo=1, hi=10_000_000
+    )
     # the run
-    time_budget_minutes: float | None = option(None, "stop training after this long (and still write the drafter)",
-                                               lo=0.0, hi=1e7, none="no budget")
+    time_budget_minutes: float | None = option(
+        None, "stop training after this long (and still write the drafter)", lo=0.0, hi=1e7, none="no budget"
+    )
     checkpoint_minutes: float = option(5.0, "minutes between checkpoints", lo=0.0, hi=1e7)
     eval_prompts: int = option(8, "held-out prompts for the final evaluation (0: skip)", lo=0, hi=100_000)
     eval_tokens: int = option(128, "tokens generated per evaluation prompt", lo=1, hi=1_000_000)
     seed: int = option(0, "random seed (initial weights, data, anchors)", lo=0, hi=2**31 - 1)
-    rank_timeout: float = option(DEFAULT_TIMEOUT, "under mlx.launch: seconds a process waits for the others before "
-                                 "the run stops", lo=1.0, hi=1e7)
+    rank_timeout: float = option(
+        DEFAULT_TIMEOUT, "under mlx.launch: seconds a process waits for the others before the run stops", lo=1.0, hi=1e7
+    )
 
     def sequences_cap(self) -> int:
         """``max_sequences``, or the default data budget for this many steps."""
@@ -104,8 +115,16 @@ class TrainSettings:
 class DrafterTrainer:
     """One drafter, its AdamW state and the anchor sampler; ``train_step`` does one update."""
 
-    def __init__(self, target: Target, drafter: BlockDrafter, seqs: Sequences, settings: TrainSettings, *,
-                 trained_as: dict | None = None, world: World | None = None):
+    def __init__(
+        self,
+        target: Target,
+        drafter: BlockDrafter,
+        seqs: Sequences,
+        settings: TrainSettings,
+        *,
+        trained_as: dict | None = None,
+        world: World | None = None,
+    ):
         """Training ``drafter`` against ``target`` on ``seqs`` as ``settings`` say; ``trained_as``:
         the drafter settings its checkpoints record (None: its own config); ``world``: the
         processes sharing each step's batch (None: this one alone)."""
@@ -124,7 +143,9 @@ class DrafterTrainer:
         self.bucket_share = np.array([len(b) for b in self.buckets], np.float64) / len(seqs)
         self._rng_before_pending = None  # the RNG state before the batch drawn but not yet trained on
         self.step = 0
-        self.optimizer = optim.AdamW(learning_rate=lr_schedule(settings.lr, settings.steps, settings.warmup), weight_decay=settings.weight_decay)
+        self.optimizer = optim.AdamW(
+            learning_rate=lr_schedule(settings.lr, settings.steps, settings.warmup), weight_decay=settings.weight_decay
+        )
         self.optimizer.init(drafter.net.trainable_parameters())
         self._loss_and_grad = nn.value_and_grad(drafter.net, self._loss)
         self._update = None  # built lazily so a resumed optimizer state is the one compiled in
@@ -185,10 +206,18 @@ class DrafterTrainer:
 
     # --- loss and update ----------------------------------------------------------------
     def _loss(self, taps, owner, positions, prev, labels, valid, t_hidden, weight=None):
-        out = self.drafter.forward_train_packed(self.proj, taps, owner=owner, positions=positions, prev_toks=prev,
-                                                ctx_len=self.s.ctx_len)
-        parts = dspark_loss(out.logits, conf_logits=out.conf_logits, target_logits=self.proj.logits(t_hidden),
-                            labels=labels, valid=valid, weights=self.weights, weight=weight)
+        out = self.drafter.forward_train_packed(
+            self.proj, taps, owner=owner, positions=positions, prev_toks=prev, ctx_len=self.s.ctx_len
+        )
+        parts = dspark_loss(
+            out.logits,
+            conf_logits=out.conf_logits,
+            target_logits=self.proj.logits(t_hidden),
+            labels=labels,
+            valid=valid,
+            weights=self.weights,
+            weight=weight,
+        )
         return parts.total, parts.ce, parts.tv, parts.conf
 
     def loss(self, batch) -> dict[str, float]:
@@ -233,7 +262,7 @@ class DrafterTrainer:
             named = tree_flatten(grads)
             mx.eval(parts, grads)
             summed = self.world.sum([*parts, *(g for _, g in named)], f"step {self.step + 1}")
-            norm = apply(tree_unflatten(list(zip((k for k, _ in named), summed[len(parts):]))))
+            norm = apply(tree_unflatten(list(zip((k for k, _ in named), summed[len(parts) :]))))
             return (*summed[: len(parts)], norm)
 
         return update
@@ -256,8 +285,14 @@ class DrafterTrainer:
         arrays = {f"net.{k}": v for k, v in tree_flatten(self.drafter.net.parameters())}
         arrays.update({f"opt.{k}": v for k, v in tree_flatten(self.optimizer.state)})
         rng = self._rng_before_pending if self._rng_before_pending is not None else self.rng.bit_generator.state
-        meta = {"format": STATE_FORMAT, "step": self.step, "rng": rng, "settings": asdict(self.s),
-                "drafter": self.trained_as, **(extra or {})}
+        meta = {
+            "format": STATE_FORMAT,
+            "step": self.step,
+            "rng": rng,
+            "settings": asdict(self.s),
+            "drafter": self.trained_as,
+            **(extra or {}),
+        }
         (out_dir / TRAIN_DIR).mkdir(exist_ok=True)
         save_safetensors(out_dir / STATE_FILE, arrays, {"meta": json.dumps(meta)})
 
@@ -270,8 +305,10 @@ class DrafterTrainer:
             meta = parse_json(metadata["meta"], f"{path} (its metadata)")
             step, rng = meta["step"], meta["rng"]
         except Exception as e:  # a truncated or foreign file: mlx, json and key errors alike
-            raise DsparkError(f"{path} is not a readable training checkpoint ({type(e).__name__}: {e}); "
-                              f"start over without --resume, or remove it") from None
+            raise DsparkError(
+                f"{path} is not a readable training checkpoint ({type(e).__name__}: {e}); "
+                f"start over without --resume, or remove it"
+            ) from None
         if meta.get("format") != STATE_FORMAT:
             raise DsparkError(f"{path} is not a dspark training checkpoint")
         check_state(path, step, arrays)

@@ -78,9 +78,18 @@ def run_mlx_dspark(target_dir: str, drafter_dir: str, prompt: list[int], max_tok
 
     M.DSparkDrafter.compute_logits, M.DSparkDrafter.sample_block = logits, sample
     try:
-        res = G.speculative_generate(Target(vlm, tokenizer), tokenizer, drafter, prompt_ids=prompt,
-                                     max_new_tokens=max_tokens, max_draft_tokens=None, lookup_drafts=False,
-                                     confidence_threshold=0.0, cap_controller=None, temperature=0.0)
+        res = G.speculative_generate(
+            Target(vlm, tokenizer),
+            tokenizer,
+            drafter,
+            prompt_ids=prompt,
+            max_new_tokens=max_tokens,
+            max_draft_tokens=None,
+            lookup_drafts=False,
+            confidence_threshold=0.0,
+            cap_controller=None,
+            temperature=0.0,
+        )
     finally:
         M.DSparkDrafter.compute_logits, M.DSparkDrafter.sample_block = compute_logits, sample_block
     base, prev, full = np.array(seen["base"][0].astype(mx.float32)), seen["prev"], []
