@@ -15,6 +15,7 @@ import types
 import typing
 from collections.abc import Callable
 
+from dspark.bench.report import SPREAD_FIGURES
 from dspark.errors import DsparkError
 from dspark.events import CommittedToken, RoundEvent, Source, Summary
 from dspark.lossless import Difference
@@ -422,21 +423,7 @@ ARM = record(
         "identical": optional(integer(0, MAX_TRIALS)),
         "compared": optional(integer(0, MAX_TRIALS)),
         "lossless": optional(integer(0, MAX_TRIALS)),
-        **{
-            f"{k}_spread": SPREAD
-            for k in (
-                "tokens_per_sec",
-                "speedup",
-                "draft_ms",
-                "verify_ms",
-                "overhead_ms",
-                "in_loop",
-                "step_ms",
-                "limit",
-                "efficiency",
-                "ttft_seconds",
-            )
-        },
+        **{f"{k}_spread": SPREAD for k in SPREAD_FIGURES},
     },
     ("arm", "tokens_per_sec"),
     strict=False,

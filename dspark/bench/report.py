@@ -140,6 +140,21 @@ def plain_threads(trials: list[dict], default=None) -> dict:
     }
 
 
+#: The per-trial figures an arm's summary gives as a median with its spread (``KEY_spread``).
+SPREAD_FIGURES = (
+    "tokens_per_sec",
+    "speedup",
+    "draft_ms",
+    "verify_ms",
+    "overhead_ms",
+    "in_loop",
+    "step_ms",
+    "limit",
+    "efficiency",
+    "ttft_seconds",
+)
+
+
 def _spread(values: list[float]) -> dict:
     v = sorted(values)
     if not v:
@@ -155,18 +170,7 @@ def summarize_arm(trials: list[dict]) -> dict:
     out = {"arm": first["arm"], "drafter": first.get("drafter"), "policy": first.get("policy"), "trials": len(trials)}
     if first.get("context"):
         out["context"] = first["context"]
-    for key in (
-        "tokens_per_sec",
-        "speedup",
-        "draft_ms",
-        "verify_ms",
-        "overhead_ms",
-        "in_loop",
-        "step_ms",
-        "limit",
-        "efficiency",
-        "ttft_seconds",
-    ):
+    for key in SPREAD_FIGURES:
         values = [t[key] for t in trials if t.get(key) is not None]
         if values:
             out[key] = median(values)
