@@ -266,7 +266,7 @@ def recorded_drafters(paths: list[str]) -> list[str]:
     from dspark.errors import DsparkError  # noqa: PLC0415 (ordered: dspark after main applies --device)
 
     from .files.replay import read_recording  # noqa: PLC0415 (ordered: Qt and dspark, after main applies --device)
-    from .state.playlist import Playlist  # noqa: PLC0415 (slow: dataclasses, off the --help path)
+    from .state.playlist import Playlist  # noqa: PLC0415 (light, but --help and --check-device need no dataclasses)
 
     recordings = []
     for p in paths:

@@ -176,30 +176,30 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def add_options(parser, cls, only: Sequence[str] | None = None, skip: Sequence[str] = ()) -> None:
     """Add an argument per option field of ``cls`` to ``parser`` (or an argument group)."""
-    for spec in describe(cls):
-        if (only is not None and spec.name not in only) or spec.name in skip:
+    for option in describe(cls):
+        if (only is not None and option.name not in only) or option.name in skip:
             continue
-        help_text = spec.help
-        if spec.kind is bool:
-            action = "store_false" if spec.default else "store_true"
-            if spec.default:  # the flag turns the field off: its help describes what is on without it
+        help_text = option.help
+        if option.kind is bool:
+            action = "store_false" if option.default else "store_true"
+            if option.default:  # the flag turns the field off: its help describes what is on without it
                 help_text = f"turn off (on by default): {help_text}"
-            parser.add_argument(spec.flag, dest=spec.name, action=action, default=spec.default, help=help_text)
+            parser.add_argument(option.flag, dest=option.name, action=action, default=option.default, help=help_text)
             continue
-        if spec.default not in (None, ()):
-            shown = ",".join(map(str, spec.default)) if spec.kind is tuple else spec.default
+        if option.default not in (None, ()):
+            shown = ",".join(map(str, option.default)) if option.kind is tuple else option.default
             help_text += f" (default: {shown})"
-        elif spec.none:
-            help_text += f" (default: {spec.none})"
-        kind = _int_list if spec.kind is tuple else spec.kind
+        elif option.none:
+            help_text += f" (default: {option.none})"
+        kind = _int_list if option.kind is tuple else option.kind
         parser.add_argument(
-            spec.flag,
-            dest=spec.name,
+            option.flag,
+            dest=option.name,
             type=kind,
-            choices=spec.choices,
-            default=spec.default,
+            choices=option.choices,
+            default=option.default,
             help=help_text,
-            metavar=None if spec.choices else spec.name.upper(),
+            metavar=None if option.choices else option.name.upper(),
         )
 
 
@@ -224,34 +224,38 @@ def check_range(flag: str, value: float | None, lo: float, hi: float | None = No
 
 def check_options(value) -> None:
     """Raise a DsparkError naming the first option of ``value`` outside its legal values."""
-    for spec in describe(type(value)):
-        v = getattr(value, spec.name)
-        name = spec.flag.lstrip("-") if spec.kind is not bool else spec.name
+    for option in describe(type(value)):
+        v = getattr(value, option.name)
+        name = option.flag.lstrip("-") if option.kind is not bool else option.name
         if v is None:
-            if not spec.optional:
+            if not option.optional:
                 raise DsparkError(f"{name} must be set")
             continue
-        if spec.kind in (int, float):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or (spec.kind is int and not isinstance(v, int)):
-                raise DsparkError(f"{name} must be {'an integer' if spec.kind is int else 'a number'}, not {v!r}")
+        if option.kind in (int, float):
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or (option.kind is int and not isinstance(v, int))
+            ):
+                raise DsparkError(f"{name} must be {'an integer' if option.kind is int else 'a number'}, not {v!r}")
             if not math.isfinite(v):
                 raise DsparkError(f"{name} must be a finite number, not {v}")
-            if (spec.lo is not None and v < spec.lo) or (spec.hi is not None and v > spec.hi):
-                raise DsparkError(f"{name} must be {_range(spec)}, not {v:g}")
-        elif spec.kind is tuple:
+            if (option.lo is not None and v < option.lo) or (option.hi is not None and v > option.hi):
+                raise DsparkError(f"{name} must be {_range(option)}, not {v:g}")
+        elif option.kind is tuple:
             if not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
                 raise DsparkError(f"{name} must be integers, not {list(v)!r}")
-        elif spec.kind is bool:
+        elif option.kind is bool:
             if not isinstance(v, bool):
                 raise DsparkError(f"{name} must be true or false, not {v!r}")
-        elif spec.choices is not None and v not in spec.choices:
-            raise DsparkError(f"{name} must be one of {', '.join(spec.choices)}, not {v!r}")
+        elif option.choices is not None and v not in option.choices:
+            raise DsparkError(f"{name} must be one of {', '.join(option.choices)}, not {v!r}")
 
 
-def _range(spec: OptionSpec) -> str:
-    if spec.lo is not None and spec.hi is not None:
-        return f"between {spec.lo:g} and {spec.hi:g}"
-    return f"at least {spec.lo:g}" if spec.lo is not None else f"at most {spec.hi:g}"
+def _range(option: OptionSpec) -> str:
+    if option.lo is not None and option.hi is not None:
+        return f"between {option.lo:g} and {option.hi:g}"
+    return f"at least {option.lo:g}" if option.lo is not None else f"at most {option.hi:g}"
 
 
 def replace(value, **changes):
@@ -265,22 +269,22 @@ def coerce(cls, raw: dict, on_error: Callable[[str, Any], None] | None = None):
     """``cls`` from loosely typed values (strings from a settings file): each field that
     cannot be read or is out of range keeps its default, and ``on_error(name, value)`` is told."""
     good = {}
-    for spec in describe(cls):
-        if spec.name not in raw:
+    for option in describe(cls):
+        if option.name not in raw:
             continue
-        v = raw[spec.name]
+        v = raw[option.name]
         try:
-            if v in (None, "") and spec.optional:
+            if v in (None, "") and option.optional:
                 v = None
-            elif spec.kind is bool:
+            elif option.kind is bool:
                 v = v if isinstance(v, bool) else str(v).strip().lower() in ("1", "true", "yes", "on")
-            elif spec.kind is tuple:
+            elif option.kind is tuple:
                 v = tuple(v) if isinstance(v, (list, tuple)) else _int_list(str(v))
             else:
-                v = spec.kind(v)
-            check_options(dataclasses.replace(cls(**good), **{spec.name: v}))
-            good[spec.name] = v
+                v = option.kind(v)
+            check_options(dataclasses.replace(cls(**good), **{option.name: v}))
+            good[option.name] = v
         except (ValueError, TypeError, DsparkError, argparse.ArgumentTypeError):
             if on_error is not None:
-                on_error(spec.name, raw[spec.name])
+                on_error(option.name, raw[option.name])
     return cls(**good)

@@ -61,6 +61,8 @@ def test_generate_speculative_with_baseline(dirs, capsys):
     )
     assert len(r["tokens"]) == 70 or r["finish_reason"] == "stop"
     assert r["identical"] is True  # greedy: lossless
+    # 0.1.0's names of the same values still printed, for scripts that read them
+    assert r["identical_to_baseline"] is True and r["baseline_tokens_per_sec"] == r["plain_tokens_per_sec"]
     assert r["rounds"] >= 1 and r["tau"] >= 1.0 and r["speedup"] > 0 and r["tokens_per_sec"] > 0
     assert isinstance(r["text"], str) and len(r["per_position_acceptance"]) == 4
 

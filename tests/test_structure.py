@@ -121,9 +121,9 @@ def test_only_the_worker_imports_mlx_in_the_app():
 def test_the_generation_form_has_one_widget_per_field(qtbot):
     from dspark.config import GenerationConfig
     from dspark.options import describe
-    from dspark_studio.panes.config_form import SettingsForm
+    from dspark_studio.panes.config_form import ConfigForm
 
-    form = SettingsForm(GenerationConfig)
+    form = ConfigForm(GenerationConfig)
     qtbot.addWidget(form)
     fields = {s.name for s in describe(GenerationConfig) if s.form}
     assert set(form.widgets) == fields and {"top_k", "policy", "chat_template", "system_prompt"} <= fields

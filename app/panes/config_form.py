@@ -15,22 +15,22 @@ INT_MAX = 2**31 - 1
 def form_values(cls, raw: dict, on_error=None) -> dict:
     """``raw`` (strings from a settings file are fine) as the form's values: unreadable or
     out-of-range values keep their defaults and are reported through ``on_error(name, value)``."""
-    specs = [s for s in describe(cls) if s.form]
-    value = coerce(cls, {k: v for k, v in raw.items() if k in {s.name for s in specs}}, on_error)
-    return {s.name: getattr(value, s.name) for s in specs}
+    options = [s for s in describe(cls) if s.form]
+    value = coerce(cls, {k: v for k, v in raw.items() if k in {s.name for s in options}}, on_error)
+    return {s.name: getattr(value, s.name) for s in options}
 
 
-class SettingsForm(QWidget):
+class ConfigForm(QWidget):
     changed = Signal()  # a person changed a value (not sent while ``set_values`` shows some)
 
     def __init__(self, cls, parent=None):
         super().__init__(parent)
         self.cls = cls
-        self.specs = [s for s in describe(cls) if s.form]
+        self.options = [s for s in describe(cls) if s.form]
         self.widgets: dict[str, QWidget] = {}
         form = QFormLayout(self)
         form.setContentsMargins(0, 0, 0, 0)
-        for s in self.specs:
+        for s in self.options:
             w = self._widget(s)
             w.setToolTip(s.help[0].upper() + s.help[1:] + ".")
             self.widgets[s.name] = w
@@ -81,7 +81,7 @@ class SettingsForm(QWidget):
     def values(self) -> dict:
         """The fields as ``cls(**values)`` takes them."""
         out = {}
-        for s in self.specs:
+        for s in self.options:
             w = self.widgets[s.name]
             if isinstance(w, QCheckBox):
                 v = w.isChecked()
@@ -109,7 +109,7 @@ class SettingsForm(QWidget):
             self._quiet = False
 
     def _show(self, value) -> None:
-        for s in self.specs:
+        for s in self.options:
             w, v = self.widgets[s.name], getattr(value, s.name)
             if isinstance(w, QCheckBox):
                 w.setChecked(bool(v))

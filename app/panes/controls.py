@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from dspark.config import GenerationConfig
 
 from ..state.choices import Choices, drafter_label
-from .config_form import SettingsForm
+from .config_form import ConfigForm
 
 PATH_ROLE = Qt.UserRole  # which drafter an item shows (its directory)
 #: Keys the window's shortcuts own even while the prompt box has the focus (it would move its cursor).
@@ -158,7 +158,7 @@ class ControlPanel(QWidget):
     def _generation_group(self) -> QGroupBox:
         g = QGroupBox("Generation")
         gl = QVBoxLayout(g)
-        self.form = SettingsForm(GenerationConfig)
+        self.form = ConfigForm(GenerationConfig)
         self.form.changed.connect(lambda: self.config_edited.emit(self.form.values()))
         gl.addWidget(self.form)
         self.block_note = QLabel()  # a block size beyond what the selected drafter was trained at

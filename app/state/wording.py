@@ -33,13 +33,12 @@ def in_app(text: str) -> str:
     return FLAG.sub(lambda m: settings.get(m.group(0), m.group(0)), text)
 
 
-def about_text(check, blas: str) -> str:
-    """What Help ▸ About says: the versions that decide what runs, the BLAS, and the device the
-    app computes on with the first-launch GPU check's sentence (``check``: a
-    :class:`dspark.device.DeviceCheck`, or None when none ran)."""
+def about_text(check, blas: str, qt: str) -> str:
+    """What Help ▸ About says: the versions that decide what runs (``qt``: PySide6's, from the
+    window, as this room imports no Qt), the BLAS, and the device the app computes on with the
+    first-launch GPU check's sentence (``check``: a :class:`dspark.device.DeviceCheck`, or None
+    when none ran)."""
     from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 (slow: ~60 modules, for About only)
-
-    import PySide6  # noqa: PLC0415 (state/ is Qt-free: only About names Qt's version)
 
     def installed(name: str) -> str:  # a frozen bundle may carry no metadata: then what the check recorded
         try:
@@ -52,7 +51,7 @@ def about_text(check, blas: str) -> str:
         device += f" ({check.gpu})"
     lines = [
         f"DSpark Studio {__version__}",
-        f"MLX {installed('mlx')}, mlx-lm {installed('mlx-lm')}, PySide6 {PySide6.__version__}",
+        f"MLX {installed('mlx')}, mlx-lm {installed('mlx-lm')}, PySide6 {qt}",
         f"Computes on: {device}",
     ]
     if check is not None:

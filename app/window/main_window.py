@@ -18,6 +18,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+import PySide6
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QScrollArea, QSplitter, QVBoxLayout, QWidget
@@ -324,7 +325,10 @@ class MainWindow(QMainWindow):
     def show_about(self) -> None:
         """Help ▸ About: the versions, the device and the GPU check, the BLAS (not modal)."""
         self.about_box = QMessageBox(
-            QMessageBox.Information, "About DSpark Studio", about_text(self.device_check, blas.describe()), parent=self
+            QMessageBox.Information,
+            "About DSpark Studio",
+            about_text(self.device_check, blas.describe(), PySide6.__version__),
+            parent=self,
         )
         self.about_box.open()
 

@@ -306,7 +306,7 @@ def keep(doc: dict, trials: list[dict], out: Path) -> None:
     was measured elsewhere and say where, in one sentence (DsparkError): the summary and every
     trial in a folder under the system's temporary directory, else the trials the output folder
     already holds."""
-    import tempfile  # noqa: PLC0415 (slow: tempfile, shutil, not needed for --help)
+    import tempfile  # noqa: PLC0415 (only when the output folder is full; dspark --help loads none of it)
 
     try:
         write_text(out / "summary.json", json.dumps(doc, indent=1))

@@ -75,9 +75,8 @@ def _run(fn, arg) -> int:
         return 2
     except (SystemExit, GeneratorExit):
         raise
-    except (
-        BaseException
-    ) as e:  # a bug (a Rust panic from tokenizers is no Exception): one line, the traceback in a file
+    # a bug (a Rust panic from tokenizers is no Exception): one line, the traceback in a file
+    except BaseException as e:
         print("dspark: " + report_bug(e), file=sys.stderr)
         return 1
 

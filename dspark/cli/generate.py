@@ -154,12 +154,16 @@ def run(a) -> int:
         result["rounds"] = inspected
     verdict = None
     if a.baseline:
-        base = run_to_summary(generate_plain(target, prompt, config))
-        result["plain_tokens_per_sec"] = base.tokens_per_sec
-        result["speedup"] = metrics.speedup(summary.tokens_per_sec, base.tokens_per_sec)
+        plain = run_to_summary(generate_plain(target, prompt, config))
+        result["plain_tokens_per_sec"] = plain.tokens_per_sec
+        result["speedup"] = metrics.speedup(summary.tokens_per_sec, plain.tokens_per_sec)
         if config.sampling.greedy:
-            verdict = lossless.compare(target, summary, base)
+            verdict = lossless.compare(target, summary, plain)
             result.update(verdict.to_dict())
+        # 0.1.0's names of the same two values, kept so that scripts reading them go on working
+        result["baseline_tokens_per_sec"] = result["plain_tokens_per_sec"]
+        if "identical" in result:
+            result["identical_to_baseline"] = result["identical"]
     if a.json:
         print(json.dumps(result))
     else:

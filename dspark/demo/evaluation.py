@@ -126,9 +126,9 @@ def measure(out: Path, drafters: dict, prompt_set: list[str], say, lossless_toke
         entry["by_prompt_length"] = {str(L): acceptance(target, drafter, padded(target, ids, L), 128) for L in CONTEXTS}
         config = GenerationConfig(max_tokens=lossless_tokens, stop_at_eos=False)
         speculative = run_to_summary(generate(target, drafter, prompt_set[0], config, display=False))
-        base = run_to_summary(generate_plain(target, prompt_set[0], config))
+        plain = run_to_summary(generate_plain(target, prompt_set[0], config))
         entry.update(
-            lossless_tokens=lossless_tokens, lossless=metrics.first_difference(speculative.tokens, base.tokens) is None
+            lossless_tokens=lossless_tokens, lossless=metrics.first_difference(speculative.tokens, plain.tokens) is None
         )
         result["drafters"][kind] = entry
         say(
