@@ -113,7 +113,7 @@ def refuse_code(directory: Path, config: dict) -> None:
             f"{directory} asks to run {what}; dspark never runs code from a checkpoint: "
             f"use a directory with config.json and .safetensors weights only"
         )
-    if not safetensors_files(directory) and any(directory.glob(f"*{s}") for s in PICKLES):
+    if not safetensors_files(directory) and any(next(directory.glob(f"*{s}"), None) for s in PICKLES):
         raise DsparkError(
             f"{directory} holds pickled weights, which can run code when loaded: dspark reads .safetensors only"
         )
