@@ -120,6 +120,10 @@ def refuse_code(directory: Path, config: dict) -> None:
 
 
 # --------------------------------------------------------------------------- what kind of directory
+#: Google's Gemma-4 assistant drafters (``google/gemma-4-*-it-assistant``): their config's model_type.
+ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
+
+
 def drafter_format(config: dict) -> str | None:
     """The drafter format a config.json is written in (one of ``DRAFTER_FORMATS``), None when it
     is not a drafter's; DsparkError for a drafter kind this version does not run."""
@@ -132,6 +136,11 @@ def drafter_format(config: dict) -> str | None:
         "markov_rank" in config and "target_layer_ids" in config and "dflash_config" not in config
     ):
         return "deepspec"
+    if config.get("model_type") in ASSISTANT_TYPES or "AssistantModel" in arch:
+        raise DsparkError(
+            "this is a Gemma-4 assistant (MTP) drafter, which drafts from the target's own K/V cache "
+            "one token a step: dspark does not run it yet"
+        )
     if "DFlash2" in arch:
         raise DsparkError(
             "this is a DFlash 2 drafter (conv kernels and a candidate selector), which dspark does not run yet"
@@ -158,7 +167,10 @@ def kind_of(config: dict) -> str:
     version refuses is still a drafter)."""
     arch = " ".join(a for a in (config.get("architectures") or []) if isinstance(a, str))
     drafter_keys = ("dflash_config", "speculators_config", "target_layer_ids", "format")
-    return "drafter" if "DSpark" in arch or "DFlash" in arch or any(k in config for k in drafter_keys) else "target"
+    named = "DSpark" in arch or "DFlash" in arch or "AssistantModel" in arch
+    if named or config.get("model_type") in ASSISTANT_TYPES or any(k in config for k in drafter_keys):
+        return "drafter"
+    return "target"
 
 
 # --------------------------------------------------------------------------- safetensors headers

@@ -277,6 +277,11 @@ def test_refusals_are_one_sentence(dirs, target, tmp_path):
     unknown = _copy(dirs["zlab"], tmp_path / "unknown")
     (unknown / "config.json").write_text(json.dumps({"architectures": ["MedusaModel"], "medusa_num_heads": 4}))
     v2 = _edit(_copy(dirs["zlab"], tmp_path / "v2"), architectures=["DFlash2DraftModel"])
+    # a Gemma-4 assistant's config names a Gemma-4 model type and width: it must not read as a target
+    assistant = _copy(dirs["zlab"], tmp_path / "assistant")
+    (assistant / "config.json").write_text(
+        json.dumps({"model_type": "gemma4_assistant", "hidden_size": 256, "backbone_hidden_size": 64})
+    )
     cases = {
         code: "asks to run Python files (modeling_dflash.py)",
         auto: "asks to run custom code (auto_map",
@@ -286,6 +291,7 @@ def test_refusals_are_one_sentence(dirs, target, tmp_path):
         vocab: "vocabulary 300, this target's is 256",
         unknown: "not a drafter this version knows",
         v2: "DFlash 2",
+        assistant: "Gemma-4 assistant (MTP) drafter",
         dirs["target"]: "holds a model",
     }
     for path, message in cases.items():

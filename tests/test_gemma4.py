@@ -20,3 +20,17 @@ def test_a_malformed_per_layer_config_is_one_sentence():
     with pytest.raises(DsparkError, match="different shapes"):
         gemma4.legacy_text_config(config)
     assert gemma4.legacy_text_config({"text_config": {"global_head_dim": 512}}) is None
+
+
+def test_a_gemma4_assistant_drafter_given_as_the_target_is_named_a_drafter(tmp_path):
+    """Google's assistant drafters carry a Gemma-4 model_type and width, so they once read as a
+    target; each side now says which it is."""
+    from dspark.modeldir import drafter_format
+
+    config = {"model_type": "gemma4_assistant", "hidden_size": 256, "backbone_hidden_size": 2560}
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(DsparkError, match="is a drafter, not a target model"):
+        gemma4.check_target_dir(tmp_path, config)
+    with pytest.raises(DsparkError, match="Gemma-4 assistant"):
+        drafter_format({**config, "model_type": "gemma4_unified_assistant"})
+    assert gemma4.GEMMA4_TYPES == ("gemma4", "gemma4_text", "gemma4_unified")  # no assistant among targets
