@@ -20,10 +20,25 @@ from dspark.bench import report
 from dspark.errors import DsparkError
 from dspark.files import write_text
 from dspark.reading import read_json
+from dspark.validate import costs_problem
 
 from ..state.runs import MIN_COMPARED, Run, bench_rows, complete_prompts, machine, speedup
 from ..state.session import Session
-from .checking import check_bench
+from .checking import (
+    ENVIRONMENT,
+    MAX_BLOCK,
+    MAX_RATE,
+    SECONDS,
+    boolean,
+    flat_object,
+    integer,
+    items,
+    number,
+    optional,
+    plain_value,
+    record,
+    text,
+)
 
 MAX_SUMMARY_BYTES = 16 * 2**20
 COMMAND = "DSpark Studio: Compare"
@@ -158,7 +173,7 @@ def is_bench_file(path: str | Path) -> bool:
 
 def read_bench(path: str | Path) -> dict:
     """A ``dspark bench`` summary (its ``summary.json``, or the folder holding it), checked as a
-    whole (``app.files.checking.check_bench``) before anything of it is drawn; a DsparkError saying
+    whole (``check_bench``) before anything of it is drawn; a DsparkError saying
     in one sentence why not."""
     path = _summary_path(path)
     doc = _read_doc(path)
@@ -211,6 +226,120 @@ def save_comparison(session: Session, folder: str) -> Path | None:
     except DsparkError as e:
         session.fail(str(e))
         return None
+
+
+# --------------------------------------------------------------------------- a summary, checked whole
+MAX_ARMS = 1_000
+MAX_TRIALS = 10_000_000
+SPREAD = optional(
+    lambda v: (
+        None
+        if isinstance(v, dict)
+        and len(v) <= 10
+        and all(isinstance(k, str) and number(-1e12, 1e12)(x) is None for k, x in v.items())
+        else "must be an object of numbers"
+    )
+)
+RATIO = optional(number(0.0, 1e6))
+ARM = record(
+    {
+        "arm": text(500),
+        "drafter": optional(text(4096)),
+        "policy": optional(text(100)),
+        "trials": integer(0, MAX_TRIALS),
+        "tokens_per_sec": number(0.0, MAX_RATE),
+        "speedup": RATIO,
+        "draft_ms": optional(number(0.0, 1e8)),
+        "verify_ms": optional(number(0.0, 1e8)),
+        "overhead_ms": optional(number(-1e8, 1e8)),
+        "in_loop": optional(number(0.0, 1e6)),
+        "step_ms": optional(number(0.0, 1e8)),
+        "limit": RATIO,
+        "efficiency": RATIO,
+        "ttft_seconds": optional(SECONDS),
+        "peak_memory_bytes": optional(integer(0, 2**50)),
+        "tau": optional(number(0.0, MAX_BLOCK)),
+        "acceptance_rate": optional(number(0.0, 1.0)),
+        "per_position_acceptance": items(number(0.0, 1.0), MAX_BLOCK),
+        "accepted_histogram": items(integer(0, 2**50), MAX_BLOCK + 1),
+        "rounds": optional(integer(0, 2**50)),
+        "identical": optional(integer(0, MAX_TRIALS)),
+        "compared": optional(integer(0, MAX_TRIALS)),
+        "lossless": optional(integer(0, MAX_TRIALS)),
+        **{f"{k}_spread": SPREAD for k in report.SPREAD_FIGURES},
+    },
+    ("arm", "tokens_per_sec"),
+    strict=False,
+    others=plain_value,
+)
+
+
+BENCH = record(
+    {
+        "command": text(100_000),
+        "environment": ENVIRONMENT,
+        "target": optional(text(4096)),
+        "started": optional(text(100)),
+        "finished": optional(text(100)),
+        "interrupted": optional(boolean),
+        "settings": flat_object(100),
+        "costs_context": optional(integer(0, 100_000_000)),
+    },
+    ("environment",),
+    strict=False,
+)
+
+
+def check_bench(doc, name: str) -> None:
+    """A ``dspark bench`` summary (``summary.json``), checked whole: its arms, their figures, the
+    counts the table shows and the costs it carries."""
+    problem = _bench_problem(doc)
+    if problem:
+        raise DsparkError(f"{name} is a damaged benchmark summary ({problem})")
+
+
+def _bench_problem(doc) -> str | None:
+    problem = BENCH(doc)
+    if problem:
+        return problem
+    if not isinstance(doc.get("arms"), list) or len(doc["arms"]) > MAX_ARMS:
+        return f"arms must be a list of at most {MAX_ARMS:,} arms"
+    for i, arm in enumerate(doc["arms"]):
+        problem = ARM(arm)
+        if problem:
+            return f"arm {i + 1}: {problem}"
+        if (
+            "compared" in arm
+            and not arm.get("identical", 0) <= arm.get("lossless", arm.get("identical", 0)) <= arm["compared"]
+        ):
+            return f"arm {i + 1}: its identical, lossless and compared counts disagree"
+    problem = record(
+        {
+            "key": optional(text(500)),
+            "name": optional(text(500)),
+            "description": optional(text(10_000)),
+            "count": integer(0, 10_000_000),
+        },
+        ("count",),
+    )(doc.get("prompts"))
+    if problem:
+        return f"prompts: {problem}"
+    settings = doc.get("settings")
+    if not isinstance(settings, dict) or integer(1, 1_000_000)(settings.get("repeats")):
+        return "settings.repeats must be a whole number from 1 to 1,000,000"
+    costs = doc.get("costs") or {}
+    if not isinstance(costs, dict) or len(costs) > MAX_ARMS:
+        return "costs must map drafters to their measured costs"
+    by_repeat = doc.get("costs_by_repeat") or []
+    if not isinstance(by_repeat, list) or len(by_repeat) > 1_000_000 or not all(isinstance(r, dict) for r in by_repeat):
+        return "costs_by_repeat must be a list of measured costs by drafter"
+    # what the app reads of them: the costs measured at the start and the last repeat's (app.state.runs.bench_costs)
+    for what, measured in (("the costs", costs), ("the last repeat's costs", by_repeat[-1] if by_repeat else {})):
+        for drafter, c in measured.items():
+            problem = costs_problem(c)
+            if problem:
+                return f"{what} of {str(drafter)[:100]}: {problem}"
+    return None
 
 
 __all__ = ["bench_rows", "comparison_to_bench", "is_bench", "is_bench_file", "read_bench", "write_bench"]

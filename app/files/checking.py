@@ -1,5 +1,7 @@
-"""Checking a file the app opens (a saved run or comparison, a ``dspark bench`` summary) as a
-whole, before anything of it is drawn or scheduled. These files are meant to be shared, so a
+"""Checking a file the app opens as a whole, before anything of it is drawn or scheduled: the rules
+(a number in range, a record of fields, a list of at most so many), the event schema's records, and
+a saved run or comparison (a ``dspark bench`` summary's own rules stand with its reader,
+``app.files.benchmark``). These files are meant to be shared, so a
 stranger's file is held to what the app itself writes: every field of its type, every number
 finite and in range, counts and sizes within what a replay can draw, times that only move
 forward. What fails is one sentence naming the file, the place and the field (DsparkError).
@@ -15,11 +17,10 @@ import types
 import typing
 from collections.abc import Callable
 
-from dspark.bench.report import SPREAD_FIGURES
 from dspark.errors import DsparkError
 from dspark.events import CommittedToken, RoundEvent, Source, Summary
 from dspark.lossless import Difference
-from dspark.validate import LIMITS, costs_problem
+from dspark.validate import LIMITS
 
 #: Limits of a saved run or comparison.
 MAX_RUNS = 1_000
@@ -35,8 +36,6 @@ MAX_TOKEN_ID = LIMITS["vocab_size"][1]
 MAX_TOP = 64  # the target's best tokens kept per verified draft (the inspector keeps 5)
 MAX_POSITION = 2 * MAX_TOKENS  # tokens before a round's anchor: the prompt's and the output's
 #: Limits of a benchmark summary.
-MAX_ARMS = 1_000
-MAX_TRIALS = 10_000_000
 METHODS = ("speculative", "plain", "baseline")  # "baseline": plain decoding's name in files of 0.1.0
 
 Rule = Callable[[object], "str | None"]
@@ -284,7 +283,7 @@ DOCUMENT = record(
         "prompts": optional(integer(0, MAX_PROMPTS)),
         "target": optional(text(4096)),
         "runs": lambda v: None if isinstance(v, list) and v else "must be a non-empty list of runs",
-        "environment": lambda v: ENVIRONMENT(v),  # defined below, with the benchmark's records
+        "environment": lambda v: ENVIRONMENT(v),  # defined below (a benchmark summary has one too)
         "comparison": lambda v: None,
     },
     ("runs",),
@@ -373,7 +372,7 @@ def _fail(name: str, where: str, problem: str | None) -> None:
         raise DsparkError(f"{name}: {where + ': ' if where else ''}{problem}")
 
 
-# --------------------------------------------------------------------------- a dspark bench summary
+# --------------------------------------------------------------------------- what a newer dspark may add
 def plain_value(v) -> str | None:
     """A value a newer dspark may add to a record: a plain value, or a short list or object of them."""
     scalar = lambda x: (
@@ -388,120 +387,11 @@ def plain_value(v) -> str | None:
     return scalar(v)
 
 
-SPREAD = optional(
-    lambda v: (
-        None
-        if isinstance(v, dict)
-        and len(v) <= 10
-        and all(isinstance(k, str) and number(-1e12, 1e12)(x) is None for k, x in v.items())
-        else "must be an object of numbers"
-    )
-)
-RATIO = optional(number(0.0, 1e6))
-ARM = record(
-    {
-        "arm": text(500),
-        "drafter": optional(text(4096)),
-        "policy": optional(text(100)),
-        "trials": integer(0, MAX_TRIALS),
-        "tokens_per_sec": number(0.0, MAX_RATE),
-        "speedup": RATIO,
-        "draft_ms": optional(number(0.0, 1e8)),
-        "verify_ms": optional(number(0.0, 1e8)),
-        "overhead_ms": optional(number(-1e8, 1e8)),
-        "in_loop": optional(number(0.0, 1e6)),
-        "step_ms": optional(number(0.0, 1e8)),
-        "limit": RATIO,
-        "efficiency": RATIO,
-        "ttft_seconds": optional(SECONDS),
-        "peak_memory_bytes": optional(integer(0, 2**50)),
-        "tau": optional(number(0.0, MAX_BLOCK)),
-        "acceptance_rate": optional(number(0.0, 1.0)),
-        "per_position_acceptance": items(number(0.0, 1.0), MAX_BLOCK),
-        "accepted_histogram": items(integer(0, 2**50), MAX_BLOCK + 1),
-        "rounds": optional(integer(0, 2**50)),
-        "identical": optional(integer(0, MAX_TRIALS)),
-        "compared": optional(integer(0, MAX_TRIALS)),
-        "lossless": optional(integer(0, MAX_TRIALS)),
-        **{f"{k}_spread": SPREAD for k in SPREAD_FIGURES},
-    },
-    ("arm", "tokens_per_sec"),
-    strict=False,
-    others=plain_value,
-)
-
-
 ENVIRONMENT = lambda v: (
     None
     if isinstance(v, dict) and len(v) <= 100 and not any(plain_value(x) for x in v.values())
     else "must be an object of at most 100 plain values"
 )
-BENCH = record(
-    {
-        "command": text(100_000),
-        "environment": ENVIRONMENT,
-        "target": optional(text(4096)),
-        "started": optional(text(100)),
-        "finished": optional(text(100)),
-        "interrupted": optional(boolean),
-        "settings": flat_object(100),
-        "costs_context": optional(integer(0, 100_000_000)),
-    },
-    ("environment",),
-    strict=False,
-)
 
 
-def check_bench(doc, name: str) -> None:
-    """A ``dspark bench`` summary (``summary.json``), checked whole: its arms, their figures, the
-    counts the table shows and the costs it carries."""
-    problem = _bench_problem(doc)
-    if problem:
-        raise DsparkError(f"{name} is a damaged benchmark summary ({problem})")
-
-
-def _bench_problem(doc) -> str | None:
-    problem = BENCH(doc)
-    if problem:
-        return problem
-    if not isinstance(doc.get("arms"), list) or len(doc["arms"]) > MAX_ARMS:
-        return f"arms must be a list of at most {MAX_ARMS:,} arms"
-    for i, arm in enumerate(doc["arms"]):
-        problem = ARM(arm)
-        if problem:
-            return f"arm {i + 1}: {problem}"
-        if (
-            "compared" in arm
-            and not arm.get("identical", 0) <= arm.get("lossless", arm.get("identical", 0)) <= arm["compared"]
-        ):
-            return f"arm {i + 1}: its identical, lossless and compared counts disagree"
-    problem = record(
-        {
-            "key": optional(text(500)),
-            "name": optional(text(500)),
-            "description": optional(text(10_000)),
-            "count": integer(0, 10_000_000),
-        },
-        ("count",),
-    )(doc.get("prompts"))
-    if problem:
-        return f"prompts: {problem}"
-    settings = doc.get("settings")
-    if not isinstance(settings, dict) or integer(1, 1_000_000)(settings.get("repeats")):
-        return "settings.repeats must be a whole number from 1 to 1,000,000"
-    costs = doc.get("costs") or {}
-    if not isinstance(costs, dict) or len(costs) > MAX_ARMS:
-        return "costs must map drafters to their measured costs"
-    by_repeat = doc.get("costs_by_repeat") or []
-    if not isinstance(by_repeat, list) or len(by_repeat) > 1_000_000 or not all(isinstance(r, dict) for r in by_repeat):
-        return "costs_by_repeat must be a list of measured costs by drafter"
-    # what the app reads of them: the costs measured at the start and the last repeat's (app.state.runs.bench_costs)
-    for what, measured in (("the costs", costs), ("the last repeat's costs", by_repeat[-1] if by_repeat else {})):
-        for drafter, c in measured.items():
-            problem = costs_problem(c)
-            if problem:
-                return f"{what} of {str(drafter)[:100]}: {problem}"
-    return None
-
-
-__all__ = ["MAX_ROUNDS", "MAX_RUNS", "check_bench", "check_document"]
+__all__ = ["ENVIRONMENT", "MAX_ROUNDS", "MAX_RUNS", "check_document", "plain_value"]
