@@ -20,15 +20,11 @@ MLX's), so the loop uses one count. On a Mac MLX computes on the GPU and no coun
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import json
 import math
 import os
-import platform
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -45,6 +41,7 @@ from .cache import rollback
 from .config import SamplingParams
 from .errors import DsparkError
 from .files import write_text
+from .machine import machine
 from .policy import Scheduler
 from .policy import parse as parse_policy
 from .reading import read_json
@@ -150,43 +147,6 @@ def shape_fingerprint(module) -> str:
     for name, v in tree_flatten(module.parameters()):
         h.update(f"{name}:{tuple(v.shape)}:{v.dtype};".encode())
     return h.hexdigest()[:16]
-
-
-@functools.cache
-def cpu_name() -> str:
-    """The CPU's model name, as each system tells it: Linux in /proc/cpuinfo, macOS (no /proc) in
-    sysctl's machdep.cpu.brand_string ("Apple M2 Pro"). Elsewhere, or where neither says, what
-    ``platform`` knows, which on a Mac is only "arm" and would key every Apple chip's costs alike."""
-    if sys.platform.startswith("linux"):
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-        except OSError:
-            pass
-    elif sys.platform == "darwin":
-        try:  # by its full path: an app started from the Finder may have no /usr/sbin on PATH
-            r = subprocess.run(
-                ["/usr/sbin/sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=10
-            )
-            if r.returncode == 0 and r.stdout.strip():
-                return r.stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return platform.processor() or platform.machine()
-
-
-def machine() -> dict:
-    """This machine and software, as the costs (and the benchmark's records) depend on them."""
-    return {
-        "os": platform.platform(),
-        "node": platform.node(),
-        "cpu": cpu_name(),
-        "cpus": os.cpu_count(),
-        "mlx": mx.__version__,
-        "device": str(mx.default_device()),
-        "blas": blas.describe(),
-    }
 
 
 def key_for(target, drafter, block_size: int) -> str:

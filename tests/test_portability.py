@@ -14,7 +14,7 @@ from pathlib import Path
 import portability
 import pytest
 
-from dspark import costs
+from dspark import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -162,8 +162,8 @@ def test_only_the_limits_helper_may_choose_limits_in_a_preexec_fn():
 
 
 def test_the_cpu_is_named_on_linux_and_on_a_mac(monkeypatch):
-    """dspark.costs keys its cache by the CPU's name: Linux's is in /proc/cpuinfo; macOS, which
-    has no /proc, tells it through sysctl (run here by a stand-in)."""
+    """dspark.costs keys its cache by the CPU's name (dspark.machine.cpu_name): Linux's is in
+    /proc/cpuinfo; macOS, which has no /proc, tells it through sysctl (run here by a stand-in)."""
     asked = []
 
     def sysctl(argv, **kw):
@@ -171,21 +171,21 @@ def test_the_cpu_is_named_on_linux_and_on_a_mac(monkeypatch):
         return subprocess.CompletedProcess(argv, 0, "Apple M2 Pro\n", "")
 
     monkeypatch.setattr(sys, "platform", "darwin")
-    monkeypatch.setattr(costs.subprocess, "run", sysctl)
-    costs.cpu_name.cache_clear()
+    monkeypatch.setattr(machine.subprocess, "run", sysctl)
+    machine.cpu_name.cache_clear()
     try:
-        assert costs.cpu_name() == "Apple M2 Pro"
+        assert machine.cpu_name() == "Apple M2 Pro"
         assert asked == [["/usr/sbin/sysctl", "-n", "machdep.cpu.brand_string"]]
-        monkeypatch.setattr(costs.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", ""))
-        costs.cpu_name.cache_clear()
-        monkeypatch.setattr(costs.platform, "processor", lambda: "arm")
-        assert costs.cpu_name() == "arm"  # sysctl said nothing: what platform knows
+        monkeypatch.setattr(machine.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", ""))
+        machine.cpu_name.cache_clear()
+        monkeypatch.setattr(machine.platform, "processor", lambda: "arm")
+        assert machine.cpu_name() == "arm"  # sysctl said nothing: what platform knows
         monkeypatch.setattr(sys, "platform", "linux")
-        monkeypatch.setattr(costs, "Path", lambda p: _Text("processor : 0\nmodel name : Example CPU 9000\n"))
-        costs.cpu_name.cache_clear()
-        assert costs.cpu_name() == "Example CPU 9000"
+        monkeypatch.setattr(machine, "Path", lambda p: _Text("processor : 0\nmodel name : Example CPU 9000\n"))
+        machine.cpu_name.cache_clear()
+        assert machine.cpu_name() == "Example CPU 9000"
     finally:
-        costs.cpu_name.cache_clear()
+        machine.cpu_name.cache_clear()
 
 
 class _Text:

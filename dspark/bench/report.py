@@ -213,7 +213,7 @@ def environment(repo: Path | None = None) -> dict:
     import mlx.core as mx  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     from .. import device  # noqa: PLC0415 (not needed for --help)
-    from ..costs import machine  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..machine import machine  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     env = {
         **machine(),
