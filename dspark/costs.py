@@ -267,20 +267,33 @@ def _at_context(
     rng = mx.random.key(1234)
     vocab = target.dims.vocab_size
     ids = mx.random.randint(5, vocab, (context + block_size + 1,), key=rng).astype(mx.int32)
-    draft_session = drafter.start(target)
-    taps = draft_session.tap_layers
     cache = target.make_cache()
+    draft_session = drafter.start(target, cache=cache)
+    taps = draft_session.tap_layers
     # chunks of 512: the cache is only set up here, and wide chunks cost more in the attention masks
     rows = rounds.prefill(target, cache, ids[:context].tolist(), taps, step=512)
     anchor = int(ids[context].item())
+    history = ids[: context + 1].tolist()
     first = draft_session.propose(
-        anchor, context, new_rows=rows, block_size=block_size, sampling=SamplingParams(), key=mx.random.key(0)
+        anchor,
+        context,
+        new_rows=rows,
+        history=history,
+        block_size=block_size,
+        sampling=SamplingParams(),
+        key=mx.random.key(0),
     )
     mx.eval(first.tokens, draft_session.state())
 
     def draft():
         d = draft_session.propose(
-            anchor, context, new_rows=None, block_size=block_size, sampling=SamplingParams(), key=mx.random.key(0)
+            anchor,
+            context,
+            new_rows=None,
+            history=history,
+            block_size=block_size,
+            sampling=SamplingParams(),
+            key=mx.random.key(0),
         )
         rounds.read_draft(d, draft_session, display=False, heads=False)  # as a round reads it without a screen
 
@@ -387,10 +400,12 @@ def _fastest_loop_threads(
     ms: dict[int, list[float]] = {n: [] for n in choices}
     for rep in range(repeats + 1):
         for n in choices:
-            draft_session, cache = drafter.start(target), target.make_cache()
+            cache = target.make_cache()
+            draft_session = drafter.start(target, cache=cache)
             new_rows = rounds.prefill(target, cache, prompt[:-1], draft_session.tap_layers, step=2048)
             sched, threads = Scheduler(parse_policy("fixed"), block_size), {"draft": n, "verify": n}
             anchor, position, key = prompt[-1], len(prompt) - 1, mx.random.key(0)
+            history = list(prompt)
             t0 = time.perf_counter()
             for _ in range(n_rounds):
                 v = rounds.speculative_round(
@@ -400,6 +415,7 @@ def _fastest_loop_threads(
                     anchor=anchor,
                     position=position,
                     new_rows=new_rows,
+                    history=history,
                     block_size=block_size,
                     budget=block_size,
                     sched=sched,
@@ -409,6 +425,7 @@ def _fastest_loop_threads(
                     display=False,
                 )
                 anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
+                history += v.tokens
             if rep:
                 ms[n].append((time.perf_counter() - t0) / n_rounds * 1000)
     return min(choices, key=lambda n: median(ms[n]))

@@ -315,7 +315,9 @@ class BlockDrafter:
         return mx.sigmoid(z / mx.array(temps, z.dtype))
 
     # --- the engine's proposer protocol -------------------------------------------------
-    def start(self, target: Target) -> BlockDraftSession:
+    def start(self, target: Target, *, cache: list | None = None) -> BlockDraftSession:
+        """A generation's drafting state (``cache``, the target's, is not read: a block drafter's
+        context is its own K/V of the tap rows)."""
         self.check_target(target)
         return BlockDraftSession(self, target.projection)
 
@@ -371,6 +373,7 @@ class BlockDraftSession:
         position: int,
         *,
         new_rows: mx.array | None,
+        history: Sequence[int] = (),
         block_size: int,
         sampling: SamplingParams,
         key: mx.array,

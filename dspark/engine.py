@@ -94,7 +94,8 @@ def generate(
     config.check(target.dims.vocab_size)
     pol = parse_policy(config.policy)
     ids = prompt_ids(target, prompt, config)
-    draft_session = drafter.start(target)
+    cache = target.make_cache()
+    draft_session = drafter.start(target, cache=cache)
     block_size = draft_session.block_size if config.block_size is None else config.block_size
     if costs is None:
         costs = for_policy(config.policy, target, drafter, block_size)
@@ -103,7 +104,6 @@ def generate(
     run = _Generation("speculative", target, ids, config, cancel=cancel)
     keys = _round_keys(config.seed)
     shadow_keys = _round_keys(config.seed + 2**31)  # seeds are below 2**31: a stream of its own
-    cache = target.make_cache()
     new_rows = prefill(target, cache, ids[:-1], draft_session.tap_layers, step=config.prefill_step_size)
     run.prefilled()
     anchor, position = ids[-1], len(ids) - 1
@@ -135,6 +135,7 @@ def generate(
                     anchor=anchor,
                     position=position,
                     new_rows=new_rows,
+                    history=run.ids + run.out,
                     block_size=block_size,
                     budget=budget,
                     sched=sched,
@@ -179,6 +180,7 @@ def generate(
                                 anchor,
                                 position,
                                 new_rows=_rows(rows),
+                                history=run.ids + run.out,
                                 block_size=block_size,
                                 sampling=config.sampling,
                                 key=next(shadow_keys),

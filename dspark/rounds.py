@@ -42,13 +42,16 @@ from .target import Target
 
 
 class Proposer(Protocol):
-    """Anything that drafts: ``DflashDrafter`` or, in tests, an oracle."""
+    """Anything that drafts: ``DflashDrafter``, a published checkpoint (``dspark.formats``) or,
+    in tests, an oracle. ``cache`` is the target's KV cache for the generation: a drafter that
+    reads the target's own K/V (the Gemma-4 assistant) keeps it; the others ignore it."""
 
-    def start(self, target: Target) -> DraftSession: ...
+    def start(self, target: Target, *, cache: list | None = None) -> DraftSession: ...
 
 
 class DraftSession(Protocol):
-    """A drafter's state for one generation (its context rows); ``dspark.drafting.BlockDraftSession``."""
+    """A drafter's state for one generation: ``dspark.drafting.BlockDraftSession`` (a block drafted
+    in one forward) or an autoregressive one (``dspark.stepwise``: a token per drafter step)."""
 
     tap_layers: Sequence[int]
     block_size: int
@@ -59,11 +62,16 @@ class DraftSession(Protocol):
         position: int,
         *,
         new_rows: mx.array | None,
+        history: Sequence[int],
         block_size: int,
         sampling: SamplingParams,
         key: mx.array,
     ):
-        """Return an object with ``tokens`` [1, G], ``draft_probs`` [1, G], ``q`` [1, G, V]
+        """Draft ``block_size`` tokens after ``anchor`` at ``position``. ``new_rows`` are the tap
+        rows the session has not seen (of the committed tokens before ``anchor``); ``history`` is
+        every committed token id, the prompt's included, ending with ``anchor`` (``len(history)
+        == position + 1``): a drafter that embeds the token after each row (EAGLE-3) reads it.
+        Return an object with ``tokens`` [1, G], ``draft_probs`` [1, G], ``q`` [1, G, V]
         (the exact distributions sampled from; None if greedy), ``confidences`` and
         ``conf_logits`` [1, G] (or None), all lazy."""
 
@@ -142,6 +150,7 @@ def speculative_round(
     anchor: int,
     position: int,
     new_rows: mx.array | None,
+    history: Sequence[int],
     block_size: int,
     budget: int,
     sched: Scheduler,
@@ -154,6 +163,7 @@ def speculative_round(
     """One round from ``anchor`` (the last committed token, not yet in ``cache``) at cache length
     ``position``. ``draft_session`` drafts ``block_size`` tokens (0: none, and the round is a plain step
     of the target), reading ``new_rows`` first (the tap rows it has not seen; None: none);
+    ``history`` the committed ids ending with ``anchor`` (``DraftSession.propose``);
     ``sched`` verifies at most ``budget`` of them (the tokens the run may still commit, less the
     one the target always adds: the round never commits more than the run asked for). The target
     scores the anchor and the verified drafts, ``cache`` is rolled back to the accepted ones, and
@@ -166,7 +176,9 @@ def speculative_round(
     t0 = perf_counter()
     use_phase_threads(threads, "draft")
     draft = (
-        draft_session.propose(anchor, position, new_rows=new_rows, block_size=block_size, sampling=sp, key=k_draft)
+        draft_session.propose(
+            anchor, position, new_rows=new_rows, history=history, block_size=block_size, sampling=sp, key=k_draft
+        )
         if block_size > 0
         else None
     )

@@ -59,6 +59,7 @@ def record(target, drafter, ids: list[int], tokens: int):
             seq[p],
             p,
             new_rows=taps[:, fed:p] if p > fed else None,
+            history=seq[: p + 1],
             block_size=drafter.block_size,
             sampling=SamplingParams(),
             key=mx.random.key(0),

@@ -27,11 +27,11 @@ class OracleDrafter:
         self.sequence, self.vocab, self.block_size = list(sequence), vocab, block_size
         self.corrupt, self.seed, self.tap_layers = corrupt, seed, tap_layers
 
-    def start(self, target):
+    def start(self, target, *, cache=None):
         self.rng = random.Random(self.seed)
         return self
 
-    def propose(self, anchor, position, *, new_rows, block_size, sampling, key):
+    def propose(self, anchor, position, *, new_rows, history, block_size, sampling, key):
         g = self.rng.choice([0, 1] + [block_size] * 4)
         toks = []
         for k in range(g):

@@ -73,8 +73,8 @@ class Capture:
     def __init__(self, drafter):
         self.drafter, self.rows = drafter, []
 
-    def start(self, target):
-        draft_session = self.drafter.start(target)
+    def start(self, target, *, cache=None):
+        draft_session = self.drafter.start(target, cache=cache)
         propose = draft_session.propose
 
         def recorded(*args, **kwargs):

@@ -90,10 +90,12 @@ class SwitchingOracle(OracleDrafter):
         super().__init__(sequence, vocab, block_size=block_size, corrupt=0.0)
         self.switch, self.drafts_at = switch, []
 
-    def propose(self, anchor, position, *, new_rows, block_size, sampling, key):
+    def propose(self, anchor, position, *, new_rows, history, block_size, sampling, key):
         self.drafts_at.append(position)
         self.corrupt = 1.0 if position < self.switch else 0.0
-        out = super().propose(anchor, position, new_rows=new_rows, block_size=block_size, sampling=sampling, key=key)
+        out = super().propose(
+            anchor, position, new_rows=new_rows, history=history, block_size=block_size, sampling=sampling, key=key
+        )
         if position < self.switch:  # a wrong token for sure: the true one shifted
             out.tokens = (out.tokens + 1) % self.vocab
         return out
