@@ -20,7 +20,13 @@ PYTHON ?= $(shell for c in python3.12 python3.13 $$HOME/.pyenv/versions/3.12*/bi
 
 PEERS := .venv-peers
 
-.PHONY: run test lint setup peers demo bundle clean system-packages
+# The format owners' reference code (transformers' Gemma-4 assistant, speculators) runs on torch,
+# whose CPU build here is for Python 3.11 (tests/reference/requirements.txt).
+REF := .venv-ref
+REF_PYTHON ?= $(shell for c in python3.11 $$HOME/.pyenv/versions/3.11*/bin/python3; do \
+	$$c -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null && { echo $$c; break; }; done)
+
+.PHONY: run test lint setup peers reference demo bundle clean system-packages
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python >= 3.12 not found: install python3.12 or python3.13"; exit 1; }
@@ -63,13 +69,25 @@ $(PEERS)/.installed: tests/peers/requirements.txt $(VENV)/.installed
 
 peers: $(PEERS)/.installed
 
+# A third, test-only environment: the format owners' torch code (tests/reference/). Tests that
+# need it say so and are skipped where it is missing, with the reason.
+$(REF)/.installed: tests/reference/requirements.txt tests/reference/no-deps.txt
+	@test -n "$(REF_PYTHON)" || { echo "Python 3.11 not found: the reference tests need it (pyenv install 3.11)"; exit 1; }
+	$(REF_PYTHON) -m venv $(REF)
+	$(REF)/bin/pip install -q --upgrade pip
+	$(REF)/bin/pip install -q -r tests/reference/requirements.txt
+	$(REF)/bin/pip install -q --no-deps -r tests/reference/no-deps.txt
+	touch $@
+
+reference: $(REF)/.installed
+
 run: setup
 	$(VENV)/bin/dspark-studio $(ARGS)
 
 # Two workers (pytest-xdist), a test module to each at a time, so that a module's fixtures are built
 # once: most tests drive tiny models from Python on one core. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-test: setup peers lint
+test: setup peers reference lint
 	QT_QPA_PLATFORM=offscreen PYTHONFAULTHANDLER=1 $(VENV)/bin/python -m pytest -q -p no:cacheprovider \
 	  -n $(TEST_WORKERS) --dist loadscope --durations=15 $(ARGS)
 
@@ -101,4 +119,4 @@ else
 endif
 
 clean:
-	rm -rf $(VENV) $(PEERS) *.egg-info build dist
+	rm -rf $(VENV) $(PEERS) $(REF) *.egg-info build dist
