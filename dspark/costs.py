@@ -48,7 +48,7 @@ from .reading import read_json
 from .validate import costs_problem
 
 #: Bumped whenever what is measured changes, so costs cached by an older version are measured again.
-VERSION = 8
+VERSION = 9
 #: Cache lengths the costs are measured at (those a target holds); between them costs are interpolated.
 CONTEXTS = (256, 1024, 3072)
 PHASES = ("draft", "verify", "step")
@@ -57,8 +57,11 @@ PHASES = ("draft", "verify", "step")
 @dataclass(frozen=True, kw_only=True)
 class Costs:
     verify_ms: tuple[float, ...]  # [w]: a verify forward of the anchor and w drafts, with taps
-    draft_ms: float  # one drafted block
+    draft_ms: float  # one drafted block (an autoregressive drafter: its first token)
     step_ms: float  # one token of plain mlx-lm decoding (generate_step)
+    # what each further drafted token adds (an autoregressive drafter's step; 0: a block drafter's
+    # block is one forward); measured at the first context, scaled as draft_ms at the others
+    draft_step_ms: float = 0.0
     threads: dict[str, int] = field(default_factory=dict)  # phase -> BLAS threads (empty: not set)
     context: int = 0  # committed tokens in the cache while measuring
     measured_at: str = ""
@@ -93,10 +96,12 @@ class Costs:
             return max(a + f * (b - a), 0.5 * min(a, b))
 
         width = min(len(v0), len(v1))
+        draft = lerp(d0, d1)
         return replace(
             self,
             verify_ms=tuple(monotone([lerp(v0[w], v1[w]) for w in range(width)])),
-            draft_ms=lerp(d0, d1),
+            draft_ms=draft,
+            draft_step_ms=self.draft_step_ms * draft / self.draft_ms if self.draft_ms > 0 else self.draft_step_ms,
             step_ms=lerp(s0, s1),
             context=position,
             longer=(),
@@ -117,6 +122,7 @@ class Costs:
             verify_ms=tuple(float(x) for x in d["verify_ms"]),
             draft_ms=float(d["draft_ms"]),
             step_ms=float(d["step_ms"]),
+            draft_step_ms=float(d.get("draft_step_ms", 0.0)),
             threads={str(k): int(v) for k, v in d.get("threads", {}).items()},
             context=int(d.get("context", 0)),
             measured_at=str(d.get("measured_at", "")),
@@ -213,7 +219,9 @@ def measure(
     generation's state."""
     limit = _max_positions(target) - block_size - 2
     contexts = sorted({c for c in contexts if c <= limit}) or [max(1, min(contexts[0], limit))]
-    first, best = _at_context(target, drafter, block_size, context=contexts[0], repeats=repeats, threads=threads)
+    first, best, draft_step = _at_context(
+        target, drafter, block_size, context=contexts[0], repeats=repeats, threads=threads
+    )
     # longer caches: fewer repeats and three widths (verify time is close to linear in the rows
     # between them), so that measuring stays a matter of seconds on the project's demo pair
     longer = tuple(
@@ -237,6 +245,7 @@ def measure(
         verify_ms=verify,
         draft_ms=draft,
         step_ms=step,
+        draft_step_ms=draft_step,
         threads=best,
         context=contexts[0],
         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -261,7 +270,7 @@ def _at_context(
     threads: dict[str, int] | None,
     widths: list[int] | None = None,
 ):
-    """((verify_ms by width, draft_ms, step_ms), the thread counts used) on a cache of ``context``
+    """((verify_ms by width, draft_ms, step_ms), the thread counts used, draft_step_ms) on a cache of ``context``
     random tokens, medians of ``repeats``, at the ``threads`` given (None: the fastest found);
     only ``widths`` are timed when given, the others read off the line between."""
     rng = mx.random.key(1234)
@@ -285,17 +294,23 @@ def _at_context(
     )
     mx.eval(first.tokens, draft_session.state())
 
-    def draft():
-        d = draft_session.propose(
-            anchor,
-            context,
-            new_rows=None,
-            history=history,
-            block_size=block_size,
-            sampling=SamplingParams(),
-            key=mx.random.key(0),
-        )
-        rounds.read_draft(d, draft_session, display=False, heads=False)  # as a round reads it without a screen
+    def draft(tokens: int):
+        def run():
+            d = draft_session.propose(
+                anchor,
+                context,
+                new_rows=None,
+                history=history,
+                block_size=tokens,
+                sampling=SamplingParams(),
+                key=mx.random.key(0),
+            )
+            rounds.read_draft(d, draft_session, display=False, heads=False)  # as a round reads it without a screen
+
+        return run
+
+    # an autoregressive drafter is timed at one token too: each further token is one more step
+    stepwise = getattr(draft_session, "autoregressive", False) and block_size > 1
 
     drafted = ids[None, context + 1 :]  # random drafts: a greedy verify costs the same whatever it accepts
 
@@ -322,7 +337,11 @@ def _at_context(
     prompt = ids[:context].tolist()
     choices = [threads.get("step", 0)] if threads is not None else _thread_choices()
     step, steps = _step_turn(target, prompt + [anchor], len(choices) * (repeats + 1))
-    phases = {"draft": [draft], "verify": [verify(w) for w in timed], "step": [step]}
+    phases = {
+        "draft": [draft(block_size)] + ([draft(1)] if stepwise else []),
+        "verify": [verify(w) for w in timed],
+        "step": [step],
+    }
     try:
         if threads is not None:
             timings, best = _interleaved_ms(phases, repeats, threads), dict(threads)
@@ -335,7 +354,11 @@ def _at_context(
     finally:
         steps.close()
     verify = monotone([_between(timed, timings["verify"], w) for w in range(block_size + 1)])
-    return (tuple(verify), timings["draft"][0], one_row_bound(timings["step"][0] / STEP_TOKENS, verify[0])), best
+    step_ms = one_row_bound(timings["step"][0] / STEP_TOKENS, verify[0])
+    if not stepwise:
+        return (tuple(verify), timings["draft"][0], step_ms), best, 0.0
+    block, one = timings["draft"]
+    return (tuple(verify), one, step_ms), best, max(0.0, block - one) / (block_size - 1)
 
 
 def one_row_bound(step_ms: float, verify_one_ms: float) -> float:

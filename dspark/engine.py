@@ -100,6 +100,8 @@ def generate(
     if costs is None:
         costs = for_policy(config.policy, target, drafter, block_size)
     sched = Scheduler(pol, block_size, costs, prior=measured_acceptance(drafter, target))
+    # an autoregressive drafter pays a step per token: the policy sets how many it drafts, before it drafts
+    stepwise = getattr(draft_session, "autoregressive", False)
     threads = costs.threads if costs is not None else {}
     run = _Generation("speculative", target, ids, config, cancel=cancel)
     keys = _round_keys(config.seed)
@@ -136,7 +138,7 @@ def generate(
                     position=position,
                     new_rows=new_rows,
                     history=run.ids + run.out,
-                    block_size=block_size,
+                    block_size=sched.draft_count(block_size, budget, position) if stepwise else block_size,
                     budget=budget,
                     sched=sched,
                     sampling=config.sampling,
@@ -181,7 +183,9 @@ def generate(
                                 position,
                                 new_rows=_rows(rows),
                                 history=run.ids + run.out,
-                                block_size=block_size,
+                                block_size=sched.draft_count(block_size, block_size, position)
+                                if stepwise
+                                else block_size,
                                 sampling=config.sampling,
                                 key=next(shadow_keys),
                             ).tokens,

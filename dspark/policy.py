@@ -12,6 +12,12 @@
   run (a running mean per position, starting from the drafter's profile when it has one for this
   target, else optimistic).
 
+An autoregressive drafter (the Gemma-4 assistant, EAGLE-3) pays for each token it drafts, so for
+it ``auto`` decides before the draft how many tokens to draft (:meth:`Scheduler.draft_count`): the
+same rule, with the draft's cost growing by ``draft_step_ms`` a token (:mod:`dspark.costs`), so
+a round drafts only the tokens whose expected acceptance pays for their own step and verify row.
+A block drafter's block is one forward whatever it holds (``draft_step_ms`` 0).
+
 When ``auto`` finds that no round can pay at the current context (the costs grow with the cache,
 and the acceptance it observes may fall), it decodes plainly. Now and then a plain stretch asks
 the drafter for a block without verifying it (a shadow draft, :meth:`Scheduler.shadow_due`): the
@@ -90,12 +96,17 @@ def threshold_width(confidences: list[float], c: float, width: int) -> int:
     return k
 
 
-def auto_width(a: list[float], draft_ms: float, verify_ms: list[float], width: int) -> int:
+def auto_width(a: list[float], draft_ms: float, verify_ms: list[float], width: int, draft_step_ms: float = 0.0) -> int:
     """Admit drafts in order while expected tokens per second rises; stop at the first drop.
-    ``a[j-1]`` = a_j; ``verify_ms[w]`` = cost of verifying w drafts (1 + w rows)."""
+    ``a[j-1]`` = a_j; ``verify_ms[w]`` = cost of verifying w drafts (1 + w rows); the draft costs
+    ``draft_ms`` for its first token and ``draft_step_ms`` for each further one (0: a block, one
+    forward; an autoregressive drafter's steps: :func:`draft_cost`)."""
     width = min(width, len(a), len(verify_ms) - 1)
     best_k, expected = 0, 1.0
-    cost = lambda w: max(draft_ms + verify_ms[w], 1e-9)  # measured costs are positive; never divide by 0
+
+    def cost(w: int) -> float:  # measured costs are positive; never divide by 0
+        return max(draft_cost(draft_ms, draft_step_ms, w) + verify_ms[w], 1e-9)
+
     best = expected / cost(0)
     for j in range(1, width + 1):
         expected += a[j - 1]
@@ -144,12 +155,19 @@ class RunningAcceptance:
         self.hits, self.tries = [0.0] * len(self.hits), [0.0] * len(self.tries)
 
 
+def draft_cost(draft_ms: float, draft_step_ms: float, tokens: int) -> float:
+    """What drafting ``tokens`` costs: ``draft_ms`` for the first (a block drafter's whole block)
+    and ``draft_step_ms`` for each further one (0 for a block drafter)."""
+    return draft_ms + max(0, tokens - 1) * draft_step_ms
+
+
 def beats_plain(costs, tokens: float, width: int) -> bool:
     """Whether a round verifying ``width`` drafts and committing ``tokens`` (expected or seen)
     commits them at least as fast as plain steps, on ``costs`` (a :class:`dspark.costs.Costs` at
-    the round's context)."""
+    the round's context); an autoregressive drafter is priced for ``width`` draft steps."""
     verify = costs.verify_ms[min(width, len(costs.verify_ms) - 1)]
-    return tokens / (costs.draft_ms + verify) >= 1.0 / costs.step_ms
+    draft = draft_cost(costs.draft_ms, costs.draft_step_ms, width)
+    return tokens / (draft + verify) >= 1.0 / costs.step_ms
 
 
 def conditional(survivals: list[float]) -> list[float]:
@@ -203,8 +221,29 @@ class Scheduler:
         """Whether the best round at ``position`` with survivals ``a`` commits tokens faster than
         plain steps, on this machine's costs there."""
         c = self.costs.at(position)
-        k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a))
+        k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a), c.draft_step_ms)
         return beats_plain(c, 1 + sum(a[:k]), k)
+
+    def draft_count(self, block_size: int, budget: int, position: int = 0) -> int:
+        """How many tokens an autoregressive drafter drafts this round, decided before it drafts
+        (each costs a drafter step): ``fixed:K`` K, ``fixed`` the block size, ``auto`` the
+        widest prefix whose expected tokens per second still rises with each token's draft step
+        and verify row (the running acceptance: such a drafter has no confidence head), at least
+        one (``auto`` decodes plainly, :meth:`drafts`, when no round pays). Never more than
+        ``budget``. Reads only earlier rounds: lossless as every width decision."""
+        g = max(0, min(block_size, budget))
+        p = self.policy
+        if p.kind == "fixed":
+            return g if p.k is None else min(g, p.k)
+        if p.kind == "threshold":
+            raise DsparkError(
+                f"the {p} verify policy needs a drafter with a confidence head; this one drafts a token "
+                f"at a time without one (use auto or fixed)"
+            )
+        c = self.costs.at(position)
+        return (
+            max(1, auto_width(self.running.survival(), c.draft_ms, list(c.verify_ms), g, c.draft_step_ms)) if g else 0
+        )
 
     def shadow_due(self) -> bool:
         """Asked once per plain step of ``auto`` while no shadow draft waits to be judged: whether
@@ -272,6 +311,7 @@ __all__ = [
     "auto_width",
     "beats_plain",
     "conditional",
+    "draft_cost",
     "parse",
     "survival",
     "threshold_width",

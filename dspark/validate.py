@@ -168,6 +168,9 @@ def costs_problem(d, max_threads: int = 1024) -> str | None:
     for key in ("draft_ms", "step_ms"):
         if not ms(d.get(key)):
             return f"{key} must be a time in milliseconds"
+    step = d.get("draft_step_ms", 0.0)
+    if step != 0 and not ms(step):
+        return "draft_step_ms must be a time in milliseconds (or 0)"
     threads = d.get("threads", {})
     if (
         not isinstance(threads, dict)

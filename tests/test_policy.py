@@ -190,3 +190,61 @@ def test_auto_weighs_a_round_against_a_plain_step_as_mlx_lm_runs_it():
     cheap = Scheduler(Policy("auto"), 6, Costs(verify_ms=(4.0,) * 7, draft_ms=0.5, step_ms=4.0))
     cheap.running = sched.running
     assert cheap.drafts(100, budget=50)  # against a plain step as dear as the verify, the same round pays
+
+
+def test_an_autoregressive_drafts_cost_grows_with_each_token():
+    from dspark.policy import draft_cost
+
+    assert draft_cost(1.0, 0.0, 6) == 1.0  # a block: one forward whatever it holds
+    assert draft_cost(1.0, 0.5, 1) == 1.0 and draft_cost(1.0, 0.5, 4) == 2.5
+    # the same acceptance and verify costs: a block drafter verifies 3, a drafter paying 1.5 ms a
+    # token stops at 1 (the second token's step costs more than its expected 0.8 tokens bring)
+    a, verify = [0.9, 0.8, 0.7], [1.0, 1.1, 1.2, 1.3]
+    assert auto_width(a, 1.0, verify, 3) == 3
+    assert auto_width(a, 1.0, verify, 3, draft_step_ms=1.5) == 1
+
+
+def test_the_policy_sets_how_many_tokens_an_autoregressive_drafter_drafts():
+    from dspark.policy import Policy, Scheduler
+
+    cheap = Costs(verify_ms=(2.0, 2.1, 2.2, 2.3, 2.4), draft_ms=0.2, step_ms=2.0, draft_step_ms=0.2)
+    dear = Costs(verify_ms=(2.0, 2.1, 2.2, 2.3, 2.4), draft_ms=0.2, step_ms=2.0, draft_step_ms=3.0)
+    assert Scheduler(Policy("fixed", k=2), 4).draft_count(4, 50) == 2
+    assert Scheduler(Policy("fixed"), 4).draft_count(4, 3) == 3  # never more than the budget
+    assert Scheduler(Policy("auto"), 4, cheap).draft_count(4, 50) == 4
+    assert Scheduler(Policy("auto"), 4, dear).draft_count(4, 50) == 1
+    with pytest.raises(DsparkError, match="confidence head"):
+        Scheduler(Policy("threshold", c=0.5), 4).draft_count(4, 50)
+
+
+class StepwiseOracle(OracleDrafter):
+    """An oracle that drafts a token per step (as the Gemma-4 assistant and EAGLE-3 do): the
+    engine asks the policy how many before each draft."""
+
+    autoregressive = True
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.asked = []
+
+    def propose(self, anchor, position, *, new_rows, history, block_size, sampling, key):
+        self.asked.append(block_size)
+        assert len(history) == position + 1 and history[-1] == anchor
+        return super().propose(
+            anchor, position, new_rows=new_rows, history=history, block_size=block_size, sampling=sampling, key=key
+        )
+
+
+@pytest.mark.parametrize("policy", ["fixed:3", "auto"])
+def test_an_autoregressive_drafter_drafts_what_the_policy_pays_for_and_stays_lossless(case, policy):
+    target, n, ref = case
+    oracle = StepwiseOracle(PROMPT + ref, target.dims.vocab_size, block_size=6, corrupt=0.3)
+    dear = Costs(verify_ms=(2.0, 2.05, 2.1, 2.15, 2.2, 2.25, 2.3), draft_ms=0.2, step_ms=2.0, draft_step_ms=0.5)
+    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, policy=policy)
+    s = run_to_summary(generate(target, oracle, PROMPT, cfg, costs=dear))
+    assert_same_greedy(target, PROMPT, s.tokens, ref)
+    asked = [g for g in oracle.asked if g]
+    if policy == "fixed:3":
+        assert set(asked) <= {1, 2, 3} and asked.count(3) >= len(asked) - 2  # 3 but near the budget's end
+    else:  # a token in three is wrong: a 0.5 ms step pays for the second or third token, not the sixth
+        assert asked and max(asked) < 6 and sorted(asked)[len(asked) // 2] in (2, 3)
