@@ -59,7 +59,7 @@ PICKLES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 #: Above this share of the memory a model must fit in, a load is refused; above WARN_SHARE warned about.
 REFUSE_SHARE, WARN_SHARE = 0.90, 0.70
 #: The drafter formats this version reads (``dspark.formats``), by the name ``drafter_format`` gives.
-DRAFTER_FORMATS = ("dspark-drafter", "zlab-dflash", "deepspec", "speculators")
+DRAFTER_FORMATS = ("dspark-drafter", "zlab-dflash", "deepspec", "speculators", "eagle3")
 
 
 # --------------------------------------------------------------------------- config.json
@@ -130,6 +130,9 @@ def drafter_format(config: dict) -> str | None:
     arch = " ".join(a for a in (config.get("architectures") or []) if isinstance(a, str))
     if config.get("format") == "dspark-drafter":
         return "dspark-drafter"
+    sc = config.get("speculators_config")
+    if config.get("speculators_model_type") == "eagle3" or (isinstance(sc, dict) and sc.get("algorithm") == "eagle3"):
+        return "eagle3"
     if "speculators_config" in config or "speculators_model_type" in config:
         return "speculators"
     if "DSparkModel" in arch or (
@@ -158,7 +161,8 @@ def not_a_drafter(config: dict) -> DsparkError:
             f"give it as --target"
         )
     return DsparkError(
-        "config.json is not a drafter this version knows (dspark, z-lab DFlash, DeepSpec DSpark or vLLM speculators)"
+        "config.json is not a drafter this version knows "
+        "(dspark, z-lab DFlash, DeepSpec DSpark, vLLM speculators or EAGLE-3)"
     )
 
 

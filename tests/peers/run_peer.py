@@ -1,6 +1,6 @@
 """Run a peer's own generation loop on local directories and print what it did, as JSON.
 
-    .venv-peers/bin/python tests/peers/run_peer.py zlab|mlx-dspark TARGET_DIR DRAFTER_DIR MAX_TOKENS PROMPT_IDS...
+    .venv-peers/bin/python tests/peers/run_peer.py KIND TARGET_DIR DRAFTER_DIR MAX_TOKENS PROMPT_IDS...
 
 Runs in the test-only environment ``.venv-peers`` (``make peers``), never in the project's own:
 - ``zlab``: z-lab's ``dflash.model_mlx`` (``load_draft`` + ``stream_generate``). ``load_draft``
@@ -10,6 +10,9 @@ Runs in the test-only environment ``.venv-peers`` (``make peers``), never in the
   quantize the drafter, cap verification at 2 drafts and mix in n-gram drafts). mlx-dspark runs
   Gemma-4 only through mlx-vlm's model classes, so the same weights go into mlx-vlm's
   ``gemma4.Model`` (its greedy output equals mlx-lm's).
+
+- ``mlx-vlm-eagle3:BLOCK``: mlx-vlm's EAGLE-3 loop (``generate.ar.generate_step``, draft kind
+  ``eagle3``) with its own drafter, ``BLOCK`` drafts a round, on the same mlx-vlm ``gemma4.Model``.
 
 Output: {"tokens": [...], "tau": [committed per round], "round1_logits": [[...]], "first": int}.
 Every peer prefills the whole prompt and takes the first token from the target alone.
@@ -107,8 +110,55 @@ def run_mlx_dspark(target_dir: str, drafter_dir: str, prompt: list[int], max_tok
     return out
 
 
+def run_mlx_vlm_eagle3(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int, block: int) -> dict:
+    """mlx-vlm's EAGLE-3 loop (``generate_step`` with ``draft_kind="eagle3"``, greedy) on its own
+    ``Eagle3DraftModel``: ``block`` drafts a round (its ``draft_block_size`` counts the bonus
+    too; left unset it drafts one). Its verifier is its own (a draft is checked against the
+    target's best token among the draft vocabulary); the round-1 logits are its drafter's."""
+    from mlx_vlm.generate.ar import generate_step
+    from mlx_vlm.speculative.drafters import load_drafter
+    from mlx_vlm.speculative.drafters.eagle3 import eagle3 as E
+
+    vlm, _ = mlxvlm_target(target_dir)
+    draft, kind = load_drafter(drafter_dir, kind="eagle3")
+    logits, rounds, call = [], [], E.Eagle3DraftModel._logits
+
+    def record(self, hidden):
+        out = call(self, hidden)
+        logits.append(out)
+        return out
+
+    E.Eagle3DraftModel._logits = record
+    tokens = []
+    try:
+        steps = generate_step(
+            mx.array([prompt]),
+            vlm,
+            None,
+            None,
+            max_tokens=max_tokens,
+            sampler=lambda x: mx.argmax(x, axis=-1),
+            draft_model=draft,
+            draft_kind=kind,
+            draft_block_size=block + 1,
+            prefill_step_size=None,
+        )
+        for tok, _ in steps:
+            tokens.append(int(tok if isinstance(tok, int) else mx.array(tok).reshape(-1)[0].item()))
+    finally:
+        E.Eagle3DraftModel._logits = call
+    rounds = [int(a) + 1 for a in draft.accept_lens]
+    first = [np.array(x.reshape(-1, x.shape[-1])[-1].astype(mx.float32)).tolist() for x in logits[:block]]
+    return {"tokens": tokens[:max_tokens], "tau": rounds, "round1_logits": first}
+
+
 def main() -> None:
     kind, target_dir, drafter_dir, max_tokens, *prompt = sys.argv[1:]
+    if kind.startswith("mlx-vlm-eagle3:"):  # mlx-vlm-eagle3:BLOCK
+        block = int(kind.split(":")[1])
+        out = run_mlx_vlm_eagle3(target_dir, drafter_dir, [int(t) for t in prompt], int(max_tokens), block)
+        print(json.dumps(out))
+        return
     run = {"zlab": run_zlab, "mlx-dspark": run_mlx_dspark}[kind]
     print(json.dumps(run(target_dir, drafter_dir, [int(t) for t in prompt], int(max_tokens))))
 
