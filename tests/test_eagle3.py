@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from dspark import GenerationConfig, generate, generate_plain, load_target, run_to_summary
+from dspark import costs as costs_mod
 from dspark.config import SamplingParams
 from dspark.errors import DrafterMismatchError, DsparkError
 from dspark.loading import describe_drafter, load_drafter
@@ -327,3 +328,18 @@ def test_refusals_are_one_sentence(dirs, target, model, tmp_path):
         with pytest.raises((DsparkError, DrafterMismatchError), match=re.escape(message)) as e:
             load_drafter(path, target)
         assert "\n" not in str(e.value)
+
+
+def test_an_eagle3_heads_costs_price_each_drafted_token(dirs, tmp_path, monkeypatch):
+    """An autoregressive drafter pays a step per token: its costs say what one more token adds
+    (``draft_step_ms``), and ``auto`` drafts only what pays for it, staying lossless."""
+    monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path))
+    target = load_target(dirs["target"])
+    drafter = load_drafter(dirs["llama"], target)
+    c = costs_mod.measure(target, drafter, drafter.block_size, contexts=(64,), repeats=3)
+    assert c.draft_step_ms > 0 and c.draft_ms > 0  # the first token, then each further one
+    assert costs_mod.Costs.from_dict(json.loads(json.dumps(c.to_dict()))) == c  # kept in the cache as measured
+    plain = run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=48, stop_at_eos=False)))
+    cfg = GenerationConfig(max_tokens=48, stop_at_eos=False, policy="auto")
+    s = run_to_summary(generate(target, drafter, ckpt.PROMPT, cfg, costs=c))
+    assert s.tokens == plain.tokens

@@ -367,6 +367,8 @@ class Eagle3Session:
     anchor's), the output of the last one, and the K/V a round's draft steps added, which the
     next ``propose`` drops before it appends the rows committed since."""
 
+    autoregressive = True  # a step per drafted token: the policy sets how many (dspark.policy)
+
     def __init__(self, drafter: Eagle3Drafter, proj):
         self.drafter, self.net, self.proj = drafter, drafter.net, proj
         self.tap_layers = drafter.tap_layers
