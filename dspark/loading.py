@@ -19,7 +19,7 @@ from . import finite, gemma4, hub
 from .device import use_env_device
 from .drafter import DflashDrafter
 from .errors import DsparkError, NotGemma4Error
-from .formats import conventions, deepspec, native, speculators, zlab
+from .formats import assistant, conventions, deepspec, native, speculators, zlab
 from .modeldir import (
     check_files,
     check_fits,
@@ -105,6 +105,8 @@ def load_drafter(path: str | Path, target: Target | None = None, say=None):
     check_fits(f"the drafter {p.name}", tensor_bytes(p, skip=()), already=loaded_bytes(), say=say)
     if fmt == native.FORMAT:
         drafter = DflashDrafter.load(p, target)
+    elif fmt == assistant.FORMAT:
+        drafter = assistant.AssistantDrafter.load(p, config, target)
     else:
         spec = read_spec(p, config, fmt)
         if target is not None:
@@ -167,6 +169,8 @@ def describe_drafter(path: str | Path) -> dict:
                 "target_id": config.get("target_id"),
             },
         )
+    elif fmt == assistant.FORMAT:
+        out.update(assistant.read_spec(p, config).describe())
     else:
         out.update(read_spec(p, config, fmt).describe())
     out["parameters"] = _parameters(headers, config)
