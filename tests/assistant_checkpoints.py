@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 
 import mlx.core as mx
@@ -173,3 +174,38 @@ def _target_embedding(target_dir: Path, vocab: int) -> np.ndarray:
         e = mx.dequantize(e, tensors[base + ".scales"], tensors[base + ".biases"], top["group_size"], top["bits"])
     e = np.array(e.astype(mx.float32))
     return np.resize(e, (vocab, e.shape[1]))
+
+
+def text_only(src: Path, dst: Path) -> Path:
+    """A miniature target (``miniatures.write_hf``) as a text-only ``Gemma4ForCausalLM`` in float32:
+    the text config at the top, ``model.language_model.*`` renamed ``model.*``, towers left out,
+    the tokenizer kept. Both transformers and mlx-lm (``gemma4_text``) load it, so transformers'
+    assisted generation and dspark run the very same weights."""
+    top = json.loads((src / "config.json").read_text())
+    config = {**top["text_config"], "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text"}
+    config.update(eos_token_id=1, dtype="float32")
+    dst.mkdir(parents=True)
+    (dst / "config.json").write_text(json.dumps(config, indent=2))
+    tensors = {}
+    for f in sorted(src.glob("*.safetensors")):
+        tensors.update(mx.load(str(f)))
+    prefix = "model.language_model."
+    text = {"model." + k[len(prefix) :]: v.astype(mx.float32) for k, v in tensors.items() if k.startswith(prefix)}
+    mx.save_safetensors(str(dst / "model.safetensors"), text, metadata={"format": "pt"})
+    for f in src.iterdir():
+        if f.name.startswith("tokenizer") or f.name in ("special_tokens_map.json", "chat_template.jinja"):
+            shutil.copy(f, dst / f.name)
+    return dst
+
+
+def as_float32(src: Path, dst: Path) -> Path:
+    """A copy of a miniature target with every floating-point tensor in float32 (the values
+    unchanged; quantised weights stay packed, their scales widened): on it the verify forward and
+    plain decoding round alike, so greedy speculative output must equal plain decoding token for
+    token, which on bf16 and quantised targets holds up to numerical ties (``dspark.lossless``)."""
+    shutil.copytree(src, dst)
+    for f in sorted(dst.glob("*.safetensors")):
+        tensors = mx.load(str(f))
+        wide = {k: v.astype(mx.float32) if mx.issubdtype(v.dtype, mx.floating) else v for k, v in tensors.items()}
+        mx.save_safetensors(str(f), wide, metadata={"format": "pt"})
+    return dst

@@ -332,8 +332,8 @@ class AssistantSession:
         self.final_norm = target.final_norm
         self.block_size = drafter.block_size
         self.tap_layers = (target.dims.num_layers - 1,)  # its output, normed, is the hidden state the head reads
-        sources = shared_layers(target)
-        self.caches = {kind: cache[sources[kind]] for kind in set(self.spec.text.layer_types)}
+        self.sources = shared_layers(target)
+        self.caches = {kind: cache[self.sources[kind]] for kind in set(self.spec.text.layer_types)}
         for kind, c in self.caches.items():
             if not isinstance(c, KVCache if kind == "full_attention" else RotatingKVCache):
                 raise DsparkError(f"the target's {kind} cache is a {type(c).__name__}, which the assistant cannot read")
@@ -397,11 +397,12 @@ class AssistantSession:
         where = mx.array(position)
         keys = [None] * block_size if sampling.greedy else mx.random.split(key, max(block_size, 1))
         token, h = mx.array([[anchor]], mx.int32), self.h_last
-        toks, qs, probs, hiddens = [], [], [], []
+        toks, qs, probs, hiddens, rows = [], [], [], [], []
         for k in range(block_size):
             x = mx.concatenate([self.proj.embed(token), h], axis=-1)
             logits, h = self.net.step(x, shared, where)
             row = logits[:, 0]  # [1, V]
+            rows.append(row)
             if sampling.greedy:
                 choice = mx.argmax(row, axis=-1).astype(mx.int32)
                 probs.append(token_probs(row, choice))
@@ -422,6 +423,7 @@ class AssistantSession:
             draft_probs=mx.stack(probs, axis=1),
             confidences=None,
             hidden=mx.stack(hiddens, axis=1),
+            logits=mx.stack(rows, axis=1),  # lazy: computed only when read (the reference test)
         )
 
 
