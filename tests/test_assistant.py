@@ -171,7 +171,7 @@ def test_each_step_is_what_transformers_assistant_computes(root, tmp_path, name)
     theirs = reference("steps", a, tmp_path / "inputs.safetensors")
     for label, (logits, tokens) in ours.items():
         ref = np.array(theirs[label]["logits"])
-        assert np.abs(ref - logits).max() < 2e-3 * max(1.0, np.abs(ref).max()), label
+        assert np.abs(ref - logits).max() < 1e-3, label  # measured: at most 4e-5 on logits up to 21
         assert theirs[label]["argmax"] == tokens, label
 
 
