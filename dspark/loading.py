@@ -19,7 +19,7 @@ from . import finite, gemma4, hub
 from .device import use_env_device
 from .drafter import DflashDrafter
 from .errors import DsparkError, NotGemma4Error
-from .formats import conventions, deepspec, eagle3, native, speculators, zlab
+from .formats import assistant, conventions, deepspec, eagle3, native, speculators, zlab
 from .modeldir import (
     check_files,
     check_fits,
@@ -107,6 +107,8 @@ def load_drafter(path: str | Path, target: Target | None = None, say=None):
         drafter = DflashDrafter.load(p, target)
     elif fmt == eagle3.FORMAT:
         drafter = eagle3.load(p, config, target)
+    elif fmt == assistant.FORMAT:
+        drafter = assistant.AssistantDrafter.load(p, config, target)
     else:
         spec = read_spec(p, config, fmt)
         if target is not None:
@@ -171,6 +173,8 @@ def describe_drafter(path: str | Path) -> dict:
         )
     elif fmt == eagle3.FORMAT:
         out.update(eagle3.read_spec(p, config).describe())
+    elif fmt == assistant.FORMAT:
+        out.update(assistant.read_spec(p, config).describe())
     else:
         out.update(read_spec(p, config, fmt).describe())
     out["parameters"] = _parameters(headers, config)

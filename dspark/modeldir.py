@@ -59,7 +59,7 @@ PICKLES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 #: Above this share of the memory a model must fit in, a load is refused; above WARN_SHARE warned about.
 REFUSE_SHARE, WARN_SHARE = 0.90, 0.70
 #: The drafter formats this version reads (``dspark.formats``), by the name ``drafter_format`` gives.
-DRAFTER_FORMATS = ("dspark-drafter", "zlab-dflash", "deepspec", "speculators", "eagle3")
+DRAFTER_FORMATS = ("dspark-drafter", "zlab-dflash", "deepspec", "speculators", "eagle3", "gemma4-assistant")
 
 
 # --------------------------------------------------------------------------- config.json
@@ -139,7 +139,9 @@ def drafter_format(config: dict) -> str | None:
         "markov_rank" in config and "target_layer_ids" in config and "dflash_config" not in config
     ):
         return "deepspec"
-    if config.get("model_type") in ASSISTANT_TYPES or "AssistantModel" in arch:
+    if config.get("model_type") in ASSISTANT_TYPES:
+        return "gemma4-assistant"
+    if "AssistantModel" in arch:  # an assistant of a model type this version does not know
         raise DsparkError(
             "this is a Gemma-4 assistant (MTP) drafter, which drafts from the target's own K/V cache "
             "one token a step: dspark does not run it yet"
@@ -161,8 +163,8 @@ def not_a_drafter(config: dict) -> DsparkError:
             f"give it as --target"
         )
     return DsparkError(
-        "config.json is not a drafter this version knows "
-        "(dspark, z-lab DFlash, DeepSpec DSpark, vLLM speculators or EAGLE-3)"
+        "config.json is not a drafter this version knows (dspark, z-lab DFlash, DeepSpec DSpark, vLLM speculators, "
+        "EAGLE-3 or a Gemma-4 assistant)"
     )
 
 

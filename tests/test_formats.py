@@ -291,7 +291,7 @@ def test_refusals_are_one_sentence(dirs, target, tmp_path):
         vocab: "vocabulary 300, this target's is 256",
         unknown: "not a drafter this version knows",
         v2: "DFlash 2",
-        assistant: "Gemma-4 assistant (MTP) drafter",
+        assistant: "text_config is None, expected a JSON object",  # read as an assistant, not as a target
         dirs["target"]: "holds a model",
     }
     for path, message in cases.items():

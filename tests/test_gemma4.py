@@ -31,6 +31,7 @@ def test_a_gemma4_assistant_drafter_given_as_the_target_is_named_a_drafter(tmp_p
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(DsparkError, match="is a drafter, not a target model"):
         gemma4.check_target_dir(tmp_path, config)
-    with pytest.raises(DsparkError, match="Gemma-4 assistant"):
-        drafter_format({**config, "model_type": "gemma4_unified_assistant"})
+    assert drafter_format({**config, "model_type": "gemma4_unified_assistant"}) == "gemma4-assistant"
+    with pytest.raises(DsparkError, match="Gemma-4 assistant"):  # an assistant of a model type not known yet
+        drafter_format({"architectures": ["Gemma5AssistantModel"]})
     assert gemma4.GEMMA4_TYPES == ("gemma4", "gemma4_text", "gemma4_unified")  # no assistant among targets
