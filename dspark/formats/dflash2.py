@@ -35,6 +35,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..drafting import DraftOpts, DraftRows
+from ..errors import DsparkError
 from ..validate import Fields
 from . import zlab
 from .base import CheckpointDrafter, Spec
@@ -189,6 +190,14 @@ def read_spec(directory: Path, config: dict) -> Dflash2Spec:
     base = zlab.read_spec(directory, config)
     dc = f.dict("dflash_config")
     H, L = base.hidden, f.int("num_hidden_layers", "draft_layers")
+    absent = [
+        k for k in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k") if dc.get(k) is None
+    ]
+    if absent:
+        raise DsparkError(
+            f"{where} names DFlash2DraftModel, but a DFlash 2 head needs {absent[0]} in its dflash_config "
+            f"(the sizes of its convolutions and candidate selector)"
+        )
     kernel, group = f.int("conv_kernel_size", config=dc), f.int("conv_group_size", config=dc)
     rank, top_k = f.int("selector_rank", config=dc), f.int("selector_top_k", config=dc)
     if H % group:
