@@ -241,7 +241,7 @@ class BlockDrafter:
         ``opts`` says (None: greedy). New committed tap rows ``h_ctx`` [A, n, m*H] (or None) are
         projected and appended to ``context`` first (None: a fresh context)."""
         opts = opts or DraftOpts()
-        h, prev = self.block_hidden(proj, h_ctx, anchors, gamma, context)
+        h, prev = self.block_hidden(proj, h_ctx, anchors, gamma=gamma, context=context)
         # The soft-cap is monotone: a greedy choice reads the head before it, and the cap (a tanh
         # per id, the dearest op of a round on MLX's CPU backend) runs only where values are read.
         raw = self.head_raw(proj, h)  # [A, G, V_draft]
@@ -297,7 +297,7 @@ class BlockDrafter:
         )
 
     def block_hidden(
-        self, proj: DraftProjection, h_ctx: mx.array | None, anchors, gamma: int, context: ContextKV | None
+        self, proj: DraftProjection, h_ctx: mx.array | None, anchors, *, gamma: int, context: ContextKV | None
     ) -> tuple[mx.array, mx.array]:
         """The final hidden states [A, gamma, H] of the block slots that draft, and the anchors as
         int32: new committed tap rows ``h_ctx`` (or None) are projected and appended to ``context``

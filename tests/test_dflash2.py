@@ -275,3 +275,19 @@ def test_refusals_are_one_sentence(dirs, target, tmp_path):
             load_drafter(path, target)
         text = str(e.value).replace(str(path), "")
         assert re.search(re.escape(message), text) and "\n" not in text, (path.name, text)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quantized_heads_load_and_stay_lossless(dirs, target, plain, tmp_path, bits):
+    """``dspark quantize`` keeps the format: the linear layers in mlx's layout, the selector's
+    codebooks (tables, not layers) as they were."""
+    from dspark.cli import main as dspark
+
+    out = tmp_path / f"q{bits}"
+    assert dspark(["quantize", str(dirs["sliding"]), "--bits", str(bits), "--out", str(out)]) == 0
+    weights = mx.load(str(out / "model.safetensors"))
+    assert weights["layers.0.self_attn.q_proj.weight"].dtype == mx.uint32
+    assert weights["candidate_selector.predecessor_codebook"].dtype == mx.float32
+    drafter = load_drafter(out, target)
+    s = run_to_summary(generate(target, drafter, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    assert drafter.format == "dflash2" and list(s.tokens) == list(plain.tokens) and max(s.accepted_lengths) >= 3

@@ -153,7 +153,7 @@ class Dflash2Drafter(CheckpointDrafter):
         """``gamma`` drafts after each anchor (``BlockDrafter.forward_rows``), each chosen among
         its slot's candidates given the token before it."""
         opts = opts or DraftOpts()
-        h, prev = self.block_hidden(proj, h_ctx, anchors, gamma, context)
+        h, prev = self.block_hidden(proj, h_ctx, anchors, gamma=gamma, context=context)
         selector = self.net.candidate_selector
         logits = self.head(proj, h)  # z-lab selects on the finished (capped) logits
         ids, unary = selector.candidates(logits)
