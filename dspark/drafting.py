@@ -34,12 +34,14 @@ class BlockLayout:
     ``windows``: per layer, a sliding window in positions (None: the whole context); ``causal``:
     per layer, whether block slots see only earlier slots; ``window_from_anchor``: one window
     ``[anchor - W, anchor)`` for every slot (vLLM speculators' training) instead of each slot's
-    own ``(slot - W, slot]``."""
+    own ``(slot - W, slot]``. ``context_window``: every layer sees at most the last this many
+    committed rows before the anchor (None: all of them; DFlash 2's ``draft_window_size``)."""
 
     anchor_predicts: bool = True
     windows: tuple[int | None, ...] = ()
     causal: tuple[bool, ...] = ()
     window_from_anchor: bool = False
+    context_window: int | None = None
 
 
 @dataclass(kw_only=True)
@@ -136,6 +138,8 @@ class BlockDrafter:
             k, v = context.layer(i)
             W = windows[i]
             first = 0 if W is None else max(0, P - (W if self.layout.window_from_anchor else W - 1))
+            if self.layout.context_window is not None:
+                first = max(first, P - self.layout.context_window)
             if k is not None and first:
                 k, v = k[..., first:, :], v[..., first:, :]
             ctx.append((k, v))
@@ -208,6 +212,8 @@ class BlockDrafter:
             seen = row < p
             if ctx_len > 0:
                 seen = seen & (row >= p - ctx_len)
+            if self.layout.context_window is not None:
+                seen = seen & (row >= p - self.layout.context_window)
             block = mx.ones((1, length, length), mx.bool_)
             if W is not None and self.layout.window_from_anchor:
                 seen = seen & (row >= p - W)
@@ -235,13 +241,7 @@ class BlockDrafter:
         ``opts`` says (None: greedy). New committed tap rows ``h_ctx`` [A, n, m*H] (or None) are
         projected and appended to ``context`` first (None: a fresh context)."""
         opts = opts or DraftOpts()
-        context = context if context is not None else ContextKV(len(self.net.layers))
-        if h_ctx is not None and h_ctx.shape[1] > 0:
-            context.append(self.project_context_rows(h_ctx, context.offset))
-        prev = mx.array(anchors, mx.int32) if not isinstance(anchors, mx.array) else anchors.astype(mx.int32)
-        start = 0 if self.layout.anchor_predicts else 1
-        ctx, masks = self._attention(context, gamma + start)
-        h = self._backbone(self._block(proj, prev, gamma + start), ctx, context.offset, masks)[:, start:]
+        h, prev = self.block_hidden(proj, h_ctx, anchors, gamma=gamma, context=context)
         # The soft-cap is monotone: a greedy choice reads the head before it, and the cap (a tanh
         # per id, the dearest op of a round on MLX's CPU backend) runs only where values are read.
         raw = self.head_raw(proj, h)  # [A, G, V_draft]
@@ -295,6 +295,20 @@ class BlockDrafter:
             conf_logits=z,
             logits=logits,
         )
+
+    def block_hidden(
+        self, proj: DraftProjection, h_ctx: mx.array | None, anchors, *, gamma: int, context: ContextKV | None
+    ) -> tuple[mx.array, mx.array]:
+        """The final hidden states [A, gamma, H] of the block slots that draft, and the anchors as
+        int32: new committed tap rows ``h_ctx`` (or None) are projected and appended to ``context``
+        first (None: a fresh context)."""
+        context = context if context is not None else ContextKV(len(self.net.layers))
+        if h_ctx is not None and h_ctx.shape[1] > 0:
+            context.append(self.project_context_rows(h_ctx, context.offset))
+        prev = mx.array(anchors, mx.int32) if not isinstance(anchors, mx.array) else anchors.astype(mx.int32)
+        start = 0 if self.layout.anchor_predicts else 1
+        ctx, masks = self._attention(context, gamma + start)
+        return self._backbone(self._block(proj, prev, gamma + start), ctx, context.offset, masks)[:, start:], prev
 
     def to_target(self, draft_ids: mx.array) -> mx.array:
         return draft_ids if self.draft_to_target is None else self.draft_to_target[draft_ids]

@@ -19,7 +19,7 @@ from . import finite, gemma4, hub
 from .device import use_env_device
 from .drafter import DflashDrafter
 from .errors import DsparkError, NotGemma4Error
-from .formats import assistant, conventions, deepspec, eagle3, native, speculators, zlab
+from .formats import assistant, conventions, deepspec, dflash2, eagle3, native, speculators, zlab
 from .modeldir import (
     check_files,
     check_fits,
@@ -36,7 +36,7 @@ from .rust_calls import rust_call
 from .target import Target, language_model
 
 #: The published formats' readers (``read_spec(directory, config) -> formats.base.Spec``).
-PUBLISHED = {"zlab-dflash": zlab, "deepspec": deepspec, "speculators": speculators}
+PUBLISHED = {"zlab-dflash": zlab, "dflash2": dflash2, "deepspec": deepspec, "speculators": speculators}
 
 
 # --------------------------------------------------------------------------- targets

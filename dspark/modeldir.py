@@ -59,7 +59,15 @@ PICKLES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 #: Above this share of the memory a model must fit in, a load is refused; above WARN_SHARE warned about.
 REFUSE_SHARE, WARN_SHARE = 0.90, 0.70
 #: The drafter formats this version reads (``dspark.formats``), by the name ``drafter_format`` gives.
-DRAFTER_FORMATS = ("dspark-drafter", "zlab-dflash", "deepspec", "speculators", "eagle3", "gemma4-assistant")
+DRAFTER_FORMATS = (
+    "dspark-drafter",
+    "zlab-dflash",
+    "dflash2",
+    "deepspec",
+    "speculators",
+    "eagle3",
+    "gemma4-assistant",
+)
 
 
 # --------------------------------------------------------------------------- config.json
@@ -146,10 +154,8 @@ def drafter_format(config: dict) -> str | None:
             "this is a Gemma-4 assistant (MTP) drafter, which drafts from the target's own K/V cache "
             "one token a step: dspark does not run it yet"
         )
-    if "DFlash2" in arch:
-        raise DsparkError(
-            "this is a DFlash 2 drafter (conv kernels and a candidate selector), which dspark does not run yet"
-        )
+    if "DFlash2" in arch:  # z-lab's loader picks DFlash 2 by this name alone
+        return "dflash2"
     if "dflash_config" in config or "DFlashDraftModel" in arch:
         return "zlab-dflash"
     return None
@@ -163,8 +169,8 @@ def not_a_drafter(config: dict) -> DsparkError:
             f"give it as --target"
         )
     return DsparkError(
-        "config.json is not a drafter this version knows (dspark, z-lab DFlash, DeepSpec DSpark, vLLM speculators, "
-        "EAGLE-3 or a Gemma-4 assistant)"
+        "config.json is not a drafter this version knows (dspark, z-lab DFlash or DFlash 2, DeepSpec DSpark, vLLM "
+        "speculators, EAGLE-3 or a Gemma-4 assistant)"
     )
 
 

@@ -29,6 +29,11 @@ LIMITS = {
     "tap_layer": (0, 511),
     "taps": (1, 64),
     "sliding_window": (1, 10_000_000),
+    "draft_window_size": (1, 100_000_000),  # DFlash 2: committed rows a block sees
+    "conv_kernel_size": (1, 64),  # DFlash 2's causal convolutions, at most a block long
+    "conv_group_size": (1, 65_536),
+    "selector_rank": (1, 65_536),
+    "selector_top_k": (1, 4_194_304),
     "max_position_embeddings": (1, 100_000_000),
     "rope_theta": (1.0, 1e12),  # a base below 1 turns the rotary frequencies upside down
     "rms_norm_eps": (1e-12, 1.0),

@@ -3,6 +3,8 @@ config keys (``dspark.modeldir.drafter_format``):
 
 - ``native``: ``dspark-drafter``, this project's own (``dspark.drafter.DflashDrafter``);
 - ``zlab``: z-lab DFlash heads (``dflash_config``; no embedding or head of their own);
+- ``dflash2``: DFlash 2 heads (``DFlash2DraftModel``): z-lab's, with block convolutions and a
+  candidate selector;
 - ``deepspec``: DeepSeek DeepSpec ``Gemma4DSparkModel`` (DSpark, and its DFlash baseline with
   the heads off);
 - ``speculators``: vLLM speculators DSpark / DFlash heads (``speculators_config``), possibly

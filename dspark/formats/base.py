@@ -134,7 +134,7 @@ class Spec:
                 raise DsparkError(f"{f} is not a readable safetensors file ({e})") from None
         net.load_weights([(k, v) for k, v in weights.items() if k not in tables])
         mx.eval(net.parameters())
-        drafter = CheckpointDrafter(self, net, config)
+        drafter = self.make_drafter(net, config)
         if self.d2t:
             d2t = weights["d2t"].astype(mx.int64)
             if d2t.shape != (self.draft_vocab,):
@@ -144,6 +144,10 @@ class Spec:
                 raise DsparkError(f"{directory}: d2t maps a draft id outside the target vocabulary ({self.vocab})")
             drafter.draft_to_target = ids
         return drafter
+
+    def make_drafter(self, net: nn.Module, config: dict | None) -> CheckpointDrafter:
+        """The drafter of these weights (a format whose drafting differs returns its own kind)."""
+        return CheckpointDrafter(self, net, config)
 
     def describe(self) -> dict:
         return {

@@ -41,11 +41,8 @@ def read_spec(directory: Path, config: dict) -> Spec:
             "block_size", block, "at least 2 (the anchor and a draft)"
         )
     H, L = f.int("hidden_size"), f.int("num_hidden_layers", "draft_layers")
-    heads, kv = f.int("num_attention_heads"), f.int("num_key_value_heads")
-    hd = f.int("head_dim", default=H // heads)
-    ffn, eps = f.int("intermediate_size"), f.float("rms_norm_eps", "rms_norm_eps", default=1e-6)
-    rope = f.dict("rope_parameters") or f.dict("rope_scaling")
-    theta = f.float("rope_theta", "rope_theta", default=rope.get("rope_theta", 10000.0))
+    args = qwen3_layer_args(f)
+    eps = args["eps"]
     kinds = config.get("layer_types") or ["full_attention"] * L
     if not isinstance(kinds, list) or len(kinds) != L or set(kinds) - {"full_attention", "sliding_attention"}:
         raise Fields(config, directory / "config.json")._fail(
@@ -72,20 +69,7 @@ def read_spec(directory: Path, config: dict) -> Spec:
     num_target = f.int("num_target_layers", "num_hidden_layers") if f.has("num_target_layers") else None
 
     def layers():
-        return [
-            Qwen3Layer(
-                H,
-                heads=heads,
-                kv_heads=kv,
-                head_dim=hd,
-                ffn=ffn,
-                eps=eps,
-                rope_theta=theta,
-                rope_scaling=rope or None,
-                max_positions=f.int("max_position_embeddings", default=131072),
-            )
-            for _ in range(L)
-        ]
+        return [Qwen3Layer(H, **args) for _ in range(L)]
 
     layout = BlockLayout(anchor_predicts=False, windows=tuple(window if s else None for s in sliding), causal=causal)
     return Spec(
@@ -108,6 +92,22 @@ def read_spec(directory: Path, config: dict) -> Spec:
         num_target_layers=num_target,
         quantization=config.get("quantization"),
         notes=notes,
+    )
+
+
+def qwen3_layer_args(f: Fields) -> dict:
+    """The keyword arguments of a z-lab head's ``Qwen3Layer`` (its width aside), read from config.json."""
+    H, heads = f.int("hidden_size"), f.int("num_attention_heads")
+    rope = f.dict("rope_parameters") or f.dict("rope_scaling")
+    return dict(
+        heads=heads,
+        kv_heads=f.int("num_key_value_heads"),
+        head_dim=f.int("head_dim", default=H // heads),
+        ffn=f.int("intermediate_size"),
+        eps=f.float("rms_norm_eps", "rms_norm_eps", default=1e-6),
+        rope_theta=f.float("rope_theta", "rope_theta", default=rope.get("rope_theta", 10000.0)),
+        rope_scaling=rope or None,
+        max_positions=f.int("max_position_embeddings", default=131072),
     )
 
 

@@ -9,7 +9,14 @@ Runs in the test-only environment ``.venv-peers`` (``make peers``), never in the
   ``generate.speculative_generate(max_draft_tokens=None, lookup_drafts=False)`` (its defaults
   quantize the drafter, cap verification at 2 drafts and mix in n-gram drafts). mlx-dspark runs
   Gemma-4 only through mlx-vlm's model classes, so the same weights go into mlx-vlm's
-  ``gemma4.Model`` (its greedy output equals mlx-lm's).
+  ``gemma4.Model`` (its greedy output equals mlx-lm's);
+- ``zlab-dflash2``: z-lab's loop on a DFlash 2 head, at the checkpoint's ``runtime_block_size``
+  when it has one (z-lab's own loop runs ``block_size`` unless told: ``stream_generate``'s
+  ``block_size``);
+- ``mlx-vlm-dflash2``: mlx-vlm's DFlash 2 drafter (``drafters.dflash2``: its config reader,
+  model and ``sanitize``) in mlx-vlm's own round loop (``speculative.dflash._dflash_rounds``) on
+  mlx-vlm's Gemma-4 holding the target's weights, its block fixed at the checkpoint's
+  ``runtime_block_size`` (mlx-vlm otherwise grows and shrinks it with acceptance).
 
 - ``mlx-vlm-eagle3:BLOCK``: mlx-vlm's EAGLE-3 loop (``generate.ar.generate_step``, draft kind
   ``eagle3``) with its own drafter, ``BLOCK`` drafts a round, on the same mlx-vlm ``gemma4.Model``.
@@ -55,6 +62,84 @@ def run_zlab(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: i
     finally:
         zl.DFlashDraftModel.__call__ = call
     return {"tokens": tokens, "tau": tau, "round1_logits": np.array(calls[0][0].astype(mx.float32)).tolist()}
+
+
+def run_zlab_dflash2(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int) -> dict:
+    import dflash.model_mlx as zl
+
+    model, draft, tokenizer = zlab_load(target_dir, drafter_dir)
+    runtime = json.loads((Path(drafter_dir) / "config.json").read_text())["dflash_config"].get("runtime_block_size")
+    calls, compute = [], zl.DFlash2DraftModel.compute_logits
+
+    def record(self, hidden):
+        logits = compute(self, hidden)
+        calls.append(logits)
+        return logits
+
+    zl.DFlash2DraftModel.compute_logits = record
+    tokens, tau = [], []
+    try:
+        for r in zl.stream_generate(
+            model, draft, tokenizer, mx.array(prompt), block_size=runtime, max_tokens=max_tokens, temperature=0.0
+        ):
+            tokens += r.tokens
+            if r.accepted is not None:
+                tau.append(r.accepted)
+    finally:
+        zl.DFlash2DraftModel.compute_logits = compute
+    return {"tokens": tokens, "tau": tau, "round1_logits": np.array(calls[0][0].astype(mx.float32)).tolist()}
+
+
+def run_mlxvlm_dflash2(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int) -> dict:
+    from mlx_vlm.speculative.dflash import _dflash_rounds
+    from mlx_vlm.speculative.drafters.dflash2 import Model, ModelConfig
+
+    vlm, _ = mlxvlm_target(target_dir)
+    lm = vlm.language_model
+    config = ModelConfig.from_dict(json.loads((Path(drafter_dir) / "config.json").read_text()))
+    draft = Model(config)
+    weights = {}
+    for f in sorted(Path(drafter_dir).glob("*.safetensors")):
+        weights.update(mx.load(str(f)))
+    draft.load_weights(list(draft.sanitize(weights).items()))
+    mx.eval(draft.parameters())
+    draft.prefer_requested_block_size = True  # one block size every round, as the other loops run
+    calls, logits_of = [], type(draft)._logits
+
+    def record(self, hidden):
+        out = logits_of(self, hidden)
+        calls.append(out)
+        return out
+
+    type(draft)._logits = record
+    cache = lm.make_cache()
+    out = lm(mx.array([prompt]), cache=cache, capture_layer_ids=list(config.target_layer_ids))
+    hidden = mx.concatenate(out.hidden_states, axis=-1)
+    first = int(mx.argmax(out.logits[0, -1]).item())
+    block = config.runtime_block_size
+    tokens = [first]
+    try:
+        for tok, _ in _dflash_rounds(
+            vlm,
+            draft,
+            cache,
+            hidden,
+            first_bonus=first,
+            max_tokens=max_tokens,
+            sampler=lambda x: mx.argmax(x, axis=-1),
+            draft_block_size=block,
+            greedy_sampling=True,
+        ):
+            tokens.append(int(tok))
+    finally:
+        type(draft)._logits = logits_of
+    tau = [int(a) + 1 for a in draft.accept_lens]
+    return {
+        "tokens": tokens,
+        "tau": tau,
+        "block": block,
+        "round1_logits": np.array(calls[0][0].astype(mx.float32)).tolist(),
+    }
 
 
 def run_mlx_dspark(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int) -> dict:
@@ -159,7 +244,12 @@ def main() -> None:
         out = run_mlx_vlm_eagle3(target_dir, drafter_dir, [int(t) for t in prompt], int(max_tokens), block)
         print(json.dumps(out))
         return
-    run = {"zlab": run_zlab, "mlx-dspark": run_mlx_dspark}[kind]
+    run = {
+        "zlab": run_zlab,
+        "mlx-dspark": run_mlx_dspark,
+        "zlab-dflash2": run_zlab_dflash2,
+        "mlx-vlm-dflash2": run_mlxvlm_dflash2,
+    }[kind]
     print(json.dumps(run(target_dir, drafter_dir, [int(t) for t in prompt], int(max_tokens))))
 
 
