@@ -96,7 +96,9 @@ def threshold_width(confidences: list[float], c: float, width: int) -> int:
     return k
 
 
-def auto_width(a: list[float], draft_ms: float, verify_ms: list[float], width: int, draft_step_ms: float = 0.0) -> int:
+def auto_width(
+    a: list[float], draft_ms: float, verify_ms: list[float], width: int, *, draft_step_ms: float = 0.0
+) -> int:
     """Admit drafts in order while expected tokens per second rises; stop at the first drop.
     ``a[j-1]`` = a_j; ``verify_ms[w]`` = cost of verifying w drafts (1 + w rows); the draft costs
     ``draft_ms`` for its first token and ``draft_step_ms`` for each further one (0: a block, one
@@ -221,7 +223,7 @@ class Scheduler:
         """Whether the best round at ``position`` with survivals ``a`` commits tokens faster than
         plain steps, on this machine's costs there."""
         c = self.costs.at(position)
-        k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a), c.draft_step_ms)
+        k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a), draft_step_ms=c.draft_step_ms)
         return beats_plain(c, 1 + sum(a[:k]), k)
 
     def draft_count(self, block_size: int, budget: int, position: int = 0) -> int:
@@ -242,7 +244,9 @@ class Scheduler:
             )
         c = self.costs.at(position)
         return (
-            max(1, auto_width(self.running.survival(), c.draft_ms, list(c.verify_ms), g, c.draft_step_ms)) if g else 0
+            max(1, auto_width(self.running.survival(), c.draft_ms, list(c.verify_ms), g, draft_step_ms=c.draft_step_ms))
+            if g
+            else 0
         )
 
     def shadow_due(self) -> bool:
