@@ -22,6 +22,7 @@ from mlx.utils import tree_flatten
 
 from dspark import GenerationConfig, generate, generate_plain, load_target, lossless, run_to_summary
 from dspark.config import SamplingParams
+from dspark.costs import Costs
 from dspark.errors import DrafterMismatchError, DsparkError
 from dspark.events import RoundEvent
 from dspark.loading import describe_drafter, load_drafter
@@ -287,3 +288,38 @@ def test_a_target_without_a_sliding_layer_to_share_is_refused(tmp_path):
     a = ac.write(tmp_path / "a", tdir, dtype="float32")
     with pytest.raises(DrafterMismatchError, match="this target has no sliding_attention layer that keeps its own K/V"):
         load_drafter(a, full_only)
+
+
+def test_auto_drafts_what_pays_and_its_shadow_drafts_read_committed_rows(root):
+    """Under ``auto`` the policy sets how many tokens the assistant drafts; where no round pays it
+    decodes plainly, pipelined (the next step's K/V is already in the target's cache when a
+    shadow draft is asked for), and the shadow drafts read the committed rows only. Lossless
+    throughout, past three windows."""
+    t, a = pair(root, "e2b-kvshared-perlayer")
+    wide = root / "e2b-kvshared-perlayer" / "target-f32"
+    if not wide.exists():
+        ac.as_float32(t, wide)
+    target = load_target(wide)
+    drafter = load_drafter(a, target)
+    cfg = GenerationConfig(max_tokens=N, stop_at_eos=False, policy="auto")
+    plain = run_to_summary(generate_plain(target, PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    # a draft step as dear as a verify: no round pays, every stretch is plain with shadow drafts
+    dear = Costs(verify_ms=(2.0,) * 5, draft_ms=2.0, step_ms=2.0, draft_step_ms=2.0)
+    asked = []
+    session_class = type(drafter.start(target, cache=target.make_cache()))
+    propose = session_class.propose
+
+    def recorded(self, *args, **kw):
+        out = propose(self, *args, **kw)
+        asked.append(out.tokens.shape[1])
+        return out
+
+    session_class.propose = recorded
+    try:
+        s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=dear))
+    finally:
+        session_class.propose = propose
+    assert s.tokens == plain.tokens and s.plain_steps > N // 2 and asked  # shadow drafts were asked for
+    cheap = Costs(verify_ms=(2.0, 2.05, 2.1, 2.15, 2.2), draft_ms=0.1, step_ms=2.0, draft_step_ms=0.1)
+    s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=cheap))
+    assert s.tokens == plain.tokens and s.rounds > 0

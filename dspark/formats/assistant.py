@@ -354,12 +354,17 @@ class AssistantSession:
         the last draft taken from those kept then."""
         out = {}
         for kind, c in self.caches.items():
-            if c.offset != position:
+            # one row ahead: auto's plain steps are pipelined, so when a shadow draft is asked for
+            # the anchor's own step is already in the cache; it is not context yet
+            ahead = c.offset - position
+            if ahead not in (0, 1):
                 raise DsparkError(f"the target's cache holds {c.offset} positions, the assistant drafts at {position}")
             if kind == "full_attention":
                 out[kind] = (c.keys[..., :position, :], c.values[..., :position, :])
                 continue
             keys, values = c._temporal_order(c.keys), c._temporal_order(c.values)
+            if ahead:
+                keys, values = keys[..., :-ahead, :], values[..., :-ahead, :]
             held = min(keys.shape[2], position)
             keys, values, first = keys[..., -held:, :], values[..., -held:, :], position - held
             want = max(0, position - self.window)
