@@ -22,7 +22,7 @@ def drafter_label(path: str) -> str:
     return Path(path).name or path
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DrafterChoice:
     path: str
     checked: bool = True  # ticked: Compare runs it
@@ -100,7 +100,7 @@ class Choices:
         is not a directory comes in marked, unticked and unselected. False if it was listed."""
         if self.find(path) is not None:
             return False
-        self.drafters.append(DrafterChoice(path, checked))
+        self.drafters.append(DrafterChoice(path=path, checked=checked))
         if select or self.selected is None:
             self.selected = path
         if not Path(path).expanduser().is_dir():

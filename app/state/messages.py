@@ -73,7 +73,7 @@ class Failed:
     text: str  # one line for the person at the screen
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DrafterInfo:
     block_size: int
     confidence: bool
