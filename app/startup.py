@@ -19,7 +19,10 @@ FIRST_START = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The options of ``dspark-studio``; long because it lists every one, a call each."""
-    p = argparse.ArgumentParser(prog="dspark-studio", description="Watch speculative decoding with block drafters.")
+    p = argparse.ArgumentParser(
+        prog="dspark-studio",
+        description="Watch speculative decoding with any drafter: DSpark, DFlash, DFlash 2, EAGLE-3, assistants.",
+    )
     p.add_argument("--target", help="target model directory (default: last used, else the demo target)")
     p.add_argument("--drafter", action="append", default=[], help="drafter directory (repeatable)")
     p.add_argument("--prompt", help="prompt text (default: the first prompt of the set)")

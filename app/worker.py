@@ -24,9 +24,9 @@ from dspark.bench.report import environment
 from dspark.costs import Costs, for_policy, load_or_measure
 from dspark.diagnose.acceptance import Stopped
 from dspark.engine import run_to_summary
-from dspark.errors import report_bug
+from dspark.errors import DrafterMismatchError, report_bug
 from dspark.export import export_drafter, summary
-from dspark.loading import read_drafter_config
+from dspark.loading import AUTOREGRESSIVE, drafter_kind, read_drafter_config
 
 from .state.messages import (
     Arm,
@@ -242,6 +242,7 @@ class Worker(QObject):
                 prompt=prompt,
                 prompt_index=prompt_index,
                 config=dict(job.config),
+                drafter_kind=drafter_kind(self._drafters[arm.drafter]) if arm.drafter else None,
             )
         )
         self.message.emit(Status(f"{arm.label}: generating"))
@@ -330,7 +331,7 @@ class Worker(QObject):
             self._target_path = target_path
             self.message.emit(Status("warming up ..."))
             run_to_summary(generate_plain(self._target, self._warm_ids(), self._warm_config()))
-        errors, infos = {}, {}
+        errors, infos, refused = {}, {}, {}
         for p in drafter_paths:
             if p not in self._drafters:
                 try:
@@ -341,11 +342,19 @@ class Worker(QObject):
                     self._drafters[p] = d
                 except DsparkError as e:
                     errors[p] = f"drafter {Path(p).name}: {e}"
+                    if isinstance(e, DrafterMismatchError):  # made for another target: Diagnose names it
+                        refused[p] = str(e)
                     continue
             d = self._drafters[p]
             note = "; ".join(self._notes.get(p, []) + [n for n in [d.weights_note(self._target)] if n]) or None
             infos[p] = DrafterInfo(
-                block_size=d.block_size, confidence=d.has_confidence, params=d.num_params(), note=note, format=d.format
+                block_size=d.block_size,
+                confidence=d.has_confidence,
+                params=d.num_params(),
+                note=note,
+                format=d.format,
+                kind=drafter_kind(d),
+                autoregressive=d.format in AUTOREGRESSIVE,
             )
         if not self._environment:  # the machine, MLX and BLAS a saved benchmark names (MLX asked here)
             self._environment = environment()
@@ -357,6 +366,7 @@ class Worker(QObject):
                 errors=errors,
                 environment=dict(self._environment),
                 notes=tuple(self._target_notes),
+                refused=refused,
             )
         )
         self.message.emit(Status("ready"))

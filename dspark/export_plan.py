@@ -306,10 +306,11 @@ def words(part: str, src: Source, theirs: dict | None = None) -> str:
 def exportable(path) -> dict:
     """{"exact": formats it exports to exactly, "refused": {format: the sentence}} (``dspark inspect``)."""
     _, _, fmt = read_drafter_config(path)
-    if fmt == "eagle3":  # an autoregressive head: no block format holds it
+    if fmt in ("eagle3", "gemma4-assistant"):  # autoregressive: no block format holds it
+        what = "an EAGLE-3 head" if fmt == "eagle3" else "a Gemma-4 assistant"
         return {
             "exact": [],
-            "refused": {f: "an EAGLE-3 head drafts a token a step, which no block format holds" for f in FORMATS},
+            "refused": {f: f"{what} drafts a token a step, which no block format holds" for f in FORMATS},
         }
     src = read_source(path)
     out = {"exact": [], "refused": {}}

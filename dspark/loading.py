@@ -37,6 +37,11 @@ from .target import Target, language_model
 
 #: The published formats' readers (``read_spec(directory, config) -> formats.base.Spec``).
 PUBLISHED = {"zlab-dflash": zlab, "dflash2": dflash2, "deepspec": deepspec, "speculators": speculators}
+#: Formats whose drafters draft a token a step (their sessions are ``autoregressive``): no block,
+#: no mask token, no Markov or confidence head; the verify policy sets how many tokens a round.
+AUTOREGRESSIVE = frozenset({eagle3.FORMAT, assistant.FORMAT})
+#: How a block drafter drafts, as ``dspark inspect`` says it (the autoregressive formats say their own).
+BLOCK_DRAFTING = "a block in one forward"
 
 
 # --------------------------------------------------------------------------- targets
@@ -138,12 +143,24 @@ def read_spec(p: Path, config: dict, fmt: str):
     return conventions.apply(PUBLISHED[fmt].read_spec(p, config), conventions.read(config, p / "config.json"))
 
 
+def drafter_kind(drafter) -> str:
+    """A loaded drafter's kind in words, the name the app's drafter list, a saved run and
+    ``dspark inspect`` give it: "DSpark" (a block drafter with a Markov or confidence head),
+    "DFlash" (the published block drafters without; "DFlash baseline" in DeepSpec's format),
+    "DFlash 2", "EAGLE-3", "Gemma-4 assistant" (or its unified variant)."""
+    if isinstance(drafter, DflashDrafter):
+        return "DSpark" if drafter.cfg.markov or drafter.cfg.confidence else "DFlash"
+    return drafter.info()["variant"]
+
+
 def describe_drafter(path: str | Path) -> dict:
     """What a drafter directory is, without loading a target (``dspark inspect``). The drafter is
     loaded as ``load_drafter`` loads it, every check included, so what inspect describes is what
     generate would run, and a directory generate refuses is refused here in the same words."""
     p, config, fmt = read_drafter_config(path)
-    load_drafter(p).dispose()
+    drafter = load_drafter(p)
+    kind = drafter_kind(drafter)
+    drafter.dispose()
     headers = read_headers(p)
     dtypes = sorted({v["dtype"] for v in headers.values()})
     out = {
@@ -152,6 +169,9 @@ def describe_drafter(path: str | Path) -> dict:
         "dtype": "/".join(dtypes),
         "bytes": tensor_bytes(p, skip=()),
         "quantization": config.get("quantization"),
+        "kind": kind,
+        "autoregressive": fmt in AUTOREGRESSIVE,
+        "drafting": BLOCK_DRAFTING,  # an autoregressive format's describe() says its own
     }
     if fmt == native.FORMAT:
         dims, cfg = native.read_config(p, config)  # every field checked, as loading does
@@ -202,4 +222,12 @@ def _parameters(headers: dict, config: dict) -> int:
     return total
 
 
-__all__ = ["PUBLISHED", "describe_drafter", "load_drafter", "load_target", "read_drafter_config"]
+__all__ = [
+    "AUTOREGRESSIVE",
+    "PUBLISHED",
+    "describe_drafter",
+    "drafter_kind",
+    "load_drafter",
+    "load_target",
+    "read_drafter_config",
+]

@@ -156,7 +156,7 @@ def test_a_saved_comparison_replays_with_its_table(qtbot, fresh, saved):
     assert w.results.tabs.currentWidget() is w.results.compare
     assert w.results.compare.rows == doc["comparison"]  # recomputed from the recorded events: the same table
     assert _screen(w)["table"] == saved["compare"]["screen"]["table"]
-    assert w.results.header.headline.text() == "drafter vs plain decoding · pooled over 2 prompts"
+    assert w.results.header.headline.text() == "drafter (DSpark) vs plain decoding · pooled over 2 prompts"
     assert w.engine.worker._target is None
 
 

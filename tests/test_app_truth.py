@@ -73,16 +73,16 @@ def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
         col = [c[1] for c in compare_columns()].index(name)
         return table.item(row, col).text()
 
-    assert h.headline.text() == "drafter vs plain decoding · pooled over 2 prompts"
+    assert h.headline.text() == "drafter (DSpark) vs plain decoding · pooled over 2 prompts"
     assert h.values["speedup"].text() == cell(0, "Speedup") and h.values["tau"].text() == cell(0, "τ")
     # one tokens/sec line per drafter and plain decoding, their prompts back to back (not 6 lines)
     assert len(w.results.compare.tps.getPlotItem().listDataItems()) == 3
     table.selectRow(1)  # a person picks drafter2's row
     w.refresh()
-    assert h.headline.text() == "drafter2 vs plain decoding · pooled over 2 prompts"
+    assert h.headline.text() == "drafter2 (DSpark) vs plain decoding · pooled over 2 prompts"
     assert h.values["speedup"].text() == cell(1, "Speedup") and h.values["tau"].text() == cell(1, "τ")
     w.results.tabs.setCurrentWidget(w.results.run_split)  # the Run tab: drafter2's run of the last prompt
-    assert h.headline.text() == "drafter2 vs plain decoding · prompt 2 of 2"
+    assert h.headline.text() == "drafter2 (DSpark) vs plain decoding · prompt 2 of 2"
     speculative, _plain = w.session.shown_runs()
     assert speculative.label == "drafter2" and h.values["tau"].text() == f"{speculative.figures().tau:.2f}"
     # a one-prompt comparison: the header shows the selected drafter, not the last one run
@@ -90,7 +90,7 @@ def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
     w.controls.drafters.setCurrentRow(0)
     assert run_job(qtbot, w, w.start_compare)["ok"]
     w.results.tabs.setCurrentWidget(w.results.run_split)
-    assert h.headline.text() == "drafter vs plain decoding" and w.session.shown_runs()[0].label == "drafter"
+    assert h.headline.text() == "drafter (DSpark) vs plain decoding" and w.session.shown_runs()[0].label == "drafter"
 
 
 def compare_columns():

@@ -89,7 +89,8 @@ def test_describe_names_the_kind_and_the_block_from_generation_config(root):
     _, a = pair(root, "12b-unified")
     d = describe_drafter(a)
     assert d["format"] == "gemma4-assistant" and d["variant"] == "Gemma-4 unified assistant"
-    assert d["block_size"] == 4 and d["target"] == {"hidden_size": 64, "vocab_size": 512}
+    assert d["block_size"] == 4 and d["target"]["hidden_size"] == 64 and d["target"]["vocab_size"] == 512
+    assert d["kind"] == "Gemma-4 unified assistant" and d["autoregressive"] and "mask_token_id" not in d
     (a / "generation_config.json").rename(a / "generation_config.off")
     try:
         assert describe_drafter(a)["block_size"] == 20  # transformers' default num_assistant_tokens

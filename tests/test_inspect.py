@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import json
 
+import assistant_checkpoints as ac
+import dflash2_checkpoints as d2
+import drafter_checkpoints as ckpt
+import eagle3_checkpoints as e3
 import mlx.core as mx
 import pytest
 from tiny import tiny_target, write_tiny_target_dir
@@ -130,3 +134,64 @@ def test_the_greedy_invariants_hold_on_the_demo_pair(name):
     verified = [e for e in events if not e.plain_step]
     assert any(e.accepted == e.verify_width for e in verified) and any(e.accepted < e.verify_width for e in verified)
     check_greedy_invariants(events)
+
+
+# --------------------------------------------------------------------------- dspark inspect, every kind
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory):
+    """A drafter of every kind for one tiny target: the Gemma-4 assistant, EAGLE-3, DFlash 2, z-lab DFlash."""
+    root = tmp_path_factory.mktemp("kinds")
+    model = ckpt.target_model()
+    target = ckpt.write_target(root / "target", model)
+    table = model.model.embed_tokens.weight
+    return {
+        "assistant": ac.write(root / "assistant", target),
+        "eagle3": e3.write_eagle3(root / "eagle3", table, ckpt.PROMPT * 4, num_target_layers=6, aux_ids=[2, 4, 6]),
+        "dflash2": d2.write_dflash2(root / "dflash2"),
+        "zlab": ckpt.write_zlab(root / "zlab"),
+    }
+
+
+def inspect_text(path, capsys) -> str:
+    capsys.readouterr()
+    assert main(["inspect", str(path)]) == 0
+    return capsys.readouterr().out
+
+
+def test_inspect_says_an_autoregressive_drafter_drafts_a_token_a_step(kinds, capsys):
+    """No block, mask token or heads for EAGLE-3 and the assistant: how each drafts, what it reads
+    of the target, its default tokens a round, its draft vocabulary and the target it needs."""
+    e3 = inspect_text(kinds["eagle3"], capsys)
+    assert "eagle3 drafter (EAGLE-3)" in e3
+    assert "drafts a token a step, with a KV cache of its own" in e3
+    assert "5 tokens a round by default; the verify policy sets how many" in e3
+    assert "draft vocabulary 48 of the target's 256" in e3 and "after layers [1, 3, 5] (taps)" in e3
+    assert "needs a target with hidden size 64, vocabulary 256, at least 6 layers" in e3
+    a = inspect_text(kinds["assistant"], capsys)
+    assert "gemma4-assistant drafter (Gemma-4 assistant)" in a
+    assert "from the target's own K/V cache and its last hidden state" in a
+    assert "4 tokens a round by default" in a and "layers 4 (3 sliding, 1 full attention)" in a
+    assert "draft vocabulary 256 (the target's)" in a
+    assert "hidden size 64, vocabulary 256 (the Gemma-4 size it was made for)" in a
+    assert "full attention 32, sliding attention 16" in a  # the target's K/V head widths it reads
+    assert "not to zlab: a Gemma-4 assistant drafts a token a step" in a
+    for text in (a, e3):
+        assert "mask token" not in text.replace("no block, mask token", "")
+        assert "slots" not in text and "DFlash-style" not in text and "taps target layers" not in text
+
+
+def test_inspect_keeps_the_block_lines_for_block_drafters(kinds, capsys):
+    for name, kind in (("dflash2", "DFlash 2"), ("zlab", "DFlash")):
+        text = inspect_text(kinds[name], capsys)
+        assert f"drafter ({kind})" in text and "drafts a block in one forward: block size 7" in text
+        assert "the checkpoint's block has 8 slots" in text and "mask token 4" in text
+        assert "taps target layers [1, 3, 4]" in text and "a token a step" not in text
+    info = json.loads(_json(kinds["eagle3"], capsys))
+    assert info["kind"] == "EAGLE-3" and info["autoregressive"] and "block_slots" not in info
+    assert not json.loads(_json(kinds["dflash2"], capsys))["autoregressive"]
+
+
+def _json(path, capsys) -> str:
+    capsys.readouterr()
+    assert main(["inspect", str(path), "--json"]) == 0
+    return capsys.readouterr().out

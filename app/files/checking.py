@@ -262,6 +262,7 @@ RUN = record(
         "label": text(500),
         "method": one_of(*METHODS),
         "drafter": optional(text(4096)),
+        "drafter_kind": optional(text(100)),
         "prompt": text(MAX_TEXT),
         "prompt_index": integer(0, MAX_PROMPTS - 1),
         "config": optional(flat_object(100)),

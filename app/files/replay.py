@@ -48,6 +48,7 @@ class SavedRun:
     verdict: Verdict | None
     machine: dict = field(default_factory=dict)  # the load while it ran (app.state.runs.recorded_machine)
     top_text: tuple = ()  # per round, per verified draft: the target's best tokens' text (the inspector)
+    drafter_kind: str | None = None  # None in a file saved before runs recorded their drafter's kind
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +153,7 @@ def _run(d: dict, pieces: dict[int, str]) -> SavedRun:
         verdict=verdict,
         machine=recorded_machine(d.get("machine")),
         top_text=_top_text(d, events, pieces),
+        drafter_kind=d.get("drafter_kind"),
     )
 
 
@@ -175,6 +177,7 @@ def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:
                     prompt=r.prompt,
                     prompt_index=r.prompt_index,
                     config=r.config,
+                    drafter_kind=r.drafter_kind,
                 ),
             )
         )

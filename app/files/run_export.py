@@ -60,6 +60,7 @@ def run_dict(run: Run) -> dict:
         "label": run.label,
         "method": run.method,
         "drafter": run.drafter,
+        "drafter_kind": run.drafter_kind,  # a file saved before kinds has none: it opens without
         "prompt": run.prompt,
         "prompt_index": run.prompt_index,
         "config": run.config,

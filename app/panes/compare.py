@@ -78,8 +78,8 @@ TIP_TPS_POOLED = TIP_TPS + "\nEach drafter's prompts are drawn back to back: one
 def format_cell(key: str, row: dict) -> str:
     v = row.get(key)
     is_plain = row["label"] == PLAIN_LABEL
-    if key == "label":
-        return v
+    if key == "label":  # a drafter's kind beside its name, when the run knew it
+        return f"{v} · {row['kind']}" if row.get("kind") else v
     if key == "runs":
         if row.get("runs_text"):  # a benchmark's arm: prompts × repeats
             return row["runs_text"]

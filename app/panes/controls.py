@@ -215,7 +215,7 @@ class ControlPanel(QWidget):
                 self.drafters.insertItem(i, item)
         for i, d in enumerate(c.drafters):
             item = self.drafters.item(i)
-            item.setText(d.label + ("  ⚠" if d.error else ""))
+            item.setText(d.shown + ("  ⚠" if d.error else ""))
             item.setToolTip(d.path + (f"\n{d.error}" if d.error else f"\n{d.detail}" if d.detail else ""))
             item.setCheckState(Qt.Checked if d.checked else Qt.Unchecked)
             if d.path == c.selected:

@@ -169,7 +169,8 @@ class HeaderStrip(QFrame):
         shown = speculative if speculative is not None else plain
         where = f" · prompt {shown.prompt_index + 1} of {view.prompts}" if shown and view.prompts > 1 else ""
         if speculative is not None:
-            headline = f"{speculative.label} vs plain decoding{where}"
+            kind = f" ({speculative.drafter_kind})" if speculative.drafter_kind else ""
+            headline = f"{speculative.label}{kind} vs plain decoding{where}"
         else:
             headline = f"plain decoding only{where}" if plain is not None else "Run: the figures of a run appear here"
         ratio, compared = speedup(speculative, plain)
@@ -205,7 +206,8 @@ class HeaderStrip(QFrame):
         if row is not None and view.bench is not None:
             headline = f"{row['label']} vs plain mlx-lm decoding · dspark bench: medians over {row['runs_text']} trials"
         elif row is not None:
-            headline = f"{row['label']} vs plain decoding · {coverage(row, view.busy)}"
+            kind = f" ({row['kind']})" if row.get("kind") else ""
+            headline = f"{row['label']}{kind} vs plain decoding · {coverage(row, view.busy)}"
         elif plain is not None:
             headline = f"plain decoding only · {coverage(plain, view.busy)}"
         else:

@@ -22,17 +22,24 @@ def drafter_label(path: str) -> str:
     return Path(path).name or path
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DrafterChoice:
     path: str
     checked: bool = True  # ticked: Compare runs it
     error: str | None = None  # why it cannot be used (None: it can, or it has not been loaded yet)
     detail: str | None = None  # its format, drafts per round and size, once it loaded
-    trained: int | None = None  # the block size it was trained at, once it loaded
+    trained: int | None = None  # the block size it was trained at, once it loaded (None: a token a step)
+    kind: str | None = None  # "DSpark", "DFlash 2", "EAGLE-3", "Gemma-4 assistant", ... once it loaded
+    refused: str | None = None  # the loader's refusal for this target, when that is its error (Diagnose names it)
 
     @property
     def label(self) -> str:
         return drafter_label(self.path)
+
+    @property
+    def shown(self) -> str:
+        """The drafter list's line: its name and, once it loaded, its kind."""
+        return f"{self.label} · {self.kind}" if self.kind else self.label
 
 
 class Choices:
@@ -93,7 +100,7 @@ class Choices:
         is not a directory comes in marked, unticked and unselected. False if it was listed."""
         if self.find(path) is not None:
             return False
-        self.drafters.append(DrafterChoice(path, checked))
+        self.drafters.append(DrafterChoice(path=path, checked=checked))
         if select or self.selected is None:
             self.selected = path
         if not Path(path).expanduser().is_dir():
@@ -121,14 +128,26 @@ class Choices:
             self.selected = path
             self._changed()
 
-    def mark(self, path: str, error: str | None, detail: str | None = None, trained: int | None = None) -> None:
+    def mark(
+        self,
+        path: str,
+        error: str | None,
+        detail: str | None = None,
+        trained: int | None = None,
+        *,
+        kind: str | None = None,
+        refused: str | None = None,
+    ) -> None:
         """A drafter's load result. A bad one is unticked and unselected (Run falls back to a
-        good one, Compare skips it)."""
+        good one, Compare skips it). ``trained`` is None for a drafter that drafts a token a step
+        (no block it was trained at)."""
         d = self.find(path)
         if d is None:
             return
-        d.error, d.detail = error, detail
-        if trained is not None:
+        d.error, d.detail, d.refused = error, detail, refused
+        if kind is not None:
+            d.kind = kind
+        if trained is not None or detail is not None:
             d.trained = trained
         if error:
             d.checked = False

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from dspark.diagnose.findings import Diagnosis, Finding, ordered
+from dspark.diagnose.findings import Diagnosis, Finding, ordered, refused
 
 from .choices import Choices, drafter_label
 from .wording import in_app
@@ -77,8 +77,15 @@ def described(config: dict, prompts: int) -> str:
 
 
 def plan(c: Choices) -> list[Entry]:
+    """An entry per drafter to diagnose, then one per drafter the loader refused for this target
+    (an assistant made for another Gemma-4 size): its finding is that refusal, nothing is run."""
     what = described(c.config, len(c.compare_prompts()))
-    return [Entry(label=drafter_label(p), drafter=p, target=c.target, what=what) for p in drafters(c)]
+    out = [Entry(label=drafter_label(p), drafter=p, target=c.target, what=what) for p in drafters(c)]
+    return out + [
+        Entry(label=d.label, drafter=d.path, target=c.target, what="not run", diagnosis=refused(d.refused))
+        for d in c.drafters
+        if d.refused
+    ]
 
 
 def with_result(entries: list[Entry], drafter: str, diagnosis: Diagnosis) -> list[Entry]:
@@ -103,6 +110,8 @@ def sentence(f: Finding) -> str:
 def figures(d: Diagnosis) -> str:
     """ "τ 2.29 over 42 rounds · first draft accepted in 52% (its profile: 88%)": the figures the
     findings weigh, short (acceptance at every position is the plot beside it)."""
+    if any(f.code == "target_refused" for f in d.findings):
+        return "not run: it does not load for this target"
     out = f"τ {d.tau:.2f} over {d.rounds} rounds"
     if d.per_position_acceptance:
         out += f" · first draft accepted in {d.per_position_acceptance[0]:.0%}"

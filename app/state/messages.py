@@ -73,13 +73,15 @@ class Failed:
     text: str  # one line for the person at the screen
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DrafterInfo:
     block_size: int
     confidence: bool
     params: int
     note: str | None = None  # e.g. trained against other weights of this target
     format: str = "dspark-drafter"  # the checkpoint format (dspark.formats)
+    kind: str = ""  # its kind in words (dspark.loading.drafter_kind): "DSpark", "EAGLE-3", "Gemma-4 assistant", ...
+    autoregressive: bool = False  # drafts a token a step: block_size is its default tokens a round, not a trained block
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +92,7 @@ class Loaded:
     errors: dict  # path -> one-line reason, for those that did not
     environment: dict = field(default_factory=dict)  # dspark.bench.report.environment(), asked of MLX here
     notes: tuple = ()  # warnings of the target's load (memory), as the CLI prints them
+    refused: dict = field(default_factory=dict)  # path -> the loader's refusal for this target (made for another one)
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ class RunStarted:
     prompt: str
     prompt_index: int
     config: dict
+    drafter_kind: str | None = None  # the drafter's kind in words (DrafterInfo.kind); None: plain, or an older file
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class Run:
     prompt_index: int
     drafter: str | None
     config: dict
+    drafter_kind: str | None = None  # "EAGLE-3", "Gemma-4 assistant", ... (None: plain, or a file saved before kinds)
     rounds: list[RoundEvent] = field(default_factory=list)
     drafted_text: list[tuple[str, ...]] = field(default_factory=list)  # per round, per draft
     # per round, per verified draft: the text of the target's best tokens (RoundEvent.target_top)
@@ -250,6 +251,7 @@ def _row(label: str, rs: list[Run], plain_by_prompt: dict[int, Run], coverage: d
         "label": label,
         "method": rs[0].method,
         "drafter": rs[0].drafter,
+        "kind": rs[0].drafter_kind,
         "policy": None if label == PLAIN_LABEL else str(rs[0].config.get("policy", "fixed")),
         "runs": len(rs),
         **coverage,

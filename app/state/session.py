@@ -65,6 +65,19 @@ class View:
         return next((r for r in self.rows if r["label"] == label), None)
 
 
+def drafter_detail(d) -> str:
+    """A loaded drafter in words (the drafter list's tooltip): its kind and format, how it drafts,
+    its size. An autoregressive drafter's tokens a round are a default the policy may change."""
+    how = (
+        f"drafts a token a step, {d.block_size} a round by default"
+        if d.autoregressive
+        else f"{d.block_size} drafts per round"
+    )
+    return f"{d.kind or d.format} drafter ({d.format}), {how}, {d.params:,} parameters" + (
+        ", confidence head" if d.confidence else ""
+    )
+
+
 class Session:
     def __init__(self, prompt_sets: dict[str, list[str]] | None = None):
         self.choices = Choices(prompt_sets)  # what the person chose (the left-hand panel shows it)
@@ -116,15 +129,14 @@ class Session:
             d = info.drafters.get(path)
             if d is None and path not in info.errors:
                 continue
-            detail = (
-                (
-                    f"{d.format} drafter, {d.block_size} drafts per round, {d.params:,} parameters"
-                    + (", confidence head" if d.confidence else "")
-                )
-                if d
-                else None
+            self.choices.mark(
+                path,
+                info.errors.get(path),
+                drafter_detail(d) if d else None,
+                d.block_size if d and not d.autoregressive else None,
+                kind=d.kind if d else None,
+                refused=info.refused.get(path),
             )
-            self.choices.mark(path, info.errors.get(path), detail, d.block_size if d else None)
         if not info.errors and not self.busy:
             self.clear_message()
 
@@ -161,18 +173,22 @@ class Session:
         would run; None, said in one sentence, when it cannot start. The runs shown stay."""
         c = self.choices
         entries = diagnoses.plan(c)
+        runs = [e for e in entries if e.diagnosis is None]  # a refused drafter's finding is known already
         if self.busy:
             self.fail(diagnoses.BUSY_DIAGNOSING if self.job.kind == diagnoses.KIND else diagnoses.BUSY_RUN)
         elif not c.target:
             self.fail("no target model chosen: choose one with File ▸ Open target…")
         elif not entries:
             self.fail(diagnoses.NO_DRAFTER)
+        elif not runs:  # every drafter is refused for this target: the findings, with nothing to run
+            self.diagnoses = entries
+            self.version += 1
         else:
             job = self.new_job(
                 diagnoses.KIND,
                 c.target,
                 c.compare_prompts(),
-                [Arm(e.label, e.drafter) for e in entries],
+                [Arm(e.label, e.drafter) for e in runs],
                 config=c.config,
                 caption=self.caption,
             )
@@ -244,6 +260,7 @@ class Session:
                 prompt_index=msg.prompt_index,
                 drafter=msg.drafter,
                 config=msg.config,
+                drafter_kind=msg.drafter_kind,
             )
             self.runs.append(rec)
             self.by_key[rec.key] = rec

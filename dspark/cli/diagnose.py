@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from ..config import GenerationConfig
-from ..diagnose.findings import describe
+from ..diagnose.findings import describe, refused
+from ..errors import DrafterMismatchError
 from ..options import add_options, check_range, from_args
 from ..prompts import DEFAULT, get, read_set
 from .say import say
@@ -97,7 +98,14 @@ def run(a) -> int:
     prompts = list(chosen.prompts[: a.limit])
     target = load_target(a.target, say=say)
     drafter_dir = read_drafter_config(a.drafter)[0]
-    drafter = load_drafter(drafter_dir, target, say=say)
+    try:
+        drafter = load_drafter(drafter_dir, target, say=say)
+    except DrafterMismatchError as e:  # made for another target (an assistant for another size): the finding
+        if a.record:
+            raise
+        result = refused(str(e))
+        print(json.dumps(result.to_dict()) if a.json else describe(result))
+        return 0
     progress = _progress if sys.stderr.isatty() else None
     if a.record:
         profile = record(target, drafter, prompts, config, progress=progress)

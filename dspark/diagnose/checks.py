@@ -49,7 +49,9 @@ class Facts:
     greedy: Measurement  # the same greedy (main itself at temperature 0)
     temperature: float
     block_size: int  # drafted tokens per round in this run
-    trained_block: int  # the drafter's own block size
+    # drafts a round the drafter was trained to make; None for an autoregressive drafter, whose
+    # default tokens a round is a setting, not a trained block (``run.trained_drafts``)
+    trained_block: int | None
     target_fingerprint: str
     recorded_fingerprint: str | None  # the target the drafter was trained or profiled on
     profile: Profile | None
@@ -59,6 +61,9 @@ class Facts:
     with_template: Measurement | None = None  # greedy with the template, when this run had it off
     conventions: tuple = ()  # (name, value, Measurement) per other reading tried
     current_conventions: dict | None = None
+    # what the drafter's kind says of its training text when no profile does: Google's Gemma-4
+    # assistants were trained on chat-formatted text (``run.kind_trained_templated``)
+    kind_templated: str | None = None  # the kind, named in the sentence, when it was
 
 
 def _acc(m: Measurement) -> float:
@@ -141,10 +146,18 @@ def chat_template_off(f: Facts) -> Finding | None:
     without, with_ = _acc(f.greedy), _acc(f.with_template)
     lost = share_lost(without, with_)
     trained = f.profile.templated if f.profile is not None else None
+    by_kind = trained is None and f.kind_templated is not None
+    trained = True if by_kind else trained
     ev = {"accepted": without, "accepted_with_template": with_, "share_lost": lost, "trained_templated": trained}
     if trained is not True and lost < LOSS_WARN:
         return None
-    why = "this drafter's profile says it was trained on templated text, and " if trained else ""
+    why = (
+        f"a {f.kind_templated} is trained on chat-formatted text, and "
+        if by_kind
+        else "this drafter's profile says it was trained on templated text, and "
+        if trained
+        else ""
+    )
     return Finding(
         "chat_template_off",
         "warn",
@@ -195,7 +208,7 @@ def block_beyond_trained(f: Facts) -> Finding | None:
     accept at a fraction of the trained ones. Read from the greedy pass (every draft verified),
     and judged only when at least ``MIN_ROUNDS`` rounds reached the first extra position."""
     K, T = f.block_size, f.trained_block
-    if K <= T:
+    if T is None or K <= T:  # an autoregressive drafter has no trained block: any count is a setting
         return None
     pos = f.greedy.per_position
     within, past = pooled_conditional(pos, 0, T), pooled_conditional(pos, T, K)

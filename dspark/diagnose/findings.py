@@ -17,6 +17,7 @@ SEVERITIES = ("error", "warn", "info")
 
 #: Every code a diagnosis can give, in the order the checks run (ties in severity keep it).
 CODES = (
+    "target_refused",
     "target_mismatch",
     "convention",
     "chat_template_off",
@@ -71,6 +72,18 @@ class Diagnosis:
         return self.findings[0].severity if self.findings else None
 
 
+def refused(sentence: str) -> Diagnosis:
+    """The diagnosis of a drafter the loader refuses for this target (an assistant made for another
+    Gemma-4 size, a head of another hidden size or vocabulary): nothing could be measured, and the
+    refusal, one sentence naming the value, is the finding."""
+    return Diagnosis(
+        findings=(Finding("target_refused", "error", sentence, {}),),
+        per_position_acceptance=(),
+        expected_per_position=None,
+        tau=0.0,
+    )
+
+
 def ordered(findings) -> tuple[Finding, ...]:
     """Most severe first; findings of one severity in the order of CODES."""
     found = [f for f in findings if f is not None]
@@ -79,6 +92,8 @@ def ordered(findings) -> tuple[Finding, ...]:
 
 def describe(d: Diagnosis) -> str:
     """The diagnosis as lines of text (what ``dspark diagnose`` prints)."""
+    if any(f.code == "target_refused" for f in d.findings):  # nothing ran: no figures to print
+        return "\n".join(["nothing measured: the drafter does not load for this target"] + _lines(d.findings))
     pos = " ".join(f"{x:.2f}" for x in d.per_position_acceptance)
     lines = [
         f"measured {d.rounds} rounds on {d.prompts} prompt{'s' * (d.prompts != 1)}: tau {d.tau:.2f}, "
@@ -92,9 +107,11 @@ def describe(d: Diagnosis) -> str:
         lines.append("no profile of this drafter: nothing to compare with (dspark diagnose --record measures one)")
     if not d.findings:
         lines.append("no finding: nothing in these measurements explains lower acceptance")
-    for f in d.findings:
-        lines.append(f"{f.severity:5}  {f.code}: {f.sentence}")
-    return "\n".join(lines)
+    return "\n".join(lines + _lines(d.findings))
 
 
-__all__ = ["CODES", "SEVERITIES", "Diagnosis", "Finding", "describe", "ordered"]
+def _lines(findings) -> list[str]:
+    return [f"{f.severity:5}  {f.code}: {f.sentence}" for f in findings]
+
+
+__all__ = ["CODES", "SEVERITIES", "Diagnosis", "Finding", "describe", "ordered", "refused"]

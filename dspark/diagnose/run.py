@@ -96,7 +96,7 @@ def diagnose(
         greedy=greedy,
         temperature=config.temperature,
         block_size=config.block_size or drafter.block_size,
-        trained_block=drafter.block_size,
+        trained_block=trained_drafts(drafter),
         target_fingerprint=target_fingerprint(target),
         recorded_fingerprint=(profile.target_fingerprint if profile is not None else None)
         or getattr(drafter, "target_weights", None),
@@ -107,6 +107,7 @@ def diagnose(
         with_template=with_template,
         conventions=tuple(tried),
         current_conventions=now,
+        kind_templated=kind_trained_templated(drafter),
     )
     return Diagnosis(
         findings=ordered(run_checks(facts)),
@@ -117,6 +118,29 @@ def diagnose(
         prompts=len(prompts),
         profile_source=profile.source if profile is not None else None,
     )
+
+
+def trained_drafts(drafter) -> int | None:
+    """Drafts a round the drafter was trained to make: its block (a DFlash 2 head runs a block that
+    may be smaller than the one it was trained with, its ``dflash_config.block_size`` slots, the
+    anchor's included); None for an autoregressive drafter (EAGLE-3, the Gemma-4 assistant), which
+    drafts a token a step for as many steps as the policy asks."""
+    from ..loading import AUTOREGRESSIVE  # noqa: PLC0415 (slow: mlx)
+
+    if drafter.format in AUTOREGRESSIVE:
+        return None
+    trained = getattr(getattr(drafter, "spec", None), "trained_block", None)
+    return trained - 1 if trained else drafter.block_size
+
+
+def kind_trained_templated(drafter) -> str | None:
+    """The drafter's kind when the kind itself says it was trained on chat-formatted text: Google
+    trained the Gemma-4 assistants on the -it models' chat text (their published model cards run
+    them through the chat template); None for every other kind (its profile says, if anything)."""
+    from ..formats import assistant  # noqa: PLC0415 (slow: mlx)
+    from ..loading import drafter_kind  # noqa: PLC0415 (slow: mlx)
+
+    return drafter_kind(drafter) if drafter.format == assistant.FORMAT else None
 
 
 def _looks_low(greedy: Measurement, profile: Profile | None, target) -> bool:

@@ -67,8 +67,7 @@ class AssistantSpec:
     def describe(self) -> dict:
         return {
             "variant": MODEL_TYPES[self.model_type],
-            "block_size": self.block_size,
-            "block_slots": self.block_size,
+            "block_size": self.block_size,  # tokens a round by default (num_assistant_tokens)
             "layers": self.text.num_hidden_layers,
             "layer_types": list(self.text.layer_types),
             "hidden_size": self.text.hidden_size,
@@ -77,8 +76,13 @@ class AssistantSpec:
             "sliding_window": self.text.sliding_window,
             "markov_head": False,
             "confidence_head": False,
-            "notes": ["drafts one token a step from the target's own K/V and last hidden state"],
-            "target": {"hidden_size": self.backbone_hidden_size, "vocab_size": self.vocab},
+            "drafting": "a token a step, from the target's own K/V cache and its last hidden state",
+            "target": {
+                "hidden_size": self.backbone_hidden_size,
+                "vocab_size": self.vocab,
+                # the K/V its layers read: the target's last layer of each kind that keeps its own
+                "kv_head_dims": {kind: self.head_dim(kind) for kind in sorted(set(self.text.layer_types))},
+            },
         }
 
 

@@ -132,10 +132,8 @@ class Eagle3Spec:
     def describe(self) -> dict:
         return {
             "variant": "EAGLE-3",
-            "block_size": self.block_size,
-            "block_slots": self.block_size,  # no block: one step per drafted token
-            "mask_token_id": None,
-            "drafting": "autoregressive: one token a step, its own KV cache",
+            "block_size": self.block_size,  # tokens a round by default (speculative_tokens)
+            "drafting": "a token a step, with a KV cache of its own over the target's tapped hidden states",
             "eagle_aux_hidden_state_layer_ids": list(self.aux_ids) if self.aux_ids else None,
             "tap_layers": [i - 1 for i in self.aux_ids] if self.aux_ids else None,
             "draft_vocab": self.draft_vocab,
