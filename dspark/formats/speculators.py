@@ -14,10 +14,11 @@ speculative_tokens`` = 1: slot 0 is a pure anchor; 0: the anchor slot predicts, 
 d2t[id]). W1 of the Markov head is indexed by target ids; W2 and ``lm_head`` output draft ids.
 
 The drafter's own ``embed_tokens`` (when shipped) and the target's table otherwise are used as
-they were in training: unscaled. ``lm_head`` (shipped when the draft vocabulary is reduced) and
-the target's head otherwise give logits without a soft-cap unless the config sets
-``final_logit_softcapping``. Sliding-window layers take one window ``[anchor - W, anchor)`` for
-the whole block, as speculators trains them.
+they were in training: unscaled. (speculators' own loader copies the verifier's table, and its head
+over a full-vocabulary ``lm_head``, over shipped ones; vLLM's loader keeps them, as dspark does.)
+``lm_head`` (shipped when the draft vocabulary is reduced) and the target's head otherwise give
+logits without a soft-cap unless the config sets ``final_logit_softcapping``. Sliding-window
+layers take one window ``[anchor - W, anchor)`` for the whole block, as speculators trains them.
 """
 
 from __future__ import annotations
