@@ -351,15 +351,20 @@ class AssistantSession:
         """Per layer type, the committed target K/V the assistant reads at ``position``: rows
         0..position-1 of the full layer; the last ``window`` of them of the sliding layer, in
         temporal order (the ring buffer unrolled), with rows the ring has overwritten since
-        the last draft taken from those kept then."""
+        the last draft taken from those kept then. The cache may hold rows past ``position``:
+        ``auto``'s shadow draft is drafted while the next plain step, queued as mlx-lm pipelines
+        it, has written the anchor's row; those rows are not the draft's context."""
         out = {}
         for kind, c in self.caches.items():
-            if c.offset != position:
+            if c.offset < position:
                 raise DsparkError(f"the target's cache holds {c.offset} positions, the assistant drafts at {position}")
             if kind == "full_attention":
                 out[kind] = (c.keys[..., :position, :], c.values[..., :position, :])
                 continue
             keys, values = c._temporal_order(c.keys), c._temporal_order(c.values)
+            if c.offset > position:  # the newest rows are past the anchor
+                keep = keys.shape[2] - (c.offset - position)
+                keys, values = keys[..., :keep, :], values[..., :keep, :]
             held = min(keys.shape[2], position)
             keys, values, first = keys[..., -held:, :], values[..., -held:, :], position - held
             want = max(0, position - self.window)
