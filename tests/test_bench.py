@@ -462,6 +462,64 @@ def test_the_dflash_peer_runs_the_same_drafter_in_the_same_run(dirs, tmp_path, c
     assert other["tau"] == pytest.approx(ours["tau"], rel=0.1) and other["speedup"] > 0
 
 
+@pytest.mark.skipif(os.environ.get("DSPARK_SKIP_PEERS") is not None, reason="DSPARK_SKIP_PEERS is set")
+def test_mlx_vlm_s_loop_runs_each_drafter_it_reads_in_the_same_run(dirs, kinds, tmp_path, capsys):
+    """--peer mlx-vlm: mlx-vlm 0.7.10's own loop (``generate_step`` with its drafter) on each
+    drafter it runs, greedy, its output plain decoding's, with its rounds; this project's own format
+    and a drafter mlx-vlm fails on (its DSpark port lacks K = V attention: the DeepSpec head) are
+    one sentence each and no arm."""
+    assert PEERS.exists(), "the peer environment is missing: run `make peers` (make test does)"
+    deepspec = ckpt.write_deepspec(tmp_path / "deepspec", ckpt.target_model())
+    out = tmp_path / "out"
+    drafters = [*(str(kinds[k]) for k in ("assistant", "eagle3", "dflash2")), str(dirs["native"]), str(deepspec)]
+    assert (
+        main(
+            [
+                "bench",
+                "--target",
+                str(dirs["target"]),
+                *(a for d in drafters for a in ("--drafter", d)),
+                "--prompts",
+                str(dirs["prompts"]),
+                "--max-tokens",
+                "40",
+                "--repeats",
+                "1",
+                "--policy",
+                "fixed",
+                "--peer",
+                "mlx-vlm",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "mlx-vlm does not read native (this project's own dspark-drafter format): no mlx-vlm arm" in err
+    said = [line for line in err.splitlines() if "mlx-vlm cannot run deepspec (deepspec format)" in line]
+    assert len(said) == 1 and "no mlx-vlm arm for it" in said[0], err
+    doc = json.loads((out / "summary.json").read_text())
+    arms = {a["arm"]: a for a in doc["arms"]}
+    assert "mlx-vlm native" not in arms and "mlx-vlm deepspec" not in arms
+    trials = report.read_trials(out)
+    for name, kind in (("assistant", "gemma4-assistant"), ("eagle3", "eagle3"), ("dflash2", "dflash2")):
+        theirs, ours = arms[f"mlx-vlm {name}"], arms[f"{name} fixed"]
+        assert theirs["kind"] == kind and theirs["compared"] == 2 and theirs["speedup"] > 0 and theirs["rounds"] > 0
+        assert ours["identical"] == ours["compared"] == 2
+        if name != "eagle3":  # mlx-vlm's EAGLE-3 loop leaves plain greedy output on this head: judged, not equal
+            assert theirs["identical"] == 2, theirs
+            # the same drafter drafting from one position later (mlx-vlm takes the first token from
+            # the prompt pass), so the rounds are shifted, not the same
+            assert theirs["tau"] == pytest.approx(ours["tau"], rel=0.15), (name, theirs["tau"], ours["tau"])
+        for t in (t for t in trials if t["arm"] == f"mlx-vlm {name}"):
+            # 4 drafts every round (the assistant's num_assistant_tokens, the EAGLE-3 head's block,
+            # DFlash 2's runtime block of 5 slots), the last as far as the output had room
+            assert t["widths"][:-1] == [4] * (len(t["widths"]) - 1) and 1 <= t["widths"][-1] <= 4
+            assert sum(t["accepted"]) + t["rounds"] == 39  # the first token comes from the prompt pass
+
+
 def test_bench_by_context_length_runs_every_arm_on_prompts_of_each_length(dirs, tmp_path, capsys):
     """--context 16,200: every arm on each prompt padded to 16 and to 200 tokens, reported per
     length (dspark.bench.contexts), every output still plain decoding's."""
