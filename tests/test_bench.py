@@ -81,6 +81,28 @@ def auto_bench(dirs, tmp_path_factory, costs_measured_once):
     return out
 
 
+@pytest.fixture(scope="module")
+def kinds(dirs):
+    """A drafter of each kind issue #40 added, on the bench's target: Google's Gemma-4 assistant
+    and an EAGLE-3 head (autoregressive: a step a token), and a DFlash 2 head (a block; its
+    runtime block 5 slots, so 4 drafts); the EAGLE-3 head over the whole vocabulary, where
+    mlx-vlm's verifier is plain greedy's (test_eagle3.py shows where it is not)."""
+    import assistant_checkpoints as ac
+    import dflash2_checkpoints as d2
+    import eagle3_checkpoints as e3
+
+    root = Path(dirs["target"]).parent
+    model = ckpt.target_model()
+    table = model.model.embed_tokens.weight
+    return {
+        "assistant": ac.write(root / "assistant", Path(dirs["target"]), dtype="float32"),
+        "eagle3": e3.write_eagle3(
+            root / "eagle3", table, [], num_target_layers=6, aux_ids=[1, 3, 4], draft_vocab=ckpt.VOCAB, block=4
+        ),
+        "dflash2": d2.write_dflash2(root / "dflash2", runtime=5),
+    }
+
+
 def bench(dirs, out, *extra):
     return main(
         [
@@ -214,6 +236,93 @@ def test_figures_are_derived_as_documented():
     assert a["tau"] == 4.0 and (a["draft_ms"], a["verify_ms"]) == pytest.approx((8.0, 10.0))
     assert a["overhead_ms"] == pytest.approx(12.0) and a["in_loop"] == pytest.approx(18 / 30)
     assert a["limit"] == pytest.approx(100 * 10 / (10 * 15 + 60 * 10))
+
+
+def test_an_autoregressive_drafter_s_figures_price_each_drafted_token():
+    """An autoregressive drafter pays ``draft_ms`` for its first token and ``draft_step_ms`` for
+    each further one: the limit prices each round's draft by the tokens it drafted, not a block's
+    one forward; a peer's trial, which has no drafted counts, drafted what it verified."""
+    plain = {"arm": "plain", "tokens": 100, "decode_seconds": 1.0}
+    costs = Costs(verify_ms=(5.0, 6.0, 7.0, 8.0, 9.0), draft_ms=2.0, draft_step_ms=1.5, step_ms=9.0)
+    spec = {
+        "arm": "a fixed:3",
+        "tokens": 100,
+        "decode_seconds": 0.5,
+        "rounds": 40,
+        "accepted": [1, 2] * 20,
+        "widths": [2, 2] * 20,
+        "drafted_per_round": [2, 3] * 20,  # a policy may verify fewer than were drafted
+        "draft_seconds": 0.1,
+        "verify_seconds": 0.25,
+    }
+    t = report.derive(spec, plain, costs)
+    assert t["tau"] == 2.5 and t["drafted"] == 2.5 and t["draft_token_ms"] == pytest.approx(100 / 100)
+    ideal = ((2 + 1.5 + 7) + (2 + 3.0 + 7)) / 2  # drafts of 2 and of 3 tokens, each verified at width 2
+    assert t["limit"] == pytest.approx(2.5 * 10 / ideal)
+    block = report.derive(spec, plain, Costs(verify_ms=costs.verify_ms, draft_ms=2.0, step_ms=9.0))
+    assert block["limit"] == pytest.approx(2.5 * 10 / (2 + 7))  # a block drafter: one forward a round
+    peer = report.derive({**spec, "drafted_per_round": None}, plain, costs)
+    assert peer["drafted"] == 2 and peer["limit"] == pytest.approx(2.5 * 10 / (2 + 1.5 + 7))
+    s = report.summarize_arm([t, peer])
+    assert s["drafted"] == pytest.approx(2.25) and s["draft_token_ms_spread"]["n"] == 2
+
+
+def test_every_drafter_kind_runs_under_several_fixed_counts_and_auto_in_one_run(dirs, kinds, tmp_path, capsys):
+    """The Gemma-4 assistant, EAGLE-3 and DFlash 2 under fixed:1, fixed:3 and auto in one run:
+    every output plain decoding's, each row naming its kind; an autoregressive drafter drafts
+    exactly what fixed:K asks (a block drafter its whole block) and its costs price a step per
+    token."""
+    out = tmp_path / "out"
+    args = [a for k in ("assistant", "eagle3", "dflash2") for a in ("--drafter", str(kinds[k]))]
+    assert (
+        main(
+            [
+                "bench",
+                "--target",
+                str(dirs["target"]),
+                *args,
+                "--prompts",
+                str(dirs["prompts"]),
+                "--max-tokens",
+                "24",
+                "--repeats",
+                "1",
+                *("--policy", "fixed:1", "--policy", "fixed:3", "--policy", "auto"),
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    table = capsys.readouterr().out
+    fmt = {"assistant": "gemma4-assistant", "eagle3": "eagle3", "dflash2": "dflash2"}
+    for name, kind in fmt.items():
+        rows = [line for line in table.splitlines() if line.startswith(f"{name} ")]
+        assert len(rows) == 3 and all(kind in r.split() for r in rows), rows
+    doc = json.loads((out / "summary.json").read_text())
+    arms = {a["arm"]: a for a in doc["arms"]}
+    assert len(arms) == 1 + 3 * 3
+    for name, kind in fmt.items():
+        for policy in ("fixed:1", "fixed:3", "auto"):
+            arm = arms[f"{name} {policy}"]
+            assert arm["kind"] == kind and arm["identical"] == arm["compared"] == 2, arm
+            assert arm["limit"] > 0 and (arm["draft_token_ms"] > 0 if arm.get("rounds") else policy == "auto")
+    steps = {name: doc["costs"][name]["draft_step_ms"] for name in fmt}
+    assert steps["assistant"] > 0 and steps["eagle3"] > 0 and steps["dflash2"] == 0
+    trials = report.read_trials(out)
+    for t in trials:
+        if t["arm"] == "plain" or not t.get("rounds"):
+            continue
+        drafted, widths = t["drafted_per_round"], t["widths"]
+        k = {"fixed:1": 1, "fixed:3": 3}.get(t["policy"])
+        if t["kind"] == "dflash2":  # a block: every slot drafted, the policy verifies a prefix
+            assert set(drafted) == {4} and (k is None or max(widths) <= k)
+        elif k is not None:  # a step a token: as many as the policy asks, or as the output has room for
+            left = [t["tokens"] - sum(a + 1 for a in t["accepted"][:i]) for i in range(len(drafted))]
+            assert drafted == widths == [min(k, n - 1) for n in left] and max(drafted) == k
+        else:
+            assert all(1 <= d <= 4 for d in drafted) and all(w <= d for w, d in zip(widths, drafted))
 
 
 def test_an_interrupted_bench_keeps_the_trials_that_finished(dirs, tmp_path, monkeypatch, capsys):
@@ -351,6 +460,64 @@ def test_the_dflash_peer_runs_the_same_drafter_in_the_same_run(dirs, tmp_path, c
     other = doc["arms"][3]  # bstnxbt's dflash-mlx, the same z-lab head
     assert other["arm"] == "dflash-mlx zlab" and other["identical"] == other["compared"] == 2
     assert other["tau"] == pytest.approx(ours["tau"], rel=0.1) and other["speedup"] > 0
+
+
+@pytest.mark.skipif(os.environ.get("DSPARK_SKIP_PEERS") is not None, reason="DSPARK_SKIP_PEERS is set")
+def test_mlx_vlm_s_loop_runs_each_drafter_it_reads_in_the_same_run(dirs, kinds, tmp_path, capsys):
+    """--peer mlx-vlm: mlx-vlm 0.7.10's own loop (``generate_step`` with its drafter) on each
+    drafter it runs, greedy, its output plain decoding's, with its rounds; this project's own format
+    and a drafter mlx-vlm fails on (its DSpark port lacks K = V attention: the DeepSpec head) are
+    one sentence each and no arm."""
+    assert PEERS.exists(), "the peer environment is missing: run `make peers` (make test does)"
+    deepspec = ckpt.write_deepspec(tmp_path / "deepspec", ckpt.target_model())
+    out = tmp_path / "out"
+    drafters = [*(str(kinds[k]) for k in ("assistant", "eagle3", "dflash2")), str(dirs["native"]), str(deepspec)]
+    assert (
+        main(
+            [
+                "bench",
+                "--target",
+                str(dirs["target"]),
+                *(a for d in drafters for a in ("--drafter", d)),
+                "--prompts",
+                str(dirs["prompts"]),
+                "--max-tokens",
+                "40",
+                "--repeats",
+                "1",
+                "--policy",
+                "fixed",
+                "--peer",
+                "mlx-vlm",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "mlx-vlm does not read native (this project's own dspark-drafter format): no mlx-vlm arm" in err
+    said = [line for line in err.splitlines() if "mlx-vlm cannot run deepspec (deepspec format)" in line]
+    assert len(said) == 1 and "no mlx-vlm arm for it" in said[0], err
+    doc = json.loads((out / "summary.json").read_text())
+    arms = {a["arm"]: a for a in doc["arms"]}
+    assert "mlx-vlm native" not in arms and "mlx-vlm deepspec" not in arms
+    trials = report.read_trials(out)
+    for name, kind in (("assistant", "gemma4-assistant"), ("eagle3", "eagle3"), ("dflash2", "dflash2")):
+        theirs, ours = arms[f"mlx-vlm {name}"], arms[f"{name} fixed"]
+        assert theirs["kind"] == kind and theirs["compared"] == 2 and theirs["speedup"] > 0 and theirs["rounds"] > 0
+        assert ours["identical"] == ours["compared"] == 2
+        if name != "eagle3":  # mlx-vlm's EAGLE-3 loop leaves plain greedy output on this head: judged, not equal
+            assert theirs["identical"] == 2, theirs
+            # the same drafter drafting from one position later (mlx-vlm takes the first token from
+            # the prompt pass), so the rounds are shifted, not the same
+            assert theirs["tau"] == pytest.approx(ours["tau"], rel=0.15), (name, theirs["tau"], ours["tau"])
+        for t in (t for t in trials if t["arm"] == f"mlx-vlm {name}"):
+            # 4 drafts every round (the assistant's num_assistant_tokens, the EAGLE-3 head's block,
+            # DFlash 2's runtime block of 5 slots), the last as far as the output had room
+            assert t["widths"][:-1] == [4] * (len(t["widths"]) - 1) and 1 <= t["widths"][-1] <= 4
+            assert sum(t["accepted"]) + t["rounds"] == 39  # the first token comes from the prompt pass
 
 
 def test_bench_by_context_length_runs_every_arm_on_prompts_of_each_length(dirs, tmp_path, capsys):

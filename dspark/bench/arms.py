@@ -6,8 +6,9 @@ per-round counts and phase times (see :mod:`dspark.bench.report` for what is der
   the loop: plain decoding, which every speedup is over;
 - :class:`Speculative`: this engine with one drafter and one verify policy;
 - :class:`MlxLmDraft`: mlx-lm's own speculative decoding with a small draft model (a peer);
-- :class:`Peer`: a peer package's speculative loop (z-lab ``dflash``, ``mlx-dspark``) with the
-  same drafter, in a separate Python that has it installed (``make peers``), driven over pipes.
+- :class:`Peer`: a peer package's speculative loop (z-lab ``dflash``, ``dflash-mlx``,
+  ``mlx-dspark``, mlx-vlm's) with the same drafter, in a separate Python that has it installed
+  (``make peers``), driven over pipes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from mlx_lm.sample_utils import make_sampler
 
 from .. import blas
 from ..config import GenerationConfig
-from ..engine import generate, run_to_summary
+from ..engine import generate
+from ..events import Summary
 from .report import PLAIN
 
 
@@ -43,7 +45,7 @@ class Plain:
     every speedup of that run was 1.2x too high. On Apple silicon MLX computes on the GPU and
     there is no BLAS thread count to choose (``threads`` is [None])."""
 
-    name, drafter, policy = PLAIN, None, None
+    name, drafter, policy, kind = PLAIN, None, None, None
 
     def __init__(self, target, config: GenerationConfig, threads: list[int] | None = None):
         self.target, self.config, self.threads = target, config, threads or [None]
@@ -99,10 +101,12 @@ def plain_thread_choices() -> list[int] | None:
 
 
 class Speculative:
-    def __init__(self, target, drafter, *, drafter_name: str, policy: str, config: GenerationConfig, costs=None):
-        """``drafter`` (named ``drafter_name``) under the verify ``policy``, generating as ``config``
-        says (EOS ignored), the ``auto`` policy on this machine's ``costs``."""
-        self.target, self.model, self.drafter, self.costs = target, drafter, drafter_name, costs
+    def __init__(
+        self, target, drafter, *, drafter_name: str, policy: str, config: GenerationConfig, costs=None, kind: str = ""
+    ):
+        """``drafter`` (named ``drafter_name``, of the format ``kind``) under the verify ``policy``,
+        generating as ``config`` says (EOS ignored), the ``auto`` policy on this machine's ``costs``."""
+        self.target, self.model, self.drafter, self.costs, self.kind = target, drafter, drafter_name, costs, kind
         self.policy = policy
         self.config = replace(config, policy=policy, stop_at_eos=False)
         self.name = f"{drafter_name} {policy}"
@@ -110,7 +114,12 @@ class Speculative:
     def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
         config = replace(self.config, max_tokens=max_tokens, seed=seed)
         # as a program would run it: nothing computed for a screen (generate's display)
-        s = run_to_summary(generate(self.target, self.model, ids, config, costs=self.costs, display=False))
+        drafted, s = [], None
+        for ev in generate(self.target, self.model, ids, config, costs=self.costs, display=False):
+            if isinstance(ev, Summary):
+                s = ev
+            elif not ev.plain_step:  # a round that drafted: what the limit prices its draft by
+                drafted.append(len(ev.drafted))
         return {
             "tokens": len(s.tokens),
             "token_ids": list(s.tokens),
@@ -120,6 +129,7 @@ class Speculative:
             "rounds": s.rounds,
             "accepted": list(s.accepted_lengths),
             "widths": list(s.verify_widths),
+            "drafted_per_round": drafted,
             "plain_steps": s.plain_steps,
             "draft_seconds": s.draft_seconds,
             "verify_seconds": s.verify_seconds,
@@ -134,7 +144,7 @@ class MlxLmDraft:
 
     def __init__(self, target, draft_model, *, draft_name: str, block_size: int, config: GenerationConfig):
         self.target, self.draft_model, self.block_size, self.config = target, draft_model, block_size, config
-        self.drafter, self.policy = draft_name, f"mlx-lm:{block_size}"
+        self.drafter, self.policy, self.kind = draft_name, f"mlx-lm:{block_size}", "mlx-lm draft model"
         self.name = f"mlx-lm draft {draft_name}"
 
     def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
@@ -198,14 +208,28 @@ class Peer:
     kept alive across trials so loading is not timed."""
 
     def __init__(
-        self, kind: str, *, python: str, target_dir: str, drafter_dir: str, drafter_name: str, block_size: int
+        self,
+        peer: str,
+        *,
+        python: str,
+        target_dir: str,
+        drafter_dir: str,
+        drafter_name: str,
+        block_size: int,
+        kind: str = "",
+        drafter_kind: str = "",
     ):
-        """The ``kind`` peer's server started in ``python`` on the target and drafter directories;
-        ``drafter_name`` names the arm, ``block_size`` the tokens it drafts a round."""
-        self.kind, self.drafter, self.policy, self.block_size = kind, drafter_name, "peer", block_size
-        self.name = f"{kind} {drafter_name}"
+        """The ``peer``'s server started in ``python`` on the target and drafter directories;
+        ``drafter_name`` names the arm, ``kind`` the drafter's format, ``block_size`` the tokens
+        it drafts a round; ``drafter_kind`` is the peer's own name for the drafter's kind, when it
+        needs one (mlx-vlm's ``draft_kind``)."""
+        self.peer, self.drafter, self.policy, self.block_size, self.kind = peer, drafter_name, "peer", block_size, kind
+        self.name = f"{peer} {drafter_name}"
+        args = [python, str(PEER_SERVER), peer, target_dir, drafter_dir, blas.loaded_path() or ""]
+        if drafter_kind:
+            args += [drafter_kind, str(block_size)]
         self.proc = subprocess.Popen(
-            [python, str(PEER_SERVER), kind, target_dir, drafter_dir, blas.loaded_path() or ""],
+            args,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -220,7 +244,7 @@ class Peer:
         if not line:
             err = self.proc.stderr.read()[-2000:]
             raise RuntimeError(
-                f"the {self.kind} peer stopped: {err.strip().splitlines()[-1] if err.strip() else 'no output'}"
+                f"the {self.peer} peer stopped: {err.strip().splitlines()[-1] if err.strip() else 'no output'}"
             )
         return json.loads(line)
 
@@ -230,7 +254,8 @@ class Peer:
         out = self._read()
         if out.get("error"):
             raise RuntimeError(out["error"])
-        out["widths"] = [self.block_size] * out["rounds"]  # peers verify every drafted token
+        if len(out.get("widths") or []) != out["rounds"]:
+            out["widths"] = [self.block_size] * out["rounds"]  # peers verify every drafted token
         return out
 
     def close(self) -> None:

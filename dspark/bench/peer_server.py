@@ -1,6 +1,7 @@
 """A peer package's speculative loop, timed trial by trial for ``dspark bench``.
 
     PEER_PYTHON peer_server.py dflash|dflash-mlx|mlx-dspark TARGET_DIR DRAFTER_DIR [OPENBLAS_PATH]
+    PEER_PYTHON peer_server.py mlx-vlm TARGET_DIR DRAFTER_DIR OPENBLAS_PATH FORMAT DRAFTS
 
 Runs in a Python that has the peer installed (the project's ``.venv-peers``, ``make peers``),
 never in the project's own, and imports nothing from ``dspark``. It loads the target and the
@@ -16,7 +17,14 @@ is the tokens after the first over the time after it (mlx-lm's own definition); 
   ``adaptive`` shortens blocks after rejections), no prefix cache and no draft quantization;
 - ``mlx-dspark``: ``mlx_dspark.generate.speculative_generate`` with its drafter unquantized, every
   draft verified and no n-gram drafts (its defaults quantize, cap and mix), on mlx-vlm's
-  Gemma-4 model holding the same weights (mlx-dspark runs Gemma-4 only through mlx-vlm).
+  Gemma-4 model holding the same weights (mlx-dspark runs Gemma-4 only through mlx-vlm);
+- ``mlx-vlm``: mlx-vlm's own loop (``generate.ar.generate_step`` with ``draft_model`` and
+  ``draft_kind``) on its ``gemma4.Model`` holding the target's weights, the drafter loaded by its
+  ``speculative.drafters.load_drafter`` (the drafter's ``FORMAT`` in dspark's words picks the
+  kind: ``mtp`` for the Gemma-4 assistant, ``eagle3`` for EAGLE-3, else mlx-vlm's own choice from
+  the config: ``dflash`` for z-lab, DFlash 2 and DSpark heads), ``DRAFTS`` drafts every round
+  (its block, ``draft_block_size``, counts the bonus token too; its loop otherwise grows and
+  shrinks the block with acceptance). It reports each round's drafts (``widths``).
 """
 
 from __future__ import annotations
@@ -206,6 +214,52 @@ def load_mlx_dspark(target_dir: str, drafter_dir: str):
     return run
 
 
+#: dspark's name of a drafter format -> mlx-vlm's draft kind (a format not here: mlx-vlm's own
+#: choice from the config, ``resolve_drafter_kind``)
+MLX_VLM_KINDS = {"gemma4-assistant": "mtp", "eagle3": "eagle3"}
+
+
+def load_mlx_vlm(target_dir: str, drafter_dir: str, fmt: str, drafts: int):
+    import mlx.core as mx  # noqa: PLC0415 (ordered: after the BLAS is loaded)
+    from mlx_vlm.generate.ar import generate_step  # noqa: PLC0415 (optional: mlx-vlm)
+    from mlx_vlm.speculative.drafters import load_drafter  # noqa: PLC0415 (optional: mlx-vlm)
+
+    vlm, _ = mlxvlm_target(target_dir)
+    draft, kind = load_drafter(drafter_dir, kind=MLX_VLM_KINDS.get(fmt))
+    draft.prefer_requested_block_size = True  # the same drafts every round, as the other loops run
+
+    def run(ids, max_tokens):
+        tokens, times, before = [], [], len(getattr(draft, "draft_lens", None) or [])
+        steps = generate_step(
+            mx.array([ids]),
+            vlm,
+            None,
+            None,
+            max_tokens=max_tokens,
+            sampler=lambda x: mx.argmax(x, axis=-1),
+            draft_model=draft,
+            draft_kind=kind,
+            draft_block_size=drafts + 1,
+            prefill_step_size=None,
+        )
+        for tok, _ in steps:
+            times.append(time.perf_counter())
+            tokens.append(int(tok if isinstance(tok, int) else mx.array(tok).reshape(-1)[0].item()))
+        accepted = [int(a) for a in draft.accept_lens]  # this run's rounds (its loop resets them)
+        widths = list(getattr(draft, "draft_lens", None) or [])[before:][-len(accepted) :] if accepted else []
+        committed, i = [tokens[:1]], 1  # the first token comes from the prompt pass
+        for a in accepted:
+            committed.append(tokens[i : i + a + 1])
+            i += a + 1
+        rounds = [c for c in committed[1:] if c]
+        return [committed[0], *rounds], times[0], times[-1], widths[: len(rounds)]
+
+    # a drafter mlx-vlm loads may still fail at its first round (a layer it lacks): found here, at
+    # load, so the benchmark goes on without the arm instead of stopping at its first trial
+    run([2, 3, 4, 5, 6, 7], 2 * drafts + 2)
+    return run
+
+
 def use_env_device() -> None:
     """DSPARK_DEVICE=cpu|gpu, as dspark.device applies it, before mlx-lm is imported (its
     generation stream takes the default device of that moment)."""
@@ -222,9 +276,12 @@ def main() -> None:
         ctypes.CDLL(rest[0], mode=os.RTLD_GLOBAL)  # the same BLAS as the benchmark's own process, before mlx
     use_env_device()  # the peer computes where dspark does
     try:
-        run = {"dflash": load_dflash, "dflash-mlx": load_dflash_mlx, "mlx-dspark": load_mlx_dspark}[kind](
-            target_dir, drafter_dir
-        )
+        if kind == "mlx-vlm":
+            run = load_mlx_vlm(target_dir, drafter_dir, rest[1], int(rest[2]))
+        else:
+            run = {"dflash": load_dflash, "dflash-mlx": load_dflash_mlx, "mlx-dspark": load_mlx_dspark}[kind](
+                target_dir, drafter_dir
+            )
         print(json.dumps({"ready": True}), flush=True)
     except Exception as e:  # reported to the benchmark, which goes on without this arm
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
@@ -236,7 +293,7 @@ def main() -> None:
         try:
             mx.reset_peak_memory()
             start = time.perf_counter()
-            committed, t_first, t_last = run(req["ids"], req["max_tokens"])
+            committed, t_first, t_last, *widths = run(req["ids"], req["max_tokens"])
             tokens = [t for c in committed for t in c]
             n = len(tokens)
             window = t_last - t_first  # the time after the first token
@@ -254,6 +311,8 @@ def main() -> None:
                 "verify_seconds": 0.0,
                 "peak_memory_bytes": int(mx.get_peak_memory()),
             }
+            if widths:  # drafts verified each round, where the peer's rounds differ (mlx-vlm's last one)
+                out["widths"] = widths[0]
         except Exception as e:
             out = {"error": f"{type(e).__name__}: {e}"}
         print(json.dumps(out), flush=True)

@@ -16,12 +16,19 @@ does the same amount of work):
 - ``draft_ms`` / ``verify_ms`` / ``overhead_ms``: per round that drafted; overhead is everything
   else in the rounds' share of the decode time (events, text, the loop),
   ``(decode - plain steps) / rounds - draft - verify``;
+- ``drafted``: tokens drafted per round that drafted (a block drafter: its block, whatever the
+  policy verifies of it; an autoregressive drafter, a step each: as many as the policy asked for);
+  ``draft_token_ms``: ``draft_seconds / drafted tokens``, what a drafted token cost in the loop
+  (for an autoregressive drafter the price of one more step, its first step included);
 - ``step_ms``: plain decoding's milliseconds per token in the paired trial;
 - ``limit``: ``tau * step_ms / (t_draft + t_verify)``, the speedup this drafter and policy would
   reach with nothing but the two forwards in a round (with ``auto``'s plain steps, each at
   ``step_ms``: ``tokens * step_ms / (rounds * (t_draft + t_verify) + plain_steps * step_ms)``),
-  where ``t_draft`` and ``t_verify`` (the mean over the trial's rounds of the verify cost at each
-  round's width) are this machine's isolated costs (:mod:`dspark.costs`), measured again at the
+  where ``t_draft + t_verify`` is the mean over the trial's rounds of the draft cost of the tokens
+  the round drafted (a block: ``draft_ms``, one forward; an autoregressive drafter: ``draft_ms``
+  for its first token and ``draft_step_ms`` for each further one, :func:`dspark.policy.draft_cost`)
+  plus the verify cost at the round's width, this machine's isolated costs (:mod:`dspark.costs`),
+  measured again at the
   start of every repeat so that they share the trials' load, on a cache as long as the trials' mean
   context (the prompt and half the output: ``costs_context``); a model of the round, so a trial can
   beat it a little; ``efficiency`` = speedup / limit: how much of that the loop delivers;
@@ -41,11 +48,13 @@ from pathlib import Path
 from statistics import median
 
 from .. import __version__, blas, metrics
+from ..policy import draft_cost
 from ..reading import parse_json, read_text
 
 PLAIN = "plain"  # plain decoding's arm
 CSV_FIELDS = [
     "arm",
+    "kind",
     "drafter",
     "policy",
     "repeat",
@@ -59,6 +68,8 @@ CSV_FIELDS = [
     "verify_ms",
     "overhead_ms",
     "in_loop",
+    "drafted",
+    "draft_token_ms",
     "step_ms",
     "limit",
     "efficiency",
@@ -100,25 +111,44 @@ def derive(trial: dict, plain: dict | None, costs=None) -> dict:
             per_position_acceptance=list(f.per_position_acceptance),
             accepted_histogram=list(f.accepted_histogram),
         )
+        drafted = _drafted(t)
+        t["drafted"] = sum(drafted) / rounds
         if t.get("draft_seconds") or t.get("verify_seconds"):
             rounds_ms = decode_ms - t.get("plain_seconds", 0.0) * 1000  # a trial before plain_seconds: all of it
             t["draft_ms"] = t["draft_seconds"] * 1000 / rounds
             t["verify_ms"] = t["verify_seconds"] * 1000 / rounds
             t["overhead_ms"] = rounds_ms / rounds - t["draft_ms"] - t["verify_ms"]
             t["in_loop"] = (t["draft_ms"] + t["verify_ms"]) / (rounds_ms / rounds)
+            if sum(drafted):
+                t["draft_token_ms"] = t["draft_seconds"] * 1000 / sum(drafted)
     if plain is not None and plain["tokens"]:
         step = plain["decode_seconds"] * 1000 / plain["tokens"]
         t["step_ms"] = step
         t["speedup"] = metrics.speedup(t["tokens_per_sec"], plain["tokens"] / plain["decode_seconds"])
         plain_steps = t.get("plain_steps", 0)
         if costs is not None and ((rounds and t.get("tau")) or plain_steps):  # auto may draft no round at all
-            v = costs.verify_ms
-            ideal = costs.draft_ms + sum(v[min(w, len(v) - 1)] for w in t["widths"]) / rounds if rounds else 0.0
+            v, step_ms = costs.verify_ms, getattr(costs, "draft_step_ms", 0.0)
+            ideal = (
+                sum(
+                    draft_cost(costs.draft_ms, step_ms, d) + v[min(w, len(v) - 1)]
+                    for d, w in zip(_drafted(t), t["widths"])
+                )
+                / rounds
+                if rounds
+                else 0.0
+            )
             t["limit"] = (
                 t["tokens"] * step / (rounds * ideal + plain_steps * step) if plain_steps else t["tau"] * step / ideal
             )
             t["efficiency"] = t["speedup"] / t["limit"]
     return t
+
+
+def _drafted(trial: dict) -> list[int]:
+    """Tokens each round drafted: the trial's ``drafted_per_round`` (this engine's arms), else its
+    widths (a peer, or a trial written before it was kept: every drafted token verified)."""
+    drafted = trial.get("drafted_per_round")
+    return list(drafted) if drafted and len(drafted) == len(trial["widths"]) else list(trial["widths"])
 
 
 def plain_threads(trials: list[dict], default=None) -> dict:
@@ -148,6 +178,7 @@ SPREAD_FIGURES = (
     "verify_ms",
     "overhead_ms",
     "in_loop",
+    "draft_token_ms",
     "step_ms",
     "limit",
     "efficiency",
@@ -168,6 +199,8 @@ def summarize_arm(trials: list[dict]) -> dict:
     the acceptance figures pooled over every round of every trial."""
     first = trials[0]
     out = {"arm": first["arm"], "drafter": first.get("drafter"), "policy": first.get("policy"), "trials": len(trials)}
+    if first.get("kind"):
+        out["kind"] = first["kind"]
     if first.get("context"):
         out["context"] = first["context"]
     for key in SPREAD_FIGURES:
@@ -190,6 +223,7 @@ def summarize_arm(trials: list[dict]) -> dict:
             accepted_histogram=list(f.accepted_histogram),
             rounds=f.rounds,
             plain_steps=sum(t.get("plain_steps", 0) for t in trials),
+            drafted=sum(sum(_drafted(t)) for t in trials if t.get("rounds")) / f.rounds if f.rounds else 0.0,
         )
     verdicts = [t["identical"] for t in trials if t.get("identical") is not None]
     if verdicts:

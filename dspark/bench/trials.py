@@ -39,7 +39,7 @@ def _peer_python(a) -> str:
 def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
     """The arms, plain decoding first, and this machine's costs for each drafter."""
     from ..costs import load_or_measure  # noqa: PLC0415 (slow: mlx, not needed for --help)
-    from ..loading import load_drafter  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..loading import load_drafter, read_drafter_config  # noqa: PLC0415 (slow: mlx, not needed for --help)
     from ..policy import parse  # noqa: PLC0415 (not needed for --help)
     from . import arms  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
@@ -57,33 +57,14 @@ def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
     costs, speculative_arms = {}, []
     for d in drafters:
         drafter = load_drafter(d, target, say=say)
-        name = Path(d).name
+        name, fmt = Path(d).name, read_drafter_config(d)[2]
         # measured afresh: the limit and auto read them, and the machine may have changed since
         costs[name] = load_or_measure(target, drafter, drafter.block_size, remeasure=True, say=say)
         speculative_arms += [
-            arms.Speculative(target, drafter, drafter_name=name, policy=p, config=config, costs=costs[name])
+            arms.Speculative(target, drafter, drafter_name=name, policy=p, config=config, costs=costs[name], kind=fmt)
             for p in policies
         ]
-        for kind in a.peer:
-            fmt = getattr(drafter, "format", "")
-            if (kind, fmt) in (
-                ("dflash", "zlab-dflash"),
-                ("dflash-mlx", "zlab-dflash"),
-                ("mlx-dspark", "deepspec"),
-                ("mlx-dspark", "speculators"),
-            ):
-                speculative_arms.append(
-                    arms.Peer(
-                        kind,
-                        python=_peer_python(a),
-                        target_dir=target_dir,
-                        drafter_dir=d,
-                        drafter_name=name,
-                        block_size=drafter.block_size,
-                    )
-                )
-            else:
-                say(f"the {kind} peer does not read {name} ({fmt} format): no {kind} arm for it")
+        speculative_arms += _peer_arms(a, target_dir=target_dir, drafter_dir=d, drafter=drafter, fmt=fmt, say=say)
     if a.mlx_lm_draft:
         from ..loading import load_target  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
@@ -94,6 +75,48 @@ def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
             )
         )
     return [arms.Plain(target, config, arms.plain_thread_choices()), *speculative_arms], costs
+
+
+#: (peer, drafter format) pairs the peers read; mlx-vlm is asked about every format but dspark's own
+PEER_READS = {
+    ("dflash", "zlab-dflash"),
+    ("dflash-mlx", "zlab-dflash"),
+    ("mlx-dspark", "deepspec"),
+    ("mlx-dspark", "speculators"),
+}
+
+
+def _peer_arms(a, *, target_dir: str, drafter_dir: str, drafter, fmt: str, say) -> list:
+    """The ``--peer`` arms of one drafter (of format ``fmt``): a peer that does not read the
+    format, or (mlx-vlm) cannot load or run it, is one sentence and no arm."""
+    from . import arms  # noqa: PLC0415 (slow: mlx, not needed for --help)
+
+    name, out = Path(drafter_dir).name, []
+    for peer in a.peer:
+        if peer == "mlx-vlm" and fmt == "dspark-drafter":
+            say(f"mlx-vlm does not read {name} (this project's own dspark-drafter format): no mlx-vlm arm for it")
+            continue
+        if peer != "mlx-vlm" and (peer, fmt) not in PEER_READS:
+            say(f"the {peer} peer does not read {name} ({fmt} format): no {peer} arm for it")
+            continue
+        try:
+            out.append(
+                arms.Peer(
+                    peer,
+                    python=_peer_python(a),
+                    target_dir=target_dir,
+                    drafter_dir=drafter_dir,
+                    drafter_name=name,
+                    block_size=drafter.block_size,
+                    kind=fmt,
+                    drafter_kind=fmt if peer == "mlx-vlm" else "",
+                )
+            )
+        except RuntimeError as e:
+            if peer != "mlx-vlm":
+                raise
+            say(f"mlx-vlm cannot run {name} ({fmt} format): {e}; no mlx-vlm arm for it")
+    return out
 
 
 def _verdict(target, *, trial: dict, plain: dict, plain_runs: dict, key, config, prompt: list[int]) -> dict:
@@ -225,6 +248,7 @@ def _measure(
                     rec = arm.trial(prompt, a.max_tokens, seed=r)
                     group[arm.name] = {
                         "arm": arm.name,
+                        **({"kind": arm.kind} if arm.kind else {}),
                         "drafter": arm.drafter,
                         "policy": arm.policy,
                         "repeat": r,

@@ -49,8 +49,9 @@ def add_parser(subparsers):
         "--peer",
         action="append",
         default=[],
-        choices=["dflash", "dflash-mlx", "mlx-dspark"],
-        help="also run this peer package's loop with each drafter it reads (repeatable)",
+        choices=["dflash", "dflash-mlx", "mlx-dspark", "mlx-vlm"],
+        help="also run this peer package's loop with each drafter it reads (repeatable; mlx-vlm: "
+        "the Gemma-4 assistant, EAGLE-3, DFlash 2, z-lab and DSpark heads)",
     )
     p.add_argument("--peer-python", help="a Python with the peers installed (default: the checkout's .venv-peers)")
     p.add_argument("--out", required=True, help="folder for trials.jsonl, trials.csv, summary.json (and figures)")
@@ -87,8 +88,8 @@ def run(a) -> int:
 def table(doc: dict) -> str:
     """The per-arm figures as a text table."""
     head = (
-        f"{'arm':<28} {'tok/s':>7} {'speedup':>16} {'tau':>5} {'draft':>6} {'verify':>6} {'other':>6} "
-        f"{'limit':>6} {'effic.':>6}  same output"
+        f"{'arm':<28} {'kind':<16} {'tok/s':>7} {'speedup':>16} {'tau':>5} {'drafts':>6} {'draft':>6} "
+        f"{'/token':>6} {'verify':>6} {'other':>6} {'limit':>6} {'effic.':>6}  same output"
     )
     lines = [head, "-" * len(head)]
     for s in doc["arms"]:
@@ -103,9 +104,10 @@ def table(doc: dict) -> str:
         )
         name = f"{s['arm']} @{s['context']}" if s.get("context") else s["arm"]
         lines.append(
-            f"{name[:28]:<28} {s['tokens_per_sec']:>7.1f} {speed:>16} {f('tau', '{:.2f}'):>5} "
-            f"{f('draft_ms'):>6} {f('verify_ms'):>6} {f('overhead_ms'):>6} {f('limit', '{:.2f}'):>6} "
-            f"{f('efficiency', '{:.2f}'):>6}  {same}"
+            f"{name[:28]:<28} {(s.get('kind') or '')[:16]:<16} {s['tokens_per_sec']:>7.1f} {speed:>16} "
+            f"{f('tau', '{:.2f}'):>5} {f('drafted', '{:.2f}'):>6} {f('draft_ms'):>6} "
+            f"{f('draft_token_ms', '{:.2f}'):>6} {f('verify_ms'):>6} {f('overhead_ms'):>6} "
+            f"{f('limit', '{:.2f}'):>6} {f('efficiency', '{:.2f}'):>6}  {same}"
         )
     env = doc["environment"]
     lines.append(
@@ -113,7 +115,8 @@ def table(doc: dict) -> str:
         f"BLAS: {env['blas']}; load average at start {env.get('load_average')}"
     )
     lines.append(
-        "per round, in ms: draft, verify, other (events, text, the loop); limit = tau x plain step / "
-        "(isolated draft + verify costs); efficiency = speedup / limit"
+        "per round: drafts (tokens drafted); in ms: draft, /token (draft per drafted token), verify, other "
+        "(events, text, the loop); limit = tau x plain step / (isolated draft + verify costs; an autoregressive "
+        "drafter's draft priced per token); efficiency = speedup / limit"
     )
     return "\n".join(lines)

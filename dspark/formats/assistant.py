@@ -355,7 +355,9 @@ class AssistantSession:
         """Per layer type, the committed target K/V the assistant reads at ``position``: rows
         0..position-1 of the full layer; the last ``window`` of them of the sliding layer, in
         temporal order (the ring buffer unrolled), with rows the ring has overwritten since
-        the last draft taken from those kept then."""
+        the last draft taken from those kept then. The cache may hold rows past ``position``:
+        ``auto``'s shadow draft is drafted while the next plain step, queued as mlx-lm pipelines
+        it, has written the anchor's row; those rows are not the draft's context."""
         out = {}
         for kind, c in self.caches.items():
             # one row ahead: auto's plain steps are pipelined, so when a shadow draft is asked for

@@ -21,6 +21,11 @@ Runs in the test-only environment ``.venv-peers`` (``make peers``), never in the
 - ``mlx-vlm-eagle3:BLOCK``: mlx-vlm's EAGLE-3 loop (``generate.ar.generate_step``, draft kind
   ``eagle3``) with its own drafter, ``BLOCK`` drafts a round, on the same mlx-vlm ``gemma4.Model``.
 
+- ``mlx-vlm-mtp:BLOCK``: mlx-vlm's Gemma-4 assistant (MTP) loop (``generate.ar.generate_step``,
+  draft kind ``mtp``) with its own ``Gemma4AssistantDraftModel``, ``BLOCK`` drafts every round
+  (its block otherwise follows acceptance), on the same mlx-vlm ``gemma4.Model``; it adds
+  ``drafts`` and ``logits``: each round's drafted ids and each of its steps' logits.
+
 Output: {"tokens": [...], "tau": [committed per round], "round1_logits": [[...]], "first": int}.
 Every peer prefills the whole prompt and takes the first token from the target alone.
 """
@@ -237,8 +242,62 @@ def run_mlx_vlm_eagle3(target_dir: str, drafter_dir: str, prompt: list[int], max
     return {"tokens": tokens[:max_tokens], "tau": rounds, "round1_logits": first}
 
 
+def run_mlx_vlm_mtp(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int, block: int) -> dict:
+    """mlx-vlm's MTP loop (``generate_step`` with ``draft_kind="mtp"``, greedy) on its own port of
+    the Gemma-4 assistant, ``block`` drafts a round (``draft_block_size`` counts the bonus too),
+    every round's drafts recorded where its loop asks the drafter for them (``draft_block``)."""
+    from mlx_vlm.generate.ar import generate_step
+    from mlx_vlm.speculative.drafters import load_drafter
+
+    vlm, _ = mlxvlm_target(target_dir)
+    draft, kind = load_drafter(drafter_dir, kind="mtp")
+    draft.prefer_requested_block_size = True  # the same count every round, as dspark's fixed policy drafts
+    drafts, logits, draft_block, call = [], [], draft.draft_block, type(draft).__call__
+
+    def record(*args, **kwargs):
+        logits.append([])  # this round's steps
+        out = draft_block(*args, **kwargs)
+        drafts.append(out)
+        return out
+
+    def step(self, *args, **kwargs):  # one draft step: its logits, as the round's sampler reads them
+        hidden, out = call(self, *args, **kwargs)
+        logits[-1].append(np.array(out.reshape(-1, out.shape[-1])[-1].astype(mx.float32)).tolist())
+        return hidden, out
+
+    draft.draft_block = record
+    type(draft).__call__ = step
+    steps = generate_step(
+        mx.array([prompt]),
+        vlm,
+        None,
+        None,
+        max_tokens=max_tokens,
+        sampler=lambda x: mx.argmax(x, axis=-1),
+        draft_model=draft,
+        draft_kind=kind,
+        draft_block_size=block + 1,
+        prefill_step_size=None,
+    )
+    try:
+        tokens = [int(tok if isinstance(tok, int) else mx.array(tok).reshape(-1)[0].item()) for tok, _ in steps]
+    finally:
+        type(draft).__call__ = call
+    return {
+        "tokens": tokens[:max_tokens],
+        "tau": [int(a) + 1 for a in draft.accept_lens],
+        "drafts": [np.array(d).reshape(-1).tolist() for d in drafts],
+        "logits": logits,
+        "kind": kind,
+    }
+
+
 def main() -> None:
     kind, target_dir, drafter_dir, max_tokens, *prompt = sys.argv[1:]
+    if kind.startswith("mlx-vlm-mtp:"):  # mlx-vlm-mtp:BLOCK
+        block = int(kind.split(":")[1])
+        print(json.dumps(run_mlx_vlm_mtp(target_dir, drafter_dir, [int(t) for t in prompt], int(max_tokens), block)))
+        return
     if kind.startswith("mlx-vlm-eagle3:"):  # mlx-vlm-eagle3:BLOCK
         block = int(kind.split(":")[1])
         out = run_mlx_vlm_eagle3(target_dir, drafter_dir, [int(t) for t in prompt], int(max_tokens), block)
