@@ -44,10 +44,20 @@ def demo_dir() -> Path:
     return path("demo")
 
 
+#: The bundled demo drafters, one of each kind the demo trains, in the order the app and the
+#: benchmark show them: DSpark, DFlash-style, EAGLE-3-style, Gemma-4-assistant-style.
+DEMO_DRAFTERS = ("dspark", "dflash", "eagle3", "assistant")
+
+
 def demo_model(name: str) -> Path | None:
-    """``resources/demo/<name>`` ("target", "dspark", "dflash") if it holds a model."""
+    """``resources/demo/<name>`` ("target" or one of ``DEMO_DRAFTERS``) if it holds a model."""
     p = path("demo", name)
     return p if (p / "config.json").is_file() else None
+
+
+def demo_drafters() -> list[str]:
+    """The bundled demo drafters that are there (a checkout may have only some built)."""
+    return [str(p) for p in map(demo_model, DEMO_DRAFTERS) if p]
 
 
 def prompts_dir() -> Path:

@@ -64,7 +64,7 @@ def demo_target() -> str | None:
 
 
 def demo_drafters() -> list[str]:
-    return [str(p) for p in map(resources.demo_model, ("dspark", "dflash")) if p]
+    return resources.demo_drafters()
 
 
 #: A settings file larger than this was not written by the app.

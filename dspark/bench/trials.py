@@ -48,7 +48,7 @@ def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
         not drafters
         and Path(target_dir).resolve() == (resources.demo_model("target") or Path("/nonexistent")).resolve()
     ):
-        drafters = [str(p) for p in map(resources.demo_model, ("dspark", "dflash")) if p]
+        drafters = resources.demo_drafters()
     if not drafters and not a.mlx_lm_draft:
         raise DsparkError("nothing to compare: give --drafter (or --mlx-lm-draft)")
     policies = a.policy or ["fixed", "auto"]
