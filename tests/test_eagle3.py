@@ -4,7 +4,7 @@ cache, generates losslessly past several sliding windows of the target, keeps th
 distribution when sampling, computes the logits speculators' own torch model computes for the
 same head and taps (``reference/eagle3_ref.py`` in ``.venv-ref``), and drafts what mlx-vlm's
 EAGLE-3 loop drafts, round for round (``peers/run_peer.py`` in ``.venv-peers``), where mlx-vlm's
-own verifier is not lossless and ours is."""
+own verifier, and its rollback of a sliding cache, are not lossless and ours is."""
 
 from __future__ import annotations
 
@@ -61,6 +61,10 @@ def dirs(tmp_path_factory, model):
     # a draft vocabulary of 16 ids, most of them from the first 40 tokens: the target soon leaves it
     d["small_vocab"] = e3.write_eagle3(
         root / "small_vocab", table, frequent[:40], num_target_layers=6, aux_ids=AUX, draft_vocab=16
+    )
+    # the whole vocabulary (no d2t): mlx-vlm verifies with its fallback verifier
+    d["whole_vocab"] = e3.write_eagle3(
+        root / "whole_vocab", table, [], num_target_layers=6, aux_ids=AUX, draft_vocab=ckpt.VOCAB, block=4
     )
     return d
 
@@ -198,18 +202,18 @@ def test_draft_logits_equal_speculators_own_model(dirs, target, model, name, tmp
     assert [int(i) for i in logits.argmax(-1)] == ref["argmax"]  # speculators drafts the same ids
 
 
-def peer(dirs, name: str, block: int) -> dict:
+def peer(dirs, name: str, block: int, how: str = "", prompt: list[int] = ckpt.PROMPT) -> dict:
     if os.environ.get("DSPARK_SKIP_PEERS"):
         pytest.skip("DSPARK_SKIP_PEERS is set")
     assert PEERS.exists(), "the peer environment is missing: run `make peers` (make test does)"
     cmd = [
         str(PEERS),
         str(ROOT / "tests" / "peers" / "run_peer.py"),
-        f"mlx-vlm-eagle3:{block}",
+        f"mlx-vlm-eagle3:{block}{how}",
         str(dirs["target"]),
         str(dirs[name]),
         str(N),
-        *map(str, ckpt.PROMPT),
+        *map(str, prompt),
     ]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
@@ -263,6 +267,54 @@ def test_mlx_vlm_s_verifier_is_not_lossless_and_ours_is(dirs, target, plain):
     at = differs[0]
     vocab = set(drafter.draft_to_target.tolist())
     assert ref["tokens"][at] in vocab and plain.tokens[at] not in vocab
+
+
+def test_mlx_vlm_s_rollback_of_a_wrapped_sliding_cache_is_not_lossless(dirs, target):
+    """With the whole vocabulary (no ``d2t``) mlx-vlm verifies with its fallback verifier, which
+    on a Gemma-4 target runs the bonus token alone (an in-place step of the ring buffer) and then
+    the drafts; after a rejection it rolls the target's ``RotatingKVCache`` back by moving its
+    offset and write index. Once the window has wrapped, that leaves the buffer longer than the
+    window with the rejected rows past the write index, and the next one-token step cuts the
+    buffer from the front: rows still inside the window go and the rejected rows are attended.
+    So: the target's verify logits are plain decoding's in every round up to the first such
+    rollback and not in the round after it, where its output leaves plain decoding's at the first
+    token whose argmax that changes; with mlx-vlm's own ``BufferedRotatingKVCache`` (its MTP
+    loop's) in place of the ring buffers, the same loop is lossless."""
+    from mlx_lm.generate import generate_step
+
+    prompt = ckpt.PROMPT[:5]  # shorter than the window: rounds run before it wraps
+    steps = generate_step(mx.array(prompt), target.lm, max_tokens=N, sampler=lambda x: mx.argmax(x, axis=-1))
+    plain_lp, greedy = [], []
+    for tok, lp in steps:  # plain decoding: token i and its log-probabilities
+        greedy.append(int(tok))
+        plain_lp.append(np.array(lp))
+    drafter = load_drafter(dirs["whole_vocab"], target)
+    assert drafter.draft_to_target is None and list(run(target, drafter, prompt).tokens) == greedy  # ours
+    ref = peer(dirs, "whole_vocab", 4, prompt=prompt)
+    at = next((i for i, (a, b) in enumerate(zip(ref["tokens"], greedy)) if a != b), None)
+    assert at is not None, "mlx-vlm's EAGLE-3 loop kept plain decoding's output: the test no longer shows the departure"
+    assert peer(dirs, "whole_vocab", 4, ":buffered", prompt=prompt)["tokens"] == greedy
+    lost = ref["stale"].index(True)  # the first round whose rollback leaves rejected rows in an overlong ring
+    done, departed = 1, []  # tokens committed before a round (the first from the prompt pass)
+    for r, (tau, rows) in enumerate(zip(ref["tau"], ref["verify_logits"])):
+        # the rows whose inputs are committed tokens still plain decoding's
+        valid = [j for j in range(tau) if done + j <= at]
+        lp = np.array(rows)[valid]
+        lp = lp - np.log(np.exp(lp - lp.max(-1, keepdims=True)).sum(-1, keepdims=True)) - lp.max(-1, keepdims=True)
+        gap = max((float(np.abs(lp[i] - plain_lp[done + j]).max()) for i, j in enumerate(valid)), default=0.0)
+        departed.append(gap > 1e-3)
+        if r <= lost:
+            assert gap < 1e-4, (r, gap)
+        if r == lost + 1:
+            assert gap > 1e-3 and at >= done, (r, gap, at, done)
+            break
+        done += tau
+    assert departed == [False] * (lost + 1) + [True]
+    print(
+        f"mlx-vlm: the first rollback leaving rejected rows in an overlong ring: round {lost + 1} "
+        f"(tokens up to {done - 1}); the target's logits depart in round {lost + 2}; first token off "
+        f"plain decoding's: {at}"
+    )
 
 
 def test_sampling_keeps_the_target_distribution(tmp_path):

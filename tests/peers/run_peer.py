@@ -19,7 +19,12 @@ Runs in the test-only environment ``.venv-peers`` (``make peers``), never in the
   ``runtime_block_size`` (mlx-vlm otherwise grows and shrinks it with acceptance).
 
 - ``mlx-vlm-eagle3:BLOCK``: mlx-vlm's EAGLE-3 loop (``generate.ar.generate_step``, draft kind
-  ``eagle3``) with its own drafter, ``BLOCK`` drafts a round, on the same mlx-vlm ``gemma4.Model``.
+  ``eagle3``) with its own drafter, ``BLOCK`` drafts a round, on the same mlx-vlm ``gemma4.Model``;
+  it adds, where its fallback verifier runs (a head without ``d2t``), ``verify_logits`` (each
+  round's target logits) and ``stale`` (per round: a sliding cache left holding more rows than its
+  window, rejected ones past its write index, after the round's rollback).
+  ``mlx-vlm-eagle3:BLOCK:buffered``: the same with the target's sliding caches made mlx-vlm's
+  ``BufferedRotatingKVCache`` (its MTP loop's, which rolls back exactly).
 
 - ``mlx-vlm-mtp:BLOCK``: mlx-vlm's Gemma-4 assistant (MTP) loop (``generate.ar.generate_step``,
   draft kind ``mtp``) with its own ``Gemma4AssistantDraftModel``, ``BLOCK`` drafts every round
@@ -200,25 +205,52 @@ def run_mlx_dspark(target_dir: str, drafter_dir: str, prompt: list[int], max_tok
     return out
 
 
-def run_mlx_vlm_eagle3(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int, block: int) -> dict:
+def run_mlx_vlm_eagle3(
+    target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int, block: int, buffered: bool = False
+) -> dict:
     """mlx-vlm's EAGLE-3 loop (``generate_step`` with ``draft_kind="eagle3"``, greedy) on its own
     ``Eagle3DraftModel``: ``block`` drafts a round (its ``draft_block_size`` counts the bonus
     too; left unset it drafts one). Its verifier is its own (a draft is checked against the
     target's best token among the draft vocabulary); the round-1 logits are its drafter's."""
     from mlx_vlm.generate.ar import generate_step
+    from mlx_vlm.models import cache as C
+    from mlx_vlm.speculative import eagle3 as loop
     from mlx_vlm.speculative.drafters import load_drafter
     from mlx_vlm.speculative.drafters.eagle3 import eagle3 as E
 
     vlm, _ = mlxvlm_target(target_dir)
     draft, kind = load_drafter(drafter_dir, kind="eagle3")
-    logits, rounds, call = [], [], E.Eagle3DraftModel._logits
+    logits, call = [], E.Eagle3DraftModel._logits
+    verify, commit, verified, stale = loop._eagle3_verify_target, loop.commit_speculative_round, [], []
+    caches = C.make_prompt_cache(vlm.language_model)
+    if buffered:
+        caches = [
+            C.BufferedRotatingKVCache(c.max_size, buffer_size=64) if type(c) is C.RotatingKVCache else c for c in caches
+        ]
 
     def record(self, hidden):
         out = call(self, hidden)
         logits.append(out)
         return out
 
+    def verify_recorded(lm, verify_input, prompt_cache, sampler, target_layer_ids):
+        rows = []
+
+        def seen(x):  # the target's logits, as the verifier samples them
+            rows.append(x.reshape(-1, x.shape[-1]))
+            return sampler(x)
+
+        out = verify(lm, verify_input, prompt_cache, seen, target_layer_ids)
+        verified.append(np.array(mx.concatenate(rows).astype(mx.float32)).tolist())
+        return out
+
+    def commit_recorded(model, prompt_cache, state, accepted, block_size):
+        commit(model, prompt_cache, state, accepted, block_size)
+        rings = [c for c in prompt_cache if type(c) is C.RotatingKVCache and c.keys is not None]
+        stale.append(any(c.keys.shape[2] > max(c._idx, c.max_size) for c in rings))
+
     E.Eagle3DraftModel._logits = record
+    loop._eagle3_verify_target, loop.commit_speculative_round = verify_recorded, commit_recorded
     tokens = []
     try:
         steps = generate_step(
@@ -232,14 +264,19 @@ def run_mlx_vlm_eagle3(target_dir: str, drafter_dir: str, prompt: list[int], max
             draft_kind=kind,
             draft_block_size=block + 1,
             prefill_step_size=None,
+            prompt_cache=caches,
         )
         for tok, _ in steps:
             tokens.append(int(tok if isinstance(tok, int) else mx.array(tok).reshape(-1)[0].item()))
     finally:
         E.Eagle3DraftModel._logits = call
+        loop._eagle3_verify_target, loop.commit_speculative_round = verify, commit
     rounds = [int(a) + 1 for a in draft.accept_lens]
     first = [np.array(x.reshape(-1, x.shape[-1])[-1].astype(mx.float32)).tolist() for x in logits[:block]]
-    return {"tokens": tokens[:max_tokens], "tau": rounds, "round1_logits": first}
+    out = {"tokens": tokens[:max_tokens], "tau": rounds, "round1_logits": first, "stale": stale}
+    if verified:
+        out["verify_logits"] = verified
+    return out
 
 
 def run_mlx_vlm_mtp(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int, block: int) -> dict:
@@ -298,9 +335,12 @@ def main() -> None:
         block = int(kind.split(":")[1])
         print(json.dumps(run_mlx_vlm_mtp(target_dir, drafter_dir, [int(t) for t in prompt], int(max_tokens), block)))
         return
-    if kind.startswith("mlx-vlm-eagle3:"):  # mlx-vlm-eagle3:BLOCK
-        block = int(kind.split(":")[1])
-        out = run_mlx_vlm_eagle3(target_dir, drafter_dir, [int(t) for t in prompt], int(max_tokens), block)
+    if kind.startswith("mlx-vlm-eagle3:"):  # mlx-vlm-eagle3:BLOCK or mlx-vlm-eagle3:BLOCK:buffered
+        _, block, *how = kind.split(":")
+        ids = [int(t) for t in prompt]
+        out = run_mlx_vlm_eagle3(
+            target_dir, drafter_dir, ids, int(max_tokens), int(block), buffered=how == ["buffered"]
+        )
         print(json.dumps(out))
         return
     run = {
