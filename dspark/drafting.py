@@ -405,6 +405,15 @@ class BlockDraftSession:
         return self.context.state()
 
 
+def draw_token(logits: mx.array, sp: SamplingParams, key: mx.array | None):
+    """One drafted token from ``logits`` [1, V], as an autoregressive drafter's step draws it:
+    (its id [1], the distribution it was drawn from [1, V] or None when greedy, and q(token) [1],
+    the temperature-1 softmax's when greedy: what a screen shows)."""
+    choice, q = _choose(logits, sp, key)
+    prob = token_probs(logits, choice) if q is None else mx.take_along_axis(q, choice[:, None], axis=-1)[:, 0]
+    return choice, q, prob
+
+
 def _choose(logits: mx.array, sp: SamplingParams, key: mx.array):
     """Tokens from ``logits`` [..., V]: the argmax, or a draw from ``distribution`` (returned too)."""
     if sp.greedy:
@@ -419,4 +428,4 @@ def _packing(module) -> int:
     return 32 // bits if bits else 1
 
 
-__all__ = ["BlockDraftSession", "BlockDrafter", "BlockLayout", "DraftOpts", "DraftRows", "TrainOut"]
+__all__ = ["BlockDraftSession", "BlockDrafter", "BlockLayout", "DraftOpts", "DraftRows", "TrainOut", "draw_token"]

@@ -26,11 +26,10 @@ from mlx_lm.models import gemma4_text
 from mlx_lm.models.cache import KVCache, RotatingKVCache
 
 from ..config import SamplingParams
-from ..drafting import DraftRows
+from ..drafting import DraftRows, draw_token
 from ..errors import DrafterMismatchError, DsparkError
 from ..gemma4 import check_text_config, legacy_text_config
 from ..modeldir import read_config, read_headers, safetensors_files
-from ..sampling import distribution, token_probs
 from ..validate import Fields, check_shapes
 
 FORMAT = "gemma4-assistant"
@@ -416,14 +415,9 @@ class AssistantSession:
             logits, h = self.net.step(x, shared, where)
             row = logits[:, 0]  # [1, V]
             rows.append(row)
-            if sampling.greedy:
-                choice = mx.argmax(row, axis=-1).astype(mx.int32)
-                probs.append(token_probs(row, choice))
-            else:
-                q = distribution(row, sampling)
-                choice = mx.random.categorical(mx.log(q), key=keys[k]).astype(mx.int32)
-                qs.append(q)
-                probs.append(mx.take_along_axis(q, choice[:, None], axis=-1)[:, 0])
+            choice, q, prob = draw_token(row, sampling, keys[k])
+            qs.append(q)
+            probs.append(prob)
             toks.append(choice)
             hiddens.append(h[:, 0])
             token = choice[:, None]

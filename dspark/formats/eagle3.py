@@ -37,10 +37,9 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from ..config import SamplingParams
-from ..drafting import DraftRows
+from ..drafting import DraftRows, draw_token
 from ..errors import DrafterMismatchError, DsparkError
 from ..modeldir import read_header, safetensors_files
-from ..sampling import distribution, token_probs
 from ..validate import Fields, check_shapes
 from .eagle3_net import Eagle3Net
 from .quant import apply_quantization
@@ -418,14 +417,12 @@ class Eagle3Session:
         for j in range(block_size):
             normed = self.net.norm(h)
             logits = self.net.lm_head(normed)[:, 0]  # [1, V_draft]
-            if sp.greedy:
-                choice, q = mx.argmax(logits, axis=-1).astype(mx.int32), None
-                probs.append(token_probs(logits, choice))
-            else:
-                q = distribution(logits, sp)
-                choice = mx.random.categorical(mx.log(q), key=keys[j]).astype(mx.int32)
-                probs.append(mx.take_along_axis(q, choice[:, None], axis=-1)[:, 0])
-            toks.append(choice), qs.append(q), logits_all.append(logits), hidden.append(h[:, 0])
+            choice, q, prob = draw_token(logits, sp, keys[j])
+            toks.append(choice)
+            qs.append(q)
+            probs.append(prob)
+            logits_all.append(logits)
+            hidden.append(h[:, 0])
             if j + 1 < block_size:
                 feed = normed if self.drafter.spec.norm_output else h
                 x = self.embed(self.drafter.to_target(choice)[None])
