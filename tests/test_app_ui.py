@@ -124,7 +124,7 @@ def test_a_published_format_drafter_runs_in_the_app(qtbot, dirs, home, tmp_path)
     speculative, plain = w.session.shown_runs()
     assert speculative.summary.tokens == plain.summary.tokens and speculative.block_size() == 7
     item = w.controls.drafters.item(0)
-    assert "zlab-dflash drafter, 7 drafts per round" in item.toolTip()
+    assert "DFlash drafter (zlab-dflash), 7 drafts per round" in item.toolTip()
     w.close()
 
 
