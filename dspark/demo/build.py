@@ -106,7 +106,7 @@ def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple
             continue
         # Every drafter trains on the first one's self-distilled sequences (the first whose
         # data is on disk: a checkout ships the drafters, not their data): same data.
-        kept = [out / k / DATA_FILE for k in kinds if k != kind and (out / k / DATA_FILE).is_file()]
+        kept = [out / k / DATA_FILE for k in DRAFTERS if k != kind and (out / k / DATA_FILE).is_file()]
         shared = kept[0] if kept else None
         train = stepwise.train_head if isinstance(DRAFTERS[kind], HeadConfig) else train_drafter
         train(
