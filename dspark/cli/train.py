@@ -166,7 +166,7 @@ def _head(parser, a, argv, src: Path, cfg):
     saved_kind = saved[0].get("kind", "block") if saved else None
     kind = a.kind or saved_kind or "block"
     if saved_kind is not None and a.kind is not None and a.kind != saved_kind:
-        raise DsparkError(f"--resume: the run in {src} trains a {saved_kind} drafter, not --kind {a.kind}")
+        raise DsparkError(f"--resume: the run in {src} trains the {saved_kind} kind, not --kind {a.kind}")
     if kind == "block":
         return None
     given = _given_options(parser, argv)

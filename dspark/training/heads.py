@@ -4,8 +4,10 @@ and written back in them after training.
 
 - ``eagle3``: the speculators EAGLE-3 layout, inside what mlx-vlm's EAGLE-3 port runs: llama
   layers, SiLU, full attention, no ``fc_norm``, no ``input_norm``, the draft vocabulary the
-  target's (no ``d2t``) and no embedding of its own (the target's table, unscaled, as
-  speculators and mlx-vlm borrow it). Its taps are ``--tap-layers`` (vLLM's ids: layer + 1).
+  target's (no ``d2t``), and the target's embedding table (unscaled) shipped as its own
+  ``embed_tokens``, frozen (``embed_requires_grad`` false: speculators copies the verifier's
+  table so, and mlx-vlm's port reads it from the head). Its taps are ``--taps`` (written as
+  vLLM's ids: layer + 1).
 - ``assistant``: Google's ``gemma4_assistant`` layout: config.json with the nested Gemma-4
   ``text_config`` (the target's head widths, window and RoPE, since its layers read the target's
   K/V; ``layers - 1`` sliding layers and a full one, as Google's), ``backbone_hidden_size``, a
@@ -64,10 +66,13 @@ def new_head(target: Target, cfg: HeadConfig, *, seed: int):
     mx.random.seed(seed)
     config = (eagle3_config if cfg.kind == "eagle3" else assistant_config)(target, cfg)
     if cfg.kind == "eagle3":
-        spec = eagle3.read_spec(Path("<new head>"), config, names=set())
+        # the target's table shipped as the head's own (mlx-vlm's port reads it from the head)
+        spec = eagle3.read_spec(Path("<new head>"), config, names={"embed_tokens.weight"})
         net = spec.net()
         _init(net)
-        net.lm_head.weight = target.projection.table(mx.arange(spec.vocab)).astype(mx.float32)
+        table = target.projection.table(mx.arange(spec.vocab)).astype(mx.float32)
+        net.lm_head.weight = table
+        net.embed_tokens.weight = table
         drafter = eagle3.Eagle3Drafter(spec, net, config, draft_to_target=None)
     else:
         spec = assistant.read_spec(Path("<new head>"), config)

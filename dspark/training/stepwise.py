@@ -61,8 +61,8 @@ class StepFeatures:
         """Per feature, the sequences' rows stacked, ``width`` each (zeros past a sequence's end):
         [taps [n, S, m*H] (when tapped)], final [n, S, H], then K and V [n, kvh, S, D] per layer."""
         missing = list(dict.fromkeys(int(i) for i in indices if int(i) not in self.store))
-        if missing:
-            self._compute(missing)
+        for i in missing:  # one at a time: a sequence's features never depend on what it was batched
+            self._compute([i])  # with (BLAS rounds by shape), so a resumed run computes the same numbers
         rows = [self.store[int(i)] for i in indices]
         return [
             mx.stack([_rows(r[f], width, axis=-2 if r[f].ndim == 3 else 0) for r in rows]) for f in range(len(rows[0]))
@@ -205,6 +205,8 @@ class StepwiseTrainer(DrafterTrainer):
         self.optimizer = optim.AdamW(
             learning_rate=lr_schedule(settings.lr, settings.steps, settings.warmup), weight_decay=settings.weight_decay
         )
+        if self.kind != assistant.FORMAT and drafter.spec.own_embedding:
+            drafter.net.embed_tokens.freeze()  # the verifier's table, shipped (embed_requires_grad false)
         self.optimizer.init(drafter.net.trainable_parameters())
         self._loss_and_grad = nn.value_and_grad(drafter.net, self._loss)
         self._update = None

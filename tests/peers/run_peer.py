@@ -18,6 +18,8 @@ Runs in the test-only environment ``.venv-peers`` (``make peers``), never in the
   mlx-vlm's Gemma-4 holding the target's weights, its block fixed at the checkpoint's
   ``runtime_block_size`` (mlx-vlm otherwise grows and shrinks it with acceptance).
 
+- ``mlx-vlm-mtp:BLOCK``: mlx-vlm's MTP loop with its own Gemma-4 assistant drafter, ``BLOCK``
+  drafts a round, on the same mlx-vlm ``gemma4.Model``.
 - ``mlx-vlm-eagle3:BLOCK``: mlx-vlm's EAGLE-3 loop (``generate.ar.generate_step``, draft kind
   ``eagle3``) with its own drafter, ``BLOCK`` drafts a round, on the same mlx-vlm ``gemma4.Model``.
 
@@ -237,13 +239,40 @@ def run_mlx_vlm_eagle3(target_dir: str, drafter_dir: str, prompt: list[int], max
     return {"tokens": tokens[:max_tokens], "tau": rounds, "round1_logits": first}
 
 
+def run_mlx_vlm_mtp(target_dir: str, drafter_dir: str, prompt: list[int], max_tokens: int, block: int) -> dict:
+    """mlx-vlm's MTP loop (``generate_step`` with the draft kind its loader names for a
+    ``gemma4_assistant`` directory, greedy) on its own ``Gemma4AssistantDraftModel``, ``block``
+    drafts a round: the tokens and the committed tokens of each round."""
+    from mlx_vlm.generate.ar import generate_step
+    from mlx_vlm.speculative.drafters import load_drafter
+
+    vlm, _ = mlxvlm_target(target_dir)
+    draft, kind = load_drafter(drafter_dir)
+    tokens = []
+    steps = generate_step(
+        mx.array([prompt]),
+        vlm,
+        None,
+        None,
+        max_tokens=max_tokens,
+        sampler=lambda x: mx.argmax(x, axis=-1),
+        draft_model=draft,
+        draft_kind=kind,
+        draft_block_size=block + 1,
+        prefill_step_size=None,
+    )
+    for tok, _ in steps:
+        tokens.append(int(tok if isinstance(tok, int) else mx.array(tok).reshape(-1)[0].item()))
+    return {"kind": kind, "tokens": tokens[:max_tokens], "tau": [int(a) + 1 for a in draft.accept_lens]}
+
+
 def main() -> None:
     kind, target_dir, drafter_dir, max_tokens, *prompt = sys.argv[1:]
-    if kind.startswith("mlx-vlm-eagle3:"):  # mlx-vlm-eagle3:BLOCK
-        block = int(kind.split(":")[1])
-        out = run_mlx_vlm_eagle3(target_dir, drafter_dir, [int(t) for t in prompt], int(max_tokens), block)
-        print(json.dumps(out))
-        return
+    for name, runner in (("mlx-vlm-eagle3:", run_mlx_vlm_eagle3), ("mlx-vlm-mtp:", run_mlx_vlm_mtp)):
+        if kind.startswith(name):  # NAME:BLOCK
+            block = int(kind.split(":")[1])
+            print(json.dumps(runner(target_dir, drafter_dir, [int(t) for t in prompt], int(max_tokens), block)))
+            return
     run = {
         "zlab": run_zlab,
         "mlx-dspark": run_mlx_dspark,
