@@ -174,6 +174,8 @@ def _head(parser, a, argv, src: Path, cfg):
     for name in sorted(given & set(DflashConfig.__dataclass_fields__) - set(HEAD_OPTIONS)):
         flag = flags[name]
         raise DsparkError(f"{flag} is a block drafter's setting: an {kind} head has no such setting (leave it out)")
+    if kind == "assistant" and "tap_layers" in given:
+        raise DsparkError("an assistant reads the target's last hidden state and K/V, not taps: leave out --taps")
     if "ctx_len" in given:
         raise DsparkError(f"--ctx-len bounds a block drafter's context rows: an {kind} head reads every committed row")
     chosen = {k: getattr(cfg, k) for k in HEAD_OPTIONS if k in given}

@@ -176,7 +176,7 @@ def assistant_config(target: Target, cfg: HeadConfig) -> dict:
     whose layers read ``target``'s K/V."""
     args = target.lm.args
     if cfg.tap_layers:
-        raise DsparkError("an assistant reads the target's last hidden state and K/V, not taps: leave out --tap-layers")
+        raise DsparkError("an assistant reads the target's last hidden state and K/V, not taps: leave out --taps")
     L, H = cfg.num_layers, args.hidden_size
     kinds = ["sliding_attention"] * (L - 1) + ["full_attention"]
     text = {
