@@ -236,7 +236,7 @@ class StepwiseTrainer(DrafterTrainer):
         valid = (P >= first) & (label_at <= lengths - 1)
         at = np.clip(label_at[0], 0, S - 1)  # [T, G]: the same positions in every sequence
         labels = toks[:, at]
-        t_logits = self.proj.logits(final[:, mx.array(at - 1)])
+        t_logits = self.proj.logits(final)[:, mx.array(at - 1)]  # the head's product once a position
         return (mx.array(toks), mx.array(labels), mx.array(valid), mx.stop_gradient(t_logits), *feats)
 
     def _loss(self, toks, labels, valid, t_logits, *feats):
@@ -338,8 +338,10 @@ def train_head(
         forget_unfinished(out / TRAIN_DIR)
     trainer = StepwiseTrainer(target, drafter, seqs, s, trained_as=made)
     if resuming:
-        trainer.load_state(out)
+        meta = trainer.load_state(out)
         say(f"resumed at step {trainer.step} of {s.steps}")
+        if meta["settings"]["steps"] != s.steps:
+            say(f"note: the first run planned {meta['settings']['steps']} steps; the schedule now spans {s.steps}")
     say(
         f"drafter: {cfg.kind} head ({drafter.format} format), {drafter.num_params():,} parameters, "
         f"{cfg.num_layers} layer(s), {drafter.block_size} drafts a round; "
