@@ -104,13 +104,21 @@ def test_the_loss_computes_what_the_session_drafts(world, kind):
     seq = prefix + [int(t) for t in np.array(drafted.tokens[0])] + [0]
     feats, kinds = _features(target, drafter, seq, P)
     if kind == "eagle3":
-        ours = eagle3_logits(drafter.net, target.projection.table, feats[0], mx.array([seq]), G, False)[0, P - 1]
+        ours = eagle3_logits(
+            drafter.net, embed=target.projection.table, taps=feats[0], tokens=mx.array([seq]), G=G, norm_output=False
+        )[0, P - 1]
     else:
         shared = {k: (feats[1 + 2 * i], feats[2 + 2 * i]) for i, k in enumerate(kinds)}
         window = drafter.spec.text.sliding_window + 1
-        ours = assistant_logits(drafter.net, target.projection.embed, feats[0], shared, mx.array([seq]), G, window)[
-            0, P
-        ]
+        ours = assistant_logits(
+            drafter.net,
+            embed=target.projection.embed,
+            final=feats[0],
+            shared=shared,
+            tokens=mx.array([seq]),
+            G=G,
+            window=window,
+        )[0, P]
     assert np.abs(np.array(ours) - np.array(drafted.logits[0])).max() < 1e-4
 
 

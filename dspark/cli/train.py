@@ -115,7 +115,7 @@ def _train(parser, a, argv, world) -> int:
     src = world.mirror(out, [*files, STATE_FILE, DATA_FILE]) if a.resume else out
     with world.together():
         cfg, settings = _train_settings(parser, a, argv, src)
-        head = _head(parser, a, argv, src, cfg)
+        head = _head(parser, a, argv=argv, src=src, cfg=cfg)
         if head is not None:
             from ..training.stepwise import refuse_world  # noqa: PLC0415 (slow: mlx)
 
@@ -155,7 +155,7 @@ def _train(parser, a, argv, world) -> int:
 HEAD_OPTIONS = ("block_size", "num_layers", "intermediate_size", "tap_layers")
 
 
-def _head(parser, a, argv, src: Path, cfg):
+def _head(parser, a, *, argv, src: Path, cfg):
     """The ``HeadConfig`` of an eagle3 or assistant run (``--kind``, or the kind of the run
     ``--resume`` continues), from the drafter options given; None for a block drafter. An option
     that does not apply to the kind is refused in one sentence."""

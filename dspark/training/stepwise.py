@@ -130,7 +130,7 @@ def _rows(a: mx.array, width: int, axis: int) -> mx.array:
 
 
 # --------------------------------------------------------------------------- the unrolled steps
-def eagle3_logits(net, embed, taps: mx.array, tokens: mx.array, G: int, norm_output: bool) -> mx.array:
+def eagle3_logits(net, *, embed, taps: mx.array, tokens: mx.array, G: int, norm_output: bool) -> mx.array:
     """The EAGLE-3 head's logits [n, T, G, V_draft] at every anchor of ``tokens`` [n, S] (anchor
     index a: the pair at position a + 1, T = S - 1 of them), step k predicting the token at
     a + k + 2; ``taps`` [n, S, m*H] the target's rows, ``embed`` the head's token embedding."""
@@ -154,7 +154,7 @@ def eagle3_logits(net, embed, taps: mx.array, tokens: mx.array, G: int, norm_out
     return mx.stack(out, axis=2)
 
 
-def assistant_logits(net, embed, final: mx.array, shared: dict, tokens: mx.array, G: int, window: int) -> mx.array:
+def assistant_logits(net, *, embed, final: mx.array, shared: dict, tokens: mx.array, G: int, window: int) -> mx.array:
     """The assistant's logits [n, S, G, V] with its query at every position P of ``tokens``
     [n, S] (P >= 1), step k predicting the token at P + k + 1; ``final`` [n, S, H] the target's
     final normed hidden states, ``shared`` per layer type the target's K/V [n, kvh, S, D],
@@ -245,11 +245,15 @@ class StepwiseTrainer(DrafterTrainer):
             final, kv = feats[0], feats[1:]
             shared = {kind: (kv[2 * i], kv[2 * i + 1]) for i, kind in enumerate(self.kinds)}
             window = self.drafter.spec.text.sliding_window + 1  # the rows AssistantSession reads
-            logits = assistant_logits(self.drafter.net, self.proj.embed, final, shared, toks, G, window)
+            logits = assistant_logits(
+                self.drafter.net, embed=self.proj.embed, final=final, shared=shared, tokens=toks, G=G, window=window
+            )
         else:
             spec = self.drafter.spec
             embed = self.drafter.net.embed_tokens if spec.own_embedding else self.proj.table
-            logits = eagle3_logits(self.drafter.net, embed, feats[0], toks, G, spec.norm_output)
+            logits = eagle3_logits(
+                self.drafter.net, embed=embed, taps=feats[0], tokens=toks, G=G, norm_output=spec.norm_output
+            )
         V = logits.shape[-1]
         parts = dspark_loss(
             logits.reshape(-1, G, V),
