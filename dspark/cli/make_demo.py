@@ -30,6 +30,18 @@ def add_parser(subparsers):
     ap.add_argument("--target-minutes", type=float, help="time budget of the target's training (default: none)")
     ap.add_argument("--drafter-steps", type=int, default=build.TRAINING.steps, help="optimizer steps of each drafter")
     ap.add_argument("--drafter-minutes", type=float, help="time budget of each drafter's training (default: none)")
+    ap.add_argument(
+        "--drafter-sequences",
+        type=int,
+        default=build.TRAINING.max_sequences,
+        help="self-distilled sequences, when no drafter's are on disk to share (default: the recipe's)",
+    )
+    ap.add_argument(
+        "--drafters",
+        nargs="+",
+        choices=list(build.DRAFTERS),
+        help="the drafters the drafters stage builds (default: every one of the recipe, in its order)",
+    )
     ap.add_argument("--fresh", action="store_true", help="start over instead of resuming checkpoints")
     return ap
 
@@ -40,7 +52,12 @@ def run(a) -> int:
 
     for flag, value in (("--target-minutes", a.target_minutes), ("--drafter-minutes", a.drafter_minutes)):
         check_range(flag, value, 0.01)
-    settings = dataclasses.replace(build.TRAINING, steps=a.drafter_steps, time_budget_minutes=a.drafter_minutes)
+    settings = dataclasses.replace(
+        build.TRAINING,
+        steps=a.drafter_steps,
+        time_budget_minutes=a.drafter_minutes,
+        max_sequences=a.drafter_sequences,
+    )
     check_options(settings)
     out = Path(a.out)
     for stage in [a.only] if a.only else build.STAGES:
@@ -50,7 +67,8 @@ def run(a) -> int:
         if stage == "target":
             build.build_target(out, a.target_minutes, resume=not a.fresh)
         elif stage == "drafters":
-            build.build_drafters(out, settings, resume=not a.fresh)
+            kinds = tuple(k for k in build.DRAFTERS if k in (a.drafters or build.DRAFTERS))
+            build.build_drafters(out, settings, resume=not a.fresh, kinds=kinds)
         elif stage == "calibrate":
             build.calibrate(out)
         elif stage == "prompts":

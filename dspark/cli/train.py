@@ -65,6 +65,12 @@ def add_parser(subparsers):
         help="held-out prompt files for the final evaluation (default: held-out corpus prompts, or a slice of --data)",
     )
     ap.add_argument("--out", required=True, help="drafter directory to write")
+    ap.add_argument(
+        "--kind",
+        choices=("block", "eagle3", "assistant"),
+        help="the drafter to train: block (DSpark / DFlash, in --format; the default), eagle3 (an EAGLE-3 "
+        "head, speculators' layout) or assistant (a Gemma-4 assistant, Google's layout); --resume keeps the run's",
+    )
     add_options(ap.add_argument_group("drafter"), DflashConfig)
     add_options(ap.add_argument_group("optimisation"), TrainSettings, skip=RUN_OPTIONS + DATA_OPTIONS)
     add_options(ap.add_argument_group("data"), TrainSettings, only=DATA_OPTIONS)
@@ -109,6 +115,11 @@ def _train(parser, a, argv, world) -> int:
     src = world.mirror(out, [*files, STATE_FILE, DATA_FILE]) if a.resume else out
     with world.together():
         cfg, settings = _train_settings(parser, a, argv, src)
+        head = _head(parser, a, argv=argv, src=src, cfg=cfg)
+        if head is not None:
+            from ..training.stepwise import refuse_world  # noqa: PLC0415 (slow: mlx)
+
+            refuse_world(world, head.kind)
         world.check_batch(settings.batch_anchors)
         output_dir(out, allow_existing=True)
         target = load_target(a.target)
@@ -116,22 +127,59 @@ def _train(parser, a, argv, world) -> int:
         heldout = read_texts(a.heldout) if a.heldout else (None if a.data else heldout_prompts(settings.eval_prompts))
     world.timeout = settings.rank_timeout
     world.open_log(out / TRAIN_DIR / f"rank-{world.rank}.log")
-    train_drafter(
+    if head is not None:
+        from ..training.stepwise import train_head  # noqa: PLC0415 (slow: mlx, the training stack)
+
+        train = train_head
+    else:
+        train = train_drafter
+    train(
         target,
         texts,
         out,
-        cfg,
+        head or cfg,
         settings=settings,
         heldout_texts=heldout,
         resume=a.resume,
         progress=not a.no_progress,
         log=world.say if world.size > 1 else None,
         world=world,
-        read_from=src,
+        **({} if head is not None else {"read_from": src}),
     )
     if world.main:
         print(f"wrote {out} (report: {out / REPORT_FILE})")
     return 0
+
+
+#: The drafter options an autoregressive head takes; any other one given is refused.
+HEAD_OPTIONS = ("block_size", "num_layers", "intermediate_size", "tap_layers")
+
+
+def _head(parser, a, *, argv, src: Path, cfg):
+    """The ``HeadConfig`` of an eagle3 or assistant run (``--kind``, or the kind of the run
+    ``--resume`` continues), from the drafter options given; None for a block drafter. An option
+    that does not apply to the kind is refused in one sentence."""
+    from ..training.heads import HeadConfig  # noqa: PLC0415 (slow: mlx)
+    from ..training.train import saved_run  # noqa: PLC0415 (slow: mlx, the training stack)
+
+    saved = saved_run(src) if a.resume and src.is_dir() else None
+    saved_kind = saved[0].get("kind", "block") if saved else None
+    kind = a.kind or saved_kind or "block"
+    if saved_kind is not None and a.kind is not None and a.kind != saved_kind:
+        raise DsparkError(f"--resume: the run in {src} trains the {saved_kind} kind, not --kind {a.kind}")
+    if kind == "block":
+        return None
+    given = _given_options(parser, argv)
+    flags = {act.dest: act.option_strings[0] for act in parser._actions if act.option_strings}
+    for name in sorted(given & set(DflashConfig.__dataclass_fields__) - set(HEAD_OPTIONS)):
+        flag = flags[name]
+        raise DsparkError(f"{flag} is a block drafter's setting: an {kind} head has no such setting (leave it out)")
+    if kind == "assistant" and "tap_layers" in given:
+        raise DsparkError("an assistant reads the target's last hidden state and K/V, not taps: leave out --taps")
+    if "ctx_len" in given:
+        raise DsparkError(f"--ctx-len bounds a block drafter's context rows: an {kind} head reads every committed row")
+    chosen = {k: getattr(cfg, k) for k in HEAD_OPTIONS if k in given}
+    return HeadConfig.from_dict({**(saved[0] if saved else {}), **chosen, "kind": kind})
 
 
 def _train_settings(parser, a, argv, src: Path):
@@ -143,7 +191,8 @@ def _train_settings(parser, a, argv, src: Path):
     saved = saved_run(src) if a.resume and src.is_dir() else None
     if saved:  # continue as the run was started: options not given again keep their saved values
         given = _given_options(parser, argv)
-        cfg = DflashConfig.from_dict({**saved[0], **{k: getattr(a, k) for k in given if hasattr(DflashConfig(), k)}})
+        drafter = saved[0] if "kind" not in saved[0] else {}  # a head's shape is read by _head
+        cfg = DflashConfig.from_dict({**drafter, **{k: getattr(a, k) for k in given if hasattr(DflashConfig(), k)}})
         settings = TrainSettings(
             **{
                 **{k: v for k, v in saved[1].items() if k in TrainSettings.__dataclass_fields__},

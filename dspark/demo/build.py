@@ -4,10 +4,12 @@ resume from their own checkpoints (``--only target|drafters|calibrate|prompts|me
 
 1. ``target``: a Gemma-4 (``gemma4_text``) trained from scratch on the Python standard library's
    source (``dspark.demo.pretrain``; its recipe is ``pretrain.TargetRecipe``);
-2. ``drafters``: a DSpark drafter (Markov and confidence heads, in vLLM speculators' format) and
-   a DFlash-style one (heads off, in z-lab's format), trained by self-distillation on exactly the
-   same sequences, a share of them after long prompts, with a context window that bounds the
-   draft's cost on long prompts (``DRAFTERS``, ``TRAINING``);
+2. ``drafters``: a DSpark drafter (Markov and confidence heads, in vLLM speculators' format), a
+   DFlash-style one (heads off, in z-lab's format), an EAGLE-3 head (speculators' EAGLE-3 layout)
+   and a Gemma-4 assistant (Google's ``gemma4_assistant`` layout), trained by self-distillation
+   on exactly the same sequences (those of the first drafter that has them), a share of them
+   after long prompts; the block drafters with a context window that bounds the draft's cost on
+   long prompts (``DRAFTERS``, ``TRAINING``);
 3. ``calibrate``: the DSpark drafter's confidence head, on more held-out rounds than training's
    own evaluation;
 4. ``prompts``: the prompt set the app opens on (``dspark.demo.evaluation``);
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from ..corpus import heldout_prompts, iter_texts, prompt_sites
 from ..drafter import DflashConfig
+from ..training.heads import HeadConfig
 from ..training.trainer import TrainSettings
 from .evaluation import say_stderr
 from .pretrain import train_target
@@ -50,6 +53,10 @@ DRAFTERS = {
         format="zlab",
         context_window=WINDOW,
     ),
+    # the autoregressive kinds, as small: one llama layer (EAGLE-3: mlx-vlm's port runs it), an
+    # assistant of one sliding and one full layer (Google's pattern, shortened), 5 drafts a round
+    "eagle3": HeadConfig(kind="eagle3", block_size=5, num_layers=1),
+    "assistant": HeadConfig(kind="assistant", block_size=5, num_layers=2),
 }
 TRAINING = TrainSettings(
     steps=4000,
@@ -77,6 +84,7 @@ def build_target(out: Path, minutes: float | None, resume: bool) -> None:
 
 def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple(DRAFTERS)) -> None:
     from ..loading import load_target  # noqa: PLC0415 (slow: this stage only)
+    from ..training import stepwise  # noqa: PLC0415 (slow: this stage only)
     from ..training.train import DATA_FILE, saved_step, train_drafter  # noqa: PLC0415 (slow: this stage only)
 
     target = load_target(out / "target")
@@ -96,9 +104,12 @@ def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple
                 file=sys.stderr,
             )
             continue
-        # The second drafter trains on the first one's self-distilled sequences: same data.
-        shared = out / kinds[0] / DATA_FILE if kind != kinds[0] else None
-        train_drafter(
+        # Every drafter trains on the first one's self-distilled sequences (the first whose
+        # data is on disk: a checkout ships the drafters, not their data): same data.
+        kept = [out / k / DATA_FILE for k in DRAFTERS if k != kind and (out / k / DATA_FILE).is_file()]
+        shared = kept[0] if kept else None
+        train = stepwise.train_head if isinstance(DRAFTERS[kind], HeadConfig) else train_drafter
+        train(
             target,
             texts,
             out / kind,

@@ -410,11 +410,15 @@ def _training_data(
 SAME = "training data, target or settings"
 
 
-def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bool, *, say) -> tuple[str, list]:
+def _train_loop(
+    trainer: DrafterTrainer, out: Path, t_start: float, progress: bool, *, say, save=None
+) -> tuple[str, list]:
     """Train to ``settings.steps`` (or the time budget, counted from ``t_start``), checkpointing
     as it goes (``dspark.training.loop``); returns (what stopped it, the last losses). An
-    interrupt saves a checkpoint and re-raises."""
-    s, drafter = trainer.s, trainer.drafter
+    interrupt saves a checkpoint and re-raises. ``save(out)`` writes the drafter (default: its
+    own ``save``; an autoregressive head's writer in its layout)."""
+    s = trainer.s
+    write = save or trainer.drafter.save
     pending = [trainer.sample_batch() if trainer.step < s.steps else None]
     recent: list = []
     last_save, loop_start, first_step = [time.perf_counter()], time.perf_counter(), trainer.step
@@ -432,7 +436,7 @@ def _train_loop(trainer: DrafterTrainer, out: Path, t_start: float, progress: bo
 
     def save() -> None:
         if world.main:  # every rank holds the same weights; one writes them
-            drafter.save(out)
+            write(out)
             trainer.save_state(out)  # with the RNG state that draws the waiting batch again
             world.after_stop = intact(trainer.step, out)  # whole on disk: a rank lost at the barrier leaves it
         # the others wait for it: a rank that ends (a stop) before rank 0 has written would have

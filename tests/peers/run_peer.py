@@ -18,6 +18,8 @@ Runs in the test-only environment ``.venv-peers`` (``make peers``), never in the
   mlx-vlm's Gemma-4 holding the target's weights, its block fixed at the checkpoint's
   ``runtime_block_size`` (mlx-vlm otherwise grows and shrinks it with acceptance).
 
+- ``mlx-vlm-mtp:BLOCK``: mlx-vlm's MTP loop with its own Gemma-4 assistant drafter, ``BLOCK``
+  drafts a round, on the same mlx-vlm ``gemma4.Model``.
 - ``mlx-vlm-eagle3:BLOCK``: mlx-vlm's EAGLE-3 loop (``generate.ar.generate_step``, draft kind
   ``eagle3``) with its own drafter, ``BLOCK`` drafts a round, on the same mlx-vlm ``gemma4.Model``;
   it adds, where its fallback verifier runs (a head without ``d2t``), ``verify_logits`` (each

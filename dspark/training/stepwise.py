@@ -1,0 +1,401 @@
+"""Training the autoregressive heads (``dspark train --kind eagle3|assistant``): each step's
+loss unrolls the head's draft steps exactly as its session drafts them at inference, on the
+same self-distilled sequences, features and checkpoints as the block drafters.
+
+A step takes ``--batch / --anchors-per-seq`` sequences (one length bucket, as the block trainer
+draws them) and trains at every anchor of their target-written part at once: anchor ``P``'s
+step ``k`` (k = 0..G-1, G the head's drafts a round) predicts the token at ``P + k + 1`` and
+is fed, at step ``k + 1``, the true token there (the target's greedy continuation: the only
+path a lossless round keeps) with the head's own hidden state.
+
+- EAGLE-3 (``Eagle3Session.propose``): the committed pairs (the target's taps at ``i``, the
+  token at ``i + 1``, placed at ``i + 1``) run causally; the output at the anchor's pair is step
+  0. Step ``k`` (speculators' training-time test) feeds the token at ``P + k`` with the previous
+  step's output at position ``P + k``, attending to the committed pairs up to the anchor's and
+  to its own earlier steps (a diagonal per step: speculators' mask), through the K/V those
+  steps appended.
+- Assistant (``AssistantSession.propose``): every step's query sits at the anchor's position
+  ``P`` over the target's K/V of rows ``0..P-1`` (the last full-attention layer), the last
+  ``sliding_window + 1`` of them for sliding layers (as the session reads them); step 0's
+  ``h_prev`` is the target's final normed hidden state at ``P - 1``, step ``k``'s the head's
+  own ``post_projection`` output of step ``k - 1``.
+
+Loss: :func:`dspark.training.losses.dspark_loss` (0.1 CE on the data's next token + 0.9 total
+variation to the target's distribution there) with the steps weighted ``exp(-k / decay)``,
+since a later step is verified only when every earlier one was accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+
+from ..errors import DsparkError
+from ..formats import assistant
+from ..target import Target
+from .data import Sequences
+from .distributed import World
+from .losses import default_decay, dspark_loss, position_weights
+from .trainer import DrafterTrainer, TrainSettings, lr_schedule
+
+
+class StepFeatures:
+    """The frozen target's features of each sequence, computed once and kept in up to
+    ``capacity_mb``: the tap rows ``taps`` (EAGLE-3), the final normed hidden states, and the
+    K/V of the layers ``kv_layers`` (the assistant's sources), each sequence's own rows."""
+
+    def __init__(self, target: Target, seqs: Sequences, *, taps: Sequence[int], kv_layers: Sequence[int], mb: float):
+        self.target, self.seqs, self.capacity = target, seqs, mb * 2**20
+        self.taps, self.kv_layers = tuple(taps), tuple(kv_layers)
+        self.store: dict[int, list[mx.array]] = {}
+        self.stored_bytes, self.forwards, self.seconds = 0, 0, 0.0
+
+    def get_many(self, indices: Sequence[int], width: int) -> list[mx.array]:
+        """Per feature, the sequences' rows stacked, ``width`` each (zeros past a sequence's end):
+        [taps [n, S, m*H] (when tapped)], final [n, S, H], then K and V [n, kvh, S, D] per layer."""
+        missing = list(dict.fromkeys(int(i) for i in indices if int(i) not in self.store))
+        for i in missing:  # one at a time: a sequence's features never depend on what it was batched
+            self._compute([i])  # with (BLAS rounds by shape), so a resumed run computes the same numbers
+        rows = [self.store[int(i)] for i in indices]
+        return [
+            mx.stack([_rows(r[f], width, axis=-2 if r[f].ndim == 3 else 0) for r in rows]) for f in range(len(rows[0]))
+        ]
+
+    def _compute(self, missing: list[int]) -> None:
+        t0 = time.perf_counter()
+        target, last = self.target, self.target.dims.num_layers - 1
+        n_rows = int(self.seqs.lengths[missing].max())
+        kv: dict[int, tuple] = {}
+        layers = target.layers
+        originals = {i: layers[i] for i in self.kv_layers}
+        try:
+            for i, layer in originals.items():
+                layers[i] = _KV(layer, i, kv)
+            _, rows = target.forward(
+                mx.array(self.seqs.tokens[missing, :n_rows]), None, (*self.taps, last), logits=False
+            )
+        finally:
+            for i, layer in originals.items():
+                layers[i] = layer
+        H = target.dims.hidden_size
+        parts = [rows[..., : len(self.taps) * H]] if self.taps else []
+        parts.append(target.final_norm(rows[..., len(self.taps) * H :]))
+        for i in self.kv_layers:
+            parts.extend(kv[i])
+        parts = [mx.stop_gradient(p) for p in parts]
+        mx.eval(parts)
+        for j, i in enumerate(missing):
+            n = int(self.seqs.lengths[i])
+            kept = [mx.contiguous(p[j, :n] if p.ndim == 3 else p[j, :, :n]) for p in parts]
+            mx.eval(kept)
+            size = sum(a.nbytes for a in kept)
+            while self.store and self.stored_bytes + size > self.capacity:
+                self.stored_bytes -= sum(a.nbytes for a in self.store.pop(next(iter(self.store))))
+            self.store[i] = kept
+            self.stored_bytes += size
+        self.forwards += len(missing)
+        self.seconds += time.perf_counter() - t0
+
+
+class _KV:
+    """Stands in for a target layer during one call and keeps the K/V it computed."""
+
+    def __init__(self, layer, index: int, sink: dict):
+        self._layer, self._index, self._sink = layer, index, sink
+
+    def __call__(self, *args, **kwargs):
+        out = self._layer(*args, **kwargs)
+        self._sink[self._index] = out[1]
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._layer, name)
+
+
+def _rows(a: mx.array, width: int, axis: int) -> mx.array:
+    """``a`` cut or zero-padded to ``width`` rows along ``axis`` (0 or -2)."""
+    n = a.shape[axis]
+    if n >= width:
+        return a[:width] if axis == 0 else a[..., :width, :]
+    pad = list(a.shape)
+    pad[axis] = width - n
+    return mx.concatenate([a, mx.zeros(pad, a.dtype)], axis=axis)
+
+
+# --------------------------------------------------------------------------- the unrolled steps
+def eagle3_logits(net, *, embed, taps: mx.array, tokens: mx.array, G: int, norm_output: bool) -> mx.array:
+    """The EAGLE-3 head's logits [n, T, G, V_draft] at every anchor of ``tokens`` [n, S] (anchor
+    index a: the pair at position a + 1, T = S - 1 of them), step k predicting the token at
+    a + k + 2; ``taps`` [n, S, m*H] the target's rows, ``embed`` the head's token embedding."""
+    n, S = tokens.shape
+    T = S - 1
+    a = mx.arange(T)
+    causal = a[None, :] <= a[:, None]  # a step sees the committed pairs up to its anchor's
+    own = a[None, :] == a[:, None]  # and its own earlier steps (speculators' diagonal)
+    h = net.fuse(taps[:, :T])
+    kv = [None] * len(net.layers)
+    out = []
+    for k in range(G):
+        ids = tokens[:, mx.minimum(a + 1 + k, S - 1)]  # the true token at position a + 1 + k
+        mask = mx.concatenate([causal] + [own] * k, axis=1)
+        x = embed(ids)
+        for i, layer in enumerate(net.layers):
+            h, kv[i] = layer(h, kv[i], embeds=x, offset=1 + k, start=0, mask=mask)
+        normed = net.norm(h)
+        out.append(net.lm_head(normed))
+        h = normed if norm_output else h
+    return mx.stack(out, axis=2)
+
+
+def assistant_logits(net, *, embed, final: mx.array, shared: dict, tokens: mx.array, G: int, window: int) -> mx.array:
+    """The assistant's logits [n, S, G, V] with its query at every position P of ``tokens``
+    [n, S] (P >= 1), step k predicting the token at P + k + 1; ``final`` [n, S, H] the target's
+    final normed hidden states, ``shared`` per layer type the target's K/V [n, kvh, S, D],
+    ``window`` the sliding rows the session reads."""
+    n, S = tokens.shape
+    p = mx.arange(S)
+    before = (p[None, :] < p[:, None]) | ((p[None, :] == 0) & (p[:, None] == 0))  # row 0: no loss, no NaN
+    masks = {"full_attention": before, "sliding_attention": before & (p[None, :] >= p[:, None] - window)}
+    h = mx.concatenate([mx.zeros_like(final[:, :1]), final[:, :-1]], axis=1)  # h_prev: position P - 1
+    out = []
+    for k in range(G):
+        x = mx.concatenate([embed(tokens[:, mx.minimum(p + k, S - 1)]), h], axis=-1)
+        y = net.pre_projection(x)
+        for layer in net.model.layers:
+            y, _, _ = layer(y, masks[layer.layer_type], None, shared_kv=shared[layer.layer_type], offset=0)
+        y = net.model.norm(y)
+        out.append(net.head(y))
+        h = net.post_projection(y)
+    return mx.stack(out, axis=2)
+
+
+# --------------------------------------------------------------------------- the trainer
+class StepwiseTrainer(DrafterTrainer):
+    """An EAGLE-3 or assistant head, its AdamW state and the sequence sampler; checkpoints,
+    updates and resumes as :class:`DrafterTrainer` (one process: distributed runs are refused)."""
+
+    def __init__(self, target: Target, drafter, seqs: Sequences, settings: TrainSettings, *, trained_as: dict):
+        self.target, self.drafter, self.seqs, self.s = target, drafter, seqs, settings
+        self.world = World()
+        self.proj = target.projection
+        self.trained_as = trained_as
+        self.kind = drafter.format
+        self.block_size = G = drafter.block_size
+        if self.kind == assistant.FORMAT:
+            sources = assistant.shared_layers(target)
+            self.kinds = sorted(set(drafter.spec.text.layer_types))
+            kv_layers, taps = [sources[k] for k in self.kinds], ()
+        else:
+            kv_layers, taps = (), drafter.tap_layers
+        self.features = StepFeatures(target, seqs, taps=taps, kv_layers=kv_layers, mb=settings.feature_cache_mb)
+        self.weights = position_weights(G, settings.loss_decay or default_decay(G))
+        self.rng = np.random.default_rng(settings.seed)
+        long = seqs.lengths > settings.seq_len
+        self.buckets = [np.flatnonzero(m) for m in (~long, long) if m.any()]
+        self.bucket_share = np.array([len(b) for b in self.buckets], np.float64) / len(seqs)
+        self._rng_before_pending = None
+        self.step = 0
+        self.optimizer = optim.AdamW(
+            learning_rate=lr_schedule(settings.lr, settings.steps, settings.warmup), weight_decay=settings.weight_decay
+        )
+        if self.kind != assistant.FORMAT and drafter.spec.own_embedding:
+            drafter.net.embed_tokens.freeze()  # the verifier's table, shipped (embed_requires_grad false)
+        self.optimizer.init(drafter.net.trainable_parameters())
+        self._loss_and_grad = nn.value_and_grad(drafter.net, self._loss)
+        self._update = None
+
+    def sample_batch(self) -> tuple[mx.array, ...]:
+        """A few sequences of one length bucket: (tokens [n, S], labels [n, T, G], valid [n, T, G],
+        the target's logits at the labels' positions [n, T, G, V], then the features the head
+        reads: EAGLE-3's taps, or the assistant's final hidden states and K/V)."""
+        import copy  # noqa: PLC0415 (one use: the RNG state a checkpoint resumes from)
+
+        self._rng_before_pending = copy.deepcopy(self.rng.bit_generator.state)
+        n_seq = math.ceil(self.s.batch_anchors / self.s.anchors_per_seq)
+        pool = self.buckets[self.rng.choice(len(self.buckets), p=self.bucket_share)]
+        chosen = pool[self.rng.choice(len(pool), size=n_seq, replace=n_seq > len(pool))]
+        S = int(self.seqs.lengths[chosen].max())
+        toks = self.seqs.tokens[chosen, :S]
+        feats = self.features.get_many(chosen, S)
+        final = feats[1] if self.kind != assistant.FORMAT else feats[0]
+        G = self.block_size
+        eagle = self.kind != assistant.FORMAT
+        # anchor index a is position P = a + 1 (EAGLE-3's pairs) or P = a (the assistant's queries)
+        T = S - 1 if eagle else S
+        P = np.arange(T)[None, :, None] + (1 if eagle else 0)
+        label_at = P + np.arange(G)[None, None, :] + 1
+        lengths = self.seqs.lengths[chosen][:, None, None]
+        first = np.maximum(self.seqs.first_anchor[chosen], 1)[:, None, None]
+        valid = (P >= first) & (label_at <= lengths - 1)
+        at = np.clip(label_at[0], 0, S - 1)  # [T, G]: the same positions in every sequence
+        labels = toks[:, at]
+        t_logits = self.proj.logits(final)[:, mx.array(at - 1)]  # the head's product once a position
+        return (mx.array(toks), mx.array(labels), mx.array(valid), mx.stop_gradient(t_logits), *feats)
+
+    def _loss(self, toks, labels, valid, t_logits, *feats):
+        G = self.block_size
+        if self.kind == assistant.FORMAT:
+            final, kv = feats[0], feats[1:]
+            shared = {kind: (kv[2 * i], kv[2 * i + 1]) for i, kind in enumerate(self.kinds)}
+            window = self.drafter.spec.text.sliding_window + 1  # the rows AssistantSession reads
+            logits = assistant_logits(
+                self.drafter.net, embed=self.proj.embed, final=final, shared=shared, tokens=toks, G=G, window=window
+            )
+        else:
+            spec = self.drafter.spec
+            embed = self.drafter.net.embed_tokens if spec.own_embedding else self.proj.table
+            logits = eagle3_logits(
+                self.drafter.net, embed=embed, taps=feats[0], tokens=toks, G=G, norm_output=spec.norm_output
+            )
+        V = logits.shape[-1]
+        parts = dspark_loss(
+            logits.reshape(-1, G, V),
+            conf_logits=None,
+            target_logits=t_logits.reshape(-1, G, V),
+            labels=labels.reshape(-1, G),
+            valid=valid.reshape(-1, G),
+            weights=self.weights,
+        )
+        return parts.total, parts.ce, parts.tv, parts.conf
+
+
+def refuse_world(world: World, kind: str) -> None:
+    if world.size > 1:
+        raise DsparkError(f"training an {kind} head over several processes is not supported yet: run it in one")
+
+
+def trained_as(cfg) -> dict:
+    return {**asdict(cfg), "tap_layers": list(cfg.tap_layers)}
+
+
+__all__ = ["StepFeatures", "StepwiseTrainer", "assistant_logits", "eagle3_logits", "refuse_world"]
+
+
+# --------------------------------------------------------------------------- a whole run
+def train_head(
+    target: Target,
+    texts,
+    out_dir,
+    cfg,
+    *,
+    settings: TrainSettings = TrainSettings(),
+    heldout_texts=None,
+    data_file=None,
+    resume: bool = False,
+    progress: bool = True,
+    log=None,
+    world: World | None = None,
+):
+    """Train an EAGLE-3 or assistant head of ``cfg``'s shape (a ``heads.HeadConfig``) for
+    ``target`` into ``out_dir``, as ``dspark.training.train.train_drafter`` trains a block
+    drafter (the same data, loop, checkpoints, ``--resume``, evaluation and report); returns it."""
+    import sys  # noqa: PLC0415 (the default log only)
+    from pathlib import Path  # noqa: PLC0415 (one use)
+
+    from .distill import forget_unfinished  # noqa: PLC0415 (the run only)
+    from .heads import head_config, new_head, save_head  # noqa: PLC0415 (the run only)
+    from .train import DATA_FILE, REPORT_FILE, _evaluate, _output, _profile, _report, _train_loop, _training_data  # noqa: PLC0415 (the run only: train imports this module's callers)
+    from .trainer import STATE_FILE, TRAIN_DIR  # noqa: PLC0415 (the run only)
+
+    s, world = settings, world or World()
+    refuse_world(world, cfg.kind)
+    t_start = time.perf_counter()
+    out = _output(out_dir, world)
+    say = log or (lambda m: print(m, file=sys.stderr))
+    resuming = resume and (out / STATE_FILE).is_file()
+    if not resume:
+        forget_unfinished(out / TRAIN_DIR)
+    elif not resuming:
+        say(f"nothing to resume in {out}: starting a new run")
+    if resuming:
+        from ..loading import load_drafter  # noqa: PLC0415 (slow: every format)
+
+        check_head_resume(out, cfg, s)
+        drafter = load_drafter(out, target)
+        if head_config(drafter) != cfg:
+            raise DsparkError(f"--resume: the head in {out} is not of the shape its checkpoint was trained with")
+    else:
+        drafter = new_head(target, cfg, seed=s.seed)
+    made = trained_as(cfg)
+    seqs, held, distill_seconds, new = _training_data(
+        target,
+        texts,
+        heldout_texts,
+        s,
+        data_file=Path(data_file) if data_file else None,
+        resuming=resuming,
+        progress=progress,
+        say=say,
+        src=out,
+        world=world,
+        run=[target.target_id, made, asdict(s)],
+    )
+    if new:
+        seqs.save(out / DATA_FILE, held)
+        forget_unfinished(out / TRAIN_DIR)
+    trainer = StepwiseTrainer(target, drafter, seqs, s, trained_as=made)
+    if resuming:
+        meta = trainer.load_state(out)
+        say(f"resumed at step {trainer.step} of {s.steps}")
+        if meta["settings"]["steps"] != s.steps:
+            say(f"note: the first run planned {meta['settings']['steps']} steps; the schedule now spans {s.steps}")
+    say(
+        f"drafter: {cfg.kind} head ({drafter.format} format), {drafter.num_params():,} parameters, "
+        f"{cfg.num_layers} layer(s), {drafter.block_size} drafts a round; "
+        f"{len(seqs)} sequences of {seqs.tokens.shape[1]}"
+    )
+    first_step, loop_start = trainer.step, time.perf_counter()
+    stopped, recent = _train_loop(trainer, out, t_start, progress, say=say, save=lambda d: save_head(drafter, d))
+    train_seconds = time.perf_counter() - loop_start
+    save_head(drafter, out)
+    trainer.save_state(out)
+    done = trainer.step - first_step
+    report = _report(
+        target,
+        drafter,
+        trained_as=made,
+        s=s,
+        sequences=len(seqs),
+        trainer=trainer,
+        stopped=stopped,
+        recent=recent,
+        done=done,
+        train_seconds=train_seconds,
+        distill_seconds=distill_seconds,
+    )
+    say(f"trained {done} steps in {train_seconds:.0f}s (target forwards {trainer.features.seconds:.0f}s of it)")
+    _evaluate(target, drafter, held, s, report=report, out=out, say=say)
+    import json  # noqa: PLC0415 (one use)
+
+    from ..files import write_text  # noqa: PLC0415 (one use)
+
+    write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
+    _profile(target, drafter, seqs, s, report=report, out=out)
+    return drafter
+
+
+def check_head_resume(out, cfg, settings: TrainSettings) -> None:
+    """Refuse to resume a head's checkpoint trained with another shape or settings, naming the
+    first difference."""
+    from .train import RESUMABLE, saved_run  # noqa: PLC0415 (train imports this module's callers)
+
+    saved_cfg, saved = saved_run(out)
+    for key, value in trained_as(cfg).items():
+        if saved_cfg.get(key) != value:
+            raise DsparkError(
+                f"--resume: the run in {out} was trained with {key} {saved_cfg.get(key)!r}, not {value!r} "
+                f"(leave the option out to continue it, or train into a new --out)"
+            )
+    for key, value in asdict(settings).items():
+        if key not in RESUMABLE and key in saved and saved[key] != value:
+            raise DsparkError(
+                f"--resume: the run in {out} was trained with {key} {saved[key]!r}, not {value!r} "
+                f"(leave the option out to continue it, or train into a new --out)"
+            )
