@@ -35,13 +35,24 @@ BUNDLE_ID = "org.dspark.studio"
 #: What of resources/ ships (relative paths; folders are taken whole): the demo models the app
 #: opens on, the prompt sets, the icons. Training leftovers (checkpoints, cached features) and
 #: the package's __init__.py stay out.
-SHIPPED_RESOURCES = ("demo/target", "demo/dspark", "demo/dflash", "demo/README.md", "prompts", "icons")
+SHIPPED_RESOURCES = (
+    "demo/target",
+    "demo/dspark",
+    "demo/dflash",
+    "demo/eagle3",
+    "demo/assistant",
+    "demo/README.md",
+    "prompts",
+    "icons",
+)
 SKIPPED_NAMES = {"__pycache__", ".ckpt", ".train", "train_state.safetensors", "train_data.safetensors"}
 #: Files each demo model needs to load (the target also needs its tokenizer).
 DEMO_FILES = {
     "target": ("config.json", "model.safetensors", "tokenizer.json"),
     "dspark": ("config.json", "model.safetensors"),
     "dflash": ("config.json", "model.safetensors"),
+    "eagle3": ("config.json", "model.safetensors"),
+    "assistant": ("config.json", "generation_config.json", "model.safetensors"),
 }
 
 #: Debian's OpenBLAS (package libopenblas0-pthread) and the libraries it links, by soname.
