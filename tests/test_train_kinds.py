@@ -105,8 +105,15 @@ def test_the_loss_computes_what_the_session_drafts(world, kind):
     feats, kinds = _features(target, drafter, seq, P)
     if kind == "eagle3":
         ours = eagle3_logits(
-            drafter.net, embed=target.projection.table, taps=feats[0], tokens=mx.array([seq]), G=G, norm_output=False
-        )[0, P - 1]
+            drafter.net,
+            embed=target.projection.table,
+            taps=feats[0],
+            tokens=mx.array([seq]),
+            owner=mx.array([0, 0]),
+            anchors=mx.array([P - 3, P]),
+            G=G,
+            norm_output=False,
+        )[1]
     else:
         shared = {k: (feats[1 + 2 * i], feats[2 + 2 * i]) for i, k in enumerate(kinds)}
         window = drafter.spec.text.sliding_window + 1
@@ -116,9 +123,11 @@ def test_the_loss_computes_what_the_session_drafts(world, kind):
             final=feats[0],
             shared=shared,
             tokens=mx.array([seq]),
+            owner=mx.array([0, 0]),
+            anchors=mx.array([P - 3, P]),
             G=G,
             window=window,
-        )[0, P]
+        )[1]
     assert np.abs(np.array(ours) - np.array(drafted.logits[0])).max() < 1e-4
 
 

@@ -2,10 +2,10 @@
 loss unrolls the head's draft steps exactly as its session drafts them at inference, on the
 same self-distilled sequences, features and checkpoints as the block drafters.
 
-A step takes ``--batch / --anchors-per-seq`` sequences (one length bucket, as the block trainer
-draws them) and trains at every anchor of their target-written part at once: anchor ``P``'s
-step ``k`` (k = 0..G-1, G the head's drafts a round) predicts the token at ``P + k + 1`` and
-is fed, at step ``k + 1``, the true token there (the target's greedy continuation: the only
+A step trains at ``--batch`` anchors, ``--anchors-per-seq`` from each of a few sequences of
+one length bucket, drawn as the block trainer draws them: anchor ``P``'s step ``k`` (k =
+0..G-1, G the head's drafts a round) predicts the token at ``P + k + 1`` and is fed, at step
+``k + 1``, the true token there (the target's greedy continuation: the only
 path a lossless round keeps) with the head's own hidden state.
 
 - EAGLE-3 (``Eagle3Session.propose``): the committed pairs (the target's taps at ``i``, the
@@ -27,7 +27,6 @@ since a later step is verified only when every earlier one was accepted.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -130,50 +129,81 @@ def _rows(a: mx.array, width: int, axis: int) -> mx.array:
 
 
 # --------------------------------------------------------------------------- the unrolled steps
-def eagle3_logits(net, *, embed, taps: mx.array, tokens: mx.array, G: int, norm_output: bool) -> mx.array:
-    """The EAGLE-3 head's logits [n, T, G, V_draft] at every anchor of ``tokens`` [n, S] (anchor
-    index a: the pair at position a + 1, T = S - 1 of them), step k predicting the token at
-    a + k + 2; ``taps`` [n, S, m*H] the target's rows, ``embed`` the head's token embedding."""
+def eagle3_logits(
+    net, *, embed, taps: mx.array, tokens: mx.array, owner: mx.array, anchors: mx.array, G: int, norm_output: bool
+) -> mx.array:
+    """The EAGLE-3 head's logits [A, G, V_draft] at the anchors ``anchors`` [A] (positions P >= 1)
+    of the sequences ``owner`` [A] (rows of ``tokens`` [n, S] and ``taps`` [n, S, m*H], the
+    target's tap rows), step k predicting the token at P + k + 1.
+
+    Step 0 runs causally over every committed pair (pair a: the taps at a, the token at a + 1,
+    placed at a + 1), as the session's committed pass; its output at the anchor's pair (a = P - 1)
+    is the anchor's step 0, and its K/V are what every later step attends to. Steps k >= 1 run
+    for the anchors alone, one query each at position P + k: the committed pairs up to the
+    anchor's and the anchor's own earlier steps (speculators' diagonal), as the session drafts."""
     n, S = tokens.shape
     T = S - 1
     a = mx.arange(T)
-    causal = a[None, :] <= a[:, None]  # a step sees the committed pairs up to its anchor's
-    own = a[None, :] == a[:, None]  # and its own earlier steps (speculators' diagonal)
     h = net.fuse(taps[:, :T])
-    kv = [None] * len(net.layers)
+    x = embed(tokens[:, 1:])
+    kv = []
+    for layer in net.layers:
+        h, entry = layer(h, None, embeds=x, offset=1, start=0, mask=a[None, :] <= a[:, None])
+        kv.append(entry)
+    pair = anchors - 1
+    h = h[owner, pair][:, None]  # [A, 1, H]: each anchor's step 0
+    kv = [(k[owner], v[owner]) for k, v in kv]  # [A, kvh, T, D]: the committed pairs each anchor sees
+    seen = (a[None, :] <= pair[:, None])[:, None, None, :]  # [A, 1, 1, T]
     out = []
     for k in range(G):
-        ids = tokens[:, mx.minimum(a + 1 + k, S - 1)]  # the true token at position a + 1 + k
-        mask = mx.concatenate([causal] + [own] * k, axis=1)
-        x = embed(ids)
-        for i, layer in enumerate(net.layers):
-            h, kv[i] = layer(h, kv[i], embeds=x, offset=1 + k, start=0, mask=mask)
         normed = net.norm(h)
-        out.append(net.lm_head(normed))
+        out.append(net.lm_head(normed)[:, 0])
+        if k == G - 1:
+            break
         h = normed if norm_output else h
-    return mx.stack(out, axis=2)
+        x = embed(tokens[owner, mx.minimum(anchors + 1 + k, S - 1)][:, None])  # the true token at P + k + 1
+        mask = mx.concatenate([seen, mx.ones((*seen.shape[:3], k + 1), mx.bool_)], axis=-1)
+        for i, layer in enumerate(net.layers):
+            h, kv[i] = layer(h, kv[i], embeds=x, offset=anchors + 1 + k, start=0, mask=mask)
+    return mx.stack(out, axis=1)
 
 
-def assistant_logits(net, *, embed, final: mx.array, shared: dict, tokens: mx.array, G: int, window: int) -> mx.array:
-    """The assistant's logits [n, S, G, V] with its query at every position P of ``tokens``
-    [n, S] (P >= 1), step k predicting the token at P + k + 1; ``final`` [n, S, H] the target's
-    final normed hidden states, ``shared`` per layer type the target's K/V [n, kvh, S, D],
-    ``window`` the sliding rows the session reads."""
-    n, S = tokens.shape
-    p = mx.arange(S)
-    before = (p[None, :] < p[:, None]) | ((p[None, :] == 0) & (p[:, None] == 0))  # row 0: no loss, no NaN
-    masks = {"full_attention": before, "sliding_attention": before & (p[None, :] >= p[:, None] - window)}
-    h = mx.concatenate([mx.zeros_like(final[:, :1]), final[:, :-1]], axis=1)  # h_prev: position P - 1
+def assistant_logits(
+    net,
+    *,
+    embed,
+    final: mx.array,
+    shared: dict,
+    tokens: mx.array,
+    owner: mx.array,
+    anchors: mx.array,
+    G: int,
+    window: int,
+) -> mx.array:
+    """The assistant's logits [A, G, V] with its query at the anchors ``anchors`` [A] (positions
+    P >= 1) of the sequences ``owner`` [A] (rows of ``tokens`` [n, S]), step k predicting the
+    token at P + k + 1; ``final`` [n, S, H] the target's final normed hidden states, ``shared``
+    per layer type the target's K/V [n, kvh, S, D], ``window`` the sliding rows the session reads.
+    Every step's query sits at P over the target's rows before P (the last ``window`` of them for
+    sliding layers); step 0's ``h_prev`` is the target's at P - 1, step k's the head's own."""
+    S = tokens.shape[1]
+    j = mx.arange(S)[None, :]
+    P = anchors[:, None]
+    before = j < P
+    masks = {"full_attention": before, "sliding_attention": before & (j >= P - window)}
+    masks = {kind: m[:, None, None, :] for kind, m in masks.items()}  # [A, 1, 1, S]
+    kv = {kind: (k[owner], v[owner]) for kind, (k, v) in shared.items()}
+    h = final[owner, anchors - 1][:, None]  # h_prev: position P - 1
     out = []
     for k in range(G):
-        x = mx.concatenate([embed(tokens[:, mx.minimum(p + k, S - 1)]), h], axis=-1)
+        x = mx.concatenate([embed(tokens[owner, mx.minimum(anchors + k, S - 1)][:, None]), h], axis=-1)
         y = net.pre_projection(x)
         for layer in net.model.layers:
-            y, _, _ = layer(y, masks[layer.layer_type], None, shared_kv=shared[layer.layer_type], offset=0)
+            y, _, _ = layer(y, masks[layer.layer_type], None, shared_kv=kv[layer.layer_type], offset=anchors)
         y = net.model.norm(y)
-        out.append(net.head(y))
+        out.append(net.head(y)[:, 0])
         h = net.post_projection(y)
-    return mx.stack(out, axis=2)
+    return mx.stack(out, axis=1)
 
 
 # --------------------------------------------------------------------------- the trainer
@@ -212,55 +242,71 @@ class StepwiseTrainer(DrafterTrainer):
         self._update = None
 
     def sample_batch(self) -> tuple[mx.array, ...]:
-        """A few sequences of one length bucket: (tokens [n, S], labels [n, T, G], valid [n, T, G],
-        the target's logits at the labels' positions [n, T, G, V], then the features the head
-        reads: EAGLE-3's taps, or the assistant's final hidden states and K/V)."""
+        """``batch_anchors`` anchors, ``anchors_per_seq`` from each of a few sequences of one
+        length bucket, drawn as the block trainer draws them: (tokens [n, S], the anchors' owner
+        sequence [A] and position P [A], labels [A, G] (the tokens at P + 1 ..), valid [A, G], the
+        target's logits at the labels' positions [A, G, V], then the features the head reads:
+        EAGLE-3's taps, or the assistant's final hidden states and K/V)."""
         import copy  # noqa: PLC0415 (one use: the RNG state a checkpoint resumes from)
 
         self._rng_before_pending = copy.deepcopy(self.rng.bit_generator.state)
-        n_seq = math.ceil(self.s.batch_anchors / self.s.anchors_per_seq)
-        pool = self.buckets[self.rng.choice(len(self.buckets), p=self.bucket_share)]
-        chosen = pool[self.rng.choice(len(pool), size=n_seq, replace=n_seq > len(pool))]
+        chosen, owner, p = self._draw_anchors()
         S = int(self.seqs.lengths[chosen].max())
         toks = self.seqs.tokens[chosen, :S]
         feats = self.features.get_many(chosen, S)
         final = feats[1] if self.kind != assistant.FORMAT else feats[0]
-        G = self.block_size
-        eagle = self.kind != assistant.FORMAT
-        # anchor index a is position P = a + 1 (EAGLE-3's pairs) or P = a (the assistant's queries)
-        T = S - 1 if eagle else S
-        P = np.arange(T)[None, :, None] + (1 if eagle else 0)
-        label_at = P + np.arange(G)[None, None, :] + 1
-        lengths = self.seqs.lengths[chosen][:, None, None]
-        first = np.maximum(self.seqs.first_anchor[chosen], 1)[:, None, None]
-        valid = (P >= first) & (label_at <= lengths - 1)
-        at = np.clip(label_at[0], 0, S - 1)  # [T, G]: the same positions in every sequence
-        labels = toks[:, at]
-        t_logits = self.proj.logits(final)[:, mx.array(at - 1)]  # the head's product once a position
-        return (mx.array(toks), mx.array(labels), mx.array(valid), mx.stop_gradient(t_logits), *feats)
+        label_at = p[:, None] + np.arange(self.block_size)[None, :] + 1  # [A, G]
+        valid = (p[:, None] >= 1) & (label_at <= self.seqs.lengths[chosen][owner][:, None] - 1)
+        P = np.maximum(p, 1)  # an anchor at 0 has no h_prev (it is never valid)
+        at = np.clip(label_at, 0, S - 1)
+        labels = toks[owner[:, None], at]
+        t_logits = self.proj.logits(final[mx.array(owner)[:, None], mx.array(at - 1)])  # [A, G, V]
+        return (
+            mx.array(toks),
+            mx.array(owner, mx.int32),
+            mx.array(P, mx.int32),
+            mx.array(labels),
+            mx.array(valid),
+            mx.stop_gradient(t_logits),
+            *feats,
+        )
 
-    def _loss(self, toks, labels, valid, t_logits, *feats):
+    def _loss(self, toks, owner, anchors, labels, valid, t_logits, *feats):
         G = self.block_size
         if self.kind == assistant.FORMAT:
             final, kv = feats[0], feats[1:]
             shared = {kind: (kv[2 * i], kv[2 * i + 1]) for i, kind in enumerate(self.kinds)}
             window = self.drafter.spec.text.sliding_window + 1  # the rows AssistantSession reads
             logits = assistant_logits(
-                self.drafter.net, embed=self.proj.embed, final=final, shared=shared, tokens=toks, G=G, window=window
+                self.drafter.net,
+                embed=self.proj.embed,
+                final=final,
+                shared=shared,
+                tokens=toks,
+                owner=owner,
+                anchors=anchors,
+                G=G,
+                window=window,
             )
         else:
             spec = self.drafter.spec
             embed = self.drafter.net.embed_tokens if spec.own_embedding else self.proj.table
             logits = eagle3_logits(
-                self.drafter.net, embed=embed, taps=feats[0], tokens=toks, G=G, norm_output=spec.norm_output
+                self.drafter.net,
+                embed=embed,
+                taps=feats[0],
+                tokens=toks,
+                owner=owner,
+                anchors=anchors,
+                G=G,
+                norm_output=spec.norm_output,
             )
-        V = logits.shape[-1]
         parts = dspark_loss(
-            logits.reshape(-1, G, V),
+            logits,
             conf_logits=None,
-            target_logits=t_logits.reshape(-1, G, V),
-            labels=labels.reshape(-1, G),
-            valid=valid.reshape(-1, G),
+            target_logits=t_logits,
+            labels=labels,
+            valid=valid,
             weights=self.weights,
         )
         return parts.total, parts.ce, parts.tv, parts.conf
