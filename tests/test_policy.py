@@ -137,6 +137,25 @@ def test_a_shadow_draft_that_would_have_paid_brings_drafting_back():
     assert s.drafts(102, 50)
 
 
+def test_shadow_drafts_that_pay_only_on_evidence_are_kept_as_evidence():
+    """A drafter whose profile undersells it here: each shadow draft is right and its round
+    would have paid, but at the profile's acceptance no round pays. Setting the estimate back
+    to the profile would throw that evidence away and shadow-draft every 4 steps for ever (a
+    draft's cost each: ~5% of a plain stretch); kept, a few shadows bring drafting back."""
+    from dspark.policy import SHADOW_FIRST, Policy, Scheduler
+
+    costs = Costs(verify_ms=(2.0, 3.0, 3.5, 4.0), draft_ms=0.5, step_ms=2.0)
+    s = Scheduler(Policy("auto"), 3, costs, prior=[0.2, 0.05, 0.01])
+    shadows, position = 0, 100
+    while not s.drafts(position, 50):
+        position += 1
+        assert position < 400, "never drafted again"
+        if s.shadow_due():
+            shadows += 1
+            s.observe_shadow(position, 1, 1)
+    assert shadows <= 8 and position - 100 > SHADOW_FIRST * shadows
+
+
 def test_auto_starts_from_the_drafters_measured_acceptance():
     """With a profile measured on this target, auto's running acceptance starts from it: a drafter
     that accepted little there starts plain where an unprofiled one (optimistic) drafts, and
