@@ -147,6 +147,13 @@ def generate(
                     display=display,
                     inspect=inspect,
                 )
+                sched.round_took(
+                    position,
+                    drafted=len(v.drafted) if stepwise else 1,
+                    width=v.width,
+                    accepted=v.accepted,
+                    seconds=v.draft_seconds + v.verify_seconds,
+                )
                 yield run.commit(anchor, v, position)
                 anchor, position, new_rows = v.tokens[-1], position + v.accepted + 1, v.new_rows
                 continue
@@ -168,6 +175,7 @@ def generate(
             shadow = None
             try:
                 for v in steps:
+                    sched.step_took(position, v.verify_seconds)
                     yield run.commit(anchor, v, position)
                     rows.append(v.new_rows)
                     anchor, position = v.tokens[0], position + 1

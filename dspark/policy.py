@@ -24,6 +24,13 @@ the drafter for a block without verifying it (a shadow draft, :meth:`Scheduler.s
 tokens the target commits next say how many of it a round would have accepted, so the drafter is
 judged at the price of its draft alone, and drafting resumes when the acceptance says it pays.
 
+``auto`` judges by the clock (:class:`Clock`): the costs measured once per machine are only the
+prior. Every round and plain step of the run is timed, and the costs the rule prices with are the
+measured ones scaled by what this run's rounds and plain steps actually took against them, so a
+change of load, BLAS or power state is followed within a few rounds. A plain stretch cannot time
+a round, so now and then it verifies one (a probe, :meth:`Scheduler.drafts`), when the drafter's
+last shadow draft was right: that round both commits tokens and says what rounds cost now.
+
 Every policy is lossless: the width decides only how many drafts are checked, never which
 token is committed, and the decision about draft k depends on nothing the target has not yet
 been asked (c_k depends on drafts 1..k-1 only, and the running means on earlier rounds only).
@@ -33,7 +40,7 @@ Stopping at the first drop, rather than searching past it, keeps it that way und
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import DsparkError
 
@@ -183,6 +190,42 @@ def conditional(survivals: list[float]) -> list[float]:
     return out
 
 
+class Clock:
+    """What this run's rounds and plain steps took, as multiples of what the costs price them at
+    (1.0: as measured). Each timed round or step moves its multiple ``FOLLOW`` of the way to its
+    own ratio, clipped to ``CLIP`` either way (one stall does not decide). A kind not yet timed
+    is priced as measured (1.0): were it to follow the other (a busier machine slows both), rounds
+    that alone became slower would never be left for plain steps. When the load slowed both, the
+    plain steps that follow are timed slower too and drafting resumes at once."""
+
+    def __init__(self):
+        self._round: float | None = None
+        self._step: float | None = None
+
+    @staticmethod
+    def _follow(old: float | None, measured_ms: float, priced_ms: float) -> float:
+        ratio = min(CLIP, max(1.0 / CLIP, measured_ms / max(priced_ms, 1e-9)))
+        return ratio if old is None else old + FOLLOW * (ratio - old)
+
+    def round_took(self, measured_ms: float, priced_ms: float) -> float:
+        """A round priced at ``priced_ms`` took ``measured_ms``; returns what it took as this
+        clock reads it (a test's scripted clock reads its own)."""
+        self._round = self._follow(self._round, measured_ms, priced_ms)
+        return measured_ms
+
+    def step_took(self, measured_ms: float, priced_ms: float) -> float:
+        self._step = self._follow(self._step, measured_ms, priced_ms)
+        return measured_ms
+
+    @property
+    def rounds(self) -> float:
+        return self._round if self._round is not None else 1.0
+
+    @property
+    def steps(self) -> float:
+        return self._step if self._step is not None else 1.0
+
+
 class Scheduler:
     """One run's width decisions under ``policy`` (``costs``: a :class:`dspark.costs.Costs`,
     required by ``auto``; ``prior``: the drafter's measured per-position acceptance, survivals as
@@ -195,6 +238,42 @@ class Scheduler:
         self.running = RunningAcceptance(block_size, conditional(prior) if prior else None)
         self.plain_run = 0  # plain steps since the last shadow draft (or since drafting stopped)
         self.shadow_every = SHADOW_FIRST
+        self.clock = Clock()
+        self.since_probe, self.probe_every = 0, PROBE_FIRST  # plain steps since the last probe
+        self.shadow_right = False  # the last shadow draft's first token was the target's
+        self.probing = False  # the round drafted now is a probe
+
+    def priced(self, position: int):
+        """The costs at ``position`` as this run's clock has found them (:class:`Clock`)."""
+        c = self.costs.at(position)
+        r, s = self.clock.rounds, self.clock.steps
+        return replace(
+            c,
+            verify_ms=tuple(v * r for v in c.verify_ms),
+            draft_ms=c.draft_ms * r,
+            draft_step_ms=c.draft_step_ms * r,
+            step_ms=c.step_ms * s,
+        )
+
+    def round_took(self, position: int, *, drafted: int, width: int, accepted: int, seconds: float) -> None:
+        """A round at ``position`` that drafted ``drafted`` tokens (a block drafter: 1, its one
+        forward), verified ``width`` and accepted ``accepted`` took ``seconds`` (its draft and
+        verify). A probe that committed its tokens faster than plain steps now do brings the probes'
+        interval back to its first; one that did not doubles it."""
+        if self.policy.kind != "auto":
+            return
+        c = self.costs.at(position)
+        priced = draft_cost(c.draft_ms, c.draft_step_ms, drafted) + c.verify_ms[min(width, len(c.verify_ms) - 1)]
+        ms = self.clock.round_took(seconds * 1000, priced)
+        if self.probing:
+            self.probing = False
+            paid = (1 + accepted) / ms >= 1.0 / self.priced(position).step_ms
+            self.probe_every = PROBE_FIRST if paid else min(2 * self.probe_every, PROBE_MAX)
+
+    def step_took(self, position: int, seconds: float) -> None:
+        """A plain step at ``position`` took ``seconds``."""
+        if self.policy.kind == "auto":
+            self.clock.step_took(seconds * 1000, self.costs.at(position).step_ms)
 
     @property
     def reads_confidences(self) -> bool:
@@ -216,13 +295,19 @@ class Scheduler:
             return False
         if self.pays(position, self.running.survival()):
             self.plain_run, self.shadow_every = 0, SHADOW_FIRST
+            self.since_probe = 0
+            return True
+        self.since_probe += 1
+        if self.shadow_right and self.since_probe >= self.probe_every:
+            # a probe: the drafter was right lately, and only a round says what rounds cost now
+            self.since_probe, self.shadow_right, self.probing = 0, False, True
             return True
         return False
 
     def pays(self, position: int, a: list[float]) -> bool:
         """Whether the best round at ``position`` with survivals ``a`` commits tokens faster than
-        plain steps, on this machine's costs there."""
-        c = self.costs.at(position)
+        plain steps, on this run's costs there (:meth:`priced`)."""
+        c = self.priced(position)
         k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a), draft_step_ms=c.draft_step_ms)
         return beats_plain(c, 1 + sum(a[:k]), k)
 
@@ -242,7 +327,7 @@ class Scheduler:
                 f"the {p} verify policy needs a drafter with a confidence head; this one drafts a token "
                 f"at a time without one (use auto or fixed)"
             )
-        c = self.costs.at(position)
+        c = self.priced(position)
         return (
             max(1, auto_width(self.running.survival(), c.draft_ms, list(c.verify_ms), g, draft_step_ms=c.draft_step_ms))
             if g
@@ -281,7 +366,8 @@ class Scheduler:
         the shadow is one more round of evidence and the interval keeps growing."""
         if width < 1:
             return
-        if beats_plain(self.costs.at(position), 1 + matched, min(matched + 1, width)):  # the round verifying them
+        self.shadow_right = matched > 0
+        if beats_plain(self.priced(position), 1 + matched, min(matched + 1, width)):  # the round verifying them
             kept = self.running.hits[:], self.running.tries[:]
             self.running.reset()
             if self.pays(position, self.running.survival()):
@@ -302,7 +388,7 @@ class Scheduler:
                     f"(use auto or fixed)"
                 )
             return threshold_width(confidences, p.c, w)
-        c = self.costs.at(position)
+        c = self.priced(position)
         a = survival(confidences) if confidences is not None else self.running.survival()
         return auto_width(a, c.draft_ms, list(c.verify_ms), w)
 
@@ -312,10 +398,17 @@ class Scheduler:
 
 #: Plain steps before the first shadow draft of a plain stretch, and the most between two.
 SHADOW_FIRST, SHADOW_MAX = 4, 32
+#: Plain steps before a probe (a verified round in a plain stretch, after a right shadow draft),
+#: and the most between two: the interval doubles while probes do not pay, so a stretch of n plain
+#: steps verifies at most ~log2(n / 16) + n / 256 rounds it did not choose for their tokens.
+PROBE_FIRST, PROBE_MAX = 16, 256
+#: The clock: how far one timed round or step moves its multiple, and the most one can say.
+FOLLOW, CLIP = 0.3, 3.0
 
 
 __all__ = [
     "KINDS",
+    "Clock",
     "Policy",
     "RunningAcceptance",
     "Scheduler",

@@ -47,6 +47,16 @@ def pytest_collection_modifyitems(items):
 _MEASURED: dict = {}
 
 
+@pytest.fixture(autouse=True)
+def priced_clock(monkeypatch):
+    """``auto`` judges by the clock (dspark.policy.Clock): in tests every round and plain step takes
+    what the costs price it at (tiny.PricedClock), so decisions follow each test's costs and not
+    this machine's noise; the clock's own tests install a scripted one over it."""
+    from tiny import PricedClock
+
+    monkeypatch.setattr("dspark.policy.Clock", PricedClock)
+
+
 @pytest.fixture(scope="module")
 def costs_measured_once():
     """``dspark.costs.measure``'s full measurement (every context, thread counts of its own

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from oracle import OracleDrafter
 from same import assert_same_greedy
-from tiny import PROMPT, STEEP, WRAPPING, wrapping_case
+from tiny import PROMPT, STEEP, WRAPPING, ScriptedClock, tiny_target, wrapping_case
 
 from dspark import DflashConfig, DflashDrafter, GenerationConfig, generate, run_to_summary
 from dspark.costs import Costs
@@ -135,6 +135,38 @@ def test_a_shadow_draft_that_would_have_paid_brings_drafting_back():
     assert not s.drafts(101, 50)
     s.observe_shadow(101, 4, 4)  # all four right: a round would have paid
     assert s.drafts(102, 50)
+
+
+def test_auto_follows_the_clock_to_plain_steps_and_back(monkeypatch):
+    """The machine gets busy mid-run: for a while every round takes 3x what the costs price it at
+    (plain steps their price), with a drafter that is always right. auto goes plain within a few
+    rounds, probes now and then (a verified round after a right shadow draft), and drafts again
+    once a probe finds rounds paying; lossless throughout."""
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    target, n = tiny_target(seed=0, scale=0.15, vocab=96, window=16), 400
+    ref = [tok for tok, _ in generate_step(mx.array(PROMPT), target.model, max_tokens=n)]
+    busy_from, busy_until = 8, 120
+    clock = type("Busy", (ScriptedClock,), {"busy_from": busy_from, "busy_until": busy_until, "factor": 3.0})
+    monkeypatch.setattr("dspark.policy.Clock", clock)
+    # a full round pays (7 tokens in 6 ms against 2 ms a step); at 3x its price none does
+    costs = Costs(verify_ms=(2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0), draft_ms=1.0, step_ms=2.0)
+    oracle = OracleDrafter(PROMPT + ref, target.dims.vocab_size, block_size=6, corrupt=0.0)
+    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, policy="auto")
+    events = list(generate(target, oracle, PROMPT, cfg, costs=costs))
+    assert_same_greedy(target, PROMPT, events[-1].tokens, ref)
+    timed = events[:-1]  # every event is one timed round or plain step, in order
+    assert not any(e.plain_step for e in timed[: busy_from - 1])  # drafting while rounds pay
+    first_plain = next(i for i, e in enumerate(timed) if e.plain_step)
+    assert busy_from - 1 < first_plain <= busy_from + 5  # plain within a few slow rounds
+    busy = timed[first_plain : busy_until - 1]
+    probes = [e for e in busy if not e.plain_step]
+    assert 1 <= len(probes) <= 4 and sum(e.plain_step for e in busy) > 80  # plain, probing rarely
+    after = timed[busy_until - 1 :]
+    back = next(i for i, e in enumerate(after) if not e.plain_step)
+    assert back <= 70  # the next probe finds rounds paying again (probes are at most 64 steps apart here)
+    assert not any(e.plain_step for e in after[back:]) and max(e.accepted for e in after) == 6
 
 
 def test_shadow_drafts_that_pay_only_on_evidence_are_kept_as_evidence():

@@ -9,6 +9,7 @@ from mlx_lm.models import gemma4_text
 
 from dspark import Target
 from dspark.costs import Costs
+from dspark.policy import Clock
 
 
 def tiny_args(window: int = 16, shared: int = 0, per_layer: int = 0, layers: int = 6, vocab: int = 64, **kw):
@@ -55,6 +56,40 @@ PROMPT = [5, 9, 11, 3, 7, 21, 2]
 WRAPPING = {"sliding16": dict(window=16), "sliding24-kvshared-perlayer": dict(window=24, shared=2, per_layer=8)}
 #: A machine where verifying more rows costs more and more: auto must trade width for time.
 STEEP = Costs(verify_ms=(2.0, 2.4, 3.0, 4.0, 5.5, 7.5, 10.0), draft_ms=2.0, step_ms=1.5)
+
+
+class PricedClock(Clock):
+    """``auto``'s clock in tests (conftest installs it): every round and plain step takes exactly
+    what the costs price it at, so a test's decisions follow its made-up costs, never this
+    machine's noise."""
+
+    def round_took(self, measured_ms: float, priced_ms: float) -> float:
+        return super().round_took(priced_ms, priced_ms)
+
+    def step_took(self, measured_ms: float, priced_ms: float) -> float:
+        return super().step_took(priced_ms, priced_ms)
+
+
+class ScriptedClock(Clock):
+    """A machine that gets busy: from the ``busy_from``-th timed round or step to the
+    ``busy_until``-th, every round takes ``factor`` times its price (plain steps their price)."""
+
+    busy_from, busy_until, factor = 0, 0, 1.0
+
+    def __init__(self):
+        super().__init__()
+        self.timed = 0
+
+    def _factor(self) -> float:
+        self.timed += 1
+        return self.factor if self.busy_from <= self.timed < self.busy_until else 1.0
+
+    def round_took(self, measured_ms: float, priced_ms: float) -> float:
+        return super().round_took(priced_ms * self._factor(), priced_ms)
+
+    def step_took(self, measured_ms: float, priced_ms: float) -> float:
+        self._factor()
+        return super().step_took(priced_ms, priced_ms)
 
 
 def wrapping_case(name: str):
