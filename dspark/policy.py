@@ -27,9 +27,11 @@ judged at the price of its draft alone, and drafting resumes when the acceptance
 ``auto`` judges by the clock (:class:`Clock`): the costs measured once per machine are only the
 prior. Every round and plain step of the run is timed, and the costs the rule prices with are the
 measured ones scaled by what this run's rounds and plain steps actually took against them, so a
-change of load, BLAS or power state is followed within a few rounds. A plain stretch cannot time
-a round, so now and then it verifies one (a probe, :meth:`Scheduler.drafts`), when the drafter's
-last shadow draft was right: that round both commits tokens and says what rounds cost now.
+change of load, BLAS or power state is followed within a few rounds. A kind of step not timed lately is assumed to
+have moved as the other did, so the run probes the kind it is not running (:meth:`Scheduler.drafts`):
+a plain stretch verifies a round now and then when the drafter's last shadow draft was right
+(that round commits tokens and says what rounds cost now), and a drafting stretch takes a plain
+step now and then: at once when the kind it runs was timed 25% off since the other was.
 
 Every policy is lossless: the width decides only how many drafts are checked, never which
 token is committed, and the decision about draft k depends on nothing the target has not yet
@@ -192,38 +194,51 @@ def conditional(survivals: list[float]) -> list[float]:
 
 class Clock:
     """What this run's rounds and plain steps took, as multiples of what the costs price them at
-    (1.0: as measured). Each timed round or step moves its multiple ``FOLLOW`` of the way to its
-    own ratio, clipped to ``CLIP`` either way (one stall does not decide). A kind not yet timed
-    is priced as measured (1.0): were it to follow the other (a busier machine slows both), rounds
-    that alone became slower would never be left for plain steps. When the load slowed both, the
-    plain steps that follow are timed slower too and drafting resumes at once."""
+    (1.0: as measured). Each timed round or step moves its kind's multiple ``FOLLOW`` of the way
+    to its own ratio, clipped to ``CLIP`` either way (one stall does not decide). A kind not timed
+    since the other's multiple moved is assumed to have moved alike (a busier machine slows both):
+    its multiple is scaled by the other's change since it was last timed. So only timing both kinds
+    tells a change of their relation, which is why ``auto`` probes the kind it is not running."""
 
     def __init__(self):
-        self._round: float | None = None
-        self._step: float | None = None
+        self._m = {"round": None, "step": None}  # each kind's own multiple (None: never timed)
+        self._other_then = {"round": 1.0, "step": 1.0}  # the other kind's, when this one was timed
 
-    @staticmethod
-    def _follow(old: float | None, measured_ms: float, priced_ms: float) -> float:
+    def _took(self, kind: str, measured_ms: float, priced_ms: float) -> float:
         ratio = min(CLIP, max(1.0 / CLIP, measured_ms / max(priced_ms, 1e-9)))
-        return ratio if old is None else old + FOLLOW * (ratio - old)
+        old = self._m[kind]
+        self._m[kind] = ratio if old is None else old + FOLLOW * (ratio - old)
+        self._other_then[kind] = self._m[_OTHER[kind]] or 1.0
+        return measured_ms
+
+    def moved(self, kind: str) -> bool:
+        """Whether the other kind's multiple moved by more than ``MOVED`` either way since this
+        kind was last timed: then this kind's is a guess worth checking."""
+        change = (self._m[_OTHER[kind]] or 1.0) / self._other_then[kind]
+        return not 1.0 / MOVED < change < MOVED
+
+    def multiple(self, kind: str) -> float:
+        own, other = self._m[kind] or 1.0, self._m[_OTHER[kind]] or 1.0
+        return own * other / self._other_then[kind]
 
     def round_took(self, measured_ms: float, priced_ms: float) -> float:
         """A round priced at ``priced_ms`` took ``measured_ms``; returns what it took as this
         clock reads it (a test's scripted clock reads its own)."""
-        self._round = self._follow(self._round, measured_ms, priced_ms)
-        return measured_ms
+        return self._took("round", measured_ms, priced_ms)
 
     def step_took(self, measured_ms: float, priced_ms: float) -> float:
-        self._step = self._follow(self._step, measured_ms, priced_ms)
-        return measured_ms
+        return self._took("step", measured_ms, priced_ms)
 
     @property
     def rounds(self) -> float:
-        return self._round if self._round is not None else 1.0
+        return self.multiple("round")
 
     @property
     def steps(self) -> float:
-        return self._step if self._step is not None else 1.0
+        return self.multiple("step")
+
+
+_OTHER = {"round": "step", "step": "round"}
 
 
 class Scheduler:
@@ -240,6 +255,7 @@ class Scheduler:
         self.shadow_every = SHADOW_FIRST
         self.clock = Clock()
         self.since_probe, self.probe_every = 0, PROBE_FIRST  # plain steps since the last probe
+        self.since_step, self.step_probe_every = 0, PROBE_FIRST  # rounds since the last plain step
         self.shadow_right = False  # the last shadow draft's first token was the target's
         self.probing = False  # the round drafted now is a probe
 
@@ -265,6 +281,7 @@ class Scheduler:
         c = self.costs.at(position)
         priced = draft_cost(c.draft_ms, c.draft_step_ms, drafted) + c.verify_ms[min(width, len(c.verify_ms) - 1)]
         ms = self.clock.round_took(seconds * 1000, priced)
+        self.since_step += 1
         if self.probing:
             self.probing = False
             paid = (1 + accepted) / ms >= 1.0 / self.priced(position).step_ms
@@ -274,6 +291,7 @@ class Scheduler:
         """A plain step at ``position`` took ``seconds``."""
         if self.policy.kind == "auto":
             self.clock.step_took(seconds * 1000, self.costs.at(position).step_ms)
+            self.since_step = 0
 
     @property
     def reads_confidences(self) -> bool:
@@ -296,9 +314,15 @@ class Scheduler:
         if self.pays(position, self.running.survival()):
             self.plain_run, self.shadow_every = 0, SHADOW_FIRST
             self.since_probe = 0
+            if self.since_step >= self.step_probe_every or (self.since_step >= 2 and self.clock.moved("step")):
+                # a plain step among the rounds: only a timed step says whether rounds still beat it
+                self.step_probe_every = min(2 * self.step_probe_every, PROBE_MAX)
+                return False
             return True
         self.since_probe += 1
-        if self.shadow_right and self.since_probe >= self.probe_every:
+        self.step_probe_every = PROBE_FIRST
+        due = self.since_probe >= self.probe_every or (self.since_probe >= 2 and self.clock.moved("round"))
+        if self.shadow_right and due:
             # a probe: the drafter was right lately, and only a round says what rounds cost now
             self.since_probe, self.shadow_right, self.probing = 0, False, True
             return True
@@ -400,10 +424,12 @@ class Scheduler:
 SHADOW_FIRST, SHADOW_MAX = 4, 32
 #: Plain steps before a probe (a verified round in a plain stretch, after a right shadow draft),
 #: and the most between two: the interval doubles while probes do not pay, so a stretch of n plain
-#: steps verifies at most ~log2(n / 16) + n / 256 rounds it did not choose for their tokens.
+#: steps verifies at most ~log2(n / 16) + n / 256 rounds it did not choose for their tokens. The
+#: same for the plain steps a drafting stretch takes (16 rounds, doubling to 256 while drafting).
 PROBE_FIRST, PROBE_MAX = 16, 256
-#: The clock: how far one timed round or step moves its multiple, and the most one can say.
-FOLLOW, CLIP = 0.3, 3.0
+#: The clock: how far one timed round or step moves its multiple, the most one can say, and the
+#: change of one kind's multiple that has the run time the other kind at once (a probe).
+FOLLOW, CLIP, MOVED = 0.3, 3.0, 1.25
 
 
 __all__ = [

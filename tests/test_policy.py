@@ -159,14 +159,17 @@ def test_auto_follows_the_clock_to_plain_steps_and_back(monkeypatch):
     timed = events[:-1]  # every event is one timed round or plain step, in order
     assert not any(e.plain_step for e in timed[: busy_from - 1])  # drafting while rounds pay
     first_plain = next(i for i, e in enumerate(timed) if e.plain_step)
-    assert busy_from - 1 < first_plain <= busy_from + 5  # plain within a few slow rounds
-    busy = timed[first_plain : busy_until - 1]
+    assert busy_from - 1 < first_plain <= busy_from + 2  # a plain step at once (the step's probe)
+    settled = next(i for i in range(first_plain, len(timed)) if all(e.plain_step for e in timed[i : i + 8]))
+    assert settled <= busy_from + 8  # plain within a few slow rounds
+    busy = timed[settled : busy_until - 1]
     probes = [e for e in busy if not e.plain_step]
     assert 1 <= len(probes) <= 4 and sum(e.plain_step for e in busy) > 80  # plain, probing rarely
     after = timed[busy_until - 1 :]
     back = next(i for i, e in enumerate(after) if not e.plain_step)
     assert back <= 70  # the next probe finds rounds paying again (probes are at most 64 steps apart here)
-    assert not any(e.plain_step for e in after[back:]) and max(e.accepted for e in after) == 6
+    again = after[back:]  # drafting, with a plain step now and then (the clock's step probes)
+    assert sum(e.plain_step for e in again) <= 2 + len(again) // 8 and max(e.accepted for e in after) == 6
 
 
 def test_shadow_drafts_that_pay_only_on_evidence_are_kept_as_evidence():
