@@ -249,3 +249,12 @@ def test_the_cli_trains_a_kind_and_refuses_what_does_not_apply(world, tmp_path, 
     assert dspark([*base, "--resume", "--steps", "4"]) == 0
     resumed = load_drafter(tmp_path / "e", world["target"])
     assert resumed.block_size == 3 and json.loads((tmp_path / "e" / "train_report.json").read_text())["steps_done"] == 4
+
+
+def test_a_time_budget_counts_training_steps_not_the_data(world, tmp_path):
+    """The budget is the training's: a run whose self-distillation alone outlasts it still trains
+    (a budget counted from the command's start once trained 0 steps, after 40 minutes of data)."""
+    settings = dataclasses.replace(SETTINGS, steps=400, time_budget_minutes=0.002)  # 0.12 s
+    train_head(world["target"], world["texts"], tmp_path / "e3", KINDS["eagle3"], settings=settings, **QUIET)
+    report = json.loads((tmp_path / "e3" / "train_report.json").read_text())
+    assert report["stopped_by"] == "time budget" and 1 <= report["steps_done"] < 400

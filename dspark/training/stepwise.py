@@ -352,7 +352,6 @@ def train_head(
 
     s, world = settings, world or World()
     refuse_world(world, cfg.kind)
-    t_start = time.perf_counter()
     out = _output(out_dir, world)
     say = log or (lambda m: print(m, file=sys.stderr))
     resuming = resume and (out / STATE_FILE).is_file()
@@ -398,7 +397,7 @@ def train_head(
         f"{len(seqs)} sequences of {seqs.tokens.shape[1]}"
     )
     first_step, loop_start = trainer.step, time.perf_counter()
-    stopped, recent = _train_loop(trainer, out, t_start, progress, say=say, save=lambda d: save_head(drafter, d))
+    stopped, recent = _train_loop(trainer, out, progress, say=say, save=lambda d: save_head(drafter, d))
     train_seconds = time.perf_counter() - loop_start
     save_head(drafter, out)
     trainer.save_state(out)

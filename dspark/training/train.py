@@ -75,7 +75,6 @@ def train_drafter(
     writes ``out_dir``, and a resumed run reads rank 0's files from ``read_from`` (a copy of
     them on the other ranks). Returns the trained drafter."""
     s, world = settings, world or World()
-    t_start = time.perf_counter()
     check_training_shapes(
         target, block_size=cfg.block_size, layers=cfg.num_layers, tap_layers=cfg.tap_layers, settings=s
     )  # before anything is allocated
@@ -112,7 +111,7 @@ def train_drafter(
     )
 
     first_step, loop_start = trainer.step, time.perf_counter()
-    stopped, recent = _train_loop(trainer, out, t_start, progress, say=say)
+    stopped, recent = _train_loop(trainer, out, progress, say=say)
     train_seconds = time.perf_counter() - loop_start
     if not world.main:
         return drafter  # rank 0 writes the drafter, evaluates it and reports
@@ -410,10 +409,9 @@ def _training_data(
 SAME = "training data, target or settings"
 
 
-def _train_loop(
-    trainer: DrafterTrainer, out: Path, t_start: float, progress: bool, *, say, save=None
-) -> tuple[str, list]:
-    """Train to ``settings.steps`` (or the time budget, counted from ``t_start``), checkpointing
+def _train_loop(trainer: DrafterTrainer, out: Path, progress: bool, *, say, save=None) -> tuple[str, list]:
+    """Train to ``settings.steps`` (or the time budget, counted from the first step: a budget
+    that also counted the data's self-distillation could be spent before any step), checkpointing
     as it goes (``dspark.training.loop``); returns (what stopped it, the last losses). An
     interrupt saves a checkpoint and re-raises. ``save(out)`` writes the drafter (default: its
     own ``save``; an autoregressive head's writer in its layout)."""
@@ -456,7 +454,6 @@ def _train_loop(
             checkpoint_due=lambda: time.perf_counter() - last_save[0] > s.checkpoint_minutes * 60,
             progress=Progress(total=s.steps, desc="train", enabled=progress, bar=world.main, say=say),
             budget_s=budget,
-            started=t_start,
             agree=world.agree if world.size > 1 else None,
         )
     except KeyboardInterrupt:

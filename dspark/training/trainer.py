@@ -97,7 +97,12 @@ class TrainSettings:
     )
     # the run
     time_budget_minutes: float | None = option(
-        None, "stop training after this long (and still write the drafter)", lo=0.0, hi=1e7, none="no budget"
+        None,
+        "stop training after this many minutes of training steps (preparing the data not counted), "
+        "and still write the drafter",
+        lo=0.0,
+        hi=1e7,
+        none="no budget",
     )
     checkpoint_minutes: float = option(5.0, "minutes between checkpoints", lo=0.0, hi=1e7)
     eval_prompts: int = option(8, "held-out prompts for the final evaluation (0: skip)", lo=0, hi=100_000)
