@@ -450,7 +450,8 @@ def test_the_dflash_peer_runs_the_same_drafter_in_the_same_run(dirs, tmp_path, c
         )
         == 0
     )
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err, table = captured.err, captured.out
     assert "the mlx-dspark peer does not read zlab (zlab-dflash format)" in err
     doc = json.loads((out / "summary.json").read_text())
     ours, theirs = doc["arms"][1], doc["arms"][2]
@@ -461,6 +462,12 @@ def test_the_dflash_peer_runs_the_same_drafter_in_the_same_run(dirs, tmp_path, c
     other = doc["arms"][3]  # bstnxbt's dflash-mlx, the same z-lab head
     assert other["arm"] == "dflash-mlx zlab" and other["identical"] == other["compared"] == 2
     assert other["tau"] == pytest.approx(ours["tau"], rel=0.1) and other["speedup"] > 0
+    # each peer beside this project's loop on the same work: tokens per second, paired trial by trial
+    trials = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    rate = {(t["arm"], t["prompt_index"]): t["tokens_per_sec"] for t in trials}
+    paired = sorted(rate[("zlab fixed", i)] / rate[("dflash zlab", i)] for i in (0, 1))
+    assert theirs["vs_project_arm"] == "zlab fixed" and theirs["vs_project"] == pytest.approx(sum(paired) / 2)
+    assert f"zlab fixed: {theirs['vs_project']:.2f}x this one's tok/s" in table
 
 
 @pytest.mark.skipif(os.environ.get("DSPARK_SKIP_PEERS") is not None, reason="DSPARK_SKIP_PEERS is set")

@@ -27,7 +27,7 @@ from .. import blas
 from ..config import GenerationConfig
 from ..engine import generate
 from ..events import Summary
-from .report import PLAIN
+from .report import PEER_POLICY, PLAIN
 
 
 def _sampler(config: GenerationConfig):
@@ -223,7 +223,13 @@ class Peer:
         ``drafter_name`` names the arm, ``kind`` the drafter's format, ``block_size`` the tokens
         it drafts a round; ``drafter_kind`` is the peer's own name for the drafter's kind, when it
         needs one (mlx-vlm's ``draft_kind``)."""
-        self.peer, self.drafter, self.policy, self.block_size, self.kind = peer, drafter_name, "peer", block_size, kind
+        self.peer, self.drafter, self.policy, self.block_size, self.kind = (
+            peer,
+            drafter_name,
+            PEER_POLICY,
+            block_size,
+            kind,
+        )
         self.name = f"{peer} {drafter_name}"
         args = [python, str(PEER_SERVER), peer, target_dir, drafter_dir, blas.loaded_path() or ""]
         if drafter_kind:

@@ -235,11 +235,38 @@ def summarize_arm(trials: list[dict]) -> dict:
 
 def summarize(trials: Iterable[dict]) -> list[dict]:
     """Per-arm summaries (per arm and prompt length, with ``--context``), in the order the arms
-    first appear."""
+    first appear. A peer's arm also says how this project's loop compares with it on the same
+    work (:func:`versus_peer`)."""
     by_arm: dict[tuple, list[dict]] = {}
     for t in trials:
         by_arm.setdefault((t.get("context"), t["arm"]), []).append(t)
-    return [summarize_arm(ts) for ts in by_arm.values()]
+    out = [summarize_arm(ts) for ts in by_arm.values()]
+    for (context, _), ts, s in zip(by_arm.keys(), by_arm.values(), out):
+        if s.get("policy") == PEER_POLICY:
+            ours = by_arm.get((context, f"{s['drafter']} fixed"))
+            if ours:
+                s.update(versus_peer(ours, ts))
+    return out
+
+
+#: A peer's arms run its own loop: every drafted token verified, as this project's ``fixed``.
+PEER_POLICY = "peer"
+
+
+def versus_peer(ours: list[dict], peer: list[dict]) -> dict:
+    """This project's ``fixed`` arm against a peer's arm with the same drafter: tokens per second
+    of the two trials of one prompt in one repeat (seconds apart, the same work: every drafted
+    token verified), divided, paired trial by trial (``vs_project``: ours / the peer's, median and
+    spread). Not the two arms' speedups divided: each environment's plain decoding differs."""
+    theirs = {(t.get("prompt_index"), t.get("repeat")): t["tokens_per_sec"] for t in peer if t.get("tokens_per_sec")}
+    ratios = [
+        t["tokens_per_sec"] / theirs[(t.get("prompt_index"), t.get("repeat"))]
+        for t in ours
+        if t.get("tokens_per_sec") and theirs.get((t.get("prompt_index"), t.get("repeat")))
+    ]
+    if not ratios:
+        return {}
+    return {"vs_project": median(ratios), "vs_project_spread": _spread(ratios), "vs_project_arm": ours[0]["arm"]}
 
 
 def environment(repo: Path | None = None) -> dict:
