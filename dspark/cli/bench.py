@@ -102,6 +102,9 @@ def table(doc: dict) -> str:
             if "compared" in s
             else ""
         )
+        if "vs_project" in s:
+            v = s["vs_project_spread"]
+            same += f"  {s['vs_project_arm']}: {s['vs_project']:.2f}x this one's tok/s [{v['p25']:.2f}-{v['p75']:.2f}]"
         name = f"{s['arm']} @{s['context']}" if s.get("context") else s["arm"]
         lines.append(
             f"{name[:28]:<28} {(s.get('kind') or '')[:16]:<16} {s['tokens_per_sec']:>7.1f} {speed:>16} "
