@@ -266,3 +266,23 @@ def test_recent_lists_remember_only_directories_that_loaded(qtbot, dirs, tmp_pat
     qtbot.waitUntil(lambda: str(dirs["drafter"]) in prefs.recent("drafters"), timeout=LONG)
     assert str(dirs["broken"]) not in prefs.recent("drafters")
     w.close()
+
+
+@pytest.mark.usefixtures("costs_measured_once")
+def test_a_run_where_auto_drafted_nothing_measures_nothing(qtbot, window, dirs, monkeypatch):
+    """auto decoded plainly throughout (no round paid): tau and acceptance are "–", not "0.00" and
+    "0%" (tau is at least 1 by its own definition), the acceptance plots show their "nothing yet"
+    text, and the speedup says why it differs from 1."""
+    from dspark.policy import Scheduler
+
+    monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: False)  # no round pays
+    w = window
+    setup(w, dirs, max_tokens=10)
+    w.controls.form.widget("policy").setCurrentText("auto")
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    speculative, _ = w.session.shown_runs()
+    assert speculative.summary.plain_steps == 10 and speculative.summary.rounds == 0
+    h = w.results.header
+    assert h.values["tau"].text() == "–" and h.values["rate"].text() == "–"
+    assert "No round drafted" in h.values["speedup"].toolTip()
+    assert w.results.plots.boxes["position"].is_empty and w.results.plots.boxes["hist"].is_empty

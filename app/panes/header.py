@@ -179,6 +179,9 @@ class HeaderStrip(QFrame):
             speculative_tps, plain_tps = compared_rates(speculative, plain)
             basis = f"first {compared} tokens"
         f = speculative.figures() if speculative and speculative.rounds else None
+        if f is not None and not f.rounds:  # auto decoded plainly throughout: nothing drafted, nothing measured
+            f = None
+        none = "–" if speculative is not None and speculative.done else ""
         first = speculative if speculative is not None else plain
         mem = first.summary.peak_memory_bytes if first and first.done else 0
         verdict = speculative.verdict if speculative is not None else None
@@ -187,8 +190,8 @@ class HeaderStrip(QFrame):
                 "speculative": f"{speculative_tps:.1f}" if speculative_tps else "",
                 "plain": f"{plain_tps:.1f}" if plain_tps else "",
                 "speedup": f"{ratio:.2f}×" if ratio else "",
-                "tau": f"{f.tau:.2f}" if f else "",
-                "rate": f"{f.acceptance_rate:.0%}" if f else "",
+                "tau": f"{f.tau:.2f}" if f else none,
+                "rate": f"{f.acceptance_rate:.0%}" if f else none,
                 "ttft": f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "",
                 "mem": f"{mem / 2**20:.0f} MB" if mem else "",
                 "same": same_as_plain([verdict]) or "",
@@ -225,8 +228,8 @@ class HeaderStrip(QFrame):
                 "speculative": f"{speculative_tps:.1f}" if speculative_tps else "",
                 "plain": f"{plain_tps:.1f}" if plain_tps else "",
                 "speedup": f"{r['speedup']:.2f}×" if r.get("speedup") else "",
-                "tau": f"{r['tau']:.2f}" if r.get("rounds") else "",
-                "rate": f"{r['acceptance_rate']:.0%}" if r.get("rounds") else "",
+                "tau": f"{r['tau']:.2f}" if r.get("rounds") else ("–" if row is not None else ""),
+                "rate": f"{r['acceptance_rate']:.0%}" if r.get("rounds") else ("–" if row is not None else ""),
                 "ttft": f"{ttft * 1000:.0f} ms" if ttft is not None else "",
                 "mem": f"{mem / 2**20:.0f} MB" if mem else "",
                 "same": r.get("identical") or "",
@@ -269,9 +272,23 @@ def _pooled_note(view: View, row: dict, n: int) -> str:
     )
 
 
+#: The speedup's tooltip when the speculative run never drafted (auto found no round paying).
+NO_ROUND_NOTE = (
+    "No round drafted: auto decoded plainly throughout, so nothing of the drafter was measured. "
+    "The speedup compares this engine's plain steps with mlx-lm's plain decoding: the same "
+    "forwards, so it differs from 1 by the loop's own cost and the machine's noise. "
+)
+
+
 def _compared_note(compared: int, speculative, plain) -> str:
     if not compared:
         return ""
+    if speculative.done and speculative.rounds and not speculative.figures().rounds:
+        return NO_ROUND_NOTE + _lengths_note(compared, speculative, plain)
+    return _lengths_note(compared, speculative, plain)
+
+
+def _lengths_note(compared: int, speculative, plain) -> str:
     if compared < MIN_COMPARED:
         return f"This run: only {compared} tokens in common (one run stopped at EOS): too few to compare."
     lengths = (len(speculative.summary.tokens), len(plain.summary.tokens))

@@ -284,9 +284,10 @@ class PlotsPane(QWidget):
         """Redraw from the speculative run and the plain run (either may be None)."""
         speculative, plain = view.speculative, view.plain
         t = self.theme
-        has_speculative = speculative is not None and bool(speculative.rounds)
+        # rounds that drafted: auto's plain steps are events too, but nothing drafted was measured
+        f = speculative.figures() if speculative is not None and speculative.rounds else None
+        has_speculative = f is not None and f.rounds > 0
         if has_speculative:
-            f = speculative.figures()
             rates = f.per_position_acceptance
             self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1, dtype=float), height=np.array(rates, float))
             self.position.setXRange(0.4, max(len(rates), 1) + 0.6, padding=0)
