@@ -108,6 +108,10 @@ def test_a_dspark_bench_result_opens_on_the_compare_tab(qtbot, window, dirs, tmp
     assert rows[1][4] == f"{arm['tokens_per_sec']:.1f}" and rows[1][3] == f"{arm['acceptance_rate']:.0%}"
     assert w.results.compare.boxes[2].isVisible() or not w.results.compare.isVisible()  # its measured costs
     assert "median of 1 trials" in w.results.compare.table.item(1, 5).toolTip()
+    # the header's speedup is a median of trial ratios beside medians of rates: it says so
+    w.refresh()
+    h = w.results.header
+    assert h.values["speedup"].text() == f"{arm['speedup']:.2f}×" and "median of trials" in h.captions["speedup"].text()
 
 
 @pytest.mark.parametrize(

@@ -149,17 +149,26 @@ class HeaderStrip(QFrame):
             self._show_run(view)
 
     def _show(
-        self, values: dict[str, str], headline: str, *, speedup_tip: str = "", basis: str = "", busy: str = ""
+        self,
+        values: dict[str, str],
+        headline: str,
+        *,
+        speedup_tip: str = "",
+        basis: str = "",
+        busy: str = "",
+        speedup_basis: str = "",
     ) -> None:
         """``basis``: said under both tok/s when they are not whole-run rates but the two the
-        speedup divides (the runs made different numbers of tokens); ``busy``: the machine's
-        load said beside the speedup (``app.state.runs.busy_note``)."""
+        speedup divides (the runs made different numbers of tokens); ``speedup_basis``: said
+        under the speedup when it is not their quotient (a benchmark's median of per-trial
+        ratios); ``busy``: the machine's load said beside the speedup (``app.state.runs.busy_note``)."""
         self.headline.setText(headline)
         self._say_busy(busy)
         for key, caption, _tip in FIELDS:
             self.values[key].setText(values.get(key) or "–")
             both_rates = basis and key in ("speculative", "plain")
-            self.captions[key].setText(f"{caption} · {basis}" if both_rates else caption)
+            said = basis if both_rates else speedup_basis if key == "speedup" else ""
+            self.captions[key].setText(f"{caption} · {said}" if said else caption)
         self.values["speedup"].setToolTip(SPEEDUP_TIP + ("\n\n" + speedup_tip if speedup_tip else ""))
 
     def _show_run(self, view: View) -> None:
@@ -237,6 +246,9 @@ class HeaderStrip(QFrame):
             headline,
             speedup_tip=_pooled_note(view, r, n) if row is not None else "",
             basis=basis,
+            # a benchmark's speedup is the median of its trials' ratios, beside medians of rates:
+            # they need not divide, so it says which it is
+            speedup_basis="median of trials" if view.bench is not None and r.get("speedup") else "",
             busy=busy_note((row or plain or {}).get("machine")),
         )
         self.values["same"].setToolTip(SAME_TIP)
