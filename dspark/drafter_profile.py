@@ -50,6 +50,9 @@ class Profile:
     source: str  # "training", "calibrate", "recorded", "train_report.json"
     prompts: int = 0
     rounds: int = 0
+    # its weights, finer (dspark.target.Target.weights_digest: every parameter sampled; None in
+    # profiles written before it was kept)
+    target_digest: str | None = None
 
     def to_dict(self) -> dict:
         return {"version": VERSION, **asdict(self), "per_position_acceptance": list(self.per_position_acceptance)}
@@ -79,6 +82,7 @@ class Profile:
             ("thinking", (bool, type(None))),
             ("target_id", (str, type(None))),
             ("target_fingerprint", (str, type(None))),
+            ("target_digest", (str, type(None))),
             ("source", (str,)),
         ):
             value = d.get(key, 0 if key in ("prompts", "rounds") else None)
@@ -101,6 +105,7 @@ class Profile:
             source=d["source"],
             prompts=d.get("prompts", 0),
             rounds=d.get("rounds", 0),
+            target_digest=d.get("target_digest"),
         )
 
 
@@ -152,6 +157,7 @@ def measured(
         block_size=int(block_size),
         target_id=target.target_id,
         target_fingerprint=target_fingerprint(target),
+        target_digest=target.weights_digest,
         templated=templated,
         thinking=thinking,
         context_length=context_length,

@@ -125,7 +125,18 @@ class Target:
         self.projection = DraftProjection(self.lm)
         self.target_id = _target_id(self.dims, args, tokenizer)
         self.weights_fingerprint = _weights_fingerprint(self.lm)
+        self._weights_digest: str | None = None
         self.eos_token_ids = set(getattr(tokenizer, "eos_token_ids", None) or [])
+
+    @property
+    def weights_digest(self) -> str:
+        """A finer fingerprint of the weights than :attr:`weights_fingerprint`: a sample of every
+        parameter as stored (a quantized one's packed values, scales and biases), so a fine-tune
+        that left the norms alone, or another quantization of the same release, is told apart.
+        What a drafter profile records of the target it was measured on (``target_digest``)."""
+        if self._weights_digest is None:
+            self._weights_digest = _weights_digest(self.lm)
+        return self._weights_digest
 
     @property
     def layers(self) -> list:
@@ -239,6 +250,23 @@ def _target_id(dims: TargetDims, args, tokenizer) -> str:
         vocab = getattr(tokenizer, "get_vocab", lambda: {})()
         h.update(json.dumps(sorted(vocab.items()), default=str).encode())
     return f"gemma4-{dims.num_layers}L-{dims.hidden_size}d-{dims.vocab_size}v-{h.hexdigest()[:10]}"
+
+
+def _weights_digest(lm: nn.Module, samples: int = 64) -> str:
+    """``samples`` evenly spaced values of each parameter (names in order), as stored, floats
+    rounded to 4 decimals in float32 (a float32 copy of bf16 weights is the same weights)."""
+    from mlx.utils import tree_flatten  # noqa: PLC0415 (one use)
+
+    h = hashlib.sha256()
+    for name, a in sorted(tree_flatten(lm.parameters()), key=lambda kv: kv[0]):
+        flat = a.reshape(-1)
+        picked = flat[:: max(1, flat.size // samples)][:samples]
+        if mx.issubdtype(picked.dtype, mx.floating):
+            picked = np.round(np.array(picked.astype(mx.float32)), 4)
+        else:
+            picked = np.array(picked)
+        h.update(name.encode() + b"|" + picked.tobytes())
+    return h.hexdigest()[:16]
 
 
 def _weights_fingerprint(lm: nn.Module) -> str:

@@ -14,6 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 import pytest
 from diagnose_world import PROMPTS, bos_prompt, write_target
@@ -114,6 +115,33 @@ def test_the_demo_pair_on_the_demo_set_gets_no_warning_or_error(name, capsys):
 
 
 # ----------------------------------------------------------------------------- each code planted
+def test_target_mismatch_a_fine_tune_that_left_the_norms_alone(world, tmp_path):
+    """A fine-tune of the target the drafter was trained on (its head moved, every norm as it was:
+    the norms' fingerprint cannot tell it apart) is named from the profile's finer weights digest,
+    with both digests and the drop against the profile, at the severity the drop deserves."""
+
+    root, target = world
+    tuned = tmp_path / "tuned"
+    shutil.copytree(root / "target", tuned)
+    w = mx.load(str(tuned / "model.safetensors"))
+    rng = np.random.default_rng(3)
+    head = np.array(w["lm_head.weight"])
+    w["lm_head.weight"] = mx.array(0.3 * head + 0.7 * head[rng.permutation(head.shape[0])])
+    mx.save_safetensors(str(tuned / "model.safetensors"), w)
+    other = load_target(tuned)
+    assert other.weights_fingerprint == target.weights_fingerprint and other.weights_digest != target.weights_digest
+    profile = find(root / "native", load_drafter(root / "native", target))
+    assert profile.target_digest == target.weights_digest  # training's profile keeps it
+    d = run(world, root / "native", target=other)
+    f = next(f for f in d.findings if f.code == "target_mismatch")
+    assert f.severity in ("warn", "error") and "same norms" in f.sentence
+    assert (
+        f.evidence["recorded_digest"] == target.weights_digest and f.evidence["target_digest"] == other.weights_digest
+    )
+    assert f.evidence["accepted"] < 0.85 * f.evidence["expected_accepted"]
+    assert not [f for f in run(world, root / "native").findings if f.code == "target_mismatch"]  # its own target
+
+
 def test_target_mismatch_other_weights_of_the_same_shape(world):
     root, target = world
     other = load_target(root / "other")

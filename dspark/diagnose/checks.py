@@ -22,6 +22,8 @@ MIN_ROUNDS = 8
 #: the profile's held-out text, which moves acceptance by a fifth or so; other weights take most
 #: of it (a drafter on another checkpoint keeps a tenth to a third).
 FAR_BELOW = 0.5
+#: ... and "below" (a warning) under 85% of it: more than the prompts' own spread.
+BELOW = 0.85
 #: convention: another reading "jumps" when it accepts 1.5 times as many drafts a round, and at
 #: least half a token more (an anchor slot read off by one leaves about 0.1 accepted a round).
 JUMP = 1.5
@@ -54,6 +56,9 @@ class Facts:
     trained_block: int | None
     target_fingerprint: str
     recorded_fingerprint: str | None  # the target the drafter was trained or profiled on
+    # the same, finer (every parameter sampled: ``Target.weights_digest``), when the profile kept it
+    target_digest: str | None = None
+    recorded_digest: str | None = None
     profile: Profile | None
     has_template: bool  # the target's tokenizer has a chat template
     templated: bool | None  # this run's prompts went through it
@@ -71,30 +76,41 @@ def _acc(m: Measurement) -> float:
 
 
 def target_mismatch(f: Facts) -> Finding | None:
-    """The drafter was trained (or profiled) against other weights of this architecture: error when
-    its acceptance is also far below its profile, info when not (or without a profile)."""
-    rec = f.recorded_fingerprint
-    if not rec or rec == f.target_fingerprint:
+    """The drafter was trained (or profiled) against other weights of this architecture: its
+    norms differ (``weights_fingerprint``), or, with the same norms, a sample of every parameter
+    does (``weights_digest``: a fine-tune that left the norms alone, another quantization of the
+    release). Error when its acceptance is also under half its profile's, a warning under 85%,
+    info when close (or without a profile: how much it costs is unknown)."""
+    rec, digest = f.recorded_fingerprint, f.recorded_digest
+    if rec and rec != f.target_fingerprint:
+        ev = {"recorded_fingerprint": rec, "target_fingerprint": f.target_fingerprint}
+        which = f"fingerprint {rec}, this target's {f.target_fingerprint}"
+    elif digest and f.target_digest and digest != f.target_digest:
+        ev = {"recorded_digest": digest, "target_digest": f.target_digest}
+        which = (
+            f"the same norms but other weights: a fine-tune or another quantization; "
+            f"weights {digest}, this target's {f.target_digest}"
+        )
+    else:
         return None
-    ev = {"recorded_fingerprint": rec, "target_fingerprint": f.target_fingerprint}
     if f.profile is None:
         return Finding(
             "target_mismatch",
             "info",
             f"this drafter was trained against other weights of this "
-            f"target (fingerprint {rec}, this target's {f.target_fingerprint}); with no profile, how much "
+            f"target ({which}); with no profile, how much "
             f"that costs is unknown: use the target it was trained for if acceptance is low",
             ev,
         )
     m = min(len(f.profile.per_position_acceptance), len(f.greedy.per_position))
     exp, got = accepted_within(f.profile.per_position_acceptance, m), accepted_within(f.greedy.per_position, m)
     ev.update(expected_accepted=exp, accepted=got, positions=m)
-    if got < FAR_BELOW * exp:
+    if got < BELOW * exp:
         return Finding(
             "target_mismatch",
-            "error",
+            "error" if got < FAR_BELOW * exp else "warn",
             f"this drafter was trained against other weights of this target "
-            f"(fingerprint {rec}, this target's {f.target_fingerprint}) and accepts {got:.2f} drafts a round "
+            f"({which}) and accepts {got:.2f} drafts a round "
             f"in its first {m} positions where its profile reaches {exp:.2f}: run it with the target it was "
             f"trained for, or train a drafter for this one",
             ev,
@@ -103,7 +119,7 @@ def target_mismatch(f: Facts) -> Finding | None:
         "target_mismatch",
         "info",
         f"this drafter was trained against other weights of this target "
-        f"(fingerprint {rec}, this target's {f.target_fingerprint}), yet accepts {got:.2f} drafts a round "
+        f"({which}), yet accepts {got:.2f} drafts a round "
         f"against its profile's {exp:.2f}: close enough to keep",
         ev,
     )

@@ -100,6 +100,8 @@ def diagnose(
         target_fingerprint=target_fingerprint(target),
         recorded_fingerprint=(profile.target_fingerprint if profile is not None else None)
         or getattr(drafter, "target_weights", None),
+        target_digest=target.weights_digest,
+        recorded_digest=profile.target_digest if profile is not None else None,
         profile=profile,
         has_template=target.has_chat_template,
         templated=templated,
