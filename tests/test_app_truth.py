@@ -285,4 +285,6 @@ def test_a_run_where_auto_drafted_nothing_measures_nothing(qtbot, window, dirs, 
     h = w.results.header
     assert h.values["tau"].text() == "–" and h.values["rate"].text() == "–"
     assert "No round drafted" in h.values["speedup"].toolTip()
+    # and, once, why it bought nothing and what to do (dspark.advice)
+    assert "auto decoded 10 of 10 tokens plainly" in w.statusBar().currentMessage()
     assert w.results.plots.boxes["position"].is_empty and w.results.plots.boxes["hist"].is_empty

@@ -203,3 +203,25 @@ def test_dspark_device_chooses_where_mlx_computes_and_a_wrong_value_is_one_line(
     )
     assert r.returncode == 2 and "DSPARK_DEVICE is 'tpu': it must be cpu or gpu" in r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.usefixtures("costs_measured_once")
+def test_generate_says_once_why_auto_bought_nothing(dirs, capsys, monkeypatch):
+    """auto decoded every token plainly (no round paid): one sentence after the run says so, with
+    what to do; on a machine without a fast BLAS the sentence is that one, with its install line."""
+    from dspark import blas
+    from dspark.policy import Scheduler
+
+    monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: False)
+    args = ["generate", "--target", str(dirs / "target"), "--drafter", str(dirs / "drafter")]
+    args += ["--prompt", "def add(a, b):", "--max-tokens", "12", "--policy", "auto"]
+    capsys.readouterr()
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert err.count("dspark: note: auto decoded 12 of 12 tokens plainly") == 1 and "dspark diagnose" in err
+    monkeypatch.setattr(blas, "is_slow", lambda: True)
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "reference BLAS" in err and blas.INSTALL_HINT in err and "auto decoded" not in err
+    assert main([*args[:-2], "--policy", "fixed"]) == 0  # fixed drafted every round: only the BLAS is said
+    assert capsys.readouterr().err.count("dspark: note:") == 1

@@ -23,7 +23,7 @@ from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QScrollArea, QSplitter, QVBoxLayout, QWidget
 
-from dspark import blas
+from dspark import advice, blas
 from dspark.config import GenerationConfig
 from dspark.prompts import prompt_sets
 
@@ -268,6 +268,8 @@ class MainWindow(QMainWindow):
                 problem = run_export.keep_in_history(self.session, self.prefs)
                 if problem:
                     self.statusBar().showMessage(problem)
+                else:
+                    self._say_why_nothing_paid()
             if msg.cancelled:
                 self.statusBar().showMessage(
                     "stopped: "
@@ -276,6 +278,16 @@ class MainWindow(QMainWindow):
         finally:  # whatever happened above, the job is over (a headless run waits for this)
             self.presenter.job_ended()
             self.job_finished.emit({"job": msg.job, "ok": msg.ok, "cancelled": msg.cancelled})
+
+    def _say_why_nothing_paid(self) -> None:
+        """A finished run that bought nothing for a clear reason (a slow BLAS; auto decoding every
+        token plainly): the reason and its remedy in the status bar (dspark.advice)."""
+        speculative = next((r for r in self.session.shown_runs() if r is not None and r.method == "speculative"), None)
+        if speculative is None or not speculative.done or speculative.summary is None:
+            return
+        note = advice.after_run(speculative.summary, policy=str(speculative.config.get("policy", "fixed")))
+        if note:
+            self.statusBar().showMessage(note)
 
     # --- files: replay, export, benchmarks (the dialogs and steps: app.window.file_menu) ------------
     def choose_replay(self) -> None:

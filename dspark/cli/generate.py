@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .. import lossless, metrics, resources
+from .. import advice, lossless, metrics, resources
 from ..config import GenerationConfig
 from ..errors import DsparkError
 from ..events import RoundEvent, Summary
@@ -168,4 +168,8 @@ def run(a) -> int:
         print(json.dumps(result))
     else:
         _print_generated(result, summary, verdict, a.baseline)
+    if drafter:
+        note = advice.after_run(summary, policy=config.policy, drafter=drafter_dir)
+        if note:
+            say_printable(f"note: {note}")
     return 0
