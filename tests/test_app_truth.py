@@ -85,6 +85,14 @@ def test_the_header_describes_the_tab_on_screen(qtbot, window, dirs):
     assert h.headline.text() == "drafter2 (DSpark) vs plain decoding · prompt 2 of 2"
     speculative, _plain = w.session.shown_runs()
     assert speculative.label == "drafter2" and h.values["tau"].text() == f"{speculative.figures().tau:.2f}"
+    # the Rejections tab: the figures of every round its charts pool (both drafters, both prompts)
+    w.results.tabs.setCurrentWidget(w.results.rejections)
+    from dspark import metrics
+
+    pooled = [r for r in w.session.runs if r.method == "speculative"]
+    f = metrics.summarize([e for r in pooled for e in r.rounds])
+    assert h.headline.text() == f"rejections of 2 drafters over 2 prompts, pooled: {f.rounds} rounds"
+    assert h.values["tau"].text() == f"{f.tau:.2f}" and h.values["rate"].text() == f"{f.acceptance_rate:.0%}"
     # a one-prompt comparison: the header shows the selected drafter, not the last one run
     w.actions.all_prompts.setChecked(False)
     w.controls.drafters.setCurrentRow(0)

@@ -12,8 +12,9 @@ from html import escape
 
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from ..state.inspector import drafter_runs, pooled
 from ..state.runs import MIN_COMPARED, PLAIN_LABEL, busy_note, compared_rates, machine, same_as_plain, speedup
-from ..state.session import COMPARE_TAB, View
+from ..state.session import COMPARE_TAB, REJECTIONS_TAB, View
 from .flow import FlowLayout
 
 SPEEDUP_TIP = (
@@ -145,8 +146,39 @@ class HeaderStrip(QFrame):
         self.mode.setVisible(bool(badge))
         if view.tab == COMPARE_TAB:
             self._show_comparison(view)
+        elif view.tab == REJECTIONS_TAB and view.kind == "compare":
+            self._show_pooled(view)
         else:
             self._show_run(view)
+
+    def _show_pooled(self, view: View) -> None:
+        """The Rejections tab after a comparison: the figures of exactly the runs its charts pool
+        (every drafter's runs of the prompts the comparison finished), not the last run."""
+        groups = drafter_runs(view.runs, view.kind, view.speculative)
+        p = pooled(groups, view.runs)
+        f = p.figures
+        headline = (
+            f"rejections of {plural(p.drafters, 'drafter')} over {plural(p.prompts, 'prompt')}, pooled"
+            + (f": {plural(f.rounds, 'round')}" if f else "")
+            if p.drafters
+            else "Rejections: no prompt finished yet"
+        )
+        ratio = p.speculative_tps / p.plain_tps if p.plain_tps else 0.0
+        self._show(
+            {
+                "speculative": f"{p.speculative_tps:.1f}" if p.compared else "",
+                "plain": f"{p.plain_tps:.1f}" if p.compared else "",
+                "speedup": f"{ratio:.2f}×" if ratio else "",
+                "tau": f"{f.tau:.2f}" if f else "",
+                "rate": f"{f.acceptance_rate:.0%}" if f else "",
+            },
+            headline,
+            speedup_tip=f"Pooled over the runs the charts below pool: {p.compared} tokens compared."
+            if p.compared
+            else "",
+            busy=busy_note(machine([r for rs in groups.values() for r in rs])),
+        )
+        self.values["same"].setToolTip(SAME_TIP)
 
     def _show(
         self,

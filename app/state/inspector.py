@@ -192,6 +192,37 @@ def drafter_runs(runs, kind: str, speculative: Run | None) -> dict[str, list[Run
     return out
 
 
+@dataclass(frozen=True)
+class Pooled:
+    """What the Rejections tab's header says: the figures of exactly the runs its charts pool
+    (:func:`drafter_runs`), and plain decoding of the same prompts."""
+
+    drafters: int
+    prompts: int
+    figures: metrics.Figures | None  # every pooled round (None: none drafted)
+    speculative_tps: float  # over comparable work (metrics.comparable_rates), 0 without plain runs
+    plain_tps: float
+    compared: int  # tokens compared
+
+
+def pooled(groups: dict[str, list[Run]], runs) -> Pooled:
+    runs = list(runs)
+    pooled_runs = [r for rs in groups.values() for r in rs]
+    rounds = [e for r in pooled_runs for e in r.rounds]
+    f = metrics.summarize(rounds) if rounds else None
+    plain = {r.prompt_index: r for r in runs if r.method == "plain" and r.done and not r.stopped}
+    pairs = [(r.rounds, plain[r.prompt_index].rounds) for r in pooled_runs if r.done and r.prompt_index in plain]
+    s, b, n = metrics.comparable_rates(pairs)
+    return Pooled(
+        drafters=len(groups),
+        prompts=len({r.prompt_index for r in pooled_runs}),
+        figures=f if f is not None and f.rounds else None,
+        speculative_tps=s,
+        plain_tps=b,
+        compared=n,
+    )
+
+
 def drafter_names(groups: dict[str, list[Run]]) -> dict[str, str]:
     """Label -> the drafter directory's name, which picks its colour (``app.panes.theme.drafter_colours``)."""
     return {label: Path(rs[0].drafter).name if rs[0].drafter else label for label, rs in groups.items()}
