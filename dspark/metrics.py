@@ -60,13 +60,38 @@ def decode_seconds(event) -> float:
     return event.tokens_generated / event.tokens_per_sec if event.tokens_per_sec > 0 else 0.0
 
 
+#: A pause of the machine (another process, swapping, a laptop lid): one round or step that took
+#: more than ``PAUSE_FACTOR`` times the run's median seconds per token for its tokens, and at least
+#: ``PAUSE_MIN_S`` seconds. A slow round of the run's own work is within that (a long verify costs a
+#: few steps, not twenty); a stall of seconds is not.
+PAUSE_FACTOR, PAUSE_MIN_S = 20.0, 1.0
+
+
+def pauses(rounds: Sequence) -> list[tuple[int, float]]:
+    """(index, seconds left out) of each round of ``rounds`` that was a pause of the machine
+    (``PAUSE_FACTOR``, ``PAUSE_MIN_S``): what is left out is its time beyond the run's median
+    pace for its tokens, so its tokens still count, at the pace of the rest."""
+    times, made = [decode_seconds(r) for r in rounds], [r.tokens_generated for r in rounds]
+    spans = [
+        (t - (times[i - 1] if i else 0.0), m - (made[i - 1] if i else 0)) for i, (t, m) in enumerate(zip(times, made))
+    ]
+    paces = sorted(d / n for d, n in spans if n > 0)
+    if len(paces) < 3:  # too few to know the run's pace
+        return []
+    pace = paces[len(paces) // 2]
+    return [
+        (i, d - n * pace) for i, (d, n) in enumerate(spans) if d >= PAUSE_MIN_S and d > PAUSE_FACTOR * pace * max(n, 1)
+    ]
+
+
 def prefix_work(rounds: Sequence, n: int) -> tuple[int, float]:
     """(tokens, decode seconds) up to the end of the first round that had made ``n`` tokens
-    (a round commits several tokens, so tokens may exceed ``n`` by up to a block); (0, 0.0)
-    when the rounds never reached ``n``."""
-    for r in rounds:
+    (a round commits several tokens, so tokens may exceed ``n`` by up to a block), the pauses of
+    the machine before it left out (:func:`pauses`); (0, 0.0) when the rounds never reached ``n``."""
+    left_out = pauses(rounds)
+    for i, r in enumerate(rounds):
         if r.tokens_generated >= n:
-            return r.tokens_generated, decode_seconds(r)
+            return r.tokens_generated, decode_seconds(r) - sum(s for j, s in left_out if j <= i)
     return 0, 0.0
 
 
@@ -74,7 +99,8 @@ def comparable_rates(pairs: Iterable[tuple[Sequence, Sequence]]) -> tuple[float,
     """Decode rates over comparable work: for each (speculative rounds, plain rounds) pair of one
     prompt, both runs are measured over the first n tokens, n = the shorter output (a sampled
     run can stop at EOS after 2 tokens while the other makes 256; their whole-run rates would
-    compare different work). Pooled over pairs: tokens / seconds on each side. Returns
+    compare different work), a pause of the machine in either left out (:func:`prefix_work`).
+    Pooled over pairs: tokens / seconds on each side. Returns
     (speculative tokens/sec, plain tokens/sec, tokens compared summed over the pairs);
     (0.0, 0.0, 0) when no pair made a token."""
     spec_tok = spec_s = base_tok = base_s = 0.0

@@ -296,3 +296,38 @@ def test_a_run_where_auto_drafted_nothing_measures_nothing(qtbot, window, dirs, 
     # and, once, why it bought nothing and what to do (dspark.advice)
     assert "auto decoded 10 of 10 tokens plainly" in w.statusBar().currentMessage()
     assert w.results.plots.boxes["position"].is_empty and w.results.plots.boxes["hist"].is_empty
+
+
+def test_a_pause_of_the_machine_is_said_and_left_out_of_both_rates(qtbot, window, dirs, monkeypatch):
+    """Plain decoding stalls 1.5 s at its 4th token (another process, a laptop lid): the header says
+    so beside the speedup, and both rates it shows, which divide to the speedup, leave the pause out,
+    where it would otherwise be most of plain decoding's time."""
+    import time
+
+    from dspark import engine, metrics
+
+    real = engine.generate_step
+
+    def stalling(*args, **kwargs):
+        for i, out in enumerate(real(*args, **kwargs)):
+            if i == 4:
+                time.sleep(1.5)
+            yield out
+
+    monkeypatch.setattr(engine, "generate_step", stalling)
+    w = window
+    setup(w, dirs, max_tokens=24)
+    assert run_job(qtbot, w, w.start_run)["ok"]
+    speculative, plain = w.session.shown_runs()
+    (i, seconds), *rest = metrics.pauses(plain.rounds)
+    assert not rest and not metrics.pauses(speculative.rounds) and 1.3 < seconds < 1.6
+    h = w.results.header
+    assert f"a {seconds:.1f} s pause of the machine in plain decoding, left out" in h.busy.text()
+    (mark,) = w.results.plots.pause_marks  # and on the tok/s plot, where it happened
+    assert mark.value() == pytest.approx(metrics.decode_seconds(plain.rounds[i]))
+    plain_tps = float(h.values["plain"].text())
+    kept = metrics.decode_seconds(plain.rounds[-1]) - seconds
+    assert plain_tps == pytest.approx(len(plain.summary.tokens) / kept, rel=0.02)
+    assert plain_tps > 2 * plain.summary.tokens_per_sec  # the whole-run rate holds the pause
+    ratio = float(h.values["speculative"].text()) / plain_tps
+    assert float(h.values["speedup"].text().rstrip("×")) == pytest.approx(ratio, abs=0.02)

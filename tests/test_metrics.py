@@ -138,3 +138,17 @@ def test_rejections_count_the_first_rejected_draft_against_the_correction():
         {"drafted": 3, "target": 8, "count": 1, "share": 1 / 3},
     ]
     assert rejections(rounds, top=1) == out[:1] and rejections([]) == []
+
+
+def test_a_pause_of_the_machine_is_left_out_of_comparable_rates():
+    """Plain decoding stalls 5 s at its 3rd token (100 tok/s otherwise): the pause is found, its
+    time beyond the run's pace left out, so the rates compare the two loops, not the stall. A
+    slow round of the run's own work (a few steps' time) is no pause."""
+    base = [_Round(k, k / 100 + (5.0 if k >= 3 else 0.0)) for k in range(1, 101)]
+    ((i, seconds),) = metrics.pauses(base)
+    assert i == 2 and seconds == pytest.approx(5.0)
+    spec = [_Round(4 * k, 4 * k / 200) for k in range(1, 26)]  # 200 tok/s
+    s, n = metrics.comparable_speedup([(spec, base)])
+    assert n == 100 and s == pytest.approx(2.0)
+    slow = [_Round(k, k / 100 + (0.1 if k >= 3 else 0.0)) for k in range(1, 101)]  # one step of 110 ms
+    assert metrics.pauses(slow) == [] and metrics.pauses(base[:2]) == []

@@ -13,7 +13,16 @@ from html import escape
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from ..state.inspector import drafter_runs, pooled
-from ..state.runs import MIN_COMPARED, PLAIN_LABEL, busy_note, compared_rates, machine, same_as_plain, speedup
+from ..state.runs import (
+    MIN_COMPARED,
+    PLAIN_LABEL,
+    busy_note,
+    compared_rates,
+    machine,
+    pause_note,
+    same_as_plain,
+    speedup,
+)
 from ..state.session import COMPARE_TAB, REJECTIONS_TAB, View
 from .flow import FlowLayout
 
@@ -216,9 +225,11 @@ class HeaderStrip(QFrame):
             headline = f"plain decoding only{where}" if plain is not None else "Run: the figures of a run appear here"
         ratio, compared = speedup(speculative, plain)
         basis = ""
-        if ratio and len(speculative.summary.tokens) != len(plain.summary.tokens):  # e.g. one met EOS early
+        if ratio:  # the two rates the speedup divides: over the same tokens, a pause of the machine left out
             speculative_tps, plain_tps = compared_rates(speculative, plain)
-            basis = f"first {compared} tokens"
+            if len(speculative.summary.tokens) != len(plain.summary.tokens):  # e.g. one met EOS early
+                basis = f"first {compared} tokens"
+        paused = pause_note(speculative, plain)
         f = speculative.figures() if speculative and speculative.rounds else None
         if f is not None and not f.rounds:  # auto decoded plainly throughout: nothing drafted, nothing measured
             f = None
@@ -240,7 +251,9 @@ class HeaderStrip(QFrame):
             headline,
             speedup_tip=_compared_note(compared, speculative, plain),
             basis=basis,
-            busy=busy_note(machine([r for r in (speculative, plain) if r is not None])),
+            busy="; ".join(
+                x for x in (paused, busy_note(machine([r for r in (speculative, plain) if r is not None]))) if x
+            ),
         )
         self.values["same"].setToolTip(verdict.explain() if verdict else SAME_TIP)
 

@@ -16,6 +16,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
+from dspark import metrics
+
 from ..state.session import View
 from .theme import NORMAL, Theme, drafter_colours
 
@@ -255,6 +257,7 @@ class PlotsPane(QWidget):
         self.tps.setToolTip(TIP_TPS)
         self.speculative_curve = self.tps.plot([], [])
         self.plain_curve = self.tps.plot([], [])
+        self.pause_marks: list[pg.InfiniteLine] = []  # where a pause of the machine was left out
         self.boxes = {
             "position": PlotBox(self.position, "per draft position, after a speculative run"),
             "hist": PlotBox(self.hist, "rounds by accepted drafts, after a speculative run"),
@@ -269,6 +272,24 @@ class PlotsPane(QWidget):
 
     def plots(self) -> dict[str, pg.PlotWidget]:
         return {"acceptance_by_position": self.position, "accepted_length": self.hist, "tokens_per_sec": self.tps}
+
+    def _mark_pauses(self, runs) -> None:
+        """A dashed line on the tok/s plot at each pause of the machine (``dspark.metrics.pauses``),
+        labelled with what the header leaves out of the rates."""
+        for line in self.pause_marks:
+            self.tps.removeItem(line)
+        self.pause_marks = []
+        for run in runs:
+            for i, seconds in metrics.pauses(run.rounds):
+                line = pg.InfiniteLine(
+                    pos=metrics.decode_seconds(run.rounds[i]),
+                    angle=90,
+                    pen=pen(self.theme.fg, "dash", 1.0),
+                    label=f"pause {seconds:.1f} s",
+                    labelOpts={"position": 0.9, "color": self.theme.fg},
+                )
+                self.tps.addItem(line)
+                self.pause_marks.append(line)
 
     def set_theme(self, t: Theme) -> None:
         self.theme = t
@@ -310,6 +331,7 @@ class PlotsPane(QWidget):
             x, y = run.curve() if run is not None and run.rounds else ([], [])
             curve.setData(np.array(x, float), np.array(y, float))
             curves.append(y)
+        self._mark_pauses([r for r in (speculative, plain) if r is not None and r.rounds])
         self.boxes["tps"].set_empty(not any(curves))
         if any(curves):
             rate_range(self.tps, curves)

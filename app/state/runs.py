@@ -194,6 +194,19 @@ def speedup(speculative: Run | None, plain: Run | None) -> tuple[float, int]:
     return (ratio if compared >= MIN_COMPARED else 0.0), compared
 
 
+def pause_note(*runs: Run | None) -> str:
+    """What a pause of the machine took from these runs (``dspark.metrics.pauses``), said where
+    the speedup is: it is left out of both rates the speedup divides."""
+    said = []
+    for r in runs:
+        if r is None or not r.rounds:
+            continue
+        for _i, seconds in metrics.pauses(r.rounds):
+            who = "plain decoding" if r.method == "plain" else r.label
+            said.append(f"a {seconds:.1f} s pause of the machine in {who}, left out")
+    return "; ".join(said)
+
+
 def compared_rates(speculative: Run, plain: Run) -> tuple[float, float]:
     """The two tokens/sec ``speedup`` divides (``dspark.metrics.comparable_rates``)."""
     s, b, _n = metrics.comparable_rates([(speculative.rounds, plain.rounds)])
