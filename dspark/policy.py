@@ -31,7 +31,7 @@ change of load, BLAS or power state is followed within a few rounds. A kind of s
 have moved as the other did, so the run probes the kind it is not running (:meth:`Scheduler.drafts`):
 a plain stretch verifies a round now and then when the drafter's last shadow draft was right
 (that round commits tokens and says what rounds cost now), and a drafting stretch takes a plain
-step now and then: at once when the kind it runs was timed 25% off since the other was.
+step now and then: at once when the kind it runs was timed 50% off since the other was.
 
 Every policy is lossless: the width decides only how many drafts are checked, never which
 token is committed, and the decision about draft k depends on nothing the target has not yet
@@ -255,7 +255,7 @@ class Scheduler:
         self.shadow_every = SHADOW_FIRST
         self.clock = Clock()
         self.since_probe, self.probe_every = 0, PROBE_FIRST  # plain steps since the last probe
-        self.since_step, self.step_probe_every = 0, PROBE_FIRST  # rounds since the last plain step
+        self.since_step, self.step_probe_every = 0, STEP_PROBE_FIRST  # rounds since the last plain step
         self.shadow_right = False  # the last shadow draft's first token was the target's
         self.probing = False  # the round drafted now is a probe
 
@@ -320,7 +320,7 @@ class Scheduler:
                 return False
             return True
         self.since_probe += 1
-        self.step_probe_every = PROBE_FIRST
+        self.step_probe_every = STEP_PROBE_FIRST
         due = self.since_probe >= self.probe_every or (self.since_probe >= 2 and self.clock.moved("round"))
         if self.shadow_right and due:
             # a probe: the drafter was right lately, and only a round says what rounds cost now
@@ -425,11 +425,13 @@ SHADOW_FIRST, SHADOW_MAX = 4, 32
 #: Plain steps before a probe (a verified round in a plain stretch, after a right shadow draft),
 #: and the most between two: the interval doubles while probes do not pay, so a stretch of n plain
 #: steps verifies at most ~log2(n / 16) + n / 256 rounds it did not choose for their tokens. The
-#: same for the plain steps a drafting stretch takes (16 rounds, doubling to 256 while drafting).
+#: same for the plain steps a drafting stretch takes (after 32 rounds, doubling to 256 while
+#: drafting: a plain step among paying rounds costs more than a round among plain steps).
 PROBE_FIRST, PROBE_MAX = 16, 256
+STEP_PROBE_FIRST = 32
 #: The clock: how far one timed round or step moves its multiple, the most one can say, and the
 #: change of one kind's multiple that has the run time the other kind at once (a probe).
-FOLLOW, CLIP, MOVED = 0.3, 3.0, 1.25
+FOLLOW, CLIP, MOVED = 0.3, 3.0, 1.5
 
 
 __all__ = [
