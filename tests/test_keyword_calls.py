@@ -22,6 +22,8 @@ MAX_FIELDS = 5
 SIGNATURE_EXCEPTIONS: dict[str, str] = {
     "dspark/training/trainer.py:DrafterTrainer._loss": "nn.value_and_grad and mx.compile call it with the batch's "
     "arrays by position",
+    "dspark/training/stepwise.py:StepwiseTrainer._loss": "the same: nn.value_and_grad and mx.compile call it "
+    "with the batch's arrays by position",
 }
 #: Calls whose callee is outside our code and takes its arguments by position only, as "file:callee".
 CALL_EXCEPTIONS: dict[str, str] = {

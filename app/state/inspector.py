@@ -192,7 +192,7 @@ def drafter_runs(runs, kind: str, speculative: Run | None) -> dict[str, list[Run
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Pooled:
     """What the Rejections tab's header says: the figures of exactly the runs its charts pool
     (:func:`drafter_runs`), and plain decoding of the same prompts."""
