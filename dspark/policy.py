@@ -106,12 +106,22 @@ def threshold_width(confidences: list[float], c: float, width: int) -> int:
 
 
 def auto_width(
-    a: list[float], draft_ms: float, verify_ms: list[float], width: int, *, draft_step_ms: float = 0.0
+    a: list[float],
+    draft_ms: float,
+    verify_ms: list[float],
+    width: int,
+    *,
+    draft_step_ms: float = 0.0,
+    first_drop: bool = True,
 ) -> int:
     """Admit drafts in order while expected tokens per second rises; stop at the first drop.
     ``a[j-1]`` = a_j; ``verify_ms[w]`` = cost of verifying w drafts (1 + w rows); the draft costs
     ``draft_ms`` for its first token and ``draft_step_ms`` for each further one (0: a block, one
-    forward; an autoregressive drafter's steps: :func:`draft_cost`)."""
+    forward; an autoregressive drafter's steps: :func:`draft_cost`). ``first_drop=False``: the
+    count with the highest rate of all, searching past a drop. Only a decision that reads nothing
+    of this round's drafts may search past it (lossless under sampling: module docstring); an
+    autoregressive drafter's count is such a decision, and a measured verify cost that rises
+    unevenly with its rows (one width dearer than the next) would otherwise stop it short."""
     width = min(width, len(a), len(verify_ms) - 1)
     best_k, expected = 0, 1.0
 
@@ -123,7 +133,9 @@ def auto_width(
         expected += a[j - 1]
         rate = expected / cost(j)
         if rate <= best:
-            break
+            if first_drop:
+                break
+            continue
         best, best_k = rate, j
     return best_k
 
@@ -138,7 +150,8 @@ class RunningAcceptance:
     acceptance: :func:`conditional`), else ``PRIOR`` for position 1 and for a later position the
     estimate of the one before it (a position a run rarely reaches is judged by its neighbour, not
     by an optimistic constant). The first rounds therefore move it fast: three rejected first
-    drafts take position 1 from 0.9 to 0.37."""
+    drafts take position 1 from 0.9 to 0.37. Every round ages every position's evidence, so a
+    position not verified for ~20 rounds is judged by its prior again (:meth:`observe`)."""
 
     def __init__(self, positions: int, prior: list[float] | None = None):
         self.hits = [0.0] * positions
@@ -157,10 +170,15 @@ class RunningAcceptance:
         return survival(self.p)
 
     def observe(self, width: int, accepted: int) -> None:
-        # Position k+1 was tried when drafts 1..k were accepted and k < width.
-        for k in range(min(accepted + 1, width, len(self.hits))):
-            self.hits[k] = DECAY * self.hits[k] + (1.0 if k < accepted else 0.0)
-            self.tries[k] = DECAY * self.tries[k] + 1.0
+        # Position k+1 was tried when drafts 1..k were accepted and k < width. Every round ages
+        # every position's evidence, tried or not: a position the run stopped verifying after a
+        # few early rejections drifts back to its prior and is tried again. Aged only when tried,
+        # that estimate was never revisited and fixed auto's width for the rest of the run (the
+        # demo EAGLE-3 head: 2 drafts a round after three rounds, where 5 paid).
+        tried = min(accepted + 1, width, len(self.hits))
+        for k in range(len(self.hits)):
+            self.hits[k] = DECAY * self.hits[k] + (1.0 if k < accepted else 0.0) * (k < tried)
+            self.tries[k] = DECAY * self.tries[k] + (1.0 if k < tried else 0.0)
 
     def reset(self) -> None:
         self.hits, self.tries = [0.0] * len(self.hits), [0.0] * len(self.tries)
@@ -332,7 +350,8 @@ class Scheduler:
         """Whether the best round at ``position`` with survivals ``a`` commits tokens faster than
         plain steps, on this run's costs there (:meth:`priced`)."""
         c = self.priced(position)
-        k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a), draft_step_ms=c.draft_step_ms)
+        # reads only earlier rounds, so it may search past a drop (:func:`auto_width`)
+        k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a), draft_step_ms=c.draft_step_ms, first_drop=False)
         return beats_plain(c, 1 + sum(a[:k]), k)
 
     def draft_count(self, block_size: int, budget: int, position: int = 0) -> int:
@@ -351,12 +370,11 @@ class Scheduler:
                 f"the {p} verify policy needs a drafter with a confidence head; this one drafts a token "
                 f"at a time without one (use auto or fixed)"
             )
+        if not g:
+            return 0
         c = self.priced(position)
-        return (
-            max(1, auto_width(self.running.survival(), c.draft_ms, list(c.verify_ms), g, draft_step_ms=c.draft_step_ms))
-            if g
-            else 0
-        )
+        a = self.running.survival()
+        return max(1, auto_width(a, c.draft_ms, list(c.verify_ms), g, draft_step_ms=c.draft_step_ms, first_drop=False))
 
     def shadow_due(self) -> bool:
         """Asked once per plain step of ``auto`` while no shadow draft waits to be judged: whether

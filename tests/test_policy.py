@@ -302,3 +302,30 @@ def test_an_autoregressive_drafter_drafts_what_the_policy_pays_for_and_stays_los
         assert set(asked) <= {1, 2, 3} and asked.count(3) >= len(asked) - 2  # 3 but near the budget's end
     else:  # a token in three is wrong: a 0.5 ms step pays for the second or third token, not the sixth
         assert asked and max(asked) < 6 and sorted(asked)[len(asked) // 2] in (2, 3)
+
+
+def test_a_position_not_verified_lately_is_tried_again():
+    """Three early rounds rejecting the third draft send an autoregressive drafter's count to 2;
+    twenty-odd rounds later that estimate has aged back to the drafter's measured acceptance and
+    the third draft is tried again (aged only when tried, it stayed at 0.39 for the whole run)."""
+    from dspark.policy import Policy, Scheduler
+
+    costs = Costs(verify_ms=(10.0, 11.0, 12.0, 13.0, 14.0), draft_ms=1.0, step_ms=12.0, draft_step_ms=1.0)
+    sched = Scheduler(Policy("auto"), 4, costs, prior=[0.8, 0.64, 0.51, 0.41])
+    assert sched.draft_count(4, 50) == 4
+    for _ in range(3):
+        sched.observe(width=3, accepted=2)
+    assert sched.draft_count(4, 50) == 2
+    counts = []
+    for _ in range(40):
+        counts.append(sched.draft_count(4, 50))
+        sched.observe(width=counts[-1], accepted=min(counts[-1], 2))
+    assert max(counts) >= 3
+
+
+def test_an_autoregressive_count_searches_past_an_uneven_verify():
+    """A verify that costs the same for 3 drafts as for 4 and rises unevenly before: the count
+    with the best rate of all (4), not the first drop (2)."""
+    a, verify = [0.7, 0.55, 0.43, 0.34], [10.0, 11.0, 11.5, 14.5, 14.5]
+    assert auto_width(a, 1.0, verify, 4, draft_step_ms=0.5) == 2
+    assert auto_width(a, 1.0, verify, 4, draft_step_ms=0.5, first_drop=False) == 4
