@@ -23,9 +23,10 @@ from .config import GenerationConfig
 from .costs import Costs, for_policy
 from .errors import DsparkError
 from .events import CommittedToken, RoundEvent, Source, Summary
+from .plain import plain_outcome, plain_steps, prefill
 from .policy import Scheduler
 from .policy import parse as parse_policy
-from .rounds import Proposer, RoundOutcome, plain_outcome, plain_steps, prefill, speculative_round
+from .rounds import Proposer, RoundOutcome, speculative_round
 from .target import Target
 
 

@@ -14,8 +14,10 @@
 
 An autoregressive drafter (the Gemma-4 assistant, EAGLE-3) pays for each token it drafts, so for
 it ``auto`` decides before the draft how many tokens to draft (:meth:`Scheduler.draft_count`): the
-same rule, with the draft's cost growing by ``draft_step_ms`` a token (:mod:`dspark.costs`), so
-a round drafts only the tokens whose expected acceptance pays for their own step and verify row.
+count with the highest expected tokens per second of all, the draft's cost growing by
+``draft_step_ms`` a token (:mod:`dspark.costs`), so a round drafts only the tokens whose expected
+acceptance pays for their own step and verify row. It reads only earlier rounds, so it may search
+past a drop (below).
 A block drafter's block is one forward whatever it holds (``draft_step_ms`` 0).
 
 When ``auto`` finds that no round can pay at the current context (the costs grow with the cache,
@@ -319,7 +321,7 @@ class Scheduler:
 
     def drafts(self, position: int, budget: int) -> bool:
         """Whether the round at cache length ``position`` drafts at all. ``auto`` decodes plainly
-        (:func:`dspark.rounds.plain_steps`: pipelined as mlx-lm decodes, a plain step costs
+        (:func:`dspark.plain.plain_steps`: pipelined as mlx-lm decodes, a plain step costs
         ``step_ms``) when, at this context, no round of the running acceptance can beat that:
         ``max_k (1 + a_1 + .. + a_k) / (t_draft + t_verify(k)) < 1 / t_step``. The engine asks
         once per position, a plain step's before the step before it is read. The decision reads

@@ -10,14 +10,14 @@ their phases on this machine:
 5. the tap rows of ``[anchor, d_1..d_a]`` become the drafter's new context rows.
 
 A round has two host syncs: reading the draft (which also times it) and reading the outcome.
-Where the ``auto`` policy decodes plainly, :func:`plain_steps` runs the target alone, pipelined
-as mlx-lm's own decoding is, so those stretches run at plain decoding's speed.
+Where the ``auto`` policy decodes plainly, :func:`dspark.plain.plain_steps` runs the target
+alone, pipelined as mlx-lm's own decoding is, so those stretches run at plain decoding's speed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Protocol
@@ -33,7 +33,6 @@ from .sampling import (
     distribution,
     greedy_choice,
     greedy_with_margin,
-    sample,
     soft_cap,
     tie_margin,
     token_probs,
@@ -240,104 +239,6 @@ def speculative_round(
     )
 
 
-def plain_outcome(
-    token: int,
-    prob: float,
-    *,
-    seconds: float,
-    new_rows: mx.array | None,
-    inspected: Inspection | None = None,
-    plain_step: bool = True,
-) -> RoundOutcome:
-    """A round of the target alone: no draft, ``token`` committed by the target with probability
-    ``prob``, ``seconds`` counted as the verify's. ``plain_step``: a speculative run's plain step
-    (True), or a step of plain decoding itself (False: its rounds are what tau counts there)."""
-    return RoundOutcome(
-        drafted=[],
-        draft_probs=[],
-        confidences=None,
-        conf_logits=None,
-        width=0,
-        accepted=0,
-        tokens=[token],
-        target_probs=[prob],
-        draft_seconds=0.0,
-        verify_seconds=seconds,
-        new_rows=new_rows,
-        plain_step=plain_step,
-        inspected=inspected,
-    )
-
-
-def plain_steps(
-    target: Target,
-    cache: list,
-    *,
-    tap_layers: Sequence[int],
-    anchor: int,
-    position: int,
-    sampling: SamplingParams,
-    keys: Iterator[mx.array],
-    more: Callable[[int], bool],
-    threads: dict,
-    display: bool = True,
-    inspect: bool = False,
-) -> Iterator[RoundOutcome]:
-    """The target alone, one token a step, from ``anchor`` at cache length ``position``, for as long
-    as ``more(p)`` says the step at position ``p`` is plain too. Pipelined as mlx-lm's
-    ``generate_step`` is: the next token's forward is queued before this one is read, so reading
-    a token overlaps the next forward. A round of width 0 cannot overlap (its outcome is read
-    before anything else is queued) and cost ~1.7 plain steps on a 2-core CPU, so a floor built
-    of such rounds sat well below plain decoding.
-
-    Each step commits what a round of width 0 would (the same ops and, sampling, the same key
-    from ``keys``): greedy, the argmax by mlx-lm's own rule; sampling, a draw from the target's
-    distribution. ``more`` is asked before the token before it is read: it may read only what is
-    known then (the scheduler's state of earlier rounds, positions), which keeps the run lossless.
-    The last token yielded is not fed to the target: it is the next round's anchor. Each step's
-    tap row is its ``new_rows``, for the drafter's next round."""
-    sp = sampling
-    softcap = target.projection.softcap
-    use_phase_threads(threads, "step")
-
-    def queue(token: mx.array):
-        k_accept = mx.random.split(next(keys))[1]  # the key a round of width 0 samples with
-        k_res = mx.random.split(k_accept)[1]
-        raw, taps = target.forward(token.reshape(1, 1).astype(mx.int32), cache, tap_layers, capped=False)
-        logits = soft_cap(raw[0], softcap)
-        if sp.greedy:
-            choice = greedy_choice(logits)
-            prob = token_probs(logits, choice) if display else None
-        else:
-            p = distribution(logits, sp)
-            choice = sample(p, k_res)
-            prob = p[0, choice[0]]  # the sampling distribution, as a round shows it
-        mx.async_eval(choice, prob, taps)
-        return choice, prob, taps
-
-    t0 = perf_counter()
-    pending = queue(mx.array([anchor]))
-    try:
-        while pending is not None:
-            choice, prob, taps = pending
-            position += 1
-            pending = queue(choice) if more(position) else None
-            token = choice.item()
-            shown = prob.item() if prob is not None else math.nan
-            outcome = plain_outcome(
-                token,
-                shown,
-                seconds=perf_counter() - t0,
-                new_rows=taps,
-                inspected=Inspection((), (), ()) if inspect else None,
-            )
-            yield outcome
-            t0 = perf_counter()  # the caller's time between steps is not the step's
-    finally:  # a run that stops mid-stretch (EOS, cancel) lets its queued forward finish here
-        if pending is not None:
-            mx.eval([x for x in pending if x is not None])
-
-
 def inspection(
     raw: mx.array, softcap: float | None, drafted: list[int], sp: SamplingParams, *, rows: VerifyRows | None = None
 ) -> Inspection:
@@ -473,15 +374,6 @@ def accept(
     return a, drafted[:a] + [fallback.tolist()[a]], p_drafted.tolist()[:a] + [p_fallback.tolist()[a]]
 
 
-def prefill(target: Target, cache: list, ids: list[int], taps: Sequence[int], *, step: int) -> mx.array | None:
-    rows = []
-    for i in range(0, len(ids), step):
-        _, t = target.forward(mx.array([ids[i : i + step]]), cache, taps, logits=False)
-        mx.eval(t, [c.state for c in cache])
-        rows.append(t)
-    return mx.concatenate(rows, axis=1) if rows else None
-
-
 __all__ = [
     "TOP",
     "DraftSession",
@@ -491,9 +383,6 @@ __all__ = [
     "VerifyRows",
     "accept",
     "inspection",
-    "plain_outcome",
-    "plain_steps",
-    "prefill",
     "read_draft",
     "speculative_round",
     "use_phase_threads",

@@ -3,7 +3,7 @@ round pays, and that floor is only as high as its steps are fast. Three arms dec
 tokens from the same prompts, interleaved in one process (their order alternating each repeat):
 
 - ``mlx-lm``: mlx-lm's own ``generate_step``, the speed the floor must reach;
-- ``plain_steps``: :func:`dspark.rounds.plain_steps`, pipelined as ``generate_step`` is;
+- ``plain_steps``: :func:`dspark.plain.plain_steps`, pipelined as ``generate_step`` is;
 - ``width0``: rounds of width 0 (``verify_forward`` then ``accept``), how plain steps ran before:
   each token is read before the next forward is queued.
 
@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     from dspark import load_target, prompts
     from dspark.config import SamplingParams
     from dspark.engine import _round_keys
-    from dspark.rounds import accept, plain_steps, prefill, verify_forward
+    from dspark.plain import plain_steps, prefill
+    from dspark.rounds import accept, verify_forward
 
     target = load_target(a.target)
     taps, n, greedy = [0], a.max_tokens, SamplingParams()

@@ -26,7 +26,7 @@ from dspark.costs import Costs
 from dspark.errors import DrafterMismatchError, DsparkError
 from dspark.events import RoundEvent
 from dspark.loading import describe_drafter, load_drafter
-from dspark.rounds import prefill
+from dspark.plain import prefill
 
 ROOT = Path(__file__).resolve().parent.parent
 REF = ROOT / ".venv-ref" / "bin" / "python"

@@ -20,7 +20,7 @@ def test_plain_steps_queue_the_next_forward_before_a_token_is_read_and_decode_as
     tap row is the target's own for that token."""
     from dspark.config import SamplingParams
     from dspark.engine import _round_keys
-    from dspark.rounds import plain_steps
+    from dspark.plain import plain_steps
 
     target, n, ref = case
     taps = [0, 1]

@@ -132,7 +132,7 @@ def test_the_bound_catches_a_sampler_that_skips_the_ratio_test(target, monkeypat
 
 
 def test_plain_stretches_sample_the_target_distribution(target, monkeypatch):
-    """auto's plain steps run pipelined (``dspark.rounds.plain_steps``: each token's forward is
+    """auto's plain steps run pipelined (``dspark.plain.plain_steps``: each token's forward is
     queued before the one before it is read), and the drafter drafts in their shadow (sampling
     with keys of its own, never verified): a run of them alone, three tokens a run, a shadow
     draft whenever none is waiting, has the target's distribution, top-p and top-k included."""
