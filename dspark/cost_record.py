@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from .validate import costs_problem
 
 #: Bumped whenever what is measured changes, so costs cached by an older version are measured again.
-VERSION = 9
+VERSION = 10
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -117,6 +117,20 @@ def test_a_plain_step_never_costs_more_than_a_verify_of_the_anchor_alone(monkeyp
     assert costs_mod.one_row_bound(5.0, 7.0) == 5.0 and costs_mod.one_row_bound(9.0, 7.0) == 7.0
 
 
+def test_an_autoregressive_draft_is_priced_from_whole_rounds(monkeypatch):
+    """Rounds drafting 1 and G tokens (scripted here: 30 and 38 ms) less the verify at those widths
+    give the first token and each further one; timed alone the draft missed what a round's draft
+    pays (the demo EAGLE-3 head's first token: 0.6 ms alone, 4.7 ms in a round). Never negative."""
+    took = {1: 30.0, 5: 38.0}
+    monkeypatch.setattr(costs_mod, "_round_turn", lambda *a, count, **k: took[count])
+    target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
+    verify = [20.0, 24.0, 24.5, 25.0, 25.5, 26.0]
+    first, step = costs_mod._stepwise_draft_ms(target, None, 5, context=16, verify_ms=verify, threads={}, repeats=1)
+    assert first == pytest.approx(30.0 - 24.0) and step == pytest.approx((8.0 - 2.0) / 4)
+    took[5] = 31.0  # a verify that grew faster alone than whole rounds did: further tokens free, not negative
+    assert costs_mod._stepwise_draft_ms(target, None, 5, context=16, verify_ms=verify, threads={}, repeats=1)[1] == 0.0
+
+
 def test_measured_verify_costs_are_made_non_decreasing():
     assert costs_mod.monotone([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
     assert costs_mod.monotone([2.0, 1.0, 1.0]) == pytest.approx([4 / 3] * 3)

@@ -389,7 +389,9 @@ def test_an_eagle3_heads_costs_price_each_drafted_token(dirs, tmp_path, monkeypa
     target = load_target(dirs["target"])
     drafter = load_drafter(dirs["llama"], target)
     c = costs_mod.measure(target, drafter, drafter.block_size, contexts=(64,), repeats=3)
-    assert c.draft_step_ms > 0 and c.draft_ms > 0  # the first token, then each further one
+    # the first token, then each further one: priced from whole rounds less the verify's growth,
+    # which for a head this small can be all of a further token's cost (test_costs checks the rule)
+    assert c.draft_ms > 0 and c.draft_step_ms >= 0
     assert costs_mod.Costs.from_dict(json.loads(json.dumps(c.to_dict()))) == c  # kept in the cache as measured
     plain = run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=48, stop_at_eos=False)))
     cfg = GenerationConfig(max_tokens=48, stop_at_eos=False, policy="auto")
