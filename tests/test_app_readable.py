@@ -57,7 +57,7 @@ def test_draft_rows_fit_the_width_keep_their_header_and_elide_long_tokens(qtbot)
     qtbot.wait(10)
     g = pane.grid
     assert pane.scroll.horizontalScrollBar().maximum() == 0  # nothing to scroll sideways to
-    assert g.label_w + (g.cols + 1) * g.cell_w <= g.width()  # the target column is on screen
+    assert g.label_w + g.cols * g.cell_w + g.target_w <= g.width()  # the target column is on screen
     assert g.shown_text(0, 0).endswith("…") and g.shown_text(0, 0).startswith("·")  # not "·readlir"
     assert [g.cell_text(0, k) for k in (2, 3, 4, 5)] == ["x", "·", "∅", "⇥"] and g.cell_text(0, 6) == "⏎"
     bar = pane.scroll.verticalScrollBar()
@@ -70,15 +70,15 @@ def test_draft_rows_fit_the_width_keep_their_header_and_elide_long_tokens(qtbot)
 
 
 def test_a_block_size_beyond_the_drafters_training_is_said(qtbot, window, dirs):
-    w, c = window, window.controls
+    w, c = window, window.actions  # under Run / Stop / Compare, always in view (test_app_third_look)
     setup(w, dirs)
     qtbot.waitUntil(
         lambda: w.session.choices.find(str(dirs["drafter"])).trained is not None, timeout=LONG
     )  # trained at 4 drafts per round
-    c.form.widget("block_size").setValue(32)
+    w.controls.form.widget("block_size").setValue(32)
     assert c.block_note.isVisible() and "drafter was trained at 4 drafts per round" in c.block_note.text()
     assert "block size 32" in c.block_note.text()
-    c.form.widget("block_size").setValue(3)
+    w.controls.form.widget("block_size").setValue(3)
     assert not c.block_note.isVisible()
 
 

@@ -27,7 +27,11 @@ STATE_NAMES = {
     "discarded": "verified after a rejection: discarded",
     "unverified": "not verified (beyond the verify width)",
 }
-GLYPHS = (("·", "space"), ("⏎", "newline"), ("⇥", "tab"), ("∅", "empty piece"))
+GLYPHS = (("·", "space"), ("⏎", "newline"), ("⇥", "tab"), ("∅", "empty piece"), ("�", "byte of a character"))
+#: What a tokenizer decodes a lone byte token to (one byte of a character several bytes long, as
+#: an untrained drafter often proposes): the tooltip says so, where "�" alone reads as a fault.
+BYTE_PIECE = "\ufffd"
+PLAIN_STEP = "plain step"
 #: Arrow keys' moves on the rows: (rows, columns).
 MOVES = {
     Qt.Key_Up: (-1, 0),
@@ -69,11 +73,21 @@ class DraftGrid(QWidget):
         self.min_cell_w = fm.horizontalAdvance("M…") + 8  # a letter and the ellipsis
         self.max_cell_w = fm.horizontalAdvance("M") * 12 + 8
         self.label_w = fm.horizontalAdvance("0000") + 10
+        # the target column is never narrower than its header: at block size 12 the shared
+        # width cut "target" to "arge"
+        self.min_target_w = fm.horizontalAdvance("target") + 8
 
     @property
     def cell_w(self) -> int:
-        spare = (self.width() - self.label_w - 4) // max(self.cols + 1, 1)
+        room = self.width() - self.label_w - 4
+        spare = room // max(self.cols + 1, 1)
+        if spare < self.min_target_w and self.cols:
+            spare = (room - self.min_target_w) // self.cols
         return max(self.min_cell_w, min(spare, self.max_cell_w))
+
+    @property
+    def target_w(self) -> int:
+        return max(self.cell_w, self.min_target_w)
 
     def set_theme(self, t: Theme) -> None:
         self.theme = t
@@ -89,7 +103,8 @@ class DraftGrid(QWidget):
         self.update()
 
     def minimumSizeHint(self) -> QSize:
-        return QSize(self.label_w + (self.cols + 1) * self.min_cell_w + 4, self.row_h * len(self.rounds) + 4)
+        width = self.label_w + self.cols * self.min_cell_w + max(self.min_cell_w, self.min_target_w) + 4
+        return QSize(width, self.row_h * len(self.rounds) + 4)
 
     def sizeHint(self) -> QSize:
         return self.minimumSizeHint()
@@ -104,13 +119,16 @@ class DraftGrid(QWidget):
 
     def shown_text(self, row: int, col: int) -> str:
         """What fits in the cell: the text, or its start and "…"."""
-        return self.fm.elidedText(self.cell_text(row, col), Qt.ElideRight, self.cell_w - 8)
+        width = self.target_w if col >= len(self.rounds[row].drafted) else self.cell_w
+        return self.fm.elidedText(self.cell_text(row, col), Qt.ElideRight, width - 8)
 
     def _cell_at(self, x: int, y: int):
         """(row, column) of the cell at (x, y), the target's token as column len(drafted) (it is
         drawn in the last column); None outside the cells, or past a short round's drafts."""
-        row, col = y // self.row_h, (x - self.label_w) // self.cell_w
-        if not (0 <= row < len(self.rounds) and x >= self.label_w and 0 <= col <= self.cols):
+        row, col = y // self.row_h, min((x - self.label_w) // self.cell_w, self.cols)
+        if not (
+            0 <= row < len(self.rounds) and self.label_w <= x < self.label_w + self.cols * self.cell_w + self.target_w
+        ):
             return None
         drafted = len(self.rounds[row].drafted)
         if col == self.cols:
@@ -119,8 +137,9 @@ class DraftGrid(QWidget):
 
     def cell_rect(self, row: int, col: int) -> QRect:
         r = self.rounds[row]
-        x = self.label_w + (self.cols if col >= len(r.drafted) else col) * self.cell_w
-        return QRect(x, row * self.row_h, self.cell_w, self.row_h)
+        target = col >= len(r.drafted)
+        x = self.label_w + (self.cols if target else col) * self.cell_w
+        return QRect(x, row * self.row_h, self.target_w if target else self.cell_w, self.row_h)
 
     def select(self, row: int, col: int) -> None:
         """Choose cell (row, col) (clamped to the grid) and say so."""
@@ -180,6 +199,8 @@ class DraftGrid(QWidget):
             y = i * h
             p.setPen(QColor(t.muted))
             p.drawText(QRect(0, y, self.label_w - 6, h), Qt.AlignRight | Qt.AlignVCenter, str(r.index))
+            if r.plain_step and self.cols:  # auto decoded this token plainly: no draft, not a round
+                p.drawText(QRect(self.label_w + 4, y, self.cols * w - 8, h), Qt.AlignVCenter | Qt.AlignLeft, PLAIN_STEP)
             for k in range(len(r.drafted)):
                 state = cell_state(k, r.accepted, r.verify_width)
                 box = QRect(self.label_w + k * w + 1, y + 1, w - 2, h - 2)
@@ -189,7 +210,7 @@ class DraftGrid(QWidget):
             last_tok = r.committed[-1] if r.committed else None
             if last_tok is not None:
                 src = getattr(last_tok.source, "value", last_tok.source)
-                box = QRect(self.label_w + self.cols * w + 1, y + 1, w - 2, h - 2)
+                box = QRect(self.label_w + self.cols * w + 1, y + 1, self.target_w - 2, h - 2)
                 p.fillRect(box, colours.get(src, QColor(t.unverified)))
                 p.setPen(fg)
                 p.drawText(box.adjusted(3, 0, -3, 0), Qt.AlignVCenter | Qt.AlignLeft, self.shown_text(i, self.cols))
@@ -217,6 +238,11 @@ class DraftGrid(QWidget):
     def tip_at(self, x: int, y: int) -> str:
         """The tooltip of the cell at (x, y): the token's text first ("" outside the cells)."""
         hit = self._cell_at(x, y)
+        row = y // self.row_h
+        if hit is None and 0 <= row < len(self.rounds) and self.rounds[row].plain_step and x >= self.label_w:
+            return (
+                f"step {self.rounds[row].index}: a plain step: auto decoded this token without drafting (not a round)"
+            )
         if hit is None:
             return ""
         row, col = hit
@@ -227,6 +253,8 @@ class DraftGrid(QWidget):
                 f"round {r.index}, draft {col + 1}: “{self.cell_text(row, col)}” (token {r.drafted[col]})\n"
                 f"{STATE_NAMES[state]}"
             )
+            if BYTE_PIECE in self.cell_text(row, col):
+                tip += "\n� a byte token: one byte of a character several bytes long, no text of its own"
             if col < len(r.draft_probs):
                 tip += f"\ndraft probability q = {r.draft_probs[col]:.3f}"
             if r.confidences is not None and col < len(r.confidences):
@@ -234,11 +262,14 @@ class DraftGrid(QWidget):
         elif r.committed:
             tok = r.committed[-1]
             tip = (
-                f"round {r.index}: the target's token “{visible(tok.text)}” (token {tok.id}, "
-                f"{getattr(tok.source, 'value', tok.source)}), p = {tok.target_prob:.3f}"
+                f"{'step' if r.plain_step else 'round'} {r.index}: the target's token “{visible(tok.text)}” "
+                f"(token {tok.id}, {PLAIN_STEP if r.plain_step else getattr(tok.source, 'value', tok.source)}), "
+                f"p = {tok.target_prob:.3f}"
             )
         else:
             return ""
+        if r.plain_step:
+            return tip + "\na plain step: auto decoded this token without drafting (not a round)"
         return tip + f"\nverified {r.verify_width} of {len(r.drafted)}, accepted {r.accepted}"
 
     def mouseMoveEvent(self, e) -> None:
@@ -272,7 +303,7 @@ class DraftHeader(QWidget):
         h, w = g.row_h, g.cell_w
         for k in range(g.cols):
             p.drawText(QRect(g.label_w + k * w, 0, w, h), Qt.AlignCenter, f"d{k + 1}")
-        p.drawText(QRect(g.label_w + g.cols * w, 0, w, h), Qt.AlignCenter, "target")
+        p.drawText(QRect(g.label_w + g.cols * w, 0, g.target_w, h), Qt.AlignCenter, "target")
         p.end()
 
 
@@ -317,6 +348,20 @@ class DraftPane(QWidget):
         self.grid.set_theme(t)
         self.header.updateGeometry()
         self._keep_columns()
+        self._legend()
+
+    def _legend(self) -> None:
+        """The colours and glyphs; with the counts of rounds and plain steps once auto has
+        decoded some tokens plainly (their rows would pass for rounds beside the header's count)."""
+        t = self.grid.theme
+        steps = sum(r.plain_step for r in self.grid.rounds)
+        rounds = len(self.grid.rounds) - steps
+        counts = (
+            f" &nbsp; <i>{rounds}&nbsp;round{'s' * (rounds != 1)}, {steps}&nbsp;plain&nbsp;step{'s' * (steps != 1)}"
+            "&nbsp;(auto&nbsp;drafted&nbsp;nothing)</i>"
+            if steps
+            else ""
+        )
 
         def chip(colour: str, name: str, fg: str) -> str:
             name = name.replace(" ", "&nbsp;")  # a legend wraps between chips, never inside one
@@ -334,12 +379,16 @@ class DraftPane(QWidget):
                 ]
             )
             + f" &nbsp; {glyphs}"
+            + counts
         )
         self.legend.setToolTip(
             "One row per round: the drafted tokens d1..dG and the target's own token.\n"
             "Cells beyond the verify width were drafted but not sent to the target.\n"
             "Whitespace is shown as · (space), ⏎ (newline), ⇥ (tab); ∅ is a token with\n"
-            "no text of its own (part of a character); a long token ends in …"
+            "no text of its own; � is a byte token, one byte of a character several bytes\n"
+            "long (its text appears once the bytes after it are committed); a long token ends in …\n"
+            "With the auto policy a row reading “plain step” drafted nothing: auto decoded that\n"
+            "token plainly (the target's token alone), and it is not one of the rounds the figures count."
         )
 
     def plots(self) -> dict:
@@ -393,7 +442,10 @@ class DraftPane(QWidget):
         self.setProperty("empty", not rounds)  # nothing for a PNG export to save
         if not rounds:
             self.follow = True
+        steps = sum(r.plain_step for r in self.grid.rounds)
         self.grid.set_rounds(rounds, texts)
+        if steps or any(r.plain_step for r in rounds):
+            self._legend()
         self.header.update()
         self._keep_columns()
 
