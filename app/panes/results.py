@@ -25,6 +25,11 @@ from .theme import Theme
 #: The share of the Run tab's height the plots' row takes once a diagnosis is shown beside them
 #: (a person may drag it after; it was about 40% before).
 DIAGNOSIS_SHARE = 55
+#: The share of that row's width the diagnosis takes: at 40% the three plots beside it wrapped
+#: their titles to three lines and cut an axis label at 1280x800.
+DIAGNOSIS_WIDTH = 36
+#: The share of the Run tab's height the plots take while presenting.
+PRESENTED_PLOTS = 50
 
 
 class ResultsPanel(QWidget):
@@ -35,6 +40,7 @@ class ResultsPanel(QWidget):
         super().__init__(parent)
         self.setObjectName("panel")
         self.presenting = False
+        self.normal_split: list[int] = []  # the Run tab's heights before presenting, given back after
         self.message = QLabel()
         self.message.setObjectName("message")
         self.message.setWordWrap(True)
@@ -52,7 +58,7 @@ class ResultsPanel(QWidget):
         self.compare.focus_chosen.connect(self.focus_chosen)
         self.rejections = RejectionsPane()
         self.diagnosis = DiagnosisPane()  # Run ▸ Diagnose's findings, beside the Run tab's plots
-        self.compare_diagnosis = DiagnosisPane()  # the same, beside the Compare tab's (one part per drafter)
+        self.compare_diagnosis = DiagnosisPane(beside="compare")  # the same, beside the Compare tab's plots
         self.compare.beside_plots(self.compare_diagnosis)
         self.story = StoryPanel()  # a draft-rows cell's story, the whole width of the Run tab under the rows
         self.drafts.told.connect(self.story.show_story)
@@ -101,9 +107,10 @@ class ResultsPanel(QWidget):
         below = QSplitter(Qt.Horizontal)  # the plots keep the width their titles and ticks need
         below.addWidget(self.plots)
         below.addWidget(self.diagnosis)
-        below.setStretchFactor(0, 3)
-        below.setStretchFactor(1, 2)
-        below.setSizes([600, 400])
+        below.setStretchFactor(0, 100 - DIAGNOSIS_WIDTH)
+        below.setStretchFactor(1, DIAGNOSIS_WIDTH)
+        below.setSizes([1000 - 10 * DIAGNOSIS_WIDTH, 10 * DIAGNOSIS_WIDTH])
+        self.below_split = below
         split = QSplitter(Qt.Vertical)
         split.addWidget(above)
         split.addWidget(below)
@@ -130,6 +137,8 @@ class ResultsPanel(QWidget):
         if hidden and not self.diagnosis.isHidden():  # a diagnosis appeared: its sentences need the height
             total = sum(self.run_split.sizes())
             self.run_split.setSizes([total - total * DIAGNOSIS_SHARE // 100, total * DIAGNOSIS_SHARE // 100])
+            wide = sum(self.below_split.sizes())
+            self.below_split.setSizes([wide - wide * DIAGNOSIS_WIDTH // 100, wide * DIAGNOSIS_WIDTH // 100])
 
     def set_theme(self, t: Theme) -> None:
         for pane in self.panes:
@@ -137,7 +146,16 @@ class ResultsPanel(QWidget):
         self.story.set_theme(t)
 
     def set_presenting(self, on: bool) -> None:
-        """The prompt shown large above a compact header (first-token time and memory left out)."""
+        """The prompt shown large above a compact header (first-token time and memory left out),
+        and the plots as tall as the text and the draft rows: at presentation type their axes and
+        titles left ~200 px of plot at 1920x1080."""
+        if on != self.presenting:
+            total = sum(self.run_split.sizes()) or 730  # a splitter not laid out yet: its first heights' sum
+            if on:
+                self.normal_split = self.run_split.sizes() if sum(self.run_split.sizes()) else [430, 300]
+                self.run_split.setSizes([total - total * PRESENTED_PLOTS // 100, total * PRESENTED_PLOTS // 100])
+            elif self.normal_split:
+                self.run_split.setSizes(self.normal_split)
         self.presenting = on
         self.header.set_compact(on)
 
@@ -202,6 +220,8 @@ class TaskProgress(QWidget):
             return
         spent = now - self.started
         text = f"{p.task}: {p.now} ({p.done + 1} of {p.total})" if p.now else p.task
+        moving = bool(self.deadline or p.done)  # nothing done and no estimate: a bar that only says it is busy
+        self.bar.setRange(0, 1000 if moving else 0)
         if self.deadline:
             left = max(1.0, self.deadline - now)
             self.bar.setValue(int(1000 * spent / (spent + left)))
