@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -43,6 +43,7 @@ from .plots import (
     make_plot,
     pen,
     rate_range,
+    seconds_from_zero,
     style_plot,
     zero_based_range,
 )
@@ -114,6 +115,9 @@ class CompareView(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
         self.table.verticalHeader().setVisible(False)
+        # Tab leaves the table: walking its cells moved the selected row, and so the drafter the
+        # header describes, under a speaker's hands
+        self.table.setTabKeyNavigation(False)
         for i, (_k, name, tip) in enumerate(COLUMNS):
             item = QTableWidgetItem(name)
             item.setToolTip(tip)
@@ -166,6 +170,8 @@ class CompareView(QWidget):
 
     def set_theme(self, t: Theme) -> None:
         self.theme = t
+        px = max(12, round(t.font_pt * 1.4))  # a swatch as tall as the row's type
+        self.table.setIconSize(QSize(px, px))
         for w in self.plots().values():
             style_plot(w, t)
         self._drawn = None
@@ -188,6 +194,7 @@ class CompareView(QWidget):
             view.focus,
             id(view.bench),
             repr(view.costs),
+            view.colour_order,
         )
         if shown == self._drawn:
             return  # a single run's rounds: nothing here changed
@@ -203,7 +210,7 @@ class CompareView(QWidget):
         runs_header = self.table.horizontalHeaderItem(1)
         runs_header.setText("Prompts × repeats" if bench else "Prompts")
         order = [row["label"] for row in rows]
-        styles, colours = arm_styles(self.theme, rows)
+        styles, colours = arm_styles(self.theme, rows, view.colour_order)
         self._fill_table(rows, order, view.focus, styles)
         self._draw(rows, order, view.comparison, styles)
         if view.costs:
@@ -260,7 +267,7 @@ class CompareView(QWidget):
             self.position, t, "Acceptance by position", [k for k, row in zip(keys, rows) if row["label"] != PLAIN_LABEL]
         )
         fit_title(self.tps, t, "Decode tok/s", keys)
-        ys = []
+        ys, xs = [], []
         for label in order:
             x, y, offset = [], [], 0.0
             for run in (r for r in runs if r.label == label and r.rounds):
@@ -271,8 +278,10 @@ class CompareView(QWidget):
             if x:
                 self.tps.plot(np.array(x, float), np.array(y, float), pen=pen(*styles[label]))
                 ys.append(y)
+                xs.append(x)
         if ys:
             rate_range(self.tps, ys)
+            seconds_from_zero(self.tps, [max(x) for x in xs])
 
 
 def drafter_name(row: dict) -> str:
@@ -280,11 +289,14 @@ def drafter_name(row: dict) -> str:
     return Path(row["drafter"]).name if row.get("drafter") else row["label"]
 
 
-def arm_styles(t: Theme, rows: list[dict]) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+def arm_styles(
+    t: Theme, rows: list[dict], order: tuple[str, ...] = ()
+) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
     """(row label -> (colour, line style), drafter name -> colour): one colour per drafter and
     one line style per verify policy, so a benchmark's arms of one drafter share its colour
-    in the table, in every plot and in every export; plain decoding grey and dashed."""
-    colours = drafter_colours(t, [drafter_name(r) for r in rows if r["label"] != PLAIN_LABEL])
+    in the table, in every plot and in every export; plain decoding grey and dashed. ``order``:
+    the session's (``View.colour_order``)."""
+    colours = drafter_colours(t, [drafter_name(r) for r in rows if r["label"] != PLAIN_LABEL], order=order)
     return (
         {
             r["label"]: (t.plain, "dash")

@@ -11,7 +11,7 @@ from html import escape
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout
 
-from ..state.diagnoses import HEALTHY, MARKS, Entry, figures, sentence
+from ..state.diagnoses import HEALTHY, MARKS, Entry, figures, of_other_prompts, sentence
 from ..state.runs import PLAIN_LABEL
 from ..state.session import View
 from .theme import NORMAL, PRESENTATION, Theme, drafter_colours
@@ -54,14 +54,24 @@ def entry_html(e: Entry, t: Theme, colour: str | None, *, busy: bool, first_wait
     return "<br>".join(rows[:1]) + "".join(f'<p style="margin-top:4px">{r}</p>' for r in rows[1:])
 
 
-def title_html(view: View, t: Theme) -> str:
+#: Said in the title when the runs beside the list ran on prompts the diagnosis did not.
+OTHER_PROMPTS = "diagnosed on other prompts than the runs beside it"
+
+
+def title_html(view: View, t: Theme, shown: set[str] = frozenset()) -> str:
     """ "Diagnosis" and what it ran with (the same for every drafter of it); presenting, only the
-    word (the findings' sentences name what matters), so a finding shows in the room there is."""
+    word (the findings' sentences name what matters), so a finding shows in the room there is.
+    ``shown``: the prompts of the runs beside it; when the diagnosis ran on others, it says so."""
+    stale = (
+        f'<br><span style="color:{t.error}; font-size:{t.font_pt}pt">⚠ {OTHER_PROMPTS}</span>'
+        if of_other_prompts(view.diagnoses, shown)
+        else ""
+    )
     if not view.diagnoses or t.name == PRESENTATION.name:
-        return "Diagnosis"
+        return "Diagnosis" + stale
     return (
         f'Diagnosis <span style="color:{t.muted}; font-size:{t.font_pt}pt; font-weight:normal">'
-        f"· {escape(view.diagnoses[0].what)}</span>"
+        f"· {escape(view.diagnoses[0].what)}</span>" + stale
     )
 
 
@@ -70,17 +80,19 @@ def view_html(view: View, t: Theme) -> str:
     drafter's colour of the Compare table beside its name."""
     entries = view.diagnoses
     names = [r["label"] for r in view.rows if r["label"] != PLAIN_LABEL] + [e.label for e in entries]
-    colours = drafter_colours(t, list(dict.fromkeys(names))) if len(entries) > 1 else {}
+    colours = drafter_colours(t, list(dict.fromkeys(names)), order=view.colour_order) if len(entries) > 1 else {}
     waiting = next((e for e in entries if e.diagnosis is None), None)
     parts = [entry_html(e, t, colours.get(e.label), busy=view.busy, first_waiting=e is waiting) for e in entries]
     return f'<hr style="color:{t.grid}">'.join(parts)
 
 
 class DiagnosisPane(QFrame):
-    """The list (scrolls when it is longer than the plots are tall); hidden with no diagnosis."""
+    """The list (scrolls when it is longer than the plots are tall); hidden with no diagnosis.
+    ``beside``: the runs it stands beside, "run" (the Run tab's) or "compare" (the comparison's)."""
 
-    def __init__(self, parent=None):
+    def __init__(self, parent=None, *, beside: str = "run"):
         super().__init__(parent)
+        self.beside = beside
         self.setObjectName("diagnosis")
         self.theme = NORMAL
         self.shown: tuple | None = None
@@ -112,12 +124,23 @@ class DiagnosisPane(QFrame):
         self.shown = None
 
     def show_view(self, view: View) -> None:
-        drawn = (view.diagnoses, view.busy, tuple(r["label"] for r in view.rows), self.theme)
+        if self.beside == "compare":
+            prompts = {r.prompt for r in view.comparison}
+        else:
+            prompts = {view.speculative.prompt} if view.speculative is not None else set()
+        drawn = (
+            view.diagnoses,
+            view.busy,
+            tuple(r["label"] for r in view.rows),
+            self.theme,
+            view.colour_order,
+            prompts,
+        )
         if drawn == self.shown:
             return
         self.shown = drawn
         self.setVisible(bool(view.diagnoses))
-        self.title.setText(title_html(view, self.theme))
+        self.title.setText(title_html(view, self.theme, prompts))
         self.label.setText(view_html(view, self.theme))
 
     def plots(self) -> dict:

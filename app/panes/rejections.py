@@ -48,7 +48,9 @@ class RejectionsPane(QWidget):
         self.theme = NORMAL
         self.context: tuple[tuple[int, ...], dict[str, list[dict]]] = ((), {})  # (edges, label -> buckets)
         self.wrong: tuple[list, dict[str, list[dict]]] = ([], {})  # (pairs shown, label -> its counts of them)
-        self.colours: dict[str, str] = {}  # label -> its drafter's colour
+        self.colours: dict[str, str] = {}  # label -> its drafter's colour, in the theme drawn last
+        self.names: dict[str, str] = {}  # label -> its drafter's name, which picks its colour
+        self.order: tuple[str, ...] = ()  # the session's (View.colour_order)
         self._computed = self._drawn = None  # what the data and the plots are of
         self.by_context = make_plot(
             "Acceptance by context length", "acceptance", "tokens before the drafted position (bar label: rounds)"
@@ -88,12 +90,13 @@ class RejectionsPane(QWidget):
         if key != self._computed:
             self._computed = key
             self.context, self.wrong = context_view(groups), wrong_view(groups)
-            names = drafter_names(groups)
-            colours = drafter_colours(self.theme, list(dict.fromkeys(names.values())))
-            self.colours = {label: colours[names[label]] for label in groups}
-        if not self.isVisible() or (key, self.theme) == self._drawn:
+            self.names = drafter_names(groups)
+        if not self.isVisible() or (key, self.theme, view.colour_order) == self._drawn:
             return
-        self._drawn = (key, self.theme)
+        self._drawn = (key, self.theme, view.colour_order)
+        # in the theme drawn in: computed with the data, presentation mode's colours outlived it
+        colours = drafter_colours(self.theme, list(dict.fromkeys(self.names.values())), order=view.colour_order)
+        self.colours = {label: colours[name] for label, name in self.names.items()}
         self._draw_context()
         self._draw_pairs()
 

@@ -79,13 +79,20 @@ PRESENTATION = Theme(
 )
 
 
-def drafter_colours(t: Theme, names: list[str], given: dict[str, str] | None = None) -> dict[str, str]:
-    """One colour per drafter, in the order the drafters come (``given`` ones kept): the same
-    drafter is the same colour in the table, every plot and every export, whatever its arms."""
+def drafter_colours(
+    t: Theme, names: list[str], given: dict[str, str] | None = None, order: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """One colour per drafter (``given`` ones kept): the same drafter is the same colour in the
+    table, every plot and every export, whatever its arms. ``order``: the drafters in the order the
+    session first met them (``View.colour_order``), so a drafter keeps its colour when another is
+    unticked; a name not in it takes the next colour after those."""
     out = dict(given or {})
+    place = {name: i for i, name in enumerate(order)}
+    for name in out:
+        place.setdefault(name, len(place))
     for name in names:
         if name not in out:
-            out[name] = t.series[len(out) % len(t.series)]
+            out[name] = t.series[place.setdefault(name, len(place)) % len(t.series)]
     return out
 
 
@@ -122,6 +129,8 @@ FOCUS_PX = 2
 
 
 def stylesheet(t: Theme) -> str:
+    """The window's style. The Compare table selects in the grid's grey, not the accent: a
+    selected drafter's colour swatch vanished into the accent (presentation's blues are alike)."""
     return f"""
     QWidget {{ font-size: {t.font_pt}pt; color: {t.fg}; }}
     QMainWindow, QDialog {{ background: {t.bg}; }}
@@ -132,8 +141,9 @@ def stylesheet(t: Theme) -> str:
     QTextEdit, QPlainTextEdit, QListWidget, QTableWidget {{ background: {t.panel};
         border: 1px solid {t.grid}; border-radius: 4px;
         selection-background-color: {t.accent}; selection-color: #ffffff; }}
+    QTableWidget {{ selection-background-color: {t.grid}; selection-color: {t.fg}; }}
     QHeaderView::section {{ background: {t.bg}; color: {t.muted}; border: none;
-                             border-bottom: 1px solid {t.grid}; padding: 3px; }}
+                             border-bottom: 1px solid {t.grid}; padding: 3px {max(6, t.font_pt)}px; }}
     QPushButton {{ padding: 5px 12px; border: 1px solid {t.grid}; border-radius: 5px;
                    background: {t.panel}; }}
     QPushButton:hover {{ border-color: {t.accent}; }}

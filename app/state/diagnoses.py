@@ -46,6 +46,7 @@ class Entry:
     what: str  # the prompts and settings, in words
     diagnosis: Diagnosis | None = None
     ended: str = ""  # no diagnosis and the job is over: "stopped" or "not diagnosed"
+    prompts: tuple[str, ...] = ()  # what it ran on (none for a refused drafter: nothing ran)
 
     def findings(self) -> tuple[Finding, ...]:
         """Most severe first (``dspark.diagnose.findings.ordered``), whatever order they came in."""
@@ -79,13 +80,20 @@ def described(config: dict, prompts: int) -> str:
 def plan(c: Choices) -> list[Entry]:
     """An entry per drafter to diagnose, then one per drafter the loader refused for this target
     (an assistant made for another Gemma-4 size): its finding is that refusal, nothing is run."""
-    what = described(c.config, len(c.compare_prompts()))
-    out = [Entry(label=drafter_label(p), drafter=p, target=c.target, what=what) for p in drafters(c)]
+    what, prompts = described(c.config, len(c.compare_prompts())), tuple(c.compare_prompts())
+    out = [Entry(label=drafter_label(p), drafter=p, target=c.target, what=what, prompts=prompts) for p in drafters(c)]
     return out + [
         Entry(label=d.label, drafter=d.path, target=c.target, what="not run", diagnosis=refused(d.refused))
         for d in c.drafters
         if d.refused
     ]
+
+
+def of_other_prompts(entries, shown: set[str]) -> bool:
+    """Whether the runs beside the list (``shown``: their prompts) ran on a prompt the diagnosis did
+    not: its τ and acceptance are then not theirs (3.79 beside a run's 3.71), and the list says so."""
+    ran = next((set(e.prompts) for e in entries if e.prompts), None)
+    return ran is not None and bool(shown) and not shown <= ran
 
 
 def with_result(entries: list[Entry], drafter: str, diagnosis: Diagnosis) -> list[Entry]:
@@ -133,6 +141,7 @@ __all__ = [
     "drafters",
     "ended",
     "figures",
+    "of_other_prompts",
     "plan",
     "sentence",
     "with_result",

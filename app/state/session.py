@@ -60,9 +60,16 @@ class View:
     compare_replay: str = ""  # what the Compare tab's comparison replays ("" when it ran here)
     progress: Progress | None = None  # a long task under way (measuring costs, a diagnosis)
     diagnoses: tuple[diagnoses.Entry, ...] = ()  # the last Run ▸ Diagnose, one entry per drafter
+    # every drafter's name in the order this session first met it: its colour's place in the
+    # theme's series (app.panes.theme.drafter_colours), kept when another drafter is unticked
+    colour_order: tuple[str, ...] = ()
 
     def row(self, label: str | None) -> dict | None:
         return next((r for r in self.rows if r["label"] == label), None)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
 
 
 def drafter_detail(d) -> str:
@@ -106,6 +113,7 @@ class Session:
         self.loaded_target: str | None = None  # the target the worker holds
         self.environment: dict = {}  # the worker's record of the machine, for saved benchmarks
         self.diagnoses: list[diagnoses.Entry] = []  # the last diagnosis (app.state.diagnoses), kept until the next
+        self.colour_order: list[str] = []  # View.colour_order
 
     # --- what went wrong, what the models are --------------------------------------------
     def fail(self, text: str) -> None:
@@ -264,6 +272,8 @@ class Session:
             )
             self.runs.append(rec)
             self.by_key[rec.key] = rec
+            if self.job.kind == "compare" and len(self.job.prompts) > 1 and not self._job_replay:
+                self._follow_prompt(msg)
         elif isinstance(msg, RoundDone):
             rec = self.by_key.get(msg.key)
             if rec is None:
@@ -294,12 +304,22 @@ class Session:
             if msg.job != job:
                 return False
             self.busy = False
+            self.progress = None  # a run that failed while its prompt was processed leaves no bar behind
             if self.job.kind == diagnoses.KIND:
-                self.diagnoses, self.progress = diagnoses.ended(self.diagnoses, msg.cancelled), None
+                self.diagnoses = diagnoses.ended(self.diagnoses, msg.cancelled)
         else:
             return False
         self.version += 1
         return True
+
+    def _follow_prompt(self, msg: RunStarted) -> None:
+        """A comparison on every prompt of the set moves ◀ k / N ▶ to the prompt it runs, as the
+        Run tab does: it said "prompt 10 of 10" beside a box at 1 / 10, whose Run then ran another
+        prompt than the one on screen. A prompt typed in the box stays."""
+        c = self.choices
+        ps = c.prompts()
+        if not c.is_typed() and 0 <= msg.prompt_index < len(ps) and ps[msg.prompt_index] == msg.prompt:
+            c.select_prompt(msg.prompt_index)
 
     def _start_showing(self) -> None:
         """The current job's first run started: its runs now replace the shown ones."""
@@ -331,7 +351,7 @@ class Session:
         self.focus = next((r["label"] for r in bench_rows(doc) if r["label"] != PLAIN_LABEL), None)
         s = doc["settings"]
         self.caption = (
-            f"dspark bench · {doc['prompts']['count']} prompts × {s['repeats']} repeats · "
+            f"dspark bench · {plural(doc['prompts']['count'], 'prompt')} × {plural(s['repeats'], 'repeat')} · "
             f"{s['max_tokens']} tokens · {Path(doc['_path']).parent.name} · "
             f"{doc.get('started', '')[:16].replace('T', ' ')}"
         )
@@ -383,11 +403,14 @@ class Session:
         shot = {id(r): r.snapshot() for r in self.runs + self.comparison}
         speculative, plain = (shot[id(r)] if r is not None else None for r in self.shown_runs())
         comparison = tuple(shot[id(r)] for r in self.comparison)
+        self._meet_drafters(comparison)
         if self.bench is not None:
             rows, costs = tuple(bench_rows(self.bench)), bench_costs(self.bench)
         else:
             rows = tuple(compare_rows(list(comparison), self.compare_prompts)) if comparison else ()
-            costs = {Path(p).name: c for p, c in self.costs.items()}
+            # this machine's costs, measured now: a replayed comparison ran elsewhere and its file
+            # keeps none, so it draws none (it drew those of whichever of its drafters ran here since)
+            costs = {} if self.compare_replay else {Path(p).name: c for p, c in self.costs.items()}
         return View(
             kind=self.shown_kind,
             tab=self.tab,
@@ -408,7 +431,21 @@ class Session:
             compare_replay=self.compare_replay,
             progress=self.progress,
             diagnoses=tuple(self.diagnoses),
+            colour_order=tuple(self.colour_order),
         )
+
+    def _meet_drafters(self, comparison) -> None:
+        """Each drafter listed, compared, benchmarked or diagnosed joins ``colour_order`` the
+        first time it is seen (by its directory's name, as every pane names it)."""
+        arms = bench_rows(self.bench) if self.bench is not None else []
+        for name in (
+            [d.label for d in self.choices.drafters]
+            + [Path(r.drafter).name for r in comparison if r.drafter]
+            + [Path(a["drafter"]).name if a.get("drafter") else a["label"] for a in arms if a["label"] != PLAIN_LABEL]
+            + [e.label for e in self.diagnoses]
+        ):
+            if name not in self.colour_order:
+                self.colour_order.append(name)
 
 
 def costs_request(session: Session, remeasure: bool = True) -> CostsRequest | None:
