@@ -203,12 +203,17 @@ def open_bench(session: Session, path: str) -> bool:
 
 
 def describe_bench(doc: dict) -> str:
-    """The status bar's line about where a benchmark was measured."""
+    """The status bar's line about where a benchmark was measured; the load averages as a person
+    writes them ("0.52, 0.61, 0.70 (1, 5, 15 min)"), not as Python prints a list."""
     env = doc["environment"]
-    return (
-        f"benchmark {doc['_path']}: {env.get('cpu')}, MLX {env.get('mlx')} on {env.get('device')}, "
-        f"load average at start {env.get('load_average')}"
-    )
+    line = f"benchmark {doc['_path']}: {env.get('cpu')}, MLX {env.get('mlx')} on {env.get('device')}"
+    load = env.get("load_average")
+    if isinstance(load, (list, tuple)) and load and all(isinstance(x, (int, float)) for x in load):
+        minutes = ", ".join(str(m) for m in (1, 5, 15)[: len(load)])
+        line += f", load average at start {', '.join(f'{x:.2f}' for x in load)} ({minutes} min)"
+    elif isinstance(load, (int, float)):
+        line += f", load average at start {load:.2f}"
+    return line
 
 
 def save_comparison(session: Session, folder: str) -> Path | None:

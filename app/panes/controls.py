@@ -70,6 +70,13 @@ class ControlPanel(QWidget):
         self._shown = None  # what each part shows, so a redraw touches only what changed
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)
+        # a first start's word on what is open (the demo models) and how to open one's own: here,
+        # wrapped above the choices it is about, where in the status bar it cut every message short
+        self.hint = QLabel()
+        self.hint.setObjectName("caption")
+        self.hint.setWordWrap(True)
+        self.hint.hide()
+        lay.addWidget(self.hint)
         lay.addWidget(self._target_group())
         lay.addWidget(self._drafters_group())
         lay.addWidget(self._prompt_group(), 1)
@@ -143,14 +150,15 @@ class ControlPanel(QWidget):
         self.counter = QLabel()  # "3 / 12": where ◀ ▶ are in the set
         self.counter.setObjectName("caption")
         self.counter.setToolTip("This prompt's place in the set (\"typed\": not one of the set's)")
-        row.addWidget(self.prompt_set, 1)
+        # the set's name on a row of its own: beside ◀ k / N ▶ the box was clipped to a few letters
         row.addWidget(prev_b)
-        row.addWidget(self.counter)
+        row.addWidget(self.counter, 1, Qt.AlignCenter)
         row.addWidget(next_b)
         self.prompt = PromptBox()
         self.prompt.setPlaceholderText("Type a prompt, or pick one from a set")
         self.prompt.setMinimumHeight(70)
         self.prompt.textChanged.connect(lambda: self.prompt_edited.emit(self.prompt.toPlainText()))
+        gl.addWidget(self.prompt_set)
         gl.addLayout(row)
         gl.addWidget(self.prompt, 1)
         return g
@@ -161,11 +169,6 @@ class ControlPanel(QWidget):
         self.form = ConfigForm(GenerationConfig)
         self.form.changed.connect(lambda: self.config_edited.emit(self.form.values()))
         gl.addWidget(self.form)
-        self.block_note = QLabel()  # a block size beyond what the selected drafter was trained at
-        self.block_note.setObjectName("note")
-        self.block_note.setWordWrap(True)
-        self.block_note.hide()
-        gl.addWidget(self.block_note)
         return g
 
     # --- showing the choices ----------------------------------------------------------------
@@ -178,7 +181,7 @@ class ControlPanel(QWidget):
             "drafters": (tuple((d.path, d.checked, d.error, d.detail) for d in c.drafters), c.selected),
             "sets": (tuple(c.prompt_sets), c.set_name),
             "prompt": (c.prompt, c.counter()),
-            "config": (tuple(sorted(c.config.items(), key=lambda kv: kv[0])), c.block_note()),
+            "config": tuple(sorted(c.config.items(), key=lambda kv: kv[0])),
         }
         shown = self._shown or {}
         self._shown = parts
@@ -245,9 +248,10 @@ class ControlPanel(QWidget):
             self.form.blockSignals(True)
             self.form.set_values(c.config)
             self.form.blockSignals(False)
-        note = c.block_note()
-        self.block_note.setText(note or "")
-        self.block_note.setVisible(bool(note))
+
+    def show_hint(self, text: str) -> None:
+        self.hint.setText(text)
+        self.hint.setVisible(bool(text))
 
     def config(self) -> dict:
         """The settings form's values (``GenerationConfig`` fields), as the person left them."""
@@ -293,7 +297,9 @@ class ControlPanel(QWidget):
 
 
 class ActionBar(QWidget):
-    """Run / Stop / Compare, and whether Compare takes every prompt of the set."""
+    """Run / Stop / Compare, whether Compare takes every prompt of the set, and the note of a
+    block size past what the selected drafter was trained at: here, always in view, where under
+    the settings it was below the fold of a 1280x800 window."""
 
     run_clicked = Signal()
     stop_clicked = Signal()
@@ -305,6 +311,11 @@ class ActionBar(QWidget):
         self.setObjectName("actions")
         al = QVBoxLayout(self)
         al.setContentsMargins(6, 4, 6, 4)
+        self.block_note = QLabel()
+        self.block_note.setObjectName("note")
+        self.block_note.setWordWrap(True)
+        self.block_note.hide()
+        al.addWidget(self.block_note)
         row = QHBoxLayout()
         self.run_b = QPushButton("Run")
         self.run_b.setObjectName("primary")
@@ -328,6 +339,9 @@ class ActionBar(QWidget):
         self.all_prompts.blockSignals(True)
         self.all_prompts.setChecked(c.all_prompts)
         self.all_prompts.blockSignals(False)
+        note = c.block_note()
+        self.block_note.setText(note or "")
+        self.block_note.setVisible(bool(note))
 
     def set_busy(self, busy: bool) -> None:
         self.run_b.setEnabled(not busy)

@@ -134,15 +134,17 @@ class HeaderStrip(QFrame):
         pass  # styled by the window's stylesheet
 
     def _say_busy(self, busy: str) -> None:
-        """The machine's load beside the speedup: one line when there is room, at most as wide
-        as some 40 letters (two lines), so the figures beside it stay in their rows."""
+        """The machine's load beside the speedup: one line when there is room, else two lines of
+        some 40 letters or more (a longer note, a pause and the load, took three or four in
+        presentation mode's type), so the figures beside it stay in their rows."""
         text = f"⚠ {busy}" if busy else ""
         self.busy.setText(text)
         self.busy.setVisible(bool(busy))
         if busy:
             self.busy.ensurePolished()
             fm = self.busy.fontMetrics()
-            width = min(fm.horizontalAdvance(text) + 4, fm.averageCharWidth() * 40)
+            full = fm.horizontalAdvance(text) + 4
+            width = min(full, max(fm.averageCharWidth() * 40, full // 2 + fm.averageCharWidth() * 6))
             self.busy.setFixedSize(width, self.busy.heightForWidth(width))
 
     def show_view(self, view: View) -> None:
@@ -223,6 +225,7 @@ class HeaderStrip(QFrame):
             headline = f"{speculative.label}{kind} vs plain decoding{where}"
         else:
             headline = f"plain decoding only{where}" if plain is not None else "Run: the figures of a run appear here"
+        headline += stopped_note(speculative, plain, view.busy)
         ratio, compared = speedup(speculative, plain)
         basis = ""
         if ratio:  # the two rates the speedup divides: over the same tokens, a pause of the machine left out
@@ -245,7 +248,7 @@ class HeaderStrip(QFrame):
                 "tau": f"{f.tau:.2f}" if f else none,
                 "rate": f"{f.acceptance_rate:.0%}" if f else none,
                 "ttft": f"{first.summary.ttft_seconds * 1000:.0f} ms" if first and first.done else "",
-                "mem": f"{mem / 2**20:.0f} MB" if mem else "",
+                "mem": f"{mem / 2**20:.0f} MiB" if mem else "",
                 "same": same_as_plain([verdict]) or "",
             },
             headline,
@@ -285,7 +288,7 @@ class HeaderStrip(QFrame):
                 "tau": f"{r['tau']:.2f}" if r.get("rounds") else ("–" if row is not None else ""),
                 "rate": f"{r['acceptance_rate']:.0%}" if r.get("rounds") else ("–" if row is not None else ""),
                 "ttft": f"{ttft * 1000:.0f} ms" if ttft is not None else "",
-                "mem": f"{mem / 2**20:.0f} MB" if mem else "",
+                "mem": f"{mem / 2**20:.0f} MiB" if mem else "",
                 "same": r.get("identical") or "",
             },
             headline,
@@ -297,6 +300,22 @@ class HeaderStrip(QFrame):
             busy=busy_note((row or plain or {}).get("machine")),
         )
         self.values["same"].setToolTip(SAME_TIP)
+
+
+def stopped_note(speculative, plain, busy: bool) -> str:
+    """ " · stopped: dspark kept 71 tokens, plain decoding not run": a Stop said where the figures
+    are (the status bar's "stopped" went with the next message)."""
+    runs = [r for r in (speculative, plain) if r is not None]
+    if not any(r.stopped for r in runs):
+        return ""
+    kept = [
+        f"{'plain decoding' if r.method == 'plain' else r.label} kept {plural(len(r.summary.tokens), 'token')}"
+        for r in runs
+        if r.stopped
+    ]
+    if plain is None and not busy:
+        kept.append("plain decoding not run")
+    return " · stopped: " + ", ".join(kept)
 
 
 def coverage(row: dict, busy: bool) -> str:

@@ -91,8 +91,8 @@ def fit_title(w: pg.PlotWidget, t: Theme, title: str, keys: list[tuple[str, str,
         return w.getPlotItem().titleLabel.item.boundingRect().width() <= room
 
     head = [escape(title)]
-    if not fits(head):  # a long title on a narrow plot: its words on lines
-        head, words = [], title.split()
+    if not fits(head):  # a long title on a narrow plot: its words on lines (no break at a no-break space)
+        head, words = [], [word for word in title.split(" ") if word]
         for word in words:
             if head and fits([f"{head[-1]} {escape(word)}"]):
                 head[-1] = f"{head[-1]} {escape(word)}"
@@ -241,6 +241,13 @@ def rate_range(w: pg.PlotWidget, ys) -> None:
     zero_based_range(w, max((float(np.max(y)) for y in ys if len(y)), default=1.0))
 
 
+def seconds_from_zero(w: pg.PlotWidget, ends) -> None:
+    """A seconds axis from 0 (decoding's start) to the last point: left to pyqtgraph, a replay's
+    few points were padded to start at -3 s."""
+    end = max((float(e) for e in ends), default=0.0)
+    w.setXRange(0.0, end * 1.03 if end > 0 else 1.0, padding=0)
+
+
 class PlotsPane(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -249,7 +256,8 @@ class PlotsPane(QWidget):
         self.position.setToolTip(TIP_POSITION)
         self.pos_bars = pg.BarGraphItem(x=[], height=[], width=0.7)
         self.position.addItem(self.pos_bars)
-        self.hist = make_plot("Accepted length", "rounds", "accepted drafts per round", integer_y=True)
+        # "accepted drafts per round" was cut at its end on a plot narrowed by a diagnosis beside it
+        self.hist = make_plot("Accepted length", "rounds", "accepted drafts", integer_y=True)
         self.hist.setToolTip(TIP_HIST)
         self.hist_bars = pg.BarGraphItem(x=[], height=[], width=0.7)
         self.hist.addItem(self.hist_bars)
@@ -319,19 +327,21 @@ class PlotsPane(QWidget):
             self.hist.setXRange(-0.6, max(len(hist) - 1, 1) + 0.6, padding=0)
             zero_based_range(self.hist, max(max(hist, default=1), 1))
             integer_ticks(self.hist, range(len(hist)))
-            fit_title(self.hist, t, f"Accepted length  (τ = {f.tau:.2f})")
+            fit_title(self.hist, t, f"Accepted length (τ\u00a0=\u00a0{f.tau:.2f})")  # τ's figure never split
         else:
             self.pos_bars.setOpts(x=[], height=[])
             self.hist_bars.setOpts(x=[], height=[])
             fit_title(self.hist, t, "Accepted length")  # no τ over empty axes
         self.boxes["position"].set_empty(not has_speculative)
         self.boxes["hist"].set_empty(not has_speculative)
-        curves = []
+        curves, ends = [], []
         for run, curve in ((speculative, self.speculative_curve), (plain, self.plain_curve)):
             x, y = run.curve() if run is not None and run.rounds else ([], [])
             curve.setData(np.array(x, float), np.array(y, float))
             curves.append(y)
+            ends += x[-1:]
         self._mark_pauses([r for r in (speculative, plain) if r is not None and r.rounds])
         self.boxes["tps"].set_empty(not any(curves))
         if any(curves):
             rate_range(self.tps, curves)
+            seconds_from_zero(self.tps, ends)

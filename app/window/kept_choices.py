@@ -1,5 +1,6 @@
-"""What the app keeps between sessions of the person's choices (``app.files.settings``): the models,
-the prompt and its set, typed prompts, the generation settings. ``restore`` fills a
+"""What the app keeps between sessions of the person's choices (``app.files.settings``): the models
+and which drafters are ticked, the prompt and its set, typed prompts, whether Compare takes every
+prompt of the set, the generation settings. ``restore`` fills a
 ``Choices`` from the settings file, ``save`` writes one back. Only what worked is kept: a
 drafter that was refused is not listed again at the next start."""
 
@@ -21,8 +22,11 @@ def restore(prefs: Settings | None, choices: Choices, target: str | None, drafte
     if prefs is not None:
         choices.recent_drafters = prefs.recent("drafters")
     choices.set_target(target or "", prefs.recent("targets") if prefs is not None else [])
+    unticked = set(prefs.get("models/unticked", [], list)) if prefs is not None else set()
     for d in drafters:
-        choices.add_drafter(d)
+        choices.add_drafter(d, checked=d not in unticked)
+    if prefs is not None:
+        choices.set_all_prompts(prefs.get("prompt/all", False, bool))
     typed = [t for t in prefs.get("prompt/typed", [], list) if isinstance(t, str) and t.strip()] if prefs else []
     if typed:
         choices.add_set(TYPED, typed)
@@ -44,6 +48,8 @@ def save(prefs: Settings, choices: Choices, geometry) -> None:
     prefs.set("prompt/typed", choices.prompt_sets.get(TYPED, []))
     prefs.set("models/target", choices.target)
     prefs.set("models/drafters", [d.path for d in choices.drafters if not d.error])
+    prefs.set("models/unticked", [d.path for d in choices.drafters if not d.error and not d.checked])
+    prefs.set("prompt/all", choices.all_prompts)
     prefs.set("prompt/set", choices.set_name)
     prefs.set("prompt/text", choices.prompt)
     for k, v in choices.config.items():

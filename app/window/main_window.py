@@ -21,7 +21,16 @@ from pathlib import Path
 import PySide6
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QScrollArea, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 
 from dspark import advice, blas
 from dspark.config import GenerationConfig
@@ -44,6 +53,7 @@ from .menus import build_menus
 from .presentation import Presenter
 
 REFRESH_MS = 40
+PRESENTATION_KEYS = "Space / → next · ← previous · Ctrl+1 2 3 tabs · Esc leaves"
 
 
 class MainWindow(QMainWindow):
@@ -121,6 +131,12 @@ class MainWindow(QMainWindow):
                 "installed the app loads it itself (dspark.blas) and runs many times faster."
             )
             self.statusBar().addPermanentWidget(self.blas_note)
+        # while presenting, the keys stay said: the mode's first notice went with the next
+        # status ("loading target …" at once when started with --presentation)
+        self.keys_hint = QLabel(PRESENTATION_KEYS)
+        self.keys_hint.setObjectName("caption")
+        self.keys_hint.hide()
+        self.statusBar().addPermanentWidget(self.keys_hint)
 
     def _connect_controls(self) -> None:
         """Each of the panel's signals: a change of the choices, then (for the models) a load."""
@@ -162,9 +178,21 @@ class MainWindow(QMainWindow):
     def step_prompt(self, delta: int) -> None:
         self._chose(self.session.choices.step_prompt, "", delta)
 
+    def show_hint(self, text: str) -> None:
+        """A word for a first start (``app.startup.FIRST_START``), above the choices: a permanent
+        widget of the status bar took the room of every message there."""
+        self.controls.show_hint(text)
+
+    def show_tab(self, tab: str) -> None:
+        """View ▸ Run / Compare / Rejections (Ctrl+1 2 3): a key for each tab, presenting too."""
+        self._chose(self.session.show_tab, "", tab)
+
     def apply_theme(self, t: Theme) -> None:
         self.theme = t
         self.setPalette(palette(t))
+        # dialogs are windows of their own and take the application's palette, not the window's:
+        # under the stylesheet's white type the Open-run dialog's file names were white on white
+        QApplication.instance().setPalette(palette(t))
         self.setStyleSheet(stylesheet(t))
         self.results.set_theme(t)
         self.controls.ensurePolished()  # the panel as wide as its widgets at this type size, no wider
@@ -365,6 +393,7 @@ class MainWindow(QMainWindow):
             self.normal_geometry, self._normal_rect = self.saveGeometry(), self.geometry()
         for sc in self.presentation_keys:
             sc.setEnabled(on)
+        self.keys_hint.setVisible(on)
         self.results.set_presenting(on)
         if not on:  # normal type first: beside the large type the controls would widen the window's minimum
             self.apply_theme(NORMAL)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 
 from ..state.playlist import SPEEDS
+from ..state.session import COMPARE_TAB, REJECTIONS_TAB, RUN_TAB
 
 
 def build_menus(w) -> None:
@@ -56,6 +57,11 @@ def build_menus(w) -> None:
         group.addAction(a)
     m = w.menuBar().addMenu("&View")
     act(m, "Presentation mode", w.presenter.toggle, "F11")
+    m.addSeparator()
+    for i, (text, tab) in enumerate(
+        (("Run tab", RUN_TAB), ("Compare tab", COMPARE_TAB), ("Rejections tab", REJECTIONS_TAB)), start=1
+    ):
+        act(m, text, lambda tab=tab: w.show_tab(tab), f"Ctrl+{i}")
     m = w.menuBar().addMenu("&Help")
     about = act(m, "About DSpark Studio", w.show_about)
     about.setMenuRole(QAction.AboutRole)  # on a Mac, in the application menu where About belongs
