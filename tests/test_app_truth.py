@@ -240,7 +240,9 @@ def test_a_plain_decoding_run_leaves_no_stale_tau_over_empty_axes(qtbot, window,
     w = window
     setup(w, dirs, max_tokens=8)
     assert run_job(qtbot, w, w.start_run)["ok"]
-    assert "τ =" in w.results.plots.hist.getPlotItem().titleLabel.text and not w.results.plots.boxes["hist"].is_empty
+    assert (
+        "τ\u00a0=" in w.results.plots.hist.getPlotItem().titleLabel.text and not w.results.plots.boxes["hist"].is_empty
+    )
     w.controls.drafters.setCurrentRow(0)
     w.controls.remove_b.click()  # no drafter: Run does plain decoding only
     assert run_job(qtbot, w, w.start_run)["ok"]
