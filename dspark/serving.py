@@ -17,6 +17,16 @@ commands are documented here, not run: neither engine runs on this project's mac
 from __future__ import annotations
 
 import json
+import shlex
+
+from .errors import printable
+
+
+def quote(word: str) -> str:
+    """``word`` as one word of a POSIX shell command (a path with spaces, quotes or ``$(...)``
+    stays one argument, never code): every command written for a user to paste goes through it."""
+    return shlex.quote(str(word))
+
 
 TITLES = {
     "speculators": "vLLM speculators",
@@ -27,7 +37,7 @@ TITLES = {
 
 def _vllm(target: str, out: str, method: str, tokens: int) -> str:
     config = json.dumps({"method": method, "model": out, "num_speculative_tokens": tokens})
-    return f"vllm serve {target} \\\n  --speculative-config '{config}'"
+    return f"vllm serve {quote(target)} \\\n  --speculative-config {quote(config)}"
 
 
 def commands(fmt: str, config: dict, drafts: int, out: str, *, verifier: str | None) -> dict[str, str]:
@@ -36,7 +46,7 @@ def commands(fmt: str, config: dict, drafts: int, out: str, *, verifier: str | N
     target = verifier or "TARGET"
     if fmt == "speculators":
         method = config.get("speculators_model_type", "dspark")
-        short = f"vllm serve {out}\n" if verifier else ""
+        short = f"vllm serve {quote(out)}\n" if verifier else ""
         return {
             "vllm": short + _vllm(target, out, method, drafts),
             "sglang": "SGLang does not read speculators-format DSpark or DFlash drafters yet (speculators issue "
@@ -46,8 +56,8 @@ def commands(fmt: str, config: dict, drafts: int, out: str, *, verifier: str | N
         slots = config["dflash_config"]["block_size"]
         return {
             "vllm": _vllm(target, out, "dflash", drafts),
-            "sglang": f"python -m sglang.launch_server --model-path {target} \\\n  --speculative-algorithm DFLASH "
-            f"--speculative-draft-model-path {out} \\\n  --speculative-num-draft-tokens {slots}",
+            "sglang": f"python -m sglang.launch_server --model-path {quote(target)} \\\n  --speculative-algorithm "
+            f"DFLASH --speculative-draft-model-path {quote(out)} \\\n  --speculative-num-draft-tokens {slots}",
         }
     return {
         "vllm": _vllm(target, out, "dspark", drafts),
@@ -63,7 +73,7 @@ def readme(fmt: str, config: dict, info: dict, out: str, *, verifier: str | None
     lines = [
         f"# A {TITLES[fmt]} drafter, exported by dspark",
         "",
-        f"Exported from `{info['source']}` ({info['source_format']}) by `dspark export --format {fmt}`. "
+        f"Exported from `{printable(info['source'])}` ({info['source_format']}) by `dspark export --format {fmt}`. "
         "Loaded back by dspark, it drafts the same logits and the same tokens as the drafter it came from "
         "(checked when it was written).",
         "",
@@ -73,7 +83,8 @@ def readme(fmt: str, config: dict, info: dict, out: str, *, verifier: str | None
             if fmt == "speculators"
             else ""
         ),
-        f"- target (verifier): {verifier or 'not given at export (TARGET below: the target it was trained for)'}",
+        "- target (verifier): "
+        + (printable(verifier) if verifier else "not given at export (TARGET below: the target it was trained for)"),
     ]
     if fmt == "speculators" and config.get("final_logit_softcapping"):
         lines.append(
@@ -92,4 +103,4 @@ def readme(fmt: str, config: dict, info: dict, out: str, *, verifier: str | None
     return "\n".join(lines)
 
 
-__all__ = ["TITLES", "commands", "readme"]
+__all__ = ["TITLES", "commands", "quote", "readme"]

@@ -10,7 +10,7 @@ from ..corpus import heldout_prompts
 from ..errors import DsparkError
 from ..options import check_range
 from ..training.texts import read_texts
-from .say import say
+from .say import say, show
 
 HELP = "fit a drafter's confidence temperatures (dspark calibrate --help)"
 
@@ -67,8 +67,8 @@ def run(a) -> int:
         src=Path(a.drafter),
         out=Path(a.out or a.drafter),
     )
-    print(format_calibration(result))
-    print(
+    show(format_calibration(result))
+    show(
         f"saved calibration to {Path(a.out or a.drafter)}"
         + ("" if drafter.calibration else " (raw confidences kept: the fit did not lower the held-out ECE)")
     )

@@ -13,7 +13,7 @@ from ..diagnose.findings import describe, refused
 from ..errors import DrafterMismatchError
 from ..options import add_options, check_range, from_args
 from ..prompts import DEFAULT, get, read_set
-from .say import say
+from .say import say, show
 
 HELP = "why a drafter is rejected: run a few prompts and name each cause found (dspark diagnose --help)"
 
@@ -104,7 +104,7 @@ def run(a) -> int:
         if a.record:
             raise
         result = refused(str(e))
-        print(json.dumps(result.to_dict()) if a.json else describe(result))
+        _print(result, a.json)
         return 0
     progress = _progress if sys.stderr.isatty() else None
     if a.record:
@@ -114,7 +114,7 @@ def run(a) -> int:
         if a.json:
             print(json.dumps({"recorded": str(path), "profile": profile.to_dict()}))
         else:
-            print(
+            show(
                 f"recorded this drafter's profile in {path}: acceptance by position "
                 + " ".join(f"{x:.2f}" for x in profile.per_position_acceptance)
                 + f" ({profile.rounds} rounds on {profile.prompts} prompts)"
@@ -122,8 +122,15 @@ def run(a) -> int:
         return 0
     result = diagnose(target, drafter, prompts, config, profile=find(drafter_dir, drafter), progress=progress)
     _end(progress)
-    print(json.dumps(result.to_dict()) if a.json else describe(result))
+    _print(result, a.json)
     return 0
+
+
+def _print(result, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result.to_dict()))
+    else:  # a profile's source, a finding's quote: from files, escaped for the terminal
+        show(describe(result))
 
 
 def _end(progress) -> None:

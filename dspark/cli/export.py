@@ -7,7 +7,7 @@ import json
 
 from .. import prompts as sets
 from ..errors import DsparkError
-from .say import say
+from .say import say_printable, show
 
 HELP = "write a drafter in a format vLLM or SGLang serves (dspark export --help)"
 
@@ -78,11 +78,11 @@ def run(a) -> int:
         target=a.target,
         prompts=prompts,
         tokens=a.max_tokens,
-        say=say,
+        say=say_printable,
     )
     if a.json:
         print(json.dumps(r))
         return 0
-    print(summary(r, a.drop_heads))
-    print(f"serve it with vLLM:\n{r['serve']['vllm']}\nSGLang: {r['serve']['sglang']}")
+    show(summary(r, a.drop_heads))
+    show(f"serve it with vLLM:\n{r['serve']['vllm']}\nSGLang: {r['serve']['sglang']}")
     return 0

@@ -6,6 +6,7 @@ from ..config import DflashConfig
 from ..errors import DsparkError
 from ..files import output_dir, staged_dir
 from ..options import add_options, check_options, from_args
+from .say import show
 
 HELP = "write an untrained drafter for a target"
 
@@ -36,7 +37,7 @@ def run(a) -> int:
     else:  # a new drafter appears whole or not at all: a kill leaves no weights without a config
         with staged_dir(out) as tmp:
             drafter.save(tmp)
-    print(
+    show(
         f"wrote an untrained {cfg.format} drafter ({drafter.num_params():,} parameters, taps "
         f"{list(drafter.tap_layers)}) to {out}"
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from .say import show
+
 HELP = "say what a drafter directory is, without loading a target"
 
 
@@ -31,7 +33,7 @@ def run(a) -> int:
     ]
     lines += [f"  note: {n}" for n in info.get("notes", [])]
     lines += exports_lines(info["exports"])
-    print("\n".join(lines))
+    show("\n".join(lines))
     return 0
 
 

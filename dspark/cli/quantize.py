@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .say import show
+
 HELP = "write a 4- or 8-bit copy of a drafter (any format, same format)"
 
 
@@ -20,7 +22,7 @@ def run(a) -> int:
     from ..convert import quantize_drafter  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
     r = quantize_drafter(a.dir, a.out, a.bits, a.group_size)
-    print(
+    show(
         f"wrote a {r['bits']}-bit {r['format']} drafter to {a.out}: {r['bytes_before'] / 2**20:.1f} MiB -> "
         f"{r['bytes_after'] / 2**20:.1f} MiB"
     )
