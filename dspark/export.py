@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
-from contextlib import contextmanager
+import unicodedata
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import mlx.core as mx
@@ -34,7 +36,7 @@ from .config import GenerationConfig, SamplingParams
 from .drafting import DraftOpts
 from .errors import DsparkError
 from .export_plan import FORMATS, Plan, exportable, loaded_source, plan, read_source
-from .files import save_safetensors, staged_dir, write_text
+from .files import alive, exchange, reason, save_safetensors, short, staged_dir, write_text
 from .loading import load_drafter, load_target, read_drafter_config
 
 WEIGHTS = "model.safetensors"
@@ -107,22 +109,95 @@ def acceptance(target, drafter, prompts: list[str], tokens: int) -> float:
 
 
 # --------------------------------------------------------------------------- writing
+def check_name(out: Path) -> None:
+    """Refuse an --out that names no folder of its own (``.``, ``..``) or that no command could
+    quote back: the README writes it into commands a user pastes."""
+    if out.name in ("", ".", ".."):
+        raise DsparkError(
+            f"--out {str(out)!r} names no folder of its own: give the export a new folder (e.g. --out ./exported)"
+        )
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in str(out)):
+        raise DsparkError(
+            f"--out {str(out)!r} holds a control character (a line break, an escape): the serve commands written "
+            f"for it could not be pasted; choose a plain folder name"
+        )
+
+
 def check_out(out: Path, drafter_dir: Path, force: bool) -> None:
     """Refuse an --out that is a file, holds something (without --force) or holds the drafter."""
-    if out.exists() and not out.is_dir():
-        raise DsparkError(f"{out} is a file, not a directory")
-    src, dst = drafter_dir.resolve(), out.resolve()
-    if dst == src or dst in src.parents:
-        raise DsparkError(f"{out} holds the drafter being exported: choose another folder to export to")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise DsparkError(f"{out} exists and is not empty (use --force to replace what it holds)")
+    try:  # a path past PATH_MAX fails at the first look
+        if out.exists() and not out.is_dir():
+            raise DsparkError(f"{out} is a file, not a directory")
+        src, dst = drafter_dir.resolve(), out.resolve()
+        if dst == src or dst in src.parents:
+            raise DsparkError(f"{out} holds the drafter being exported: choose another folder to export to")
+        if out.is_dir() and any(out.iterdir()) and not force:
+            raise DsparkError(f"{out} exists and is not empty (use --force to replace what it holds)")
+    except OSError as e:
+        raise DsparkError(f"cannot use {short(out)} as the export's folder ({reason(e)})") from None
+
+
+def check_verifier(verifier: str | None) -> None:
+    """A verifier is a Hugging Face name or a path: one holding a control character is refused,
+    as it goes into config.json and into the commands the README gives to paste."""
+    if verifier is not None and (
+        not verifier.strip() or any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in verifier)
+    ):
+        raise DsparkError(
+            f"--verifier {verifier!r} is not a Hugging Face name or a path (it is empty or holds a control "
+            f"character such as a line break or an escape)"
+        )
+
+
+#: The hidden names a replacing export uses beside ``--out``: the new folder while it is written
+#: and checked (``export``), and, where the system cannot swap two folders in one step, the old
+#: one moved aside (``replaced``); each ends in the writing process's id.
+_HIDDEN = re.compile(r"\.(?P<name>.+)\.(?P<kind>export|replaced)-(?P<pid>[0-9]+)")
+_STAGING = re.compile(r"\.\.(?P<name>.+)\.export-(?P<pid>[0-9]+)\.[0-9]+\.tmp")
+
+
+def finish_killed(out: Path, say) -> None:
+    """What an export killed while it replaced ``out`` left beside it, put right before this one
+    starts: a folder missing from ``out`` is put back from the whole copy the killed run kept
+    (the old export first; ``say`` hears where it was), and every hidden copy and staging folder
+    of a process that is gone is removed. A run still going is left alone."""
+    found: dict[str, list[Path]] = {"replaced": [], "export": [], "staging": []}
+    try:
+        entries = list(out.parent.iterdir()) if out.parent.is_dir() else []
+    except OSError:
+        return
+    for entry in entries:
+        m = _HIDDEN.fullmatch(entry.name) or _STAGING.fullmatch(entry.name)
+        if m is None or m["name"] != out.name or not entry.is_dir() or entry.is_symlink():
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or alive(pid):
+            continue
+        found[m.groupdict().get("kind") or "staging"].append(entry)
+    for kind in ("replaced", "export"):
+        for stale in sorted(found[kind]):
+            if not os.path.lexists(out):
+                try:
+                    os.rename(stale, out)
+                except OSError as e:
+                    raise DsparkError(
+                        f"{out} is missing: an export killed while replacing it left it in {stale}, and it could "
+                        f"not be put back ({reason(e)}): move it back by hand"
+                    ) from None
+                say(f"{out} was missing: an export killed while replacing it had left it in {stale}; put back")
+            else:
+                shutil.rmtree(stale, ignore_errors=True)
+    for stale in found["staging"]:
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 @contextmanager
 def output(out: Path):
     """A folder to fill that becomes ``out`` whole when the block ends without an error: a new
-    or empty ``out`` by one rename (``staged_dir``); a full one (``--force``) is moved aside,
-    the new one renamed in, and only then the old one removed, so a failure loses nothing."""
+    or empty ``out`` by one rename (``staged_dir``); a full one (``--force``) is swapped with the
+    new one in one step where the system can (``files.exchange``), else moved aside and the new
+    one renamed in; only then is the old one removed, so a failure loses nothing, and what a
+    killed run leaves is put right by the next (:func:`finish_killed`, before ``out`` is checked)."""
     if not out.is_dir() or not any(out.iterdir()):
         with staged_dir(out) as tmp:
             yield tmp
@@ -130,12 +205,23 @@ def output(out: Path):
     fresh = out.with_name(f".{out.name}.export-{os.getpid()}")
     with staged_dir(fresh) as tmp:
         yield tmp
+    try:
+        swapped = exchange(fresh, out)
+    except OSError as e:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise DsparkError(f"could not put the export in place of {out} ({reason(e)}); {out} is unchanged") from None
+    if swapped:  # the old export is now under the hidden name
+        shutil.rmtree(fresh, ignore_errors=True)
+        return
     old = out.with_name(f".{out.name}.replaced-{os.getpid()}")
     try:
         os.rename(out, old)
         os.rename(fresh, out)
     except OSError as e:
-        raise DsparkError(f"could not put the export in place of {out} ({e.strerror or e}); it is in {fresh}") from None
+        if old.exists() and not os.path.lexists(out):
+            with suppress(OSError):  # else the next export puts it back (finish_killed)
+                os.rename(old, out)
+        raise DsparkError(f"could not put the export in place of {out} ({reason(e)}); it is in {fresh}") from None
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -174,8 +260,13 @@ def export_drafter(
     measure the acceptance with and without the heads over ``prompts`` (``tokens`` each).
     ``say`` hears each step. Returns what was written."""
     say = say or (lambda text: None)
+    if not str(out).strip():
+        raise DsparkError("--out is empty: give the export a new folder (e.g. --out ./exported)")
     out = Path(out).expanduser()
+    check_verifier(verifier)
+    check_name(out)
     p, config, _fmt = read_drafter_config(path)
+    finish_killed(out, say)  # first: a folder it puts back is then checked as --out
     check_out(out, p, force)
     plan(read_source(p), fmt, verifier, drop_heads)  # a refusal before anything large is loaded
     if isinstance(target, (str, Path)):
@@ -233,7 +324,7 @@ def acceptance_words(report: dict, prompts: int, tokens: int) -> str:
         )
     return (
         f"the acceptance without them was not measured (no --target): measure it with dspark bench --target "
-        f"TARGET --drafter {report['out']} --prompt-set demo, beside the original drafter"
+        f"TARGET --drafter {serving.quote(report['out'])} --prompt-set demo, beside the original drafter"
     )
 
 

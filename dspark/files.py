@@ -9,6 +9,7 @@ import errno
 import glob
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,17 +21,24 @@ def output_dir(path: str | Path, allow_existing: bool) -> Path:
     """``path`` as a directory to write into: created if needed; refused when it is a file,
     when it is not writable, or (unless ``allow_existing``) when it already holds files."""
     p = Path(path).expanduser()
-    if p.exists() and not p.is_dir():
-        raise DsparkError(f"{p} is a file, not a directory")
-    if p.is_dir() and not allow_existing and any(p.iterdir()):
-        raise DsparkError(f"{p} exists and is not empty (use --force to overwrite)")
-    try:
+    try:  # a path past PATH_MAX, or through a file, fails already here
+        if p.exists() and not p.is_dir():
+            raise DsparkError(f"{p} is a file, not a directory")
+        if p.is_dir() and not allow_existing and any(p.iterdir()):
+            raise DsparkError(f"{p} exists and is not empty (use --force to overwrite)")
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise DsparkError(f"cannot create {p} ({e.strerror or e})") from None
+        raise DsparkError(f"cannot create {short(p)} ({reason(e)})") from None
     if not os.access(p, os.W_OK | os.X_OK):
         raise DsparkError(f"{p} is not writable")
     return p
+
+
+def short(path: str | Path) -> str:
+    """A path as a sentence quotes it: one past 300 characters with its middle left out, so what
+    the sentence says about it is still there (a message is cut at 2,000 characters)."""
+    text = str(path)
+    return text if len(text) <= 300 else f"{text[:120]}…{text[-120:]}"
 
 
 def reason(e: OSError) -> str:
@@ -38,6 +46,8 @@ def reason(e: OSError) -> str:
         return "the disk is full"
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return "the folder is not writable"
+    if e.errno == errno.ENAMETOOLONG:
+        return "the path is too long for this system"
     return e.strerror or str(e)
 
 
@@ -73,7 +83,7 @@ def staged_dir(path: str | Path) -> Iterator[Path]:
                 shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir()
     except OSError as e:
-        raise DsparkError(f"cannot create {p} ({reason(e)})") from None
+        raise DsparkError(f"cannot create {short(p)} ({reason(e)})") from None
     try:
         yield tmp
         if p.is_dir():
@@ -81,10 +91,33 @@ def staged_dir(path: str | Path) -> Iterator[Path]:
         os.rename(tmp, p)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise DsparkError(f"could not write {p}: {reason(e)}") from None
+        raise DsparkError(f"could not write {short(p)}: {reason(e)}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two existing folders in one step, where the system offers it (Linux's ``renameat2``
+    with ``RENAME_EXCHANGE``, macOS's ``renamex_np`` with ``RENAME_SWAP``): a process killed at
+    any moment leaves each name holding a whole folder. False, with nothing moved, where it does
+    not (an older C library, a file system without it); another failure is the OSError."""
+    import ctypes  # noqa: PLC0415 (only when an output folder is replaced)
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if sys.platform == "darwin" and hasattr(libc, "renamex_np"):
+        call = lambda: libc.renamex_np(os.fsencode(a), os.fsencode(b), 0x2)  # RENAME_SWAP
+    elif sys.platform.startswith("linux") and hasattr(libc, "renameat2"):
+        at_cwd = -100  # AT_FDCWD: relative paths are the process's own
+        call = lambda: libc.renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), 0x2)  # RENAME_EXCHANGE
+    else:
+        return False
+    if call() == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
 
 
 def remove_stale(folder: Path) -> int:
@@ -102,6 +135,7 @@ def remove_stale(folder: Path) -> int:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -109,6 +143,9 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+alive = _alive
 
 
 def write_text(path: Path, text: str) -> None:

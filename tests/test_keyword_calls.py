@@ -30,6 +30,8 @@ CALL_EXCEPTIONS: dict[str, str] = {
     "dspark/backbone.py:reshape": "mlx's array.reshape takes the shape's sizes by position",
     "dspark/rounds.py:eval": "mx.eval takes the arrays it evaluates by position, as many as there are",
     "dspark/rounds.py:zip": "the builtin takes the iterables it zips by position",
+    "dspark/files.py:renameat2": "the C library's renameat2, called through ctypes, takes its five arguments by "
+    "position",
 }
 #: Dataclasses an outside library builds by position, as "file:Class".
 DATACLASS_EXCEPTIONS: dict[str, str] = {}
