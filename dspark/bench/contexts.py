@@ -34,6 +34,26 @@ def parse(text: str) -> list[int]:
     return lengths
 
 
+def positions(target) -> int | None:
+    """The positions the target was trained on (its config's ``max_position_embeddings``), or
+    None when it does not say."""
+    config = target.config or {}
+    limit = config.get("max_position_embeddings") or (config.get("text_config") or {}).get("max_position_embeddings")
+    return limit if type(limit) is int and limit > 0 else None
+
+
+def check_fits(target, length: int, max_tokens: int) -> None:
+    """One sentence when a prompt of ``length`` tokens and ``max_tokens`` more pass the target's
+    positions: said before the long prompts are built and any cost is measured on them, as
+    figures measured past those positions describe no use of the target."""
+    limit = positions(target)
+    if limit is not None and length + max_tokens > limit:
+        raise DsparkError(
+            f"--context {length:,} and --max-tokens {max_tokens:,} make {length + max_tokens:,} positions, more "
+            f"than the {limit:,} this target holds: choose a --context of at most {max(limit - max_tokens, 0):,}"
+        )
+
+
 def padded(target, prompts: list[list[int]], length: int) -> list[list[int]]:
     """Each prompt (token ids) as exactly ``length`` ids: padded in front as the module says."""
     sep = target.encode("\n\n")
@@ -64,4 +84,4 @@ def padded(target, prompts: list[list[int]], length: int) -> list[list[int]]:
     return out
 
 
-__all__ = ["MAX_CONTEXT", "MIN_CONTEXT", "padded", "parse"]
+__all__ = ["MAX_CONTEXT", "MIN_CONTEXT", "check_fits", "padded", "parse", "positions"]

@@ -5,8 +5,12 @@ identical or lossless), appended as it finishes, and the summary kept (:func:`ru
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import stat
 import sys
 import time
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +19,7 @@ from .. import lossless, prompts, resources
 from ..config import GenerationConfig
 from ..errors import DsparkError
 from ..files import output_dir, reason, write_text
+from ..reading import kind_of_file
 from . import contexts, report
 
 
@@ -52,19 +57,23 @@ def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
     if not drafters and not a.mlx_lm_draft:
         raise DsparkError("nothing to compare: give --drafter (or --mlx-lm-draft)")
     policies = a.policy or ["fixed", "auto"]
-    for p in policies:
+    for i, p in enumerate(policies):
         parse(p)
+        if p in policies[:i]:
+            raise DsparkError(f"--policy {p} is given twice: each policy is one arm per drafter, give it once")
     costs, speculative_arms = {}, []
-    for d in drafters:
+    for d, name in zip(drafters, arm_names(drafters)):
         drafter = load_drafter(d, target, say=say)
-        name, fmt = Path(d).name, read_drafter_config(d)[2]
+        fmt = read_drafter_config(d)[2]
         # measured afresh: the limit and auto read them, and the machine may have changed since
         costs[name] = load_or_measure(target, drafter, drafter.block_size, remeasure=True, say=say)
         speculative_arms += [
             arms.Speculative(target, drafter, drafter_name=name, policy=p, config=config, costs=costs[name], kind=fmt)
             for p in policies
         ]
-        speculative_arms += _peer_arms(a, target_dir=target_dir, drafter_dir=d, drafter=drafter, fmt=fmt, say=say)
+        speculative_arms += _peer_arms(
+            a, target_dir=target_dir, drafter_dir=d, name=name, drafter=drafter, fmt=fmt, say=say
+        )
     if a.mlx_lm_draft:
         from ..loading import load_target  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
@@ -86,12 +95,12 @@ PEER_READS = {
 }
 
 
-def _peer_arms(a, *, target_dir: str, drafter_dir: str, drafter, fmt: str, say) -> list:
-    """The ``--peer`` arms of one drafter (of format ``fmt``): a peer that does not read the
-    format, or (mlx-vlm) cannot load or run it, is one sentence and no arm."""
+def _peer_arms(a, *, target_dir: str, drafter_dir: str, name: str, drafter, fmt: str, say) -> list:
+    """The ``--peer`` arms of one drafter (of format ``fmt``, its arms named ``name``): a peer
+    that does not read the format, or (mlx-vlm) cannot load or run it, is one sentence and no arm."""
     from . import arms  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
-    name, out = Path(drafter_dir).name, []
+    out = []
     for peer in a.peer:
         if peer == "mlx-vlm" and fmt == "dspark-drafter":
             say(f"mlx-vlm does not read {name} (this project's own dspark-drafter format): no mlx-vlm arm for it")
@@ -119,6 +128,29 @@ def _peer_arms(a, *, target_dir: str, drafter_dir: str, drafter, fmt: str, say) 
     return out
 
 
+def arm_names(drafters: list[str]) -> list[str]:
+    """Each ``--drafter``'s name in its arms: its folder's name, with as many of the folders
+    above it as tell two drafters of one name apart (``a/drafter``, ``b/drafter``): arms and
+    costs are keyed by it, and two of one name would count one drafter's trials twice. The same
+    folder given twice is refused."""
+    where = [Path(os.path.abspath(Path(d).expanduser())) for d in drafters]  # links kept: the name typed
+    same = [Path(d).expanduser().resolve() for d in drafters]
+    for i, r in enumerate(same):
+        if r in same[:i]:
+            raise DsparkError(
+                f"--drafter {drafters[i]} is given twice (the same folder as --drafter {drafters[same.index(r)]}): "
+                f"give each drafter once"
+            )
+    tail = lambda p, k: "/".join(p.parts[-k:])
+    names = []
+    for i, p in enumerate(where):
+        k = 1
+        while k < len(p.parts) and any(tail(o, k) == tail(p, k) for j, o in enumerate(where) if j != i):
+            k += 1
+        names.append(tail(p, k))
+    return names
+
+
 def _verdict(target, *, trial: dict, plain: dict, plain_runs: dict, key, config, prompt: list[int]) -> dict:
     """identical / lossless / first_difference of a greedy ``trial`` (of ``prompt``'s ids) against
     the paired ``plain`` one, judged by plain decoding's own log-probabilities under ``config``,
@@ -139,17 +171,22 @@ def _verdict(target, *, trial: dict, plain: dict, plain_runs: dict, key, config,
 def run(a, say) -> dict:
     """``dspark bench`` with the options ``a`` (as its parser gives them, checked): load and check
     every input, then measure (:func:`_measure`) and write ``summary.json`` beside the trials;
-    returns the summary."""
-    from ..engine import prompt_ids  # noqa: PLC0415 (slow: mlx, not needed for --help)
-    from ..hub import resolve  # noqa: PLC0415 (not needed for --help)
-    from ..loading import load_target  # noqa: PLC0415 (slow: mlx, not needed for --help)
-
+    returns the summary. ``--out`` is this run's alone while it runs (:func:`only_writer`)."""
     target_dir = a.target or (str(resources.demo_model("target")) if resources.demo_model("target") else None)
     if target_dir is None:
         raise DsparkError("no --target given and no demo target in resources/demo/target")
     out = output_dir(a.out, allow_existing=True)
-    if (out / "trials.jsonl").exists() and not a.force:
-        raise DsparkError(f"{out} already holds benchmark results (use --force to replace them)")
+    with only_writer(out):
+        check_results(out, a.force)
+        return _run(a, say, out=out, target_dir=target_dir)
+
+
+def _run(a, say, *, out: Path, target_dir: str) -> dict:
+    """:func:`run` once ``out`` is this process's alone and may be written."""
+    from ..engine import prompt_ids  # noqa: PLC0415 (slow: mlx, not needed for --help)
+    from ..hub import resolve  # noqa: PLC0415 (not needed for --help)
+    from ..loading import load_target  # noqa: PLC0415 (slow: mlx, not needed for --help)
+
     prompt_info, texts = _prompts(a)
     target_dir = str(resolve(target_dir, say=say))
     target = load_target(target_dir, say=say)
@@ -157,16 +194,18 @@ def run(a, say) -> dict:
     config.check(target.dims.vocab_size)
     ids = [prompt_ids(target, t, config) for t in texts]
     lengths = contexts.parse(a.context) if a.context else [None]
+    if a.context:  # before the long prompts are built and any cost is measured
+        contexts.check_fits(target, lengths[-1], a.max_tokens)
     ids_at = {L: contexts.padded(target, ids, L) if L else ids for L in lengths}
     for L in lengths[-1:] if a.context else []:
         prompt_ids(target, ids_at[L][0], config)  # one that the target cannot hold is refused now, before any trial
     arm_list, costs = build_arms(a, target, target_dir, config, say=say)
     # Only now, with every input loaded and checked, are the results --force replaces removed: a
     # mistyped --target or drafter loses nothing.
-    for f in ("trials.jsonl", "trials.csv", "summary.json"):
+    for f in RESULTS:
         (out / f).unlink(missing_ok=True)
     doc = {
-        "command": "dspark bench " + " ".join(getattr(a, "argv", [])),
+        "command": shlex.join(["dspark", "bench", *getattr(a, "argv", [])]),
         "environment": report.environment(),
         "target": target_dir,
         "prompts": prompt_info,
@@ -179,7 +218,13 @@ def run(a, say) -> dict:
         "costs": {k: c.to_dict() for k, c in costs.items()},
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    log = report.TrialLog(out)
+    try:
+        log = report.TrialLog(out)
+    except OSError as e:  # nothing measured yet: nothing to keep elsewhere, and no empty file left
+        for f in RESULTS:
+            with suppress(OSError):
+                (out / f).unlink(missing_ok=True)
+        raise DsparkError(f"could not write {out / 'trials.csv'} ({reason(e)}): nothing was measured") from None
     trials: list[dict] = []
     try:
         for arm in arm_list:  # warm-up: kernels compiled, caches filled, nothing recorded
@@ -315,6 +360,78 @@ def _judge(
             log.add(t)
         except OSError as e:
             raise _WriteFailed(e) from None
+
+
+#: What a benchmark writes into --out; --force replaces these and nothing else.
+RESULTS = ("trials.jsonl", "trials.csv", "summary.json")
+#: Held by the run writing into a folder (``fcntl.flock``: the system lets go when the process ends).
+LOCK_FILE = ".dspark-bench.lock"
+
+
+def check_results(out: Path, force: bool) -> None:
+    """Refuse ``out`` when it holds results (any of :data:`RESULTS`) and not ``force``, or when
+    one of those names is a folder or a special file, which --force would not remove either."""
+    held = []
+    for name in RESULTS:
+        path = out / name
+        try:
+            mode = os.stat(path).st_mode if os.path.lexists(path) else None
+        except OSError:
+            mode = None  # a dangling link: unlinked like a file
+        if mode is not None and not stat.S_ISREG(mode):
+            raise DsparkError(
+                f"{path} is {kind_of_file(mode)}, not a file dspark bench wrote: move it away, or choose another --out"
+            )
+        if os.path.lexists(path):
+            held.append(name)
+    if held and not force:
+        raise DsparkError(
+            f"{out} already holds benchmark results (use --force to replace them: {', '.join(held)}; or choose "
+            f"another --out)"
+        )
+
+
+@contextmanager
+def only_writer(out: Path):
+    """``out`` for this process alone while the block runs: a second ``dspark bench`` into the
+    same folder is refused in one sentence, never left to append to the same trials. The lock
+    file holds the owner's process id, for that sentence, and goes when the block ends."""
+    import fcntl  # noqa: PLC0415 (POSIX, as MLX is; only when a benchmark writes)
+
+    path = out / LOCK_FILE
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise DsparkError(f"cannot write in {out} ({reason(e)})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
+            who = f" (process {holder})" if holder.isdigit() else ""
+            raise DsparkError(
+                f"another dspark bench{who} is writing to {out}: wait for it to end, or choose another --out"
+            ) from None
+        except OSError:  # a file system without locks (some network ones): unguarded, as before
+            break
+        try:  # the file the lock is on may have been removed by its last owner in the meantime
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as e:
+            raise DsparkError(f"cannot write in {out} ({reason(e)})") from None
+        yield
+    finally:
+        with suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
 
 
 class _WriteFailed(Exception):

@@ -7,7 +7,11 @@ import json
 
 from ..bench import trials
 from ..errors import DsparkError
-from .say import say
+from ..serving import quote
+from .say import say, say_printable
+
+#: The most tokens mlx-lm's draft model drafts a round (a drafter's block size has the same bound).
+MAX_NUM_DRAFT = 64
 
 HELP = "time speculative decoding against plain mlx-lm decoding (dspark bench --help)"
 
@@ -69,6 +73,17 @@ def _check(a) -> None:
     ):
         if value < lo:
             raise DsparkError(f"{name} must be at least {lo}")
+    if a.mlx_lm_num_draft > MAX_NUM_DRAFT:
+        raise DsparkError(
+            f"--mlx-lm-num-draft must be between 1 and {MAX_NUM_DRAFT} (the longest block a drafter here drafts)"
+        )
+    if a.mlx_lm_draft and a.mlx_lm_num_draft > a.max_tokens - 2:
+        # mlx-lm's arm is timed from its first round on: a first round that makes every token
+        # leaves nothing timed, and the rate it would report is a division by almost nothing
+        raise DsparkError(
+            f"--mlx-lm-num-draft {a.mlx_lm_num_draft} could make all {a.max_tokens} tokens in mlx-lm's first "
+            f"round, which its timing starts after: give at most {max(a.max_tokens - 2, 1)} or more --max-tokens"
+        )
     if a.prompt_count is not None and a.prompt_count < 1:
         raise DsparkError("--prompt-count must be at least 1")
     if not 0 <= a.temperature <= 100:
@@ -80,7 +95,9 @@ def _check(a) -> None:
 def run(a) -> int:
     _check(a)
     doc = trials.run(a, say)
-    say(f"figures: dspark-studio --bench-figures {a.out} (or File ▸ Open run or benchmark… in the app)")
+    say_printable(
+        f"figures: dspark-studio --bench-figures {quote(a.out)} (or File ▸ Open run or benchmark… in the app)"
+    )
     print(json.dumps(doc) if a.json else table(doc))
     return 0
 
