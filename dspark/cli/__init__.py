@@ -84,8 +84,11 @@ def _run(fn, arg) -> int:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # run as the dspark command (not called from Python)
         use_fast_blas()
-        # A terminal closing, kill or a scheduler: the same clean stop as Ctrl-C, whatever runs.
+        # A terminal closing, kill or a scheduler: the same clean stop as Ctrl-C, whatever runs
+        # (a SIGHUP that nohup set to be ignored stays ignored).
         signal.signal(signal.SIGTERM, _interrupt)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            signal.signal(signal.SIGHUP, _interrupt)
     argv = sys.argv[1:] if argv is None else list(argv)
     return _run(_command, argv)
 

@@ -4,14 +4,18 @@ this process, which under ``mlx.launch`` is one of several (:mod:`dspark.trainin
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 from pathlib import Path
 
 from ..config import DflashConfig
 from ..corpus import heldout_prompts, iter_texts
 from ..errors import DsparkError
-from ..files import output_dir
+from ..files import output_dir, reason, short
 from ..options import KeepEpilogLines, add_options, check_options, from_args
+from ..reading import kind_of_file
 from ..training.texts import read_texts
+from .say import say, show
 
 HELP = "train a drafter against a target (dspark train --help)"
 
@@ -102,15 +106,27 @@ def _train(parser, a, argv, world) -> int:
     before any writes (a refusal said once), rank 0's run on every process when resuming, the
     training, and the rank's own log when there are several."""
     from ..loading import load_target  # noqa: PLC0415 (slow: mlx)
-    from ..training.train import DATA_FILE, REPORT_FILE, train_drafter  # noqa: PLC0415 (slow: mlx, the training stack)
+    from ..training.train import (  # noqa: PLC0415 (slow: mlx, the training stack)
+        DATA_FILE,
+        REPORT_FILE,
+        check_resume_data,
+        train_drafter,
+    )
     from ..training.trainer import STATE_FILE, TRAIN_DIR  # noqa: PLC0415 (slow: mlx)
 
     out = Path(a.out)
     with world.together():
-        if out.exists() and not out.is_dir():
-            raise DsparkError(f"{out} is a file, not a directory")
-        if out.is_dir() and any(out.iterdir()) and not (a.resume or a.force):
-            raise DsparkError(f"{out} exists and is not empty (use --resume to continue it or --force to overwrite)")
+        try:  # a path past PATH_MAX fails at the first look
+            if out.exists() and not out.is_dir():
+                raise DsparkError(f"{out} is a file, not a directory")
+            if out.is_dir() and any(out.iterdir()) and not (a.resume or a.force):
+                raise DsparkError(
+                    f"{out} exists and is not empty (use --resume to continue it or --force to overwrite)"
+                )
+        except OSError as e:
+            raise DsparkError(f"cannot use {short(out)} as the drafter's folder ({reason(e)})") from None
+        if a.resume and not a.force:
+            check_resumable(out)
     files = [f.name for f in out.iterdir() if f.is_file() and not f.name.startswith(".")] if out.is_dir() else []
     src = world.mirror(out, [*files, STATE_FILE, DATA_FILE]) if a.resume else out
     with world.together():
@@ -125,6 +141,9 @@ def _train(parser, a, argv, world) -> int:
         target = load_target(a.target)
         texts = read_texts(a.data) if a.data else list(iter_texts("train"))
         heldout = read_texts(a.heldout) if a.heldout else (None if a.data else heldout_prompts(settings.eval_prompts))
+        note = check_resume_data(src, texts) if a.resume and a.data else None
+    if note and world.main:
+        say(f"note: {note}")
     world.timeout = settings.rank_timeout
     world.open_log(out / TRAIN_DIR / f"rank-{world.rank}.log")
     if head is not None:
@@ -147,8 +166,41 @@ def _train(parser, a, argv, world) -> int:
         **({} if head is not None else {"read_from": src}),
     )
     if world.main:
-        print(f"wrote {out} (report: {out / REPORT_FILE})")
+        show(f"wrote {out} (report: {out / REPORT_FILE})")
     return 0
+
+
+def check_resumable(out: Path) -> None:
+    """Refuse ``--resume`` (without ``--force``) where nothing can be resumed but a new run
+    would overwrite a drafter: a folder holding one without its training state (copied without
+    its hidden ``.train/``), or whose state is no regular file (a FIFO, a link to /dev/zero).
+    A new or empty folder, or one with a self-distillation to continue, starts as it did."""
+    from ..training.distill import PARTIAL_GLOB  # noqa: PLC0415 (slow: mlx)
+    from ..training.trainer import STATE_FILE, TRAIN_DIR  # noqa: PLC0415 (slow: mlx)
+
+    state = out / STATE_FILE
+    if os.path.lexists(state):
+        try:
+            mode = os.stat(state).st_mode
+        except OSError:
+            mode = None  # a link to nothing
+        if mode is None or not stat.S_ISREG(mode):
+            what = kind_of_file(mode) if mode is not None else "a link to nothing"
+            raise DsparkError(
+                f"--resume: {state} is not a training checkpoint but {what}; remove it, or start over in "
+                f"{out} with --force (without --resume)"
+            )
+        return
+    if not out.is_dir() or any((out / TRAIN_DIR).glob(PARTIAL_GLOB)):
+        return
+    drafter = sorted(f.name for f in out.iterdir() if not f.name.startswith("."))
+    if drafter:
+        raise DsparkError(
+            f"--resume: {out} holds a drafter ({', '.join(drafter[:3])}{', ...' if len(drafter) > 3 else ''}) "
+            f"but no training state to continue ({STATE_FILE} is missing: was the folder copied without its "
+            f"hidden files?), and a new run would overwrite it: use --force to start over in it, or train "
+            f"into a new --out"
+        )
 
 
 #: The drafter options an autoregressive head takes; any other one given is refused.

@@ -42,14 +42,18 @@ class Sequences:
         tokens = np.concatenate([np.pad(p.tokens, ((0, 0), (0, width - p.tokens.shape[1]))) for p in parts])
         return cls(tokens, np.concatenate([p.lengths for p in parts]), np.concatenate([p.first_anchor for p in parts]))
 
-    def save(self, path: Path, heldout: list[list[int]]) -> None:
-        """Write the sequences and the held-out prompts (JSON metadata) for ``--resume``."""
+    def save(self, path: Path, heldout: list[list[int]], texts: str | None = None) -> None:
+        """Write the sequences and the held-out prompts (JSON metadata) for ``--resume``, with
+        ``texts``, the digest of the texts they were made from (``texts.texts_digest``), when known."""
         arrays = {
             "tokens": mx.array(self.tokens),
             "lengths": mx.array(self.lengths),
             "first_anchor": mx.array(self.first_anchor),
         }
-        save_safetensors(path, arrays, {"heldout": json.dumps([list(map(int, h)) for h in heldout])})
+        meta = {"heldout": json.dumps([list(map(int, h)) for h in heldout])}
+        if texts is not None:
+            meta["texts"] = texts
+        save_safetensors(path, arrays, meta)
 
     @classmethod
     def load(cls, path: Path, vocab_size: int) -> tuple[Sequences, list[list[int]]]:

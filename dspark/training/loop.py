@@ -1,5 +1,5 @@
 """The one training loop skeleton the demo target's pretraining and drafter training share: steps
-until the schedule or the time budget ends, a checkpoint when one is due and on Ctrl-C or SIGTERM,
+until the schedule or the time budget ends, a checkpoint when one is due and on Ctrl-C, SIGTERM or SIGHUP,
 and one progress line with the rate and an estimate of the time left.
 
 A stop signal is only noted where it lands and acted on between two steps: an exception raised
@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 
 class StopSignals:
-    """While active, SIGINT (Ctrl-C) and SIGTERM (a logout, ``kill``, a scheduler) only set
-    ``asked``; the previous handlers come back on exit. Signals reach the main thread only, so
-    elsewhere nothing is installed."""
+    """While active, SIGINT (Ctrl-C), SIGTERM (``kill``, a scheduler) and SIGHUP (the terminal
+    or ssh session closing) only set ``asked``; the previous handlers come back on exit. A SIGHUP
+    ignored on entry (``nohup``) stays ignored. Signals reach the main thread only, so elsewhere
+    nothing is installed."""
 
     def __init__(self):
         self.asked: int | None = None
@@ -28,7 +29,10 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._note) for s in (signal.SIGINT, signal.SIGTERM)}
+            wanted = [signal.SIGINT, signal.SIGTERM]
+            if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+                wanted.append(signal.SIGHUP)
+            self._previous = {s: signal.signal(s, self._note) for s in wanted}
         return self
 
     def _note(self, signum, _frame) -> None:

@@ -383,7 +383,9 @@ def train_head(
         run=[target.target_id, made, asdict(s)],
     )
     if new:
-        seqs.save(out / DATA_FILE, held)
+        from .texts import texts_digest  # noqa: PLC0415 (the run only)
+
+        seqs.save(out / DATA_FILE, held, texts=None if data_file else texts_digest(texts))
         forget_unfinished(out / TRAIN_DIR)
     trainer = StepwiseTrainer(target, drafter, seqs, s, trained_as=made)
     if resuming:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..errors import DsparkError
@@ -85,3 +87,13 @@ def read_texts(paths: Iterable[str | Path]) -> list[str]:
             raise DataFileError(f"{path}: file is empty.")
         texts.extend(found)
     return texts
+
+
+def texts_digest(texts: Sequence[str | Sequence[int]]) -> str:
+    """A fingerprint of the training texts (strings, or token-id lists) in their order: what a
+    run's saved data records, so ``--resume`` can tell when ``--data`` now names other texts."""
+    h = hashlib.sha256()
+    for t in texts:
+        data = t.encode("utf-8", "surrogatepass") if isinstance(t, str) else json.dumps([int(x) for x in t]).encode()
+        h.update(len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()[:32]

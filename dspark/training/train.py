@@ -44,6 +44,7 @@ from .data import Sequences, encode_all, held_out_prompts
 from .distill import PARTIAL_GLOB, build_training_data, forget_unfinished
 from .distributed import World
 from .loop import Progress, train_loop
+from .texts import texts_digest
 from .trainer import STATE_FILE, TRAIN_DIR, DrafterTrainer, TrainSettings
 
 DATA_FILE = f"{TRAIN_DIR}/train_data.safetensors"
@@ -96,8 +97,8 @@ def train_drafter(
         world=world,
         run=[target.target_id, trained_as, asdict(s)],
     )
-    if new and world.main:  # kept for a later --resume
-        seqs.save(out / DATA_FILE, held)
+    if new and world.main:  # kept for a later --resume, with what it was made from
+        seqs.save(out / DATA_FILE, held, texts=None if data_file else texts_digest(texts))
         forget_unfinished(out / TRAIN_DIR)
     trainer = DrafterTrainer(target, drafter, seqs, s, trained_as=trained_as, world=world)
     if resuming:
@@ -351,6 +352,25 @@ def check_resume(out: Path, cfg: DflashConfig, settings: TrainSettings, target_l
                 f"--resume: the run in {out} was trained with {key} {saved[key]!r}, not {value!r} "
                 f"(leave the option out to continue it, or train into a new --out)"
             )
+
+
+def check_resume_data(src: Path, texts) -> str | None:
+    """Refuse to resume the run in ``src`` on other ``texts`` (``--data`` given again) than its
+    saved sequences were made from: the run would go on training on the saved ones, never on
+    what ``--data`` names now. A note (returned) when the saved data does not say (an older run)."""
+    path = src / DATA_FILE
+    if not (src / STATE_FILE).is_file() or not path.is_file():
+        return None  # nothing is resumed from saved data: the texts given are the ones used
+    meta = read_header(path).get("__metadata__")
+    recorded = meta.get("texts") if isinstance(meta, dict) else None
+    if recorded is None:
+        return f"--resume continues on the sequences saved in {path}; --data is not read again"
+    if recorded != texts_digest(texts):
+        raise DsparkError(
+            f"--resume: the run in {src} was trained on other texts than --data names now (its sequences are "
+            f"saved in {path}): leave --data out to continue it, or train into a new --out"
+        )
+    return None
 
 
 def _training_data(
