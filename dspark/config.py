@@ -25,8 +25,16 @@ class SamplingParams:
 @dataclass(frozen=True, kw_only=True)
 class GenerationConfig:
     max_tokens: int = option(256, "tokens to generate", lo=1, hi=1_000_000)
+    # least: the sampler divides log-probabilities (as low as -log V, about -15) by it, in the
+    # target's dtype; 1e-40 is below float32's smallest normal and gave <pad> streams, and at
+    # 0.001 even a float16 target's largest value (65,504) is far off
     temperature: float = option(
-        0.0, "sampling temperature; 0 is greedy (output equals plain greedy decoding)", lo=0.0, hi=100.0, step=0.1
+        0.0,
+        "sampling temperature; 0 is greedy (output equals plain greedy decoding)",
+        lo=0.0,
+        hi=100.0,
+        step=0.1,
+        least=0.001,
     )
     top_p: float = option(
         1.0,

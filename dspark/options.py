@@ -39,11 +39,14 @@ def option(
     none: str | None = None,
     step: float | None = None,
     suggest: Sequence[str] | None = None,
+    least: float | None = None,
 ):
     """A dataclass field with its help, ``--flag`` (default: from the name), legal values
     (``choices`` or the closed range ``lo``..``hi``), a form ``label`` and whether the app's
     form shows it. ``none`` names what a None value means (shown by forms and help);
-    ``suggest`` lists common values of a free-text field (a form offers them)."""
+    ``suggest`` lists common values of a free-text field (a form offers them); ``least`` is the
+    smallest legal value above 0, for a field whose 0 means something of its own (a greedy
+    temperature) and whose values just above 0 mean nothing a computer can compute."""
     meta = dict(
         help=help,
         flag=flag,
@@ -55,6 +58,7 @@ def option(
         none=none,
         step=step,
         suggest=tuple(suggest) if suggest else None,
+        least=least,
     )
     return field(default=default, metadata={"option": meta})
 
@@ -77,6 +81,7 @@ class OptionSpec:
     none: str | None
     step: float | None
     suggest: tuple[str, ...] | None = None
+    least: float | None = None  # the smallest legal value above 0 (option's ``least``)
 
 
 def _kind(hint) -> tuple[type, bool]:
@@ -121,6 +126,7 @@ def describe(cls) -> tuple[OptionSpec, ...]:
                 none=meta["none"],
                 step=meta["step"],
                 suggest=meta.get("suggest"),
+                least=meta.get("least"),
             )
         )
     return tuple(out)
@@ -242,6 +248,11 @@ def check_options(value) -> None:
                 raise DsparkError(f"{name} must be a finite number, not {v}")
             if (option.lo is not None and v < option.lo) or (option.hi is not None and v > option.hi):
                 raise DsparkError(f"{name} must be {_range(option)}, not {v:g}")
+            if option.least is not None and 0 < v < option.least:
+                raise DsparkError(
+                    f"{name} must be 0 or at least {option.least:g}, not {v:g}: a smaller one is 0 in all "
+                    f"but name, and what is divided by it leaves the range of a float"
+                )
         elif option.kind is tuple:
             if not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
                 raise DsparkError(f"{name} must be integers, not {list(v)!r}")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 
 from ..bench import trials
+from ..config import GenerationConfig
 from ..errors import DsparkError
+from ..options import check_options
 from ..serving import quote
 from .say import say, say_printable
 
@@ -88,6 +90,8 @@ def _check(a) -> None:
         raise DsparkError("--prompt-count must be at least 1")
     if not 0 <= a.temperature <= 100:
         raise DsparkError("--temperature must be between 0 and 100")
+    # the generation settings' own rules (a temperature of 1e-40), before --out is made
+    check_options(GenerationConfig(temperature=a.temperature))
     if a.peer and a.temperature > 0:
         raise DsparkError("the peer arms run greedy only: drop --peer or --temperature")
 
