@@ -356,10 +356,10 @@ class DraftPane(QWidget):
         t = self.grid.theme
         steps = sum(r.plain_step for r in self.grid.rounds)
         rounds = len(self.grid.rounds) - steps
-        counts = (
+        counts = (  # presenting, the "plain step" rows say it: a third line of legend cost three rows
             f" &nbsp; <i>{rounds}&nbsp;round{'s' * (rounds != 1)}, {steps}&nbsp;plain&nbsp;step{'s' * (steps != 1)}"
-            "&nbsp;(auto&nbsp;drafted&nbsp;nothing)</i>"
-            if steps
+            "&nbsp;(no&nbsp;draft)</i>"
+            if steps and t.name != "presentation"
             else ""
         )
 
@@ -368,8 +368,11 @@ class DraftPane(QWidget):
             return f'<span style="background:{colour}; color:{fg}">&nbsp;{name}&nbsp;</span>'
 
         glyphs = " ".join(f"<b>{g}</b>&nbsp;{name.replace(' ', '&nbsp;')}" for g, name in GLYPHS)
+        # presenting, the legend in smaller type: at the room's size it took three lines of rows
+        small = f'<span style="font-size:{round(t.font_pt * 0.8)}pt">' if t.name == "presentation" else "<span>"
         self.legend.setText(
-            "Draft rows &nbsp; "
+            small
+            + "Draft rows &nbsp; "
             + " ".join(
                 [
                     chip(t.accepted, "accepted", t.cell_fg),
@@ -380,6 +383,7 @@ class DraftPane(QWidget):
             )
             + f" &nbsp; {glyphs}"
             + counts
+            + "</span>"
         )
         self.legend.setToolTip(
             "One row per round: the drafted tokens d1..dG and the target's own token.\n"

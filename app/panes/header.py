@@ -94,7 +94,15 @@ class HeaderStrip(QFrame):
         self.mode.setObjectName("badge")
         self.mode.setWordWrap(True)
         self.mode.hide()
+        # the machine's load and a pause, said in the headline's row, where there is room: beside
+        # the speedup it wrapped to three lines presenting, or pushed the figures to a second row
+        self.busy = QLabel()
+        self.busy.setObjectName("note")
+        self.busy.setWordWrap(True)
+        self.busy.setToolTip(BUSY_TIP)
+        self.busy.hide()
         top.addWidget(self.headline, 1)
+        top.addWidget(self.busy, 1)
         top.addWidget(self.mode)
         outer.addLayout(top)
         flow = FlowLayout(h_spacing=18, v_spacing=2)  # wraps to a second row in a narrow window
@@ -115,13 +123,6 @@ class HeaderStrip(QFrame):
                 fl.addWidget(w)
             flow.addWidget(field)
             self.values[key], self.captions[key], self.fields[key] = v, c, field
-            if key == "speedup":  # the machine's load, beside the figure it makes vary
-                self.busy = QLabel()
-                self.busy.setObjectName("note")
-                self.busy.setWordWrap(True)
-                self.busy.setToolTip(BUSY_TIP)
-                self.busy.hide()
-                flow.addWidget(self.busy)
 
     def set_compact(self, compact: bool) -> None:
         for key in ("ttft", "mem"):
@@ -134,18 +135,10 @@ class HeaderStrip(QFrame):
         pass  # styled by the window's stylesheet
 
     def _say_busy(self, busy: str) -> None:
-        """The machine's load beside the speedup: one line when there is room, else two lines of
-        some 40 letters or more (a longer note, a pause and the load, took three or four in
-        presentation mode's type), so the figures beside it stay in their rows."""
+        """The machine's load and any pause, beside the headline (the figures' row keeps one row)."""
         text = f"⚠ {busy}" if busy else ""
         self.busy.setText(text)
         self.busy.setVisible(bool(busy))
-        if busy:
-            self.busy.ensurePolished()
-            fm = self.busy.fontMetrics()
-            full = fm.horizontalAdvance(text) + 4
-            width = min(full, max(fm.averageCharWidth() * 40, full // 2 + fm.averageCharWidth() * 6))
-            self.busy.setFixedSize(width, self.busy.heightForWidth(width))
 
     def show_view(self, view: View) -> None:
         badge = view.compare_replay if view.tab == COMPARE_TAB else view.replay
