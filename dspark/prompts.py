@@ -8,6 +8,7 @@ is what the app shows. A user's own folder of such files can be given instead.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +33,27 @@ MAX_SET_BYTES = 64 * 2**20
 
 
 def _read_txt(path: Path) -> PromptSet:
-    parts = read_text(path, MAX_SET_BYTES, "prompt set file").split("\n---\n")
-    return PromptSet(path.stem, path.stem, tuple(p.strip("\n") + "\n" for p in parts if p.strip()))
+    # line by line: splitting the text at "\n---\n" left a run of separator lines (or one on the
+    # first line) inside a part, and ran the dashes as a prompt
+    parts: list[list[str]] = [[]]
+    for line in read_text(path, MAX_SET_BYTES, "prompt set file").split("\n"):
+        if line.rstrip("\r") == "---":
+            parts.append([])
+        else:
+            parts[-1].append(line)
+    texts = ("\n".join(p) for p in parts)
+    return PromptSet(path.stem, path.stem, tuple(t.strip("\n") + "\n" for t in texts if t.strip()))
+
+
+def _texts(entries: list) -> tuple[str, ...]:
+    """The prompts of a JSON set: each must be a string (``str()`` of anything else ran
+    ``'None'`` or ``"{'a': 2}"`` as a prompt)."""
+    for i, p in enumerate(entries):
+        if not isinstance(p, str):
+            shown = json.dumps(p)
+            shown = shown if len(shown) <= 40 else shown[:40] + "…"
+            raise ValueError(f"prompt {i} is {shown}, not a text")
+    return tuple(entries)
 
 
 def _read_json(path: Path) -> PromptSet:
@@ -45,12 +65,12 @@ def _read_json(path: Path) -> PromptSet:
         return PromptSet(
             path.stem,
             str(data.get("name") or path.stem),
-            tuple(str(p) for p in prompts),
+            _texts(prompts),
             str(data.get("description") or ""),
         )
     if not isinstance(data, list):
         raise ValueError("neither a list nor an object")
-    return PromptSet(path.stem, path.stem, tuple(str(p) for p in data))
+    return PromptSet(path.stem, path.stem, _texts(data))
 
 
 def read_set(path: Path) -> PromptSet:
