@@ -86,7 +86,7 @@ def _progress(done: int, total: int, what: str) -> None:
 
 
 def run(a) -> int:
-    from ..diagnose.run import diagnose, record  # noqa: PLC0415 (slow: numpy)
+    from ..diagnose.run import check_drafts, diagnose, record  # noqa: PLC0415 (slow: numpy)
     from ..drafter_profile import find, write_recorded  # noqa: PLC0415 (slow: numpy, not needed for --help)
     from ..loading import load_drafter, load_target, read_drafter_config  # noqa: PLC0415 (slow: mlx)
 
@@ -94,6 +94,7 @@ def run(a) -> int:
     check_range("--max-tokens", a.max_tokens, 1, 1_000_000)
     config = from_args(GenerationConfig, a, max_tokens=a.max_tokens)
     config.check()
+    check_drafts(config)
     chosen = read_set(Path(a.prompts).expanduser()) if a.prompts else get(a.prompt_set)
     prompts = list(chosen.prompts[: a.limit])
     target = load_target(a.target, say=say)

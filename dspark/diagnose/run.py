@@ -43,11 +43,22 @@ class _Steps:
             self.progress(self.done, self.total, what)
 
 
+def check_drafts(config: GenerationConfig) -> None:
+    """Refuse a block size of 0: it decodes plainly, so no round drafts and a diagnosis would
+    report tau 0 and no finding, as though the drafter were fine."""
+    if config.block_size == 0:
+        raise DsparkError(
+            "block-size 0 drafts nothing, so there is nothing to diagnose: give 1 to 64, or leave it "
+            "out for the drafter's own"
+        )
+
+
 def _checked(target, prompts: Sequence, config: GenerationConfig) -> list:
     prompts = list(prompts)
     if not prompts:
         raise DsparkError("no prompts to diagnose with")
     config.check(target.dims.vocab_size)
+    check_drafts(config)
     return prompts
 
 
@@ -231,4 +242,4 @@ def record(
     )
 
 
-__all__ = ["diagnose", "record"]
+__all__ = ["check_drafts", "diagnose", "record"]
