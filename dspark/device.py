@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .errors import DsparkError
+from .errors import DsparkError, printable
 from .files import write_text
 from .version import __version__
 
@@ -116,6 +116,30 @@ def use_env_device() -> str | None:
         raise DsparkError(f"{ENV} is gpu, but this MLX has no GPU backend here: unset it, or set it to cpu")
     mx.set_default_device(mx.cpu if name == "cpu" else mx.gpu)
     return name
+
+
+#: The variables C++'s ``std::filesystem::temp_directory_path`` reads, in its order: the first one
+#: set is the temporary folder, with no fallback when it is not one.
+TEMP_VARIABLES = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
+
+
+def temp_dir_problem(environ=os.environ) -> str | None:
+    """Why MLX cannot compute in this environment, in one sentence, or None. MLX's CPU backend
+    writes the kernels it compiles into the temporary folder C++ names, and a ``TMPDIR`` that is
+    no folder raised "filesystem error: temp_directory_path" from the first computation (an
+    internal error), where Python's ``tempfile`` would quietly have taken another folder."""
+    for name in TEMP_VARIABLES:
+        value = environ.get(name)
+        if value is None:
+            continue
+        if value and Path(value).is_dir():  # C++ takes an empty one as a path, which is no folder
+            return None
+        shown = printable(value)[:200]
+        return (
+            f"{name} is {shown!r}, which is not a folder: MLX compiles its kernels in the temporary "
+            f"folder it names; point it at a folder, or unset it"
+        )
+    return None
 
 
 def gpu_name() -> str:

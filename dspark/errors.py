@@ -70,6 +70,7 @@ def report_bug(exc: BaseException, program: str = "dspark") -> str:
         what = printable(f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
     except BaseException:  # an exception whose str() itself raises
         what = type(exc).__name__
+    folder = None
     try:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         folder = log_dir()
@@ -77,6 +78,7 @@ def report_bug(exc: BaseException, program: str = "dspark") -> str:
         path = folder / f"{program}-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
         path.write_text(f"{program} {' '.join(sys.argv[1:])}\n\n{text}", encoding="utf-8", errors="backslashreplace")
         where = f"details in {printable(str(path))}"
-    except Exception:  # a report that cannot be saved still gets its one line
-        where = "the details could not be saved"
+    except Exception as e:  # a report that cannot be saved still gets its one line, and why
+        why = printable(getattr(e, "strerror", None) or type(e).__name__)
+        where = "the details could not be saved" + (f" in {printable(str(folder))} ({why})" if folder else f" ({why})")
     return f"internal error (a bug, please report it): {what}; {where}"

@@ -10,10 +10,12 @@ Every error a user can cause prints one line on stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
 from ..blas import use_fast_blas
+from ..device import temp_dir_problem, use_env_device
 from ..errors import DsparkError, report_bug
 from ..options import Parser
 from . import bench, calibrate, costs, diagnose, export, generate, init, inspect, make_demo, quantize, train
@@ -50,12 +52,68 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+class OutputLost(Exception):
+    """Standard output could not be written: its reader went away (``| head``) or its disk is
+    full (``> /dev/full``)."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class WatchedOutput:
+    """``sys.stdout`` while a command runs from the shell: a write that fails ends the command
+    as :class:`OutputLost`, whichever code wrote it, and not as a bug."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise OutputLost(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise OutputLost(e) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _output_lost(e: OutputLost) -> int:
+    """Python's advice for a command whose output is gone: point the descriptor at the null
+    device, so that the flush at exit does not fail again with a traceback. A reader that went
+    away ends the command quietly, with the status a shell gives a process SIGPIPE ended."""
+    from ..files import reason  # noqa: PLC0415 (only when the output is lost)
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.__stdout__.fileno())
+        os.close(null)
+    except (OSError, AttributeError, ValueError):  # no stdout descriptor to replace
+        pass
+    if isinstance(e.error, BrokenPipeError):
+        return 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 1
+    print(f"dspark: error: could not write the output: {reason(e.error)}", file=sys.stderr)
+    return 2
+
+
 def _command(argv: list[str]) -> int:
     """Parse ``argv`` and run its subcommand; what follows the command's name is ``args.argv``."""
     args, extra = build_parser(argv[:1]).parse_known_args(argv)
     if extra:  # said by the command's own parser, which --help then explains
         args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = argv[1:]
+    # the environment MLX reads, said before a command starts (the temporary folder was an
+    # internal error mid-load; DSPARK_DEVICE=gpu without a GPU was said only where a model loads)
+    problem = temp_dir_problem(os.environ)
+    if problem:
+        raise DsparkError(problem)
+    use_env_device()
     return args.run(args)
 
 
@@ -63,7 +121,11 @@ def _run(fn, arg) -> int:
     """Exit status: 0 done, 2 a mistake the user can fix (one line), 130 interrupted, 1 a bug
     (one line; the traceback goes to a log file)."""
     try:
-        return fn(arg)
+        code = fn(arg)
+        sys.stdout.flush()  # here, not at exit: a full disk is then said as one
+        return code
+    except OutputLost as e:
+        return _output_lost(e)
     except DsparkError as e:
         print("dspark: error: " + " ".join(str(e).split()), file=sys.stderr)
         return 2
@@ -89,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _interrupt)
         if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
             signal.signal(signal.SIGHUP, _interrupt)
+        sys.stdout = WatchedOutput(sys.stdout)
     argv = sys.argv[1:] if argv is None else list(argv)
     return _run(_command, argv)
 
