@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .startup import build_parser, missing_system_library, open_window, replay_speed
+from .startup import build_parser, missing_system_library, open_window, refused_start, replay_speed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,6 +19,10 @@ def main(argv: list[str] | None = None) -> int:
     from dspark.blas import use_fast_blas  # noqa: PLC0415 (ordered: after DSPARK_DEVICE is set)
 
     use_fast_blas()  # before mlx is imported (by the worker module)
+    refused = refused_start(args, os.environ)
+    if refused:
+        print(f"dspark-studio: error: {refused}", file=sys.stderr)
+        return 2
     if args.device:
         from dspark.device import use_env_device  # noqa: PLC0415 (ordered: after DSPARK_DEVICE is set)
         from dspark.errors import DsparkError  # noqa: PLC0415 (ordered: after DSPARK_DEVICE is set)

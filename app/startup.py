@@ -6,11 +6,15 @@ library said in one line before Qt aborts, the models to open, and the window bu
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
 
 SCREENSHOT_SIZE = (1600, 1000)
+#: The longest ``--timeout``: Qt's timers count milliseconds in a signed 32-bit integer (24.8
+#: days), and 1e308 seconds overflowed it with a traceback.
+MAX_TIMEOUT_S = 2_000_000
 FIRST_START = (
     "These are the demo models. Your own: File ▸ Open target… (a Gemma-4 folder), "
     "File ▸ Add drafter…, or File ▸ Download…"
@@ -59,7 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=SCREENSHOT_SIZE,
         help="with --screenshot: the window size (default 1600x1000)",
     )
-    p.add_argument("--timeout", type=float, default=900, help="with --screenshot: give up after this many seconds")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=900,
+        help=f"with --screenshot: give up after this many seconds (above 0, at most {MAX_TIMEOUT_S:,})",
+    )
     p.add_argument(
         "--tab",
         choices=["run", "compare", "rejections"],
@@ -127,6 +136,44 @@ def _cell(text: str) -> str:
     if text == "rejected" or (len(parts) == 2 and all(p.lstrip("-").isdigit() for p in parts) and int(parts[1]) >= 0):
         return text
     raise argparse.ArgumentTypeError(f"{text!r} is not 'rejected' or ROUND:K (e.g. 12:3)")
+
+
+def given_settings(args) -> dict:
+    """The generation settings the command line gives (0 tokens is given, not "not given")."""
+    given = {"max_tokens": args.max_tokens, "temperature": args.temperature, "block_size": args.block_size}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def refused_start(args, environ) -> str | None:
+    """Why the app cannot start as asked, in one sentence, or None: said before a window or a
+    model is made. The options as ``dspark generate`` says them (``dspark.options``' rules: a
+    temperature of 1e-40, 0 tokens), a ``--timeout`` no timer can hold, a
+    ``DSPARK_STUDIO_HOME`` that names a file (the settings and the run history go in it), and
+    what MLX reads from the environment (a temporary folder that is none, ``DSPARK_DEVICE=gpu``
+    without a GPU: a failed run in the window, or an internal error, before)."""
+    from dspark.config import GenerationConfig  # noqa: PLC0415 (ordered: dspark after main applies --device)
+    from dspark.device import temp_dir_problem, use_env_device  # noqa: PLC0415 (ordered: after --device is applied)
+    from dspark.errors import DsparkError, printable  # noqa: PLC0415 (ordered: dspark after main applies --device)
+    from dspark.options import check_options  # noqa: PLC0415 (ordered: dspark after main applies --device)
+
+    home = environ.get("DSPARK_STUDIO_HOME")
+    if home and Path(home).exists() and not Path(home).is_dir():
+        return f"DSPARK_STUDIO_HOME is {printable(home)}, a file: it must name a folder (or be unset)"
+    problem = temp_dir_problem(environ)
+    if problem:
+        return problem
+    try:
+        use_env_device()
+    except DsparkError as e:
+        return str(e)
+    t = args.timeout
+    if not (math.isfinite(t) and 0 < t <= MAX_TIMEOUT_S):
+        return f"--timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:,}, not {t:g}"
+    try:
+        check_options(GenerationConfig(**given_settings(args)))
+    except DsparkError as e:
+        return f"--{e}"
+    return None
 
 
 def headless_platform(args, environ) -> None:
@@ -255,9 +302,9 @@ def open_window(args, prefs_wanted: bool):
     choices = win.session.choices
     if args.prompt is not None:
         choices.set_prompt(args.prompt)
-    given = {"max_tokens": args.max_tokens or None, "temperature": args.temperature, "block_size": args.block_size}
-    if any(v is not None for v in given.values()):
-        choices.set_config({**choices.config, **{k: v for k, v in given.items() if v is not None}})
+    given = given_settings(args)
+    if given:
+        choices.set_config({**choices.config, **given})
     win.refresh()
     if target is None and not args.replay:
         win.on_failed("no target model: choose one with File ▸ Open target (the demo models are not built yet)")
@@ -287,13 +334,16 @@ def replay_speed(args) -> str | None:
 __all__ = [
     "CHECKING",
     "FIRST_START",
+    "MAX_TIMEOUT_S",
     "SCREENSHOT_SIZE",
     "build_parser",
     "checked_device",
     "choose_models",
+    "given_settings",
     "headless_platform",
     "missing_system_library",
     "open_window",
     "recorded_drafters",
+    "refused_start",
     "replay_speed",
 ]
