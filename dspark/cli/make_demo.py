@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import prompts
 from ..demo.evaluation import measure, say_stderr, write_prompt_set
 from ..errors import DsparkError
+from ..files import output_dir
 from ..options import check_options, check_range
 from ..resources import demo_dir, prompts_dir
 
@@ -59,8 +60,13 @@ def run(a) -> int:
         max_sequences=a.drafter_sequences,
     )
     check_options(settings)
-    out = Path(a.out)
-    for stage in [a.only] if a.only else build.STAGES:
+    out = Path(a.out).expanduser()
+    stages = [a.only] if a.only else list(build.STAGES)
+    if out.exists() and not out.is_dir():
+        raise DsparkError(f"--out {out} is a file, not a directory")
+    if {"target", "drafters", "calibrate"} & set(stages):  # the stages that write into it
+        output_dir(out, allow_existing=True)
+    for stage in stages:
         t0 = time.perf_counter()
         if stage != "target" and not (out / "target" / "config.json").is_file():
             raise DsparkError(f"no demo target in {out / 'target'}: run the target stage first")

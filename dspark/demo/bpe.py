@@ -15,6 +15,8 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ..files import write_text
+from ..reading import read_text
+from ..rust_calls import rust_call
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]  # ids 0..4, in this order
 PAD_ID, EOS_ID, BOS_ID, UNK_ID, MASK_ID = range(5)
@@ -65,8 +67,16 @@ def save_tokenizer(tok, out_dir: Path) -> None:
     write_text(out_dir / "special_tokens_map.json", json.dumps(special, indent=2) + "\n")
 
 
+#: The demo tokenizer's file is some 260 KB; a larger one is not it.
+MAX_TOKENIZER_BYTES = 64 * 2**20
+
+
 def load_tokenizer(directory: Path):
-    return Tokenizer.from_file(str(directory / "tokenizer.json"))
+    """The tokenizer saved in ``directory``; a DsparkError when its file is missing, not a
+    regular file, or not a tokenizer (half-written by a run that was killed)."""
+    path = Path(directory) / "tokenizer.json"
+    text = read_text(path, MAX_TOKENIZER_BYTES, "tokenizer file")
+    return rust_call(f"{path} is not a readable tokenizer", Tokenizer.from_str, text)
 
 
 def encode_documents(tok, texts: list[str]) -> np.ndarray:

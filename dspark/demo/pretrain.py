@@ -199,7 +199,10 @@ def _token_ids(ckpt_dir: Path, resume: bool, tokenizer_dir) -> tuple[list, list]
     """(train documents, held-out documents) as token ids, with the tokenizer the checkpoint
     keeps (trained now, or read from ``tokenizer_dir``, on a fresh start)."""
     if resume:
-        tok = load_tokenizer(ckpt_dir)
+        try:
+            tok = load_tokenizer(ckpt_dir)
+        except DsparkError as e:
+            raise DsparkError(f"{e}: the checkpoint cannot be continued; --fresh starts over") from None
     else:
         tok = load_tokenizer(Path(tokenizer_dir)) if tokenizer_dir else train_tokenizer(corpus.iter_texts("train"))
         save_tokenizer(tok, ckpt_dir)
