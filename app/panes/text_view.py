@@ -12,12 +12,42 @@ from PySide6.QtWidgets import QLabel, QTextEdit, QToolTip, QVBoxLayout, QWidget
 from ..state.session import View
 from .theme import NORMAL, Theme
 
+#: A prompt line longer than this is drawn with its middle left out (and said so): Qt lays out a
+#: paragraph whole, and the replay of a saved run whose prompt was one line of 2 MiB with nowhere
+#: to break it still drew after 150 s (8 s now). The saved run and the session keep it whole.
+MAX_LINE_CHARS = 4_000
+#: Characters shown from each end of such a line.
+LINE_END_CHARS = 1_500
+#: At most this many characters of a prompt are drawn, its start and end: 4 MiB in 100,000 short
+#: lines replayed in 17 s, 8 s with this bound.
+MAX_PROMPT_CHARS = 200_000
+
 SOURCE_NAMES = {
     "accepted": "accepted draft",
     "correction": "target's correction",
     "bonus": "bonus (all drafts accepted)",
     "target": "plain decoding",
 }
+
+
+def shown_prompt(prompt: str) -> str:
+    """``prompt`` as the text view draws it: each over-long line with its middle left out, then
+    a prompt still past :data:`MAX_PROMPT_CHARS` with its middle left out, each gap said in the
+    text."""
+    lines = prompt.split("\n")
+    if any(len(line) > MAX_LINE_CHARS for line in lines):
+        prompt = "\n".join(
+            line
+            if len(line) <= MAX_LINE_CHARS
+            else f"{line[:LINE_END_CHARS]} [… {len(line) - 2 * LINE_END_CHARS:,} characters of this line not "
+            f"shown here …] {line[-LINE_END_CHARS:]}"
+            for line in lines
+        )
+    if len(prompt) > MAX_PROMPT_CHARS:
+        half = MAX_PROMPT_CHARS // 2
+        gap = len(prompt) - 2 * half
+        prompt = f"{prompt[:half]}\n[… {gap:,} characters of the prompt not shown here …]\n{prompt[-half:]}"
+    return prompt
 
 
 class TokenText(QTextEdit):
@@ -37,7 +67,7 @@ class TokenText(QTextEdit):
             fmt = QTextCharFormat()
             fmt.setForeground(QColor(self.theme.muted))
             fmt.setToolTip("the prompt")
-            self.textCursor().insertText(prompt, fmt)
+            self.textCursor().insertText(shown_prompt(prompt), fmt)
 
     def append_tokens(self, tokens) -> None:
         """``tokens``: CommittedToken objects in order."""
