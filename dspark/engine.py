@@ -82,6 +82,7 @@ def generate(
     costs: Costs | None = None,
     display: bool = True,
     inspect: bool = False,
+    prompt_progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[RoundEvent | Summary]:
     """Speculative generation: yields a ``RoundEvent`` per round, then a ``Summary``.
     ``costs`` (this machine's, :mod:`dspark.costs`) drive the ``auto`` policy and the
@@ -91,7 +92,10 @@ def generate(
     round on a CPU); those fields are then NaN and ``Summary.token_logprobs`` is empty; and the
     confidence head, unless the policy reads it (``RoundEvent.confidences`` is then None).
     ``inspect`` keeps what the target thought of every verified draft (``RoundEvent.target_top``
-    and ``draft_rank``: the rejection inspector; a top-k over the vocabulary per verified row)."""
+    and ``draft_rank``: the rejection inspector; a top-k over the vocabulary per verified row).
+    ``prompt_progress(done, total)``: the prompt's tokens processed so far, as mlx-lm's
+    ``prompt_progress_callback`` says them (``total`` the prompt's length; the last token is the
+    first round's anchor, so ``done`` stops one short of it)."""
     config.check(target.dims.vocab_size)
     pol = parse_policy(config.policy)
     ids = prompt_ids(target, prompt, config)
@@ -107,7 +111,14 @@ def generate(
     run = _Generation("speculative", target, ids, config, cancel=cancel)
     keys = _round_keys(config.seed)
     shadow_keys = _round_keys(config.seed + 2**31)  # seeds are below 2**31: a stream of its own
-    new_rows = prefill(target, cache, ids[:-1], draft_session.tap_layers, step=config.prefill_step_size)
+    new_rows = prefill(
+        target,
+        cache,
+        ids[:-1],
+        draft_session.tap_layers,
+        step=config.prefill_step_size,
+        progress=None if prompt_progress is None else (lambda done: prompt_progress(done, len(ids))),
+    )
     run.prefilled()
     anchor, position = ids[-1], len(ids) - 1
 
@@ -261,8 +272,11 @@ def generate_plain(
     prompt: str | Sequence[int],
     config: GenerationConfig = GenerationConfig(),
     cancel: Callable[[], bool] | None = None,
+    *,
+    prompt_progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[RoundEvent | Summary]:
-    """Plain decoding by mlx-lm's own ``generate_step``, in the same event schema."""
+    """Plain decoding by mlx-lm's own ``generate_step``, in the same event schema;
+    ``prompt_progress`` is its ``prompt_progress_callback``."""
     config.check(target.dims.vocab_size)
     ids = prompt_ids(target, prompt, config)
     sp = config.sampling
@@ -276,7 +290,7 @@ def generate_plain(
         max_tokens=config.max_tokens,
         sampler=sampler,
         prefill_step_size=config.prefill_step_size,
-        prompt_progress_callback=lambda done, total: marks.append((done, total, perf_counter())),
+        prompt_progress_callback=lambda done, total: _progress(marks, prompt_progress, done, total),
     )
     anchor = ids[-1]
     for tok, logprobs in steps:
@@ -289,6 +303,12 @@ def generate_plain(
         yield run.commit(anchor, plain_outcome(tok, prob, seconds=0.0, new_rows=None, plain_step=False))
         anchor = tok
     yield run.summary()
+
+
+def _progress(marks: list, tell: Callable[[int, int], None] | None, done: int, total: int) -> None:
+    marks.append((done, total, perf_counter()))
+    if tell is not None:
+        tell(done, total)
 
 
 def _host_value(x: mx.array, i: int) -> float:

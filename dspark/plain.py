@@ -17,14 +17,25 @@ from .sampling import distribution, greedy_choice, sample, soft_cap, token_probs
 from .target import Target
 
 
-def prefill(target: Target, cache: list, ids: list[int], taps: Sequence[int], *, step: int) -> mx.array | None:
+def prefill(
+    target: Target,
+    cache: list,
+    ids: list[int],
+    taps: Sequence[int],
+    *,
+    step: int,
+    progress: Callable[[int], None] | None = None,
+) -> mx.array | None:
     """``ids`` into ``cache``, ``step`` tokens a forward; the tap rows of them all (None: no ids),
-    the drafter's first context rows."""
+    the drafter's first context rows. ``progress(done)`` is told the tokens processed after each
+    forward (a long prompt takes seconds: a screen says how far it is)."""
     rows = []
     for i in range(0, len(ids), step):
         _, t = target.forward(mx.array([ids[i : i + step]]), cache, taps, logits=False)
         mx.eval(t, [c.state for c in cache])
         rows.append(t)
+        if progress is not None:
+            progress(min(i + step, len(ids)))
     return mx.concatenate(rows, axis=1) if rows else None
 
 

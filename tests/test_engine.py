@@ -38,7 +38,7 @@ def test_plain_steps_keep_the_drafters_context_in_step(case, monkeypatch, shadow
     monkeypatch.setattr(Scheduler, "shadow_due", shadow_due)
     judged = []
     monkeypatch.setattr(Scheduler, "observe_shadow", lambda self, position, width, matched: judged.append(width))
-    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=n, stop_at_eos=False)
     events = list(generate(target, drafter, PROMPT, cfg))
     s = events[-1]
     assert_same_greedy(target, PROMPT, s.tokens, ref)
@@ -96,7 +96,7 @@ def test_block_size_0_decodes_by_the_pipelined_plain_steps(case, monkeypatch):
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
     monkeypatch.setattr(dspark.engine, "speculative_round", None)  # a round would fail here
-    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, block_size=0)
+    cfg = GenerationConfig(policy="fixed", max_tokens=n, stop_at_eos=False, block_size=0)
     s = run_to_summary(generate(target, drafter, PROMPT, cfg))
     assert s.tokens == tuple(ref) and s.plain_steps == n and s.rounds == 0
 
@@ -108,3 +108,22 @@ def test_plain_decodings_log_probabilities_are_read_exactly_from_memory(dtype):
     x = (mx.random.normal((500,), key=mx.random.key(1)) * 4).astype(dtype)
     mx.eval(x)
     assert [_host_value(x, i) for i in range(500)] == x.astype(mx.float32).tolist()
+
+
+def test_both_generators_say_how_much_of_a_long_prompt_is_processed():
+    """A long prompt takes seconds before the first token: the engine reports each prefill chunk as
+    mlx-lm's ``prompt_progress_callback`` does (the app's bar reads it), for speculative and plain
+    decoding alike."""
+    from tiny import tiny_target
+
+    from dspark import generate_plain
+
+    target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=1)
+    prompt = [(7 * i) % 90 + 3 for i in range(70)]
+    cfg = GenerationConfig(policy="fixed", max_tokens=4, stop_at_eos=False, prefill_step_size=32)
+    said, plain_said = [], []
+    run_to_summary(generate(target, drafter, prompt, cfg, prompt_progress=lambda d, n: said.append((d, n))))
+    run_to_summary(generate_plain(target, prompt, cfg, prompt_progress=lambda d, n: plain_said.append((d, n))))
+    assert said == [(32, 70), (64, 70), (69, 70)]
+    assert [p for p in plain_said if 0 < p[0] < 70] == said  # mlx-lm's own: (0, 70) first, (70, 70) at the first token
