@@ -313,7 +313,10 @@ class Worker(QObject):
             d = self._drafters[p]
             summary = run_to_summary(
                 generate(
-                    self._target, d, self._warm_ids(), GenerationConfig(max_tokens=4 * d.block_size, stop_at_eos=False)
+                    self._target,
+                    d,
+                    self._warm_ids(),
+                    GenerationConfig(max_tokens=4 * d.block_size, stop_at_eos=False, policy="fixed"),
                 )
             )
             per_round = summary.total_seconds / max(summary.rounds, 1)
@@ -396,7 +399,7 @@ class Worker(QObject):
 
     @staticmethod
     def _warm_config() -> GenerationConfig:
-        return GenerationConfig(max_tokens=3, stop_at_eos=False)
+        return GenerationConfig(max_tokens=3, stop_at_eos=False, policy="fixed")  # warms without measuring costs
 
     def _free_all(self) -> None:
         for d in self._drafters.values():
@@ -430,7 +433,7 @@ class _Prefill:
             self.emit(Status(f"{label}: generating"))
 
     def kwargs(self, generator) -> dict:
-        """The progress callback, for a generator that takes one (the engine's do not yet)."""
+        """The progress callback, for a generator that takes one (the engine's do)."""
         if not self.open or "prompt_progress" not in inspect.signature(generator).parameters:
             return {}
         return {"prompt_progress": self.processed}

@@ -47,14 +47,16 @@ class GenerationConfig:
     top_k: int = option(0, "keep only the k most likely tokens (0: off)", lo=0, hi=10_000_000, label="Top-k")
     seed: int = option(0, "random seed of sampling", lo=0, hi=2**31 - 1)
     block_size: int | None = option(None, "drafted tokens per round", lo=0, hi=64, none="the drafter's own")
+    # auto by default: on a machine or in a state where drafting cannot pay (no fast BLAS, a busy
+    # CPU) it decodes plainly instead of running slower than plain decoding; fixed is one word away
     policy: str = option(
-        "fixed",
-        "how many drafted tokens the target verifies each round: fixed (all), fixed:K "
-        "(the first K), threshold:C (the prefix whose predicted survival stays above C; needs a "
-        "confidence head) or auto (as many as raise the expected tokens per second on this "
-        "machine's measured costs)",
+        "auto",
+        "how many drafted tokens the target verifies each round: auto (as many as raise the "
+        "expected tokens per second on this machine's measured costs, decoding plainly where no "
+        "round pays), fixed (all), fixed:K (the first K) or threshold:C (the prefix whose "
+        "predicted survival stays above C; needs a confidence head)",
         label="Verify policy",
-        suggest=("fixed", "auto", "threshold:0.3", "fixed:2", "fixed:4"),
+        suggest=("auto", "fixed", "threshold:0.3", "fixed:2", "fixed:4"),
     )
     stop_at_eos: bool = option(
         True, "stop at the target's end-of-sequence token", flag="--ignore-eos", label="Stop at EOS"

@@ -103,7 +103,7 @@ def acceptance(target, drafter, prompts: list[str], tokens: int) -> float:
     """Greedy tau (committed tokens per round, bonus included) of ``drafter`` over ``prompts``."""
     from .engine import generate  # noqa: PLC0415 (slow: the engine, only for dropped heads)
 
-    config = GenerationConfig(max_tokens=tokens, stop_at_eos=False)
+    config = GenerationConfig(max_tokens=tokens, stop_at_eos=False, policy="fixed")  # every draft verified
     rounds = [ev for p in prompts for ev in list(generate(target, drafter, p, config, display=False))[:-1]]
     return metrics.summarize(rounds).tau
 

@@ -71,10 +71,11 @@ def check(tokens: int = TOKENS, *, platform: str | None = None) -> tuple[bool, s
 
         target = dspark.load_target(paths["target"])
         drafter = load_drafter(paths["dspark"], target)
-        warm = dspark.GenerationConfig(max_tokens=8, stop_at_eos=False)
+        warm = dspark.GenerationConfig(max_tokens=8, stop_at_eos=False, policy="fixed")
         dspark.run_to_summary(dspark.generate_plain(target, prompt, warm))  # compile and allocate
         dspark.run_to_summary(dspark.generate(target, drafter, prompt, warm))  # before the timed runs
-        config = dspark.GenerationConfig(max_tokens=tokens, stop_at_eos=False)
+        # every draft verified: the check compares outputs, and needs no costs measured first
+        config = dspark.GenerationConfig(max_tokens=tokens, stop_at_eos=False, policy="fixed")
         speculative = dspark.run_to_summary(dspark.generate(target, drafter, prompt, config))
         plain = dspark.run_to_summary(dspark.generate_plain(target, prompt, config))
         verdict = lossless.compare(target, speculative, plain)

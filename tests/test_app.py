@@ -44,6 +44,17 @@ def setup(w, dirs, drafters=("drafter",), max_tokens=12, prompt=PROMPT):
     w.restore(str(dirs["target"]), [str(dirs[d]) for d in drafters])
     w.controls.prompt.setPlainText(prompt)
     w.controls.form.widget("max_tokens").setValue(max_tokens)
+    # every draft verified, so the panes' counts below are the rounds' (auto, the default, leaves
+    # some positions to plain steps: test_app_truth and test_opens_with_auto_selected)
+    w.controls.form.widget("policy").setCurrentText("fixed")
+
+
+def test_opens_with_auto_selected(window):
+    """A newcomer's first run on a busy machine or without a fast BLAS decodes plainly rather than
+    slower than plain decoding: the app starts on auto, fixed one choice away."""
+    policy = window.controls.form.widget("policy")
+    assert policy.currentText() == "auto"
+    assert "fixed" in [policy.itemText(i) for i in range(policy.count())]
 
 
 def run_job(qtbot, w, start):
@@ -234,7 +245,7 @@ def test_a_bad_settings_file_falls_back_to_defaults_and_says_so(qtbot, dirs, tmp
     w.restore(str(dirs["target"]), [str(dirs["drafter"])])
     said = w.statusBar().currentMessage()
     assert "unreadable values for" in said and "max_tokens" in said and "temperature" in said, said
-    assert w.controls.form.widget("max_tokens").value() == GenerationConfig().max_tokens
+    assert w.controls.form.widget("max_tokens").value() == GenerationConfig(policy="fixed").max_tokens
     w.controls.form.widget("max_tokens").setValue(6)
     assert run_job(qtbot, w, w.start_run)["ok"]
     w.close()

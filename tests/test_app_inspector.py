@@ -57,7 +57,7 @@ def _run(target, label: str, drafter: str | None, events: list, key: int, prompt
 
 
 def _oracle_events(target, seed: int, corrupt: float) -> list:
-    cfg = GenerationConfig(max_tokens=CONFIG["max_tokens"], stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=CONFIG["max_tokens"], stop_at_eos=False)
     plain = list(generate_plain(target, PROMPT, cfg))
     oracle = OracleDrafter(
         prompt_ids(target, PROMPT, cfg) + list(plain[-1].tokens),
@@ -301,7 +301,11 @@ def test_every_app_run_records_the_inspector_and_dspark_bench_never_computes_it(
         w.close()
     target = load_target(dirs["target"])
     arm = Speculative(
-        target, load_drafter(dirs["drafter"], target), drafter_name="drafter", policy="fixed", config=GenerationConfig()
+        target,
+        load_drafter(dirs["drafter"], target),
+        drafter_name="drafter",
+        policy="fixed",
+        config=GenerationConfig(policy="fixed"),
     )
 
     def refuse(*_a, **_k):

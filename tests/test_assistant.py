@@ -67,7 +67,7 @@ def test_greedy_is_plain_decoding_past_three_windows_on_every_layout(root, name)
     wide = root / name / "target-f32"
     if not wide.exists():
         ac.as_float32(t, wide)
-    cfg = GenerationConfig(max_tokens=N, stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False)
     for path, exact in ((wide, True), (t, False)):
         target = load_target(path)
         drafter = load_drafter(a, target)
@@ -202,7 +202,9 @@ def test_round_for_round_against_transformers_assisted_generation(root, tmp_path
     n = 60
     target = load_target(t)
     ours, mine = rounds_of(
-        generate(target, load_drafter(a, target), PROMPT, GenerationConfig(max_tokens=n, stop_at_eos=False))
+        generate(
+            target, load_drafter(a, target), PROMPT, GenerationConfig(policy="fixed", max_tokens=n, stop_at_eos=False)
+        )
     )
     after_rejection = {p + acc + 1 for p, (d, acc) in mine.items() if acc < len(d)}
     for mode, differing_allowed in (("generate", True), ("generate-committed", False)):
@@ -231,7 +233,7 @@ def test_sampled_decoding_keeps_the_target_distribution(tmp_path):
     (tdir / "config.json").write_text(json.dumps(vars(small.lm.args)))
     mx.save_safetensors(str(tdir / "model.safetensors"), dict(tree_flatten(small.lm.parameters())))
     drafter = load_drafter(ac.write(tmp_path / "assistant", tdir, block=3, dtype="float32"), small)
-    cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, temperature=1.0)
+    cfg = GenerationConfig(policy="fixed", max_tokens=3, stop_at_eos=False, temperature=1.0)
     exact = exact_marginals(small, cfg.sampling)
     n, counts, accepted = 1000, np.zeros((3, VOCAB)), 0
     for seed in range(n):
@@ -303,7 +305,9 @@ def test_auto_drafts_what_pays_and_its_shadow_drafts_read_committed_rows(root):
     target = load_target(wide)
     drafter = load_drafter(a, target)
     cfg = GenerationConfig(max_tokens=N, stop_at_eos=False, policy="auto")
-    plain = run_to_summary(generate_plain(target, PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    plain = run_to_summary(
+        generate_plain(target, PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
     # a draft step as dear as a verify: no round pays, every stretch is plain with shadow drafts
     dear = Costs(verify_ms=(2.0,) * 5, draft_ms=2.0, step_ms=2.0, draft_step_ms=2.0)
     asked = []

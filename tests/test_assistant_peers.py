@@ -156,7 +156,9 @@ def test_the_assistant_drafts_what_mlx_vlm_s_loop_drafts_round_for_round(pair):
     target_dir, assistant = pair
     target = load_target(target_dir)
     window = target.lm.args.sliding_window
-    plain = run_to_summary(generate_plain(target, PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    plain = run_to_summary(
+        generate_plain(target, PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
     ref = mlx_vlm(target_dir, assistant)
     assert ref["kind"] == "mtp" and ref["tokens"] == list(plain.tokens)
     tokens, mine = ours(target, assistant, plain.tokens[0])

@@ -90,7 +90,7 @@ def test_raw_logits_are_read_through_the_real_loop(target, drafter):
         assert drafter.calibration == [2.0] * 4
         assert any(abs(z) > 20 for r in rounds for z in r.logits)  # beyond what a float32 sigmoid keeps
         # The calibrated confidences the engine reports are sigmoid(z / T) of those logits.
-        cfg = GenerationConfig(max_tokens=12, block_size=4, stop_at_eos=False)
+        cfg = GenerationConfig(policy="fixed", max_tokens=12, block_size=4, stop_at_eos=False)
         calibrated = [e.confidences for e in generate(target, drafter, prompts(1)[0], cfg) if isinstance(e, RoundEvent)]
         expect = [tuple(1 / (1 + np.exp(-np.array(r.logits) / 2.0))) for r in rounds]
         assert np.allclose(np.array(calibrated), np.array(expect), atol=1e-5)

@@ -38,7 +38,7 @@ def test_dspark_drafter_accepts_on_held_out_prompts_and_beats_dflash(target):
     assert tau > baseline, f"DSpark tau {tau:.2f} is not above the DFlash-style drafter's {baseline:.2f}"
 
 
-LONG = GenerationConfig(max_tokens=600, stop_at_eos=False)
+LONG = GenerationConfig(policy="fixed", max_tokens=600, stop_at_eos=False)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_the_default_prompt_set_makes_the_demo_target_write_plausible_code(targe
     from dspark import prompts
     from dspark.metrics import repetition_share
 
-    cfg = GenerationConfig(max_tokens=256)
+    cfg = GenerationConfig(policy="fixed", max_tokens=256)
     demo = prompts.get(prompts.DEFAULT)
     for i, text in enumerate(demo.prompts):
         out = run_to_summary(generate_plain(target, text, cfg))

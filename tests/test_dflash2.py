@@ -54,14 +54,16 @@ def target(dirs):
 
 @pytest.fixture(scope="module")
 def plain(target):
-    return run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    return run_to_summary(
+        generate_plain(target, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
 
 
 def ours(target, drafter, plain, *, block_size: int | None = None, rows: list | None = None):
     """As ``test_formats.ours``: aligned with the peers, which take the first token from the
     prefill. (tokens, committed per round, round-1 logits)."""
     cap = Capture(drafter)
-    cfg = GenerationConfig(max_tokens=N - 1, stop_at_eos=False, block_size=block_size)
+    cfg = GenerationConfig(policy="fixed", max_tokens=N - 1, stop_at_eos=False, block_size=block_size)
     s = run_to_summary(generate(target, cap, ckpt.PROMPT + [plain.tokens[0]], cfg))
     if rows is not None:
         rows.extend(cap.rows)
@@ -169,7 +171,7 @@ def test_speculative_sampling_keeps_the_target_distribution(tmp_path):
 
     small = tiny_target(seed=5, scale=1.0, vocab=VOCAB, window=4)
     drafter = load_drafter(d2.write_dflash2(tmp_path / "d2", vocab=VOCAB, block=4), small)
-    cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, temperature=1.0)
+    cfg = GenerationConfig(policy="fixed", max_tokens=3, stop_at_eos=False, temperature=1.0)
     exact = exact_marginals(small, cfg.sampling)
     n, counts, accepted = 1000, np.zeros((3, VOCAB)), 0
     for seed in range(n):
@@ -187,7 +189,7 @@ def test_sampled_drafts_are_among_the_candidates_and_repeat_at_one_position(dirs
     drafter = load_drafter(dirs["full"], target)
     session = drafter.start(target)
     rows = mx.random.normal((1, 20, len(ckpt.TAPS) * ckpt.H), key=mx.random.key(3))
-    cfg = GenerationConfig(temperature=0.8)
+    cfg = GenerationConfig(policy="fixed", temperature=0.8)
     a = session.propose(17, 20, new_rows=rows, history=[], block_size=7, sampling=cfg.sampling, key=mx.random.key(1))
     b = session.propose(17, 20, new_rows=None, history=[], block_size=7, sampling=cfg.sampling, key=mx.random.key(1))
     assert a.tokens.tolist() == b.tokens.tolist() and np.allclose(np.array(a.q), np.array(b.q))
@@ -225,7 +227,9 @@ def test_round_one_against_speculators_torch_model(dirs, target, plain, tmp_path
     drafter = load_drafter(dirs["full"], target)
     drafter.spec.embed_scale, drafter.spec.softcap = 1.0, None
     cap = Rows(drafter)
-    run_to_summary(generate(target, cap, ckpt.PROMPT + [plain.tokens[0]], GenerationConfig(max_tokens=3)))
+    run_to_summary(
+        generate(target, cap, ckpt.PROMPT + [plain.tokens[0]], GenerationConfig(policy="fixed", max_tokens=3))
+    )
     embed = mx.load(str(dirs["target"] / "model.safetensors"))["model.embed_tokens.weight"]
     inputs = tmp_path / "inputs.safetensors"
     anchor = mx.array([plain.tokens[0]], mx.int64)
@@ -289,5 +293,7 @@ def test_quantized_heads_load_and_stay_lossless(dirs, target, plain, tmp_path, b
     assert weights["layers.0.self_attn.q_proj.weight"].dtype == mx.uint32
     assert weights["candidate_selector.predecessor_codebook"].dtype == mx.float32
     drafter = load_drafter(out, target)
-    s = run_to_summary(generate(target, drafter, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    s = run_to_summary(
+        generate(target, drafter, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
     assert drafter.format == "dflash2" and list(s.tokens) == list(plain.tokens) and max(s.accepted_lengths) >= 3

@@ -46,7 +46,7 @@ NATIVE = DflashConfig(block_size=4, num_layers=1, markov_rank=32, tap_layers=(1,
 PUBLISHED = DflashConfig(
     block_size=4, num_layers=1, markov=False, confidence=False, tap_layers=(1, 3, 4), format="speculators"
 )
-SHORT = GenerationConfig(max_tokens=40)
+SHORT = GenerationConfig(policy="fixed", max_tokens=40)
 
 
 @pytest.fixture(scope="module")

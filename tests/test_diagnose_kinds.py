@@ -55,7 +55,12 @@ def target(kinds):
 def codes(target, path, **config) -> set[str]:
     drafter = load_drafter(path, target)
     try:
-        d = diagnose(target, drafter, PROMPTS, GenerationConfig(max_tokens=40, stop_at_eos=False, **config))
+        d = diagnose(
+            target,
+            drafter,
+            PROMPTS,
+            GenerationConfig(max_tokens=40, stop_at_eos=False, **{"policy": "fixed", **config}),
+        )
     finally:
         drafter.dispose()
     assert d.rounds > 0 and len(d.per_position_acceptance) == config.get("block_size", drafter.block_size)
@@ -104,8 +109,8 @@ def test_an_assistant_with_the_chat_template_off_is_told_it_was_trained_on_chat_
     drafter = load_drafter(path, target)
     prompts = ["def fib(n):", "The capital of France is"]
     try:
-        off = diagnose(target, drafter, prompts, GenerationConfig(max_tokens=24, chat_template=False))
-        on = diagnose(target, drafter, prompts, GenerationConfig(max_tokens=24))
+        off = diagnose(target, drafter, prompts, GenerationConfig(policy="fixed", max_tokens=24, chat_template=False))
+        on = diagnose(target, drafter, prompts, GenerationConfig(policy="fixed", max_tokens=24))
     finally:
         drafter.dispose()
     found = {f.code: f for f in off.findings}

@@ -52,7 +52,9 @@ def dirs(tmp_path_factory, model):
     root = tmp_path_factory.mktemp("eagle3")
     d = {"target": ckpt.write_target(root / "target", model)}
     target = load_target(d["target"])
-    plain = run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    plain = run_to_summary(
+        generate_plain(target, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
     table, frequent = model.model.embed_tokens.weight, list(plain.tokens)
     for name, kw in VARIANTS.items():
         d[name] = e3.write_eagle3(root / name, table, frequent, num_target_layers=6, aux_ids=AUX, **kw)
@@ -76,11 +78,17 @@ def target(dirs):
 
 @pytest.fixture(scope="module")
 def plain(target):
-    return run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    return run_to_summary(
+        generate_plain(target, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
 
 
 def run(target, drafter, prompt, n=N, **kw):
-    return run_to_summary(generate(target, drafter, prompt, GenerationConfig(max_tokens=n, stop_at_eos=False, **kw)))
+    return run_to_summary(
+        generate(
+            target, drafter, prompt, GenerationConfig(max_tokens=n, stop_at_eos=False, **{"policy": "fixed", **kw})
+        )
+    )
 
 
 def test_the_format_is_recognised_and_described(dirs):
@@ -133,7 +141,9 @@ def test_a_round_s_steps_are_dropped_and_a_draft_repeats(dirs, target):
 
 def test_a_one_token_prompt_drafts_and_stays_lossless(dirs, target):
     drafter = load_drafter(dirs["llama"], target)
-    plain = run_to_summary(generate_plain(target, [ckpt.PROMPT[0]], GenerationConfig(max_tokens=40, stop_at_eos=False)))
+    plain = run_to_summary(
+        generate_plain(target, [ckpt.PROMPT[0]], GenerationConfig(policy="fixed", max_tokens=40, stop_at_eos=False))
+    )
     assert run(target, drafter, [ckpt.PROMPT[0]], n=40).tokens == plain.tokens
 
 
@@ -145,7 +155,9 @@ def test_another_layout_kv_shared_per_layer_inputs(tmp_path):
     target = load_target(miniatures.write_hf(tmp_path / "e2b", "e2b"))
     n = 4 * 16
     prompt = [2, 17, 40, 33, 91, 120, 7, 45, 45, 200, 13, 66]
-    plain = run_to_summary(generate_plain(target, prompt, GenerationConfig(max_tokens=n, stop_at_eos=False)))
+    plain = run_to_summary(
+        generate_plain(target, prompt, GenerationConfig(policy="fixed", max_tokens=n, stop_at_eos=False))
+    )
     table = target.lm.model.embed_tokens.weight
     head = e3.write_eagle3(
         tmp_path / "head", table, list(plain.tokens), num_target_layers=10, aux_ids=None, dtype=mx.bfloat16
@@ -329,7 +341,7 @@ def test_sampling_keeps_the_target_distribution(tmp_path):
         tmp_path / "head", table, [3, 5, 7, 8, 2, 9, 0, 11], num_target_layers=6, aux_ids=AUX, draft_vocab=8, block=3
     )
     drafter = load_drafter(path, small)
-    cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, temperature=1.0)
+    cfg = GenerationConfig(policy="fixed", max_tokens=3, stop_at_eos=False, temperature=1.0)
     exact = exact_marginals(small, cfg.sampling)
     n, counts, accepted = 1000, np.zeros((3, VOCAB)), 0
     for seed in range(n):
@@ -393,7 +405,9 @@ def test_an_eagle3_heads_costs_price_each_drafted_token(dirs, tmp_path, monkeypa
     # which for a head this small can be all of a further token's cost (test_costs checks the rule)
     assert c.draft_ms > 0 and c.draft_step_ms >= 0
     assert costs_mod.Costs.from_dict(json.loads(json.dumps(c.to_dict()))) == c  # kept in the cache as measured
-    plain = run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=48, stop_at_eos=False)))
+    plain = run_to_summary(
+        generate_plain(target, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=48, stop_at_eos=False))
+    )
     cfg = GenerationConfig(max_tokens=48, stop_at_eos=False, policy="auto")
     s = run_to_summary(generate(target, drafter, ckpt.PROMPT, cfg, costs=c))
     assert s.tokens == plain.tokens

@@ -97,7 +97,9 @@ def models(tmp_path_factory):
     native = new_drafter(target, DflashConfig(block_size=4, num_layers=1, tap_layers=tuple(ckpt.TAPS), markov_rank=16))
     native.save(root / "native")
     d["native"] = root / "native"
-    plain = run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    plain = run_to_summary(
+        generate_plain(target, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
     d["published"] = ckpt.write_speculators(root / "published", model, list(plain.tokens[:90]))
     return d
 
@@ -109,7 +111,9 @@ def target(models):
 
 @pytest.fixture(scope="module")
 def plain(target):
-    return run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    return run_to_summary(
+        generate_plain(target, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
 
 
 def ours(target, drafter, prompt: list[int], first: int, rows: list) -> tuple[list[int], list[int], np.ndarray]:
@@ -118,7 +122,9 @@ def ours(target, drafter, prompt: list[int], first: int, rows: list) -> tuple[li
     every round's DraftRows."""
     cap = Capture(drafter)
     s = run_to_summary(
-        generate(target, cap, list(prompt) + [first], GenerationConfig(max_tokens=N - 1, stop_at_eos=False))
+        generate(
+            target, cap, list(prompt) + [first], GenerationConfig(policy="fixed", max_tokens=N - 1, stop_at_eos=False)
+        )
     )
     rows.extend(cap.rows)
     return [first, *s.tokens], [a + 1 for a in s.accepted_lengths], np.array(cap.rows[0].logits[0])
@@ -487,7 +493,9 @@ def test_the_bundled_demo_drafters_export_exactly_and_run_in_their_peer(name, tm
     original, exported = load_drafter(src, target), load_drafter(out, target)
     assert same_drafts(original, exported, target.projection) is None
     prompt = target.tokenizer.encode("def main():\n    ")[:16]
-    base = run_to_summary(generate_plain(target, prompt, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    base = run_to_summary(
+        generate_plain(target, prompt, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
     tau, tokens, logits = same_rounds(target, prompt, base, original, exported)
     if fmt == "speculators" and not exported.spec.own_embedding:
         tokens, tau, logits = ours(target, as_mlx_dspark_reads_it(exported), prompt, base.tokens[0], [])

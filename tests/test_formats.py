@@ -36,7 +36,9 @@ def dirs(tmp_path_factory):
     model = ckpt.target_model()
     d = {"target": ckpt.write_target(root / "target", model)}
     target = load_target(d["target"])
-    plain = run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    plain = run_to_summary(
+        generate_plain(target, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
     d.update(
         zlab=ckpt.write_zlab(root / "zlab"),
         zlab_full=ckpt.write_zlab(root / "zlab_full", sliding=False),
@@ -64,7 +66,9 @@ def target(dirs):
 
 @pytest.fixture(scope="module")
 def plain(target):
-    return run_to_summary(generate_plain(target, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    return run_to_summary(
+        generate_plain(target, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
 
 
 class Capture:
@@ -91,7 +95,7 @@ def ours(target, drafter, plain, rows: list | None = None):
     draft from there, so the prompt here includes it. (tokens, committed per round, round-1 logits);
     ``rows`` gets every round's DraftRows."""
     cap = Capture(drafter)
-    cfg = GenerationConfig(max_tokens=N - 1, stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=N - 1, stop_at_eos=False)
     s = run_to_summary(generate(target, cap, ckpt.PROMPT + [plain.tokens[0]], cfg))
     if rows is not None:
         rows.extend(cap.rows)
@@ -218,7 +222,9 @@ def test_quantized_drafters_load_and_stay_lossless(dirs, target, plain, tmp_path
     weights = mx.load(str(out / "model.safetensors"))
     assert any(v.dtype == mx.uint32 for v in weights.values()) and any(k.endswith(".scales") for k in weights)
     drafter = load_drafter(out, target)
-    s = run_to_summary(generate(target, drafter, ckpt.PROMPT, GenerationConfig(max_tokens=N, stop_at_eos=False)))
+    s = run_to_summary(
+        generate(target, drafter, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
+    )
     assert list(s.tokens) == list(plain.tokens) and max(s.accepted_lengths) >= 3
     assert describe(out)["quantization"]["bits"] == bits
     assert dspark(["quantize", str(out), "--bits", "4", "--out", str(tmp_path / "again")]) == 2  # already quantized
@@ -308,7 +314,7 @@ def test_speculative_sampling_through_a_reduced_vocabulary_keeps_the_target_dist
     small = tiny_target(seed=5, scale=1.0, vocab=VOCAB, window=4)
     path = ckpt.write_speculators(tmp_path / "spec", small.model, [3, 5, 7, 8, 2, 9, 0, 11], draft_vocab=8, vocab=VOCAB)
     drafter = load_drafter(path, small)
-    cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, temperature=1.0)
+    cfg = GenerationConfig(policy="fixed", max_tokens=3, stop_at_eos=False, temperature=1.0)
     exact = exact_marginals(small, cfg.sampling)
     n, counts, accepted = 1000, np.zeros((3, VOCAB)), 0
     for seed in range(n):

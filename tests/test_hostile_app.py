@@ -60,7 +60,7 @@ def saved(tmp_path_factory):
     )
     target = load_target(t)
     drafter = load_drafter(root / "drafter", target)
-    events = list(generate(target, drafter, "x = 1", GenerationConfig(max_tokens=12)))
+    events = list(generate(target, drafter, "x = 1", GenerationConfig(policy="fixed", max_tokens=12)))
     rounds = [e for e in events if isinstance(e, RoundEvent)]
     summary = next(e for e in events if isinstance(e, Summary))
     run = {

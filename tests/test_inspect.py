@@ -50,7 +50,7 @@ def test_the_target_view_of_every_verified_draft_holds_greedy_invariants(dtype):
     target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
     target.model.set_dtype(dtype)
     drafter = DflashDrafter.init(target, DflashConfig(block_size=5, num_layers=1, markov_rank=16), seed=1)
-    cfg = GenerationConfig(max_tokens=120, stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=120, stop_at_eos=False)
     events = list(generate(target, drafter, PROMPT, cfg, inspect=True))[:-1]
     assert sum(e.verify_width for e in events) > 100
     ties = check_greedy_invariants(events)
@@ -64,7 +64,7 @@ def test_the_target_view_of_every_verified_draft_holds_greedy_invariants(dtype):
 def test_sampled_rounds_carry_the_sampling_distribution_and_ranks():
     target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=1)
-    cfg = GenerationConfig(max_tokens=40, stop_at_eos=False, temperature=0.8, top_k=20)
+    cfg = GenerationConfig(policy="fixed", max_tokens=40, stop_at_eos=False, temperature=0.8, top_k=20)
     events = list(generate(target, drafter, PROMPT, cfg, inspect=True))[:-1]
     for e in events:
         for row, rank, _drafted in zip(e.target_top, e.draft_rank, e.drafted):
@@ -130,7 +130,7 @@ def test_the_greedy_invariants_hold_on_the_demo_pair(name):
     target = load_target(resources.demo_model("target"))
     drafter = load_drafter(resources.demo_model(name), target)
     prompt = prompts.get("demo").prompts[0]
-    events = list(generate(target, drafter, prompt, GenerationConfig(max_tokens=96), inspect=True))[:-1]
+    events = list(generate(target, drafter, prompt, GenerationConfig(policy="fixed", max_tokens=96), inspect=True))[:-1]
     verified = [e for e in events if not e.plain_step]
     assert any(e.accepted == e.verify_width for e in verified) and any(e.accepted < e.verify_width for e in verified)
     check_greedy_invariants(events)

@@ -31,7 +31,7 @@ def case(request):
 
 
 def spec(target, drafter, n, **kw):
-    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, **kw)
+    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, **{"policy": "fixed", **kw})
     return run_to_summary(generate(target, drafter, PROMPT, cfg))
 
 
@@ -95,7 +95,7 @@ def test_without_display_the_output_is_the_same_and_nothing_is_shown(case):
 
     target, n, ref = case
     oracle = OracleDrafter(PROMPT + ref, target.dims.vocab_size, block_size=6, corrupt=0.25, seed=1)
-    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=n, stop_at_eos=False)
     events = list(generate(target, oracle, PROMPT, cfg, display=False))
     s = events[-1]
     assert_same_greedy(target, PROMPT, s.tokens, ref)
@@ -113,7 +113,7 @@ def test_without_display_the_confidence_head_runs_only_for_a_policy_that_reads_i
     policy reads them, so its rounds still carry them."""
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
-    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=n, stop_at_eos=False)
     hidden = list(generate(target, drafter, PROMPT, cfg, display=False))
     shown = list(generate(target, drafter, PROMPT, cfg))
     assert list(hidden[-1].tokens) == list(shown[-1].tokens)  # the same kernels: no room for a tie
@@ -150,7 +150,7 @@ def test_each_round_says_where_in_the_sequence_its_anchor_is(case):
 
     target, n, ref = case
     oracle = OracleDrafter(PROMPT + ref, target.dims.vocab_size, block_size=6, corrupt=0.3, seed=1)
-    cfg = GenerationConfig(max_tokens=40, stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=40, stop_at_eos=False)
     for events in (list(generate(target, oracle, PROMPT, cfg))[:-1], list(generate_plain(target, PROMPT, cfg))[:-1]):
         expected, pos = [], len(PROMPT) - 1
         for e in events:

@@ -76,7 +76,7 @@ def test_layout_loads_and_greedy_is_lossless(root, name):
     _, n = LAYOUTS[name]
     target = load_target(layout(root, name))
     assert target.eos_token_ids == {1, 50, 106} and target.has_chat_template
-    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=n, stop_at_eos=False)
     plain = run_to_summary(generate_plain(target, PROMPT, cfg))
     ids = list(plain.prompt_tokens)
     assert len(set(plain.tokens)) >= 8  # a continuation worth comparing, several windows long
@@ -93,7 +93,9 @@ def test_layout_loads_and_greedy_is_lossless(root, name):
 
 def test_a_planted_mismatch_is_reported_as_one(root):
     target = load_target(layout(root, "31b-it-hf-bf16"))
-    plain = run_to_summary(generate_plain(target, PROMPT, GenerationConfig(max_tokens=40, stop_at_eos=False)))
+    plain = run_to_summary(
+        generate_plain(target, PROMPT, GenerationConfig(policy="fixed", max_tokens=40, stop_at_eos=False))
+    )
     ids, k = list(plain.prompt_tokens), 12
     logprobs, _ = lossless._plain_logprobs(target, ids, k, 2048)
     unlikely = min(range(len(logprobs)), key=lambda t: logprobs[t])
@@ -108,7 +110,9 @@ def test_a_planted_near_miss_is_a_mismatch_not_a_tie(root):
     """The runner-up token where the target's two clean evaluations agree on the order by more
     than they disagree: close, but not a tie, and the check must say so."""
     target = load_target(layout(root, "e4b-it-mlx-community-8bit"))
-    plain = run_to_summary(generate_plain(target, PROMPT, GenerationConfig(max_tokens=40, stop_at_eos=False)))
+    plain = run_to_summary(
+        generate_plain(target, PROMPT, GenerationConfig(policy="fixed", max_tokens=40, stop_at_eos=False))
+    )
     ids = list(plain.prompt_tokens)
     for k in range(4, 40):
         P, dtype = lossless._plain_logprobs(target, ids, k, 2048)
@@ -135,7 +139,7 @@ def test_a_planted_rollback_bug_is_a_mismatch(root, name, monkeypatch):
     from dspark import cache as dcache
 
     target = load_target(layout(root, name))
-    cfg = GenerationConfig(max_tokens=LAYOUTS[name][1], stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=LAYOUTS[name][1], stop_at_eos=False)
     plain = run_to_summary(generate_plain(target, PROMPT, cfg))
     oracle = OracleDrafter(
         list(plain.prompt_tokens) + list(plain.tokens), target.dims.vocab_size, block_size=6, corrupt=0.3
@@ -153,22 +157,22 @@ def test_chat_template_wraps_the_prompt_as_one_user_turn(root):
     target = load_target(layout(root, "e2b-it-hf-bf16"))
     tok = target.tokenizer
     render = lambda text: tok.decode(text)
-    ids = generate_ids(target, GenerationConfig())
+    ids = generate_ids(target, GenerationConfig(policy="fixed"))
     assert render(ids) == "<bos><|turn>user\nHello world<turn|>\n<|turn>model\n"
-    with_system = generate_ids(target, GenerationConfig(system_prompt="Be brief."))
+    with_system = generate_ids(target, GenerationConfig(policy="fixed", system_prompt="Be brief."))
     assert (
         render(with_system) == "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHello world<turn|>\n<|turn>model\n"
     )
-    thinking = generate_ids(target, GenerationConfig(chat_template_config='{"enable_thinking": true}'))
+    thinking = generate_ids(target, GenerationConfig(policy="fixed", chat_template_config='{"enable_thinking": true}'))
     assert render(thinking).startswith("<bos><|turn>system\n<|think|>")
-    raw = generate_ids(target, GenerationConfig(chat_template=False))
+    raw = generate_ids(target, GenerationConfig(policy="fixed", chat_template=False))
     assert render(raw) == PROMPT and raw == list(tok.encode(PROMPT))
     large = load_target(layout(root, "31b-it-hf-bf16"))
-    assert large.tokenizer.decode(generate_ids(large, GenerationConfig())).endswith(
+    assert large.tokenizer.decode(generate_ids(large, GenerationConfig(policy="fixed"))).endswith(
         "<|turn>model\n<|channel>thought\n<channel|>"
     )
     with pytest.raises(DsparkError, match="chat-template-config is not valid JSON"):
-        generate_ids(target, GenerationConfig(chat_template_config="{oops"))
+        generate_ids(target, GenerationConfig(policy="fixed", chat_template_config="{oops"))
 
 
 def generate_ids(target, cfg: GenerationConfig) -> list[int]:
@@ -182,7 +186,7 @@ def test_a_base_model_without_template_is_unchanged(root):
         mini.write_hf(d, "e2b", it=False, seed=_seed("e2b"))
     target = load_target(d)
     assert not target.has_chat_template and target.eos_token_ids == {1}
-    assert generate_ids(target, GenerationConfig()) == list(target.tokenizer.encode(PROMPT))
+    assert generate_ids(target, GenerationConfig(policy="fixed")) == list(target.tokenizer.encode(PROMPT))
 
 
 def test_bf16_moe_experts_run_on_the_cpu_with_metal_numbers(root):

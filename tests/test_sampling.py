@@ -83,7 +83,7 @@ def test_speculative_sampling_matches_target_distribution(target, name, monkeypa
         monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: position % 2 == 0)
         name = "random-drafter-T1"
     kw, kind = CASES[name]
-    cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, **kw)
+    cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, **{"policy": "fixed", **kw})
     exact = exact_marginals(target, cfg.sampling)
     if kind == "random":
         drafter = DflashDrafter.init(target, DflashConfig(block_size=3, num_layers=1, markov_rank=8), seed=1)
@@ -119,7 +119,7 @@ def test_the_bound_catches_a_sampler_that_skips_the_ratio_test(target, monkeypat
 
     monkeypatch.setattr(rounds, "accept_sampled", accept_all)
     n = 300
-    cfg = GenerationConfig(max_tokens=2, stop_at_eos=False, temperature=1.0)
+    cfg = GenerationConfig(policy="fixed", max_tokens=2, stop_at_eos=False, temperature=1.0)
     exact = exact_marginals(target, cfg.sampling, steps=2)
     drafter = DflashDrafter.init(target, DflashConfig(block_size=3, num_layers=1, markov_rank=8), seed=1)
     counts = np.zeros((2, VOCAB))
@@ -142,7 +142,7 @@ def test_plain_stretches_sample_the_target_distribution(target, monkeypatch):
     monkeypatch.setattr(Scheduler, "shadow_due", lambda self: True)
     judged = []
     monkeypatch.setattr(Scheduler, "observe_shadow", lambda self, position, width, matched: judged.append(width))
-    cfg = GenerationConfig(max_tokens=3, stop_at_eos=False, temperature=0.8, top_p=0.9, top_k=6)
+    cfg = GenerationConfig(policy="fixed", max_tokens=3, stop_at_eos=False, temperature=0.8, top_p=0.9, top_k=6)
     exact = exact_marginals(target, cfg.sampling)
     drafter = DflashDrafter.init(target, DflashConfig(block_size=3, num_layers=1, markov_rank=8), seed=1)
     counts = np.zeros((3, VOCAB))

@@ -131,7 +131,7 @@ def round_one(target, drafter, prompt: list[int]) -> dict:
     len(prompt) - 1. The drafting slots' logits over the draft vocabulary, the drafted target
     ids and the confidence logits."""
     cap = Capture(drafter)
-    cfg = GenerationConfig(max_tokens=drafter.block_size + 2, stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=drafter.block_size + 2, stop_at_eos=False)
     run_to_summary(generate(target, cap, prompt, cfg))
     rows = cap.rows[0]
     return {
@@ -162,7 +162,7 @@ def world(tmp_path_factory):
     tiny_dir = ckpt.write_target(root / "target", model)
     tiny = load_target(tiny_dir)
     frequent = run_to_summary(
-        generate_plain(tiny, ckpt.PROMPT, GenerationConfig(max_tokens=60, stop_at_eos=False))
+        generate_plain(tiny, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=60, stop_at_eos=False))
     ).tokens
     demo = load_target(DEMO / "target")
     exported = root / "demo-dflash-export"

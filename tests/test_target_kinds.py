@@ -30,7 +30,7 @@ PROMPT = [5, 9, 11, 3, 7, 21, 2]
 def check_lossless(target, n=80):
     ref = [tok for tok, _ in generate_step(mx.array(PROMPT), target.model, max_tokens=n)]
     assert len(set(ref)) >= 8
-    cfg = GenerationConfig(max_tokens=n, stop_at_eos=False)
+    cfg = GenerationConfig(policy="fixed", max_tokens=n, stop_at_eos=False)
     oracle = OracleDrafter(PROMPT + ref, target.dims.vocab_size, corrupt=0.3)
     assert_same_greedy(target, PROMPT, run_to_summary(generate(target, oracle, PROMPT, cfg)).tokens, ref)
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=8), seed=0)

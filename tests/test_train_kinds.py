@@ -159,7 +159,7 @@ def test_the_written_head_is_in_its_published_layout_and_lossless(world, kind):
         assert json.loads((out / "generation_config.json").read_text())["num_assistant_tokens"] == 4
     assert not list(out.glob("*.safetensors"))[1:]  # the checkpoint stays in .train/
     drafter = load_drafter(out, target)
-    config = GenerationConfig(max_tokens=N, stop_at_eos=False)
+    config = GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False)
     plain = run_to_summary(generate_plain(target, ckpt.PROMPT, config))
     ours = run_to_summary(generate(target, drafter, ckpt.PROMPT, config, display=False))
     assert ours.tokens == plain.tokens
@@ -219,7 +219,7 @@ def test_mlx_vlm_loads_and_runs_the_written_head(world, kind):
     """mlx-vlm loads the directory with its own loader (its draft kind for it: eagle3, mtp) and
     drafts with it in its own loop: plain greedy decoding's output, some drafts accepted."""
     runner, prompt, n = MLX_VLM_RUNS[kind]
-    config = GenerationConfig(max_tokens=n, stop_at_eos=False)
+    config = GenerationConfig(policy="fixed", max_tokens=n, stop_at_eos=False)
     plain = run_to_summary(generate_plain(world["target"], prompt, config))
     ref = peer(world, kind, runner, KINDS[kind].block_size, prompt, n)
     assert ref["tokens"] == list(plain.tokens)

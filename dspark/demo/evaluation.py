@@ -82,7 +82,7 @@ def acceptance(target, drafter, prompts: list, tokens: int = 128) -> dict:
     (texts or token ids), ``tokens`` each, every draft verified."""
     from ..engine import generate  # noqa: PLC0415 (slow: mlx, not needed for --help)
 
-    config = GenerationConfig(max_tokens=tokens, stop_at_eos=False)
+    config = GenerationConfig(max_tokens=tokens, stop_at_eos=False, policy="fixed")  # acceptance of every draft
     runs = [list(generate(target, drafter, p, config, display=False)) for p in prompts]
     rounds = [ev for run in runs for ev in run[:-1]]
     f = metrics.summarize(rounds)
@@ -124,7 +124,7 @@ def measure(out: Path, drafters: dict, prompt_set: list[str], say, lossless_toke
             "format": drafter.format,
         }
         entry["by_prompt_length"] = {str(L): acceptance(target, drafter, padded(target, ids, L), 128) for L in CONTEXTS}
-        config = GenerationConfig(max_tokens=lossless_tokens, stop_at_eos=False)
+        config = GenerationConfig(max_tokens=lossless_tokens, stop_at_eos=False, policy="fixed")
         speculative = run_to_summary(generate(target, drafter, prompt_set[0], config, display=False))
         plain = run_to_summary(generate_plain(target, prompt_set[0], config))
         entry.update(
