@@ -167,6 +167,28 @@ def test_bench_writes_every_trial_and_the_figures_of_every_arm(dirs, tmp_path, c
         assert not [t for t in plain if "tokens_per_sec_by_threads" in t]
 
 
+def test_bench_under_a_load_it_runs_itself(dirs, tmp_path, capsys, monkeypatch):
+    """--load N: N busy processes beside the trials, ended with them, and said with the results."""
+    from dspark.bench import busy
+
+    started = []
+    real = busy.load
+
+    def watched(n):
+        started.append(n)
+        return real(n)
+
+    monkeypatch.setattr(busy, "load", watched)
+    out = tmp_path / "loaded"
+    assert bench(dirs, out, "--policy", "fixed:2", "--load", "1") == 0
+    assert started == [1] and busy.running() == 0
+    assert "1 busy processes beside the trials (--load)" in capsys.readouterr().out
+    assert json.loads((out / "summary.json").read_text())["environment"]["busy_processes"] == 1
+    for bad in ("-1", str(busy.MOST + 1)):
+        assert bench(dirs, tmp_path / f"o{bad}", "--load", bad) == 2
+        assert "--load must be between 0 and" in capsys.readouterr().err
+
+
 def test_plain_decoding_keeps_the_faster_thread_count_of_each_trial(monkeypatch):
     """Every plain trial runs at each BLAS thread count and keeps the faster run, whichever
     count it is and whichever ran first; the report says which count won how often."""

@@ -50,6 +50,7 @@ from statistics import median
 from .. import __version__, blas, metrics
 from ..policy import draft_cost
 from ..reading import parse_json, read_text
+from .busy import running as busy_running
 
 PLAIN = "plain"  # plain decoding's arm
 CSV_FIELDS = [
@@ -282,6 +283,7 @@ def environment(repo: Path | None = None) -> dict:
         "dspark": __version__,
         "blas_threads": blas.threads(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "busy_processes": busy_running(),  # --load: the load the benchmark added itself
     }
     try:
         import mlx_lm  # noqa: PLC0415 (slow: mlx-lm, not needed for --help)

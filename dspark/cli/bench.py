@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ..bench import trials
+from ..bench import busy, trials
 from ..config import GenerationConfig
 from ..errors import DsparkError
 from ..options import check_options
@@ -64,6 +64,14 @@ def add_parser(subparsers):
     p.add_argument("--force", action="store_true", help="replace the results already in --out")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N processes that each keep a core busy beside the costs measurement and the trials, "
+        "ended with them: the floor of auto on a busy machine, measured reproducibly (default: 0)",
+    )
     return p
 
 
@@ -86,6 +94,8 @@ def _check(a) -> None:
             f"--mlx-lm-num-draft {a.mlx_lm_num_draft} could make all {a.max_tokens} tokens in mlx-lm's first "
             f"round, which its timing starts after: give at most {max(a.max_tokens - 2, 1)} or more --max-tokens"
         )
+    if not 0 <= a.load <= busy.MOST:
+        raise DsparkError(f"--load must be between 0 and {busy.MOST} busy processes")
     if a.prompt_count is not None and a.prompt_count < 1:
         raise DsparkError("--prompt-count must be at least 1")
     if not 0 <= a.temperature <= 100:
@@ -98,7 +108,10 @@ def _check(a) -> None:
 
 def run(a) -> int:
     _check(a)
-    doc = trials.run(a, say)
+    if a.load:
+        say(f"{a.load} busy process{'es' if a.load > 1 else ''} run beside the trials (--load)")
+    with busy.load(a.load):
+        doc = trials.run(a, say)
     say_printable(
         f"figures: dspark-studio --bench-figures {quote(a.out)} (or File ▸ Open run or benchmark… in the app)"
     )
@@ -137,6 +150,7 @@ def table(doc: dict) -> str:
     lines.append(
         f"\n{env['cpu']} ({env['cpus']} cores), {env['os']}; MLX {env['mlx']} on {env['device']}; "
         f"BLAS: {env['blas']}; load average at start {env.get('load_average')}"
+        + (f"; {env['busy_processes']} busy processes beside the trials (--load)" if env.get("busy_processes") else "")
     )
     lines.append(
         "per round: drafts (tokens drafted); in ms: draft, /token (draft per drafted token), verify, other "
