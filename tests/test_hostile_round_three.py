@@ -515,9 +515,10 @@ def test_the_serve_commands_are_quoted_for_the_shell(dirs, tmp_path, capsys):
     assert not marker.exists()
 
 
+@pytest.mark.usefixtures("costs_measured_once")
 def test_names_shown_on_the_terminal_are_escaped(dirs, tmp_path, capsys):
     """The audit's case: a drafter's path, or a profile's source and target_id, holding terminal
-    escapes reached the terminal through export's, inspect's and diagnose's output."""
+    escapes reached the terminal through export's, inspect's, diagnose's and bench's output."""
     d = copy(dirs["drafter"], tmp_path / ESCAPES.replace("/", "_"))
     profile = {
         "version": 1,
@@ -548,6 +549,7 @@ def test_names_shown_on_the_terminal_are_escaped(dirs, tmp_path, capsys):
             "8",
         ],
         ["export", str(zlab), "--format", "zlab", "--out", str(tmp_path / "served")],
+        _bench(dirs, tmp_path / "results", drafters=[d]),
     ):
         capsys.readouterr()
         assert main(argv) == 0, argv

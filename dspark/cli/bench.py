@@ -10,7 +10,7 @@ from ..config import GenerationConfig
 from ..errors import DsparkError
 from ..options import check_options
 from ..serving import quote
-from .say import say, say_printable
+from .say import say, say_printable, show
 
 #: The most tokens mlx-lm's draft model drafts a round (a drafter's block size has the same bound).
 MAX_NUM_DRAFT = 64
@@ -111,11 +111,14 @@ def run(a) -> int:
     if a.load:
         say(f"{a.load} busy process{'es' if a.load > 1 else ''} run beside the trials (--load)")
     with busy.load(a.load):
-        doc = trials.run(a, say)
+        doc = trials.run(a, say_printable)  # it names drafter folders, which may hold anything
     say_printable(
         f"figures: dspark-studio --bench-figures {quote(a.out)} (or File ▸ Open run or benchmark… in the app)"
     )
-    print(json.dumps(doc) if a.json else table(doc))
+    if a.json:
+        print(json.dumps(doc))
+    else:  # the arms are named by their drafters' folders: shown, never obeyed
+        show(table(doc))
     return 0
 
 
