@@ -372,6 +372,14 @@ def test_train_resume_on_other_data_is_refused(dirs, tmp_path, capsys):
     assert "was trained on other texts than --data names now" in err and len(err.splitlines()) == 1, err
     assert main([*_train(dirs, out), "--resume", "--steps", "4"]) == 0
     assert "resumed at step 3" in capsys.readouterr().err
+    # a run saved before the texts were recorded: said, not refused
+    import mlx.core as mx
+
+    data = out / ".train" / "train_data.safetensors"
+    arrays, meta = mx.load(str(data), return_metadata=True)
+    mx.save_safetensors(str(data), arrays, {k: v for k, v in meta.items() if k != "texts"})
+    assert main([*other, "--resume", "--steps", "5"]) == 0
+    assert "--data is not read again" in capsys.readouterr().err
 
 
 def test_train_resume_into_an_empty_folder_still_starts(dirs, tmp_path, capsys):

@@ -15,7 +15,7 @@ from ..files import output_dir, reason, short
 from ..options import KeepEpilogLines, add_options, check_options, from_args
 from ..reading import kind_of_file
 from ..training.texts import read_texts
-from .say import say, show
+from .say import say_printable, show
 
 HELP = "train a drafter against a target (dspark train --help)"
 
@@ -143,7 +143,7 @@ def _train(parser, a, argv, world) -> int:
         heldout = read_texts(a.heldout) if a.heldout else (None if a.data else heldout_prompts(settings.eval_prompts))
         note = check_resume_data(src, texts) if a.resume and a.data else None
     if note and world.main:
-        say(f"note: {note}")
+        say_printable(f"note: {note}")
     world.timeout = settings.rank_timeout
     world.open_log(out / TRAIN_DIR / f"rank-{world.rank}.log")
     if head is not None:
