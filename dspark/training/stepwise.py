@@ -347,7 +347,7 @@ def train_head(
 
     from .distill import forget_unfinished  # noqa: PLC0415 (the run only)
     from .heads import head_config, new_head, save_head  # noqa: PLC0415 (the run only)
-    from .train import DATA_FILE, REPORT_FILE, _evaluate, _output, _profile, _report, _train_loop, _training_data  # noqa: PLC0415 (the run only: train imports this module's callers)
+    from .train import DATA_FILE, _output, _training_data, finish_run  # noqa: PLC0415 (the run only: train imports this module's callers)
     from .trainer import STATE_FILE, TRAIN_DIR  # noqa: PLC0415 (the run only)
 
     s, world = settings, world or World()
@@ -398,33 +398,16 @@ def train_head(
         f"{cfg.num_layers} layer(s), {drafter.block_size} drafts a round; "
         f"{len(seqs)} sequences of {seqs.tokens.shape[1]}"
     )
-    first_step, loop_start = trainer.step, time.perf_counter()
-    stopped, recent = _train_loop(trainer, out, progress, say=say, save=lambda d: save_head(drafter, d))
-    train_seconds = time.perf_counter() - loop_start
-    save_head(drafter, out)
-    trainer.save_state(out)
-    done = trainer.step - first_step
-    report = _report(
-        target,
-        drafter,
+    finish_run(
+        trainer,
+        out=out,
+        held=held,
         trained_as=made,
-        s=s,
-        sequences=len(seqs),
-        trainer=trainer,
-        stopped=stopped,
-        recent=recent,
-        done=done,
-        train_seconds=train_seconds,
         distill_seconds=distill_seconds,
+        progress=progress,
+        save=lambda d: save_head(drafter, d),
+        say=say,
     )
-    say(f"trained {done} steps in {train_seconds:.0f}s (target forwards {trainer.features.seconds:.0f}s of it)")
-    _evaluate(target, drafter, held, s, report=report, out=out, say=say)
-    import json  # noqa: PLC0415 (one use)
-
-    from ..files import write_text  # noqa: PLC0415 (one use)
-
-    write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
-    _profile(target, drafter, seqs, s, report=report, out=out)
     return drafter
 
 

@@ -111,12 +111,40 @@ def train_drafter(
         + (f"; {world.size} processes, {s.batch_anchors // world.size} anchors each a step" if world.size > 1 else "")
     )
 
+    finish_run(
+        trainer,
+        out=out,
+        held=held,
+        trained_as=trained_as,
+        distill_seconds=distill_seconds,
+        progress=progress,
+        save=drafter.save,
+        say=say,
+    )
+    return drafter
+
+
+def finish_run(
+    trainer: DrafterTrainer,
+    *,
+    out: Path,
+    held,
+    trained_as: dict,
+    distill_seconds: float,
+    progress: bool,
+    save: Callable[[Path], None],
+    say,
+) -> None:
+    """Every kind's run from its first step on: the loop (:func:`_train_loop`), then on rank 0
+    the drafter written by ``save(folder)`` with the trainer's state, the report, the evaluation on
+    the ``held`` prompts and the profile."""
+    target, drafter, s = trainer.target, trainer.drafter, trainer.s
     first_step, loop_start = trainer.step, time.perf_counter()
-    stopped, recent = _train_loop(trainer, out, progress, say=say)
+    stopped, recent = _train_loop(trainer, out, progress, say=say, save=save)
     train_seconds = time.perf_counter() - loop_start
-    if not world.main:
-        return drafter  # rank 0 writes the drafter, evaluates it and reports
-    drafter.save(out)
+    if not trainer.world.main:
+        return  # rank 0 writes the drafter, evaluates it and reports
+    save(out)
     trainer.save_state(out)
     done = trainer.step - first_step
     report = _report(
@@ -124,7 +152,7 @@ def train_drafter(
         drafter,
         trained_as=trained_as,
         s=s,
-        sequences=len(seqs),
+        sequences=len(trainer.seqs),
         trainer=trainer,
         stopped=stopped,
         recent=recent,
@@ -139,8 +167,7 @@ def train_drafter(
     )
     _evaluate(target, drafter, held, s, report=report, out=out, say=say)
     write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
-    _profile(target, drafter, seqs, s, report=report, out=out)
-    return drafter
+    _profile(target, drafter, trainer.seqs, s, report=report, out=out)
 
 
 def _drafter(
