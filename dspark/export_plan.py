@@ -83,9 +83,23 @@ def native_spec(dims, cfg) -> Spec:
     )
 
 
+#: The autoregressive formats, which no block format holds: each is served from its own folder.
+STEPWISE = {"eagle3": "an EAGLE-3 head", "gemma4-assistant": "a Gemma-4 assistant"}
+
+
+def stepwise_refusal(fmt: str) -> str:
+    """Why an autoregressive drafter is not exported, and what serves it instead."""
+    return (
+        f"{STEPWISE[fmt]} drafts a token a step, which no block format holds; it is already in the "
+        f"layout vLLM and SGLang load, so serve it from its folder as it is"
+    )
+
+
 def read_source(path) -> Source:
     """The drafter at ``path`` without its weights (what ``dspark inspect`` asks about)."""
     p, config, fmt = read_drafter_config(path)
+    if fmt in STEPWISE:
+        raise DsparkError(f"{p}: {stepwise_refusal(fmt)}")
     if fmt == native.FORMAT:
         dims, cfg = native.read_config(p, config)
         return Source(path=p, format=fmt, spec=native_spec(dims, cfg), net=DraftNet(dims, cfg), config=config)
@@ -306,12 +320,8 @@ def words(part: str, src: Source, theirs: dict | None = None) -> str:
 def exportable(path) -> dict:
     """{"exact": formats it exports to exactly, "refused": {format: the sentence}} (``dspark inspect``)."""
     _, _, fmt = read_drafter_config(path)
-    if fmt in ("eagle3", "gemma4-assistant"):  # autoregressive: no block format holds it
-        what = "an EAGLE-3 head" if fmt == "eagle3" else "a Gemma-4 assistant"
-        return {
-            "exact": [],
-            "refused": {f: f"{what} drafts a token a step, which no block format holds" for f in FORMATS},
-        }
+    if fmt in STEPWISE:
+        return {"exact": [], "refused": {f: stepwise_refusal(fmt) for f in FORMATS}}
     src = read_source(path)
     out = {"exact": [], "refused": {}}
     for fmt in FORMATS:

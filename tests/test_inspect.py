@@ -180,6 +180,19 @@ def test_inspect_says_an_autoregressive_drafter_drafts_a_token_a_step(kinds, cap
         assert "slots" not in text and "DFlash-style" not in text and "taps target layers" not in text
 
 
+def test_an_autoregressive_drafter_is_not_exported_but_served_as_it_is(kinds, tmp_path, capsys):
+    """dspark export of an EAGLE-3 head or an assistant: the sentence inspect gives, not an internal
+    error (a KeyError on the format), and nothing written."""
+    for name, what in (("eagle3", "an EAGLE-3 head"), ("assistant", "a Gemma-4 assistant")):
+        capsys.readouterr()
+        out = tmp_path / name
+        assert main(["export", str(kinds[name]), "--format", "speculators", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"{what} drafts a token a step, which no block format holds" in err
+        assert "serve it from its folder as it is" in err and "internal error" not in err
+        assert not out.exists()
+
+
 def test_inspect_keeps_the_block_lines_for_block_drafters(kinds, capsys):
     for name, kind in (("dflash2", "DFlash 2"), ("zlab", "DFlash")):
         text = inspect_text(kinds[name], capsys)
