@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -69,6 +70,7 @@ class World:
         self._watchdog: threading.Thread | None = None
         self._log = None
         self._stderr = sys.stderr
+        self._neighbours: tuple[int, ...] = ()  # pids of the other ranks one mlx.launch started on this machine
 
     @classmethod
     def join(cls, timeout: float = DEFAULT_TIMEOUT) -> World:
@@ -82,12 +84,19 @@ class World:
     def _share_cores(self) -> None:
         """Ranks on one machine split its cores between their OpenBLAS and tokenizer threads,
         which spin while they wait: two ranks that each used both cores of this 2-core machine
-        trained the demo drafter at 0.27 steps/s, with one thread each at 0.64-0.71."""
+        trained the demo drafter at 0.27 steps/s, with one thread each at 0.64-0.71. The same
+        exchange names the ranks one launch runs here (same machine, same parent), which a rank
+        that stops waiting continues (:meth:`_wake_neighbours`)."""
         name = int.from_bytes(hashlib.sha256(socket.gethostname().encode()).digest()[:6], "little")
-        names = np.zeros(self.size, np.int64)
-        names[self.rank] = name
-        (names,) = self.sum([mx.array(names)], "the start")
-        here = int((np.array(names) == name).sum())
+        names, pids, parents = (np.zeros(self.size, np.int64) for _ in range(3))
+        names[self.rank], pids[self.rank], parents[self.rank] = name, os.getpid(), os.getppid()
+        names, pids, parents = (
+            np.array(a) for a in self.sum([mx.array(names), mx.array(pids), mx.array(parents)], "the start")
+        )
+        here = int((names == name).sum())
+        self._neighbours = tuple(
+            int(pids[r]) for r in range(self.size) if r != self.rank and names[r] == name and parents[r] == os.getppid()
+        )
         if here > 1:
             threads = max(1, (default_threads() or os.cpu_count() or 1) // here)
             set_threads(threads)
@@ -186,7 +195,20 @@ class World:
                 )
                 self.log(sentence)
                 print(f"dspark: error: {sentence}", file=self._stderr, flush=True)
+                self._wake_neighbours()
                 os._exit(2)  # the main thread is stuck inside MLX: nothing else would end it
+
+    def _wake_neighbours(self) -> None:
+        """Continue the ranks this machine runs for the same launch. When a rank ends with an
+        error, mlx.launch sends the others SIGTERM and waits for each; a rank that was stopped
+        (SIGSTOP, Ctrl-Z) holds that signal until it is continued, so the launch never
+        returned. Continued, it ends: its next collective finds this rank gone, or the
+        launcher's SIGTERM arrives. A rank on another machine is ended by the launcher itself."""
+        for pid in self._neighbours:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:  # gone already, or not ours to signal
+                pass
 
     def _stop_sentence(self, what: str) -> str:
         then = f": {self.after_stop}" if self.after_stop else ""
