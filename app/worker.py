@@ -416,11 +416,10 @@ class Worker(QObject):
 
 
 class _Prefill:
-    """A run's prompt being processed, said: "processing the prompt of 3,040 tokens" and a bar that
-    moves while the engine has nothing to report; "2,048 of 3,040 tokens" as it reports each
-    chunk, once the engine's generators take ``prompt_progress(done, total)`` (mlx-lm's
-    ``prompt_progress_callback``); then "generating" at the run's first token. A short prompt
-    (``tokens`` 0) says "generating" at once."""
+    """A run's prompt being processed, said: "processing the prompt of 3,040 tokens", then "2,048 of
+    3,040 tokens" as the engine reports each chunk (``prompt_progress(done, total)``, as mlx-lm's
+    ``prompt_progress_callback``); "generating" at the run's first token, or at once for a short
+    prompt (``tokens`` 0)."""
 
     def __init__(self, emit, label: str, tokens: int):
         self.emit, self.label, self.tokens = emit, label, tokens
@@ -433,7 +432,7 @@ class _Prefill:
             self.emit(Status(f"{label}: generating"))
 
     def kwargs(self, generator) -> dict:
-        """The progress callback, for a generator that takes one (the engine's do)."""
+        """The progress callback, for a generator that takes one (the engine's both do)."""
         if not self.open or "prompt_progress" not in inspect.signature(generator).parameters:
             return {}
         return {"prompt_progress": self.processed}

@@ -12,6 +12,9 @@ import pytest
 
 from dspark.bench import busy
 
+# a process's CPU time and state are read from /proc; macOS has no /proc
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc (Linux)")
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -31,7 +34,6 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc (Linux)")
 def test_the_load_spins_while_the_block_runs_and_ends_with_it():
     with busy.load(2) as procs:
         assert busy.running() == 2
@@ -49,7 +51,6 @@ def test_the_load_spins_while_the_block_runs_and_ends_with_it():
             pass
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc (Linux)")
 def test_the_load_never_outlives_a_killed_benchmark():
     script = (
         "import sys, time\n"

@@ -105,6 +105,8 @@ def test_dspark_generate_inspect_json_lists_every_round(tmp_path, capsys):
                 "def add(a, b):",
                 "--max-tokens",
                 "24",
+                "--policy",
+                "fixed",  # every token from a round: auto's plain steps have nothing to inspect
                 "--inspect",
                 "--json",
             ]
