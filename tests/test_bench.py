@@ -332,7 +332,10 @@ def test_every_drafter_kind_runs_under_several_fixed_counts_and_auto_in_one_run(
             assert arm["kind"] == kind and arm["identical"] == arm["compared"] == 2, arm
             assert arm["limit"] > 0 and (arm["draft_token_ms"] > 0 if arm.get("rounds") else policy == "auto")
     steps = {name: doc["costs"][name]["draft_step_ms"] for name in fmt}
-    assert steps["assistant"] > 0 and steps["eagle3"] > 0 and steps["dflash2"] == 0
+    # an autoregressive head's further tokens are priced from whole rounds less the verify's growth,
+    # which for heads this small can be all of it (test_costs checks that rule); a block is one forward
+    assert steps["assistant"] >= 0 and steps["eagle3"] >= 0 and steps["dflash2"] == 0
+    assert all(doc["costs"][name]["draft_ms"] > 0 for name in fmt)
     trials = report.read_trials(out)
     for t in trials:
         if t["arm"] == "plain" or not t.get("rounds"):
