@@ -48,7 +48,8 @@ def play_recording(w, index: int) -> bool:
     if started is None:
         return False
     rec, messages = started
-    w.statusBar().showMessage(f"replaying {rec.path} (no model loaded)")
+    # its name, as the header's badge gives it: a temporary folder's path filled the bar
+    w.statusBar().showMessage(f"replaying {rec.name} (no model loaded)")
     w.refresh()
     w.player.play(messages, SPEEDS[w.playlist.speed])
     return True

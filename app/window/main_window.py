@@ -53,7 +53,8 @@ from .menus import build_menus
 from .presentation import Presenter
 
 REFRESH_MS = 40
-PRESENTATION_KEYS = "Space / → next · ← previous · Ctrl+1 2 3 tabs · Esc leaves"
+#: Short: it stands beside every status message while presenting.
+PRESENTATION_KEYS = "Space → next · ← back · Ctrl+1-3 tabs · Esc"
 
 
 class MainWindow(QMainWindow):
