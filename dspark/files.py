@@ -41,14 +41,24 @@ def short(path: str | Path) -> str:
     return text if len(text) <= 300 else f"{text[:120]}…{text[-120:]}"
 
 
-def reason(e: OSError) -> str:
-    if e.errno == errno.ENOSPC:
+def reason(e: OSError, path: Path | None = None) -> str:
+    """What went wrong with a write, in words; ``path``: where it wrote, for an error that does not
+    say ENOSPC (MLX's writer raises EIO, "[write] Unable to write N bytes"): a disk with under a
+    MiB free then is the cause."""
+    if e.errno == errno.ENOSPC or (e.errno in (None, errno.EIO) and path is not None and _nearly_full(path)):
         return "the disk is full"
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return "the folder is not writable"
     if e.errno == errno.ENAMETOOLONG:
         return "the path is too long for this system"
     return e.strerror or str(e)
+
+
+def _nearly_full(path: Path) -> bool:
+    try:
+        return shutil.disk_usage(Path(path).parent).free < 2**20
+    except OSError:
+        return False
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
@@ -59,7 +69,7 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise DsparkError(f"could not write {path}: {reason(e)}") from None
+        raise DsparkError(f"could not write {path}: {reason(e, path)}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -10,7 +10,8 @@ import dspark.training.distill as distill
 from dspark import DflashConfig
 from dspark.training.data import Sequences
 from dspark.training.distill import PARTIAL_GLOB, greedy_continuations
-from dspark.training.train import DATA_FILE, train_drafter
+from dspark.training.resume import DATA_FILE
+from dspark.training.train import train_drafter
 from dspark.training.trainer import TrainSettings
 
 CFG = DflashConfig(block_size=4, num_layers=1, tap_layers=(1, 3), markov_rank=16)

@@ -333,7 +333,7 @@ def _meta(change):
 
 
 def _data(change):
-    from dspark.training.train import DATA_FILE
+    from dspark.training.resume import DATA_FILE
 
     def apply(out: Path):
         arrays, metadata = mx.load(str(out / DATA_FILE), return_metadata=True)

@@ -190,6 +190,38 @@ def test_train_drafter_resumes_from_its_checkpoint(target, tmp_path):
     assert report["heldout"]["tau"] >= 1.0 and len(report["heldout"]["per_position_acceptance"]) == 4
 
 
+def test_the_run_keeps_its_curves_in_its_folder_through_a_resume(target, tmp_path):
+    """train_log.jsonl: a line per step (loss, anchors/s, training seconds), a held-out measurement
+    every --eval-every steps and the final one, with their cost; a resumed run drops what a killed
+    run logged past its checkpoint and goes on, so its curves are one run's."""
+    from dspark.training.curves import LOG_FILE, read_log
+
+    rng = np.random.default_rng(2)
+    texts = [[int(x) for x in rng.integers(5, 96, size=40)] for _ in range(12)]
+    s = TrainSettings(
+        batch_anchors=8, seq_len=32, prompt_len=6, self_distill=True, eval_prompts=2, eval_tokens=8, eval_every=2
+    )
+    quiet = dict(progress=False, log=lambda m: None)
+    train_drafter(target, texts, tmp_path, CFG, settings=dataclasses.replace(s, steps=5), **quiet)
+    log = read_log(tmp_path)
+    steps = [e for e in log if "loss" in e]
+    held = [e for e in log if "heldout" in e]
+    assert [e["step"] for e in steps] == [1, 2, 3, 4, 5]
+    assert all(e["loss"] > 0 and e["anchors_per_sec"] > 0 for e in steps)
+    assert [e["step"] for e in held] == [2, 4, 5]  # every 2 steps, then the final evaluation
+    assert all(h["heldout"]["tau"] >= 1 and len(h["heldout"]["per_position_acceptance"]) == 4 for h in held)
+    assert all(h["eval_seconds"] > 0 for h in held) and held[-1]["heldout"]["prompts"] == 2
+    # a killed run's steps past its checkpoint (step 5) and half a line: gone when it resumes
+    with (tmp_path / LOG_FILE).open("a") as f:
+        f.write(json.dumps({"step": 6, "seconds": 99.0, "loss": 1.0}) + "\n" + '{"step": 7, "sec')
+    before = max(e["seconds"] for e in steps)
+    train_drafter(target, texts, tmp_path, CFG, settings=dataclasses.replace(s, steps=7), resume=True, **quiet)
+    again = [e for e in read_log(tmp_path) if "loss" in e]
+    assert [e["step"] for e in again] == [1, 2, 3, 4, 5, 6, 7]
+    assert again[:5] == steps and before < again[5]["seconds"] < 99.0  # seconds go on from the first run's
+    assert [e["step"] for e in read_log(tmp_path) if "heldout" in e] == [2, 4, 5, 6, 7]
+
+
 def _save_tiny_target(path, vocab_words):
     """A tiny Gemma-4 target directory mlx-lm can load: config, weights and a word-level tokenizer."""
     from tokenizers import Tokenizer, models, pre_tokenizers

@@ -106,12 +106,8 @@ def _train(parser, a, argv, world) -> int:
     before any writes (a refusal said once), rank 0's run on every process when resuming, the
     training, and the rank's own log when there are several."""
     from ..loading import load_target  # noqa: PLC0415 (slow: mlx)
-    from ..training.train import (  # noqa: PLC0415 (slow: mlx, the training stack)
-        DATA_FILE,
-        REPORT_FILE,
-        check_resume_data,
-        train_drafter,
-    )
+    from ..training.resume import DATA_FILE, check_resume_data  # noqa: PLC0415 (slow: mlx, the training stack)
+    from ..training.train import REPORT_FILE, train_drafter  # noqa: PLC0415 (slow: mlx, the training stack)
     from ..training.trainer import STATE_FILE, TRAIN_DIR  # noqa: PLC0415 (slow: mlx)
 
     out = Path(a.out)
@@ -212,7 +208,7 @@ def _head(parser, a, *, argv, src: Path, cfg):
     ``--resume`` continues), from the drafter options given; None for a block drafter. An option
     that does not apply to the kind is refused in one sentence."""
     from ..training.heads import HeadConfig  # noqa: PLC0415 (slow: mlx)
-    from ..training.train import saved_run  # noqa: PLC0415 (slow: mlx, the training stack)
+    from ..training.resume import saved_run  # noqa: PLC0415 (slow: mlx, the training stack)
 
     saved = saved_run(src) if a.resume and src.is_dir() else None
     saved_kind = saved[0].get("kind", "block") if saved else None
@@ -237,7 +233,7 @@ def _head(parser, a, *, argv, src: Path, cfg):
 def _train_settings(parser, a, argv, src: Path):
     """(drafter config, training settings) from the options, checked; with ``--resume``, those
     the run in ``src`` was started with, for every option not given again."""
-    from ..training.train import saved_run  # noqa: PLC0415 (slow: mlx, the training stack)
+    from ..training.resume import saved_run  # noqa: PLC0415 (slow: mlx, the training stack)
     from ..training.trainer import TrainSettings  # noqa: PLC0415 (slow: mlx)
 
     saved = saved_run(src) if a.resume and src.is_dir() else None

@@ -85,7 +85,8 @@ def build_target(out: Path, minutes: float | None, resume: bool) -> None:
 def build_drafters(out: Path, settings: TrainSettings, resume: bool, kinds=tuple(DRAFTERS)) -> None:
     from ..loading import load_target  # noqa: PLC0415 (slow: this stage only)
     from ..training import stepwise  # noqa: PLC0415 (slow: this stage only)
-    from ..training.train import DATA_FILE, saved_step, train_drafter  # noqa: PLC0415 (slow: this stage only)
+    from ..training.resume import DATA_FILE, saved_step  # noqa: PLC0415 (slow: this stage only)
+    from ..training.train import train_drafter  # noqa: PLC0415 (slow: this stage only)
 
     target = load_target(out / "target")
     # Prompts: stretches of the train files, and def/class headers of the train files (the

@@ -347,7 +347,8 @@ def train_head(
 
     from .distill import forget_unfinished  # noqa: PLC0415 (the run only)
     from .heads import head_config, new_head, save_head  # noqa: PLC0415 (the run only)
-    from .train import DATA_FILE, _output, _training_data, finish_run  # noqa: PLC0415 (the run only: train imports this module's callers)
+    from .resume import DATA_FILE  # noqa: PLC0415 (the run only)
+    from .train import _output, _training_data, finish_run  # noqa: PLC0415 (the run only: train imports this module's callers)
     from .trainer import STATE_FILE, TRAIN_DIR  # noqa: PLC0415 (the run only)
 
     s, world = settings, world or World()
@@ -414,7 +415,7 @@ def train_head(
 def check_head_resume(out, cfg, settings: TrainSettings) -> None:
     """Refuse to resume a head's checkpoint trained with another shape or settings, naming the
     first difference."""
-    from .train import RESUMABLE, saved_run  # noqa: PLC0415 (train imports this module's callers)
+    from .resume import RESUMABLE, saved_run  # noqa: PLC0415 (the resume check only)
 
     saved_cfg, saved = saved_run(out)
     for key, value in trained_as(cfg).items():

@@ -26,7 +26,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from ..config import DflashConfig, default_taps
+from ..config import DflashConfig
 from ..convert import new_drafter
 from ..diagnose.style import data_style
 from ..drafter import DflashDrafter
@@ -36,18 +36,17 @@ from ..errors import DsparkError
 from ..files import output_dir, remove_stale, write_text
 from ..formats.base import EXTENSION
 from ..loading import load_drafter
-from ..modeldir import read_header
-from ..reading import parse_json
 from ..target import Target
 from .budget import check_training_shapes
+from .curves import TrainLog, heldout_figures
 from .data import Sequences, encode_all, held_out_prompts
 from .distill import PARTIAL_GLOB, build_training_data, forget_unfinished
 from .distributed import World
 from .loop import Progress, train_loop
+from .resume import DATA_FILE, check_resume
 from .texts import texts_digest
 from .trainer import STATE_FILE, TRAIN_DIR, DrafterTrainer, TrainSettings
 
-DATA_FILE = f"{TRAIN_DIR}/train_data.safetensors"
 REPORT_FILE = "train_report.json"
 
 
@@ -137,11 +136,15 @@ def finish_run(
 ) -> None:
     """Every kind's run from its first step on: the loop (:func:`_train_loop`), then on rank 0
     the drafter written by ``save(folder)`` with the trainer's state, the report, the evaluation on
-    the ``held`` prompts and the profile."""
+    the ``held`` prompts and the profile; the curves in ``train_log.jsonl`` throughout
+    (:mod:`dspark.training.curves`)."""
+    if trainer.s.eval_every and trainer.world.size > 1:
+        raise DsparkError("--eval-every measures on one process: under mlx.launch the others would wait for it")
     target, drafter, s = trainer.target, trainer.drafter, trainer.s
+    log = TrainLog(out, step=trainer.step, main=trainer.world.main)
     first_step, loop_start = trainer.step, time.perf_counter()
-    stopped, recent = _train_loop(trainer, out, progress, say=say, save=save)
-    train_seconds = time.perf_counter() - loop_start
+    stopped, recent, measuring = _train_loop(trainer, out, progress, say=say, save=save, log=log, held=held)
+    train_seconds = time.perf_counter() - loop_start - measuring
     if not trainer.world.main:
         return  # rank 0 writes the drafter, evaluates it and reports
     save(out)
@@ -166,6 +169,11 @@ def finish_run(
         f"target forwards {trainer.features.seconds:.0f}s of it)"
     )
     _evaluate(target, drafter, held, s, report=report, out=out, say=say)
+    if h := report.get("heldout"):
+        figures = {k: h[k] for k in ("tau", "per_position_acceptance", "prompts")}
+        log.heldout(
+            trainer.step, seconds=train_seconds, figures={**figures, "tokens": s.eval_tokens}, cost=h["seconds"]
+        )
     write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
     _profile(target, drafter, trainer.seqs, s, report=report, out=out)
 
@@ -310,96 +318,6 @@ def _resumed(out: Path, target: Target, cfg: DflashConfig) -> BlockDrafter:
     return DflashDrafter.load(out, target) if cfg.format == "native" else load_drafter(out, target)
 
 
-#: Settings a resumed run may change; every other one must be what the checkpoint was trained with.
-RESUMABLE = frozenset(
-    {
-        "steps",
-        "time_budget_minutes",
-        "checkpoint_minutes",
-        "eval_prompts",
-        "eval_tokens",
-        "feature_cache_mb",
-        "compile",
-        "rank_timeout",
-    }
-)
-
-
-def saved_run(out: Path) -> tuple[dict, dict] | None:
-    """(drafter config, settings) a checkpoint in ``out`` was trained with, from its header
-    alone; None when there is no checkpoint."""
-    meta = _saved_meta(out)
-    return None if meta is None else (dict(meta["drafter"]), dict(meta["settings"]))
-
-
-def saved_step(out: Path) -> int | None:
-    """The step the checkpoint in ``out`` was taken at (a finished run keeps its last one, so it
-    can be trained further); None when there is no checkpoint, 0 when the step is unreadable
-    (resuming it then says what is wrong)."""
-    meta = _saved_meta(out)
-    if meta is None:
-        return None
-    step = meta.get("step")
-    return step if type(step) is int and step >= 0 else 0
-
-
-def _saved_meta(out: Path) -> dict | None:
-    path = out / STATE_FILE
-    if not path.is_file():
-        return None
-    try:
-        meta = parse_json(read_header(path)["__metadata__"]["meta"], f"{path} (its metadata)")
-        if not isinstance(meta["drafter"], dict) or not isinstance(meta["settings"], dict):
-            raise TypeError
-        return meta
-    except (KeyError, TypeError, ValueError):
-        raise DsparkError(
-            f"{path} is not a readable training checkpoint: start over without --resume, or remove it"
-        ) from None
-
-
-def check_resume(out: Path, cfg: DflashConfig, settings: TrainSettings, target_layers: int) -> None:
-    """Refuse to resume a checkpoint with other shapes or settings, naming the first difference."""
-    drafter, saved = saved_run(out)
-    want = asdict(cfg)
-    if not want["tap_layers"]:
-        want["tap_layers"] = list(default_taps(target_layers))
-    for key, value in want.items():
-        have = drafter.get(key, getattr(DflashConfig(), key))  # a field added since: its default
-        if (list(have) if isinstance(have, (list, tuple)) else have) != (
-            list(value) if isinstance(value, (list, tuple)) else value
-        ):
-            raise DsparkError(
-                f"--resume: the run in {out} was trained with {key} {have!r}, not {value!r} "
-                f"(leave the option out to continue it, or train into a new --out)"
-            )
-    for key, value in asdict(settings).items():
-        if key not in RESUMABLE and key in saved and saved[key] != value:
-            raise DsparkError(
-                f"--resume: the run in {out} was trained with {key} {saved[key]!r}, not {value!r} "
-                f"(leave the option out to continue it, or train into a new --out)"
-            )
-
-
-def check_resume_data(src: Path, texts) -> str | None:
-    """Refuse to resume the run in ``src`` on other ``texts`` (``--data`` given again) than its
-    saved sequences were made from: the run would go on training on the saved ones, never on
-    what ``--data`` names now. A note (returned) when the saved data does not say (an older run)."""
-    path = src / DATA_FILE
-    if not (src / STATE_FILE).is_file() or not path.is_file():
-        return None  # nothing is resumed from saved data: the texts given are the ones used
-    meta = read_header(path).get("__metadata__")
-    recorded = meta.get("texts") if isinstance(meta, dict) else None
-    if recorded is None:
-        return f"--resume continues on the sequences saved in {path}; --data is not read again"
-    if recorded != texts_digest(texts):
-        raise DsparkError(
-            f"--resume: the run in {src} was trained on other texts than --data names now (its sequences are "
-            f"saved in {path}): leave --data out to continue it, or train into a new --out"
-        )
-    return None
-
-
 def _training_data(
     target,
     texts,
@@ -456,17 +374,22 @@ def _training_data(
 SAME = "training data, target or settings"
 
 
-def _train_loop(trainer: DrafterTrainer, out: Path, progress: bool, *, say, save=None) -> tuple[str, list]:
+def _train_loop(
+    trainer: DrafterTrainer, out: Path, progress: bool, *, say, save=None, log: TrainLog, held=None
+) -> tuple[str, list, float]:
     """Train to ``settings.steps`` (or the time budget, counted from the first step: a budget
     that also counted the data's self-distillation could be spent before any step), checkpointing
-    as it goes (``dspark.training.loop``); returns (what stopped it, the last losses). An
-    interrupt saves a checkpoint and re-raises. ``save(out)`` writes the drafter (default: its
-    own ``save``; an autoregressive head's writer in its layout)."""
+    as it goes (``dspark.training.loop``) and writing each step to ``log``, with a held-out
+    measurement on ``held`` every ``eval_every`` steps; returns (what stopped it, the last
+    losses, the seconds those measurements took). An interrupt saves a checkpoint and re-raises.
+    ``save(out)`` writes the drafter (default: its own ``save``; an autoregressive head's writer
+    in its layout)."""
     s = trainer.s
     write = save or trainer.drafter.save
     pending = [trainer.sample_batch() if trainer.step < s.steps else None]
     recent: list = []
     last_save, loop_start, first_step = [time.perf_counter()], time.perf_counter(), trainer.step
+    measuring = [0.0]  # seconds of held-out measurements: not training time
 
     def one_step() -> dict[str, str]:
         outs = trainer.train_step(pending[0])
@@ -476,7 +399,14 @@ def _train_loop(trainer: DrafterTrainer, out: Path, progress: bool, *, say, save
             raise DsparkError(f"the loss became {loss} at step {trainer.step}; try a lower --lr")
         recent.append((loss, ce, tv, conf))
         del recent[:-50]
-        rate = (trainer.step - first_step) * s.batch_anchors / max(time.perf_counter() - loop_start, 1e-9)
+        seconds = time.perf_counter() - loop_start - measuring[0]
+        rate = (trainer.step - first_step) * s.batch_anchors / max(seconds, 1e-9)
+        log.step(trainer.step, seconds=seconds, losses=(loss, ce, tv, conf), anchors_per_sec=rate)
+        if s.eval_every and held and s.eval_prompts and trainer.step % s.eval_every == 0 and trainer.step < s.steps:
+            t0 = time.perf_counter()  # one process (finish_run refuses it under mlx.launch)
+            figures = heldout_figures(trainer.target, trainer.drafter, held[: s.eval_prompts], s.eval_tokens)
+            measuring[0] += time.perf_counter() - t0
+            log.heldout(trainer.step, seconds=seconds, figures=figures, cost=round(time.perf_counter() - t0, 3))
         return {"loss": f"{loss:.3f}", "tv": f"{tv:.3f}", "anchors/s": f"{rate:.0f}"}
 
     def save() -> None:
@@ -506,4 +436,4 @@ def _train_loop(trainer: DrafterTrainer, out: Path, progress: bool, *, say, save
     except KeyboardInterrupt:
         say(f"\ninterrupted: checkpoint saved at step {trainer.step}; continue with --resume")
         raise
-    return stopped, recent
+    return stopped, recent, measuring[0]

@@ -107,6 +107,13 @@ class TrainSettings:
     checkpoint_minutes: float = option(5.0, "minutes between checkpoints", lo=0.0, hi=1e7)
     eval_prompts: int = option(8, "held-out prompts for the final evaluation (0: skip)", lo=0, hi=100_000)
     eval_tokens: int = option(128, "tokens generated per evaluation prompt", lo=1, hi=1_000_000)
+    eval_every: int = option(
+        0,
+        "steps between held-out measurements during training (tau and acceptance by position on the "
+        "evaluation prompts, logged to train_log.jsonl with the seconds each took; 0: only the final one)",
+        lo=0,
+        hi=10_000_000,
+    )
     seed: int = option(0, "random seed (initial weights, data, anchors)", lo=0, hi=2**31 - 1)
     rank_timeout: float = option(
         DEFAULT_TIMEOUT, "under mlx.launch: seconds a process waits for the others before the run stops", lo=1.0, hi=1e7
