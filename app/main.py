@@ -13,6 +13,24 @@ from .startup import build_parser, missing_system_library, open_window, refused_
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The app's exit status. What runs without a window (the self-test, the device check, figures,
+    a screenshot) writes for a shell: a reader that goes away (``| head -c 1``) ends it quietly,
+    and a full disk is one sentence, as with ``dspark``."""
+    from dspark.cli import OutputLost, WatchedOutput, output_lost  # noqa: PLC0415 (light: no mlx)
+
+    shown = sys.stdout
+    sys.stdout = shown if isinstance(shown, WatchedOutput) else WatchedOutput(shown)
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except OutputLost as e:
+        return output_lost(e, prog="dspark-studio")
+    finally:
+        sys.stdout = shown
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.device:  # before dspark is imported: it applies DSPARK_DEVICE before anything imports mlx-lm
         os.environ["DSPARK_DEVICE"] = args.device

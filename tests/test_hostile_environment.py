@@ -460,3 +460,34 @@ def test_a_frozen_rank_ends_a_launched_training_run(dirs, tmp_path):
     said = [line for line in errors(err) if line.startswith("dspark: error: rank 0 of 2 waited 5 s at ")]
     assert len(said) == 1, err[-3000:]
     assert "for another rank that no longer answers (--rank-timeout); the run stops" in said[0], err[-3000:]
+
+
+class _GoneStream:
+    """A standard output whose reader went away (``| head -c 1``), or whose disk is full."""
+
+    def __init__(self, error: OSError):
+        self.error = error
+
+    def write(self, text: str) -> int:
+        raise self.error
+
+    def flush(self) -> None:
+        raise self.error
+
+
+def test_the_app_without_a_window_ends_as_a_shell_command_does_when_its_output_is_gone(monkeypatch, capsys):
+    """dspark-studio's windowless modes (here the device check, which prints one JSON line) write
+    for a shell as dspark does: a reader gone ends quietly with SIGPIPE's status, a full disk is one
+    sentence, and the real stdout is back afterwards."""
+    import errno
+
+    from dspark_studio.main import main as studio
+
+    real = sys.stdout
+    monkeypatch.setattr(sys, "stdout", _GoneStream(BrokenPipeError(errno.EPIPE, "Broken pipe")))
+    monkeypatch.setattr(os, "dup2", lambda *a: None)  # the test's own descriptors stay as they are
+    assert studio(["--check-device"]) == 141
+    monkeypatch.setattr(sys, "stdout", _GoneStream(OSError(errno.ENOSPC, "No space left on device")))
+    assert studio(["--check-device"]) == 2
+    assert "dspark-studio: error: could not write the output: the disk is full" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdout", real)

@@ -84,7 +84,7 @@ class WatchedOutput:
         return getattr(self._stream, name)
 
 
-def _output_lost(e: OutputLost) -> int:
+def output_lost(e: OutputLost, prog: str = "dspark") -> int:
     """Python's advice for a command whose output is gone: point the descriptor at the null
     device, so that the flush at exit does not fail again with a traceback. A reader that went
     away ends the command quietly, with the status a shell gives a process SIGPIPE ended."""
@@ -98,7 +98,7 @@ def _output_lost(e: OutputLost) -> int:
         pass
     if isinstance(e.error, BrokenPipeError):
         return 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 1
-    print(f"dspark: error: could not write the output: {reason(e.error)}", file=sys.stderr)
+    print(f"{prog}: error: could not write the output: {reason(e.error)}", file=sys.stderr)
     return 2
 
 
@@ -125,7 +125,7 @@ def _run(fn, arg) -> int:
         sys.stdout.flush()  # here, not at exit: a full disk is then said as one
         return code
     except OutputLost as e:
-        return _output_lost(e)
+        return output_lost(e)
     except DsparkError as e:
         print("dspark: error: " + " ".join(str(e).split()), file=sys.stderr)
         return 2
