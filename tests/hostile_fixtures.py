@@ -15,6 +15,30 @@ from tiny import write_tiny_target_dir
 
 from dspark.cli import main
 
+#: ``dspark train`` options for a run of a few seconds on :func:`good_pair`'s target (a tiny
+#: drafter, self-distilled 32-token sequences, no evaluation): what the training tests damage.
+TRAIN = [
+    "--block-size",
+    "3",
+    "--layers",
+    "1",
+    "--taps",
+    "1,3",
+    "--markov-rank",
+    "8",
+    "--batch",
+    "8",
+    "--seq-len",
+    "32",
+    "--prompt-len",
+    "8",
+    "--self-distill",
+    "--eval-prompts",
+    "0",
+    "--no-progress",
+    "--no-compile",
+]
+
 
 def good_pair(root: Path, *init_options: str) -> dict:
     """The good inputs every hostile table starts from: a tiny target whose window (16) ordinary

@@ -18,6 +18,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
+from hostile_fixtures import TRAIN as HOSTILE_TRAIN
 from hostile_fixtures import good_pair
 from tiny import tiny_target
 
@@ -29,29 +30,9 @@ from dspark.training.trainer import DrafterTrainer, TrainSettings
 
 BIN = Path(sys.executable).parent
 STEPS = 24
-TRAIN = [
-    "--block-size",
-    "3",
-    "--layers",
-    "1",
-    "--taps",
-    "1,3",
-    "--markov-rank",
-    "8",
-    "--batch",
-    "8",
-    "--seq-len",
-    "32",
-    "--prompt-len",
-    "8",
-    "--self-distill",
-    "--eval-prompts",
-    "0",
-    "--steps",
-    str(STEPS),
-    "--rank-timeout",
-    "30",
-]
+# the hostile tests' tiny run, with its progress bar and compiled step (as a user's run has them)
+TRAIN = [*(a for a in HOSTILE_TRAIN if a not in ("--no-progress", "--no-compile")), "--steps", str(STEPS)]
+TRAIN += ["--rank-timeout", "30"]
 
 
 # ----------------------------------------------------------------------------- in one process

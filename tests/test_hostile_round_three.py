@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hostile_fixtures import copy, fifo, good_pair, link_to_dev_zero, target_variant
+from hostile_fixtures import TRAIN, copy, fifo, good_pair, link_to_dev_zero, target_variant
 from hostile_round_two import ESCAPES
 
 from dspark.bench import report, trials
@@ -37,28 +37,6 @@ TOO_LONG = "/".join(["x" * 250] * 20)
 
 #: A drafter ``dspark init`` makes in a second, for any format.
 SMALL = ["--block-size", "4", "--layers", "1", "--taps", "1,3", "--no-markov", "--no-confidence"]
-
-TRAIN = [
-    "--block-size",
-    "3",
-    "--layers",
-    "1",
-    "--taps",
-    "1,3",
-    "--markov-rank",
-    "8",
-    "--batch",
-    "8",
-    "--seq-len",
-    "32",
-    "--prompt-len",
-    "8",
-    "--self-distill",
-    "--eval-prompts",
-    "0",
-    "--no-progress",
-    "--no-compile",
-]
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import limits
 import mlx.core as mx
 import numpy as np
 import pytest
-from hostile_fixtures import good_pair
+from hostile_fixtures import TRAIN, good_pair
 
 from dspark.cli import main
 
@@ -29,27 +29,6 @@ def dirs(tmp_path_factory):
 
 
 # ----------------------------------------------------------------------------- training faults
-TRAIN = [
-    "--block-size",
-    "3",
-    "--layers",
-    "1",
-    "--taps",
-    "1,3",
-    "--markov-rank",
-    "8",
-    "--batch",
-    "8",
-    "--seq-len",
-    "32",
-    "--prompt-len",
-    "8",
-    "--self-distill",
-    "--eval-prompts",
-    "0",
-    "--no-progress",
-    "--no-compile",
-]
 
 
 @pytest.fixture(scope="module")

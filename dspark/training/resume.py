@@ -77,16 +77,24 @@ def check_resume(out: Path, cfg: DflashConfig, settings: TrainSettings, target_l
         if (list(have) if isinstance(have, (list, tuple)) else have) != (
             list(value) if isinstance(value, (list, tuple)) else value
         ):
-            raise DsparkError(
-                f"--resume: the run in {out} was trained with {key} {have!r}, not {value!r} "
-                f"(leave the option out to continue it, or train into a new --out)"
-            )
+            raise changed(out, key, have, value)
+    check_settings(out, saved, settings)
+
+
+def changed(out: Path, key: str, have, value) -> DsparkError:
+    """The refusal of a resumed run whose ``key`` was ``have`` and is asked to be ``value``."""
+    return DsparkError(
+        f"--resume: the run in {out} was trained with {key} {have!r}, not {value!r} "
+        f"(leave the option out to continue it, or train into a new --out)"
+    )
+
+
+def check_settings(out: Path, saved: dict, settings: TrainSettings) -> None:
+    """Refuse a setting the checkpoint in ``out`` was trained with (``saved``) that a resumed run
+    may not change: every one not in :data:`RESUMABLE`."""
     for key, value in asdict(settings).items():
         if key not in RESUMABLE and key in saved and saved[key] != value:
-            raise DsparkError(
-                f"--resume: the run in {out} was trained with {key} {saved[key]!r}, not {value!r} "
-                f"(leave the option out to continue it, or train into a new --out)"
-            )
+            raise changed(out, key, saved[key], value)
 
 
 def check_resume_data(src: Path, texts) -> str | None:
@@ -108,4 +116,13 @@ def check_resume_data(src: Path, texts) -> str | None:
     return None
 
 
-__all__ = ["DATA_FILE", "RESUMABLE", "check_resume", "check_resume_data", "saved_run", "saved_step"]
+__all__ = [
+    "DATA_FILE",
+    "RESUMABLE",
+    "changed",
+    "check_resume",
+    "check_resume_data",
+    "check_settings",
+    "saved_run",
+    "saved_step",
+]

@@ -415,18 +415,10 @@ def train_head(
 def check_head_resume(out, cfg, settings: TrainSettings) -> None:
     """Refuse to resume a head's checkpoint trained with another shape or settings, naming the
     first difference."""
-    from .resume import RESUMABLE, saved_run  # noqa: PLC0415 (the resume check only)
+    from .resume import changed, check_settings, saved_run  # noqa: PLC0415 (the resume check only)
 
     saved_cfg, saved = saved_run(out)
     for key, value in trained_as(cfg).items():
         if saved_cfg.get(key) != value:
-            raise DsparkError(
-                f"--resume: the run in {out} was trained with {key} {saved_cfg.get(key)!r}, not {value!r} "
-                f"(leave the option out to continue it, or train into a new --out)"
-            )
-    for key, value in asdict(settings).items():
-        if key not in RESUMABLE and key in saved and saved[key] != value:
-            raise DsparkError(
-                f"--resume: the run in {out} was trained with {key} {saved[key]!r}, not {value!r} "
-                f"(leave the option out to continue it, or train into a new --out)"
-            )
+            raise changed(out, key, saved_cfg.get(key), value)
+    check_settings(out, saved, settings)
