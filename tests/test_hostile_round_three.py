@@ -217,6 +217,21 @@ def cases(d) -> list[tuple[str, list[str], int, str, list[Path]]]:
             "the path is too long for this system",
             [],
         ),
+        # the review's cases: the others that write a folder, past PATH_MAX and one name past NAME_MAX
+        (
+            "make-demo --out past PATH_MAX",
+            ["make-demo", "--only", "target", "--out", str(r / TOO_LONG)],
+            2,
+            "the path is too long for this system",
+            [],
+        ),
+        (
+            "quantize --out a name past NAME_MAX",
+            ["quantize", str(d["drafter"]), "--bits", "4", "--out", str(r / ("y" * 300))],
+            2,
+            "the path is too long for this system",
+            [],
+        ),
         # what the README and the terminal get
         (
             "export --verifier with a line break",
@@ -255,6 +270,20 @@ def test_the_table_of_round_three(dirs, capsys):
         assert {p: p.read_bytes() for p in kept} == before, name
     # nothing of a refused run was left behind
     assert not (dirs["root"] / "e1").exists() and not list(dirs["root"].glob(".e*"))
+
+
+def test_a_bench_refused_for_its_inputs_leaves_no_empty_folder(dirs, tmp_path, capsys):
+    """The review's case: a --prompts file of no texts (and a --context past the target) was
+    refused after --out was made, and left it empty; a folder that was there stays."""
+    bad = tmp_path / "nonstr.json"
+    bad.write_text('[null, {"a": 2}]')
+    argv = _bench(dirs, tmp_path / "new_out")
+    argv[argv.index("--prompts") + 1] = str(bad)
+    assert main(argv) == 2 and "prompt 0 is null, not a text" in capsys.readouterr().err
+    assert not (tmp_path / "new_out").exists()
+    (tmp_path / "kept").mkdir()
+    argv[argv.index("--out") + 1] = str(tmp_path / "kept")
+    assert main(argv) == 2 and (tmp_path / "kept").is_dir()
 
 
 # ----------------------------------------------------------------------------- lost work
@@ -335,7 +364,7 @@ def test_a_full_disk_before_the_first_trial_is_one_sentence(dirs, tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("dspark: error: could not write") and "Traceback" not in "\n".join(err), err
     assert "the disk is full" in err[-1] and "nothing was measured" in err[-1], err
-    assert list(out.iterdir()) == []
+    assert not out.exists()  # nothing half-written, and no empty folder of this run's making
 
 
 def test_train_resume_on_other_data_is_refused(dirs, tmp_path, capsys):

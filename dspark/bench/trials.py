@@ -175,10 +175,16 @@ def run(a, say) -> dict:
     target_dir = a.target or (str(resources.demo_model("target")) if resources.demo_model("target") else None)
     if target_dir is None:
         raise DsparkError("no --target given and no demo target in resources/demo/target")
+    new = not Path(a.out).expanduser().exists()
     out = output_dir(a.out, allow_existing=True)
-    with only_writer(out):
-        check_results(out, a.force)
-        return _run(a, say, out=out, target_dir=target_dir)
+    try:
+        with only_writer(out):
+            check_results(out, a.force)
+            return _run(a, say, out=out, target_dir=target_dir)
+    except DsparkError:
+        if new and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # a run refused for its inputs leaves no empty --out of its own making
+        raise
 
 
 def _run(a, say, *, out: Path, target_dir: str) -> dict:

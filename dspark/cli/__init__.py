@@ -10,13 +10,14 @@ Every error a user can cause prints one line on stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
 
 from ..blas import use_fast_blas
 from ..device import temp_dir_problem, use_env_device
-from ..errors import DsparkError, report_bug
+from ..errors import DsparkError, printable, report_bug
 from ..options import Parser
 from . import bench, calibrate, costs, diagnose, export, generate, init, inspect, make_demo, quantize, train
 
@@ -134,6 +135,17 @@ def _run(fn, arg) -> int:
         return 130
     except MemoryError:
         print("dspark: error: out of memory: choose a smaller model, fewer tokens or a smaller block", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            print("dspark: " + report_bug(e), file=sys.stderr)
+            return 1
+        # a path the system cannot hold, wherever a command first looks at it (make-demo's and
+        # quantize's --out were internal errors): the user's to shorten
+        from ..files import short  # noqa: PLC0415 (only for this refusal)
+
+        where = f"{short(e.filename)}: " if e.filename else ""
+        print(f"dspark: error: {printable(where)}the path is too long for this system", file=sys.stderr)
         return 2
     except (SystemExit, GeneratorExit):
         raise
