@@ -44,7 +44,9 @@ Stopping at the first drop, rather than searching past it, keeps it that way und
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, replace
+from statistics import median
 
 from .errors import DsparkError
 
@@ -214,20 +216,28 @@ def conditional(survivals: list[float]) -> list[float]:
 
 class Clock:
     """What this run's rounds and plain steps took, as multiples of what the costs price them at
-    (1.0: as measured). Each timed round or step moves its kind's multiple ``FOLLOW`` of the way
-    to its own ratio, clipped to ``CLIP`` either way (one stall does not decide). A kind not timed
-    since the other's multiple moved is assumed to have moved alike (a busier machine slows both):
-    its multiple is scaled by the other's change since it was last timed. So only timing both kinds
-    tells a change of their relation, which is why ``auto`` probes the kind it is not running."""
+    (1.0: as measured). A kind's multiple is the median of its last ``WINDOW`` timed ratios, each
+    clipped to ``CLIP`` either way: one stall does not decide, a change that lasts three rounds
+    does; a kind timed again after ``WINDOW`` or more of the other (a probe) starts afresh from
+    what it says now, its older ratios being of another moment. (A running mean moved 30% by
+    each ratio let one slow round of a busy machine send a run plain for dozens of steps.) A kind
+    not timed since the other's multiple moved is assumed to have moved alike (a busier machine
+    slows both): its multiple is scaled by the other's change since it was last timed. So only
+    timing both kinds tells a change of their relation, which is why ``auto`` probes the kind it
+    is not running."""
 
     def __init__(self):
         self._m = {"round": None, "step": None}  # each kind's own multiple (None: never timed)
         self._other_then = {"round": 1.0, "step": 1.0}  # the other kind's, when this one was timed
+        self._ratios = {"round": deque(maxlen=WINDOW), "step": deque(maxlen=WINDOW)}
+        self._since = {"round": 0, "step": 0}  # the other kind's timings since this one was timed
 
     def _took(self, kind: str, measured_ms: float, priced_ms: float) -> float:
-        ratio = min(CLIP, max(1.0 / CLIP, measured_ms / max(priced_ms, 1e-9)))
-        old = self._m[kind]
-        self._m[kind] = ratio if old is None else old + FOLLOW * (ratio - old)
+        if self._since[kind] >= WINDOW:  # a probe after a stretch of the other kind: what it says now
+            self._ratios[kind].clear()
+        self._since[kind], self._since[_OTHER[kind]] = 0, self._since[_OTHER[kind]] + 1
+        self._ratios[kind].append(min(CLIP, max(1.0 / CLIP, measured_ms / max(priced_ms, 1e-9))))
+        self._m[kind] = median(self._ratios[kind])
         self._other_then[kind] = self._m[_OTHER[kind]] or 1.0
         return measured_ms
 
@@ -449,9 +459,10 @@ SHADOW_FIRST, SHADOW_MAX = 4, 32
 #: drafting: a plain step among paying rounds costs more than a round among plain steps).
 PROBE_FIRST, PROBE_MAX = 16, 256
 STEP_PROBE_FIRST = 32
-#: The clock: how far one timed round or step moves its multiple, the most one can say, and the
-#: change of one kind's multiple that has the run time the other kind at once (a probe).
-FOLLOW, CLIP, MOVED = 0.3, 3.0, 1.5
+#: The clock: how many of a kind's latest timed ratios its multiple is the median of, the most
+#: one ratio can say, and the change of one kind's multiple that has the run time the other kind
+#: at once (a probe).
+WINDOW, CLIP, MOVED = 5, 3.0, 1.5
 
 
 __all__ = [
