@@ -184,9 +184,26 @@ def headless_platform(args, environ) -> None:
         environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
+#: What Qt's xcb platform plugin links (PySide6 6.12's libqxcb.so), as (the name
+#: ctypes.util.find_library takes, the Debian package): without any one Qt aborts naming only
+#: libxcb-cursor0, which a newcomer without libxcb-icccm4 had installed already.
+XCB_LIBRARIES = (
+    ("xcb-cursor", "libxcb-cursor0"),
+    ("xcb-icccm", "libxcb-icccm4"),
+    ("xcb-image", "libxcb-image0"),
+    ("xcb-keysyms", "libxcb-keysyms1"),
+    ("xcb-randr", "libxcb-randr0"),
+    ("xcb-render-util", "libxcb-render-util0"),
+    ("xcb-shape", "libxcb-shape0"),
+    ("xcb-xfixes", "libxcb-xfixes0"),
+    ("xcb-xkb", "libxcb-xkb1"),
+    ("xkbcommon-x11", "libxkbcommon-x11-0"),
+)
+
+
 def missing_system_library() -> str | None:
-    """On Linux under X11, Qt's xcb platform plugin aborts the whole process (exit 134) when
-    libxcb-cursor0 is missing; say so in one line before Qt starts, with the command to run."""
+    """On Linux under X11, Qt's xcb platform plugin aborts the whole process (exit 134) when a
+    library it links is missing; say which in one line before Qt starts, with the command to run."""
     if not sys.platform.startswith("linux"):
         return None
     platform = os.environ.get("QT_QPA_PLATFORM", "")
@@ -196,10 +213,11 @@ def missing_system_library() -> str | None:
         return None
     import ctypes.util  # noqa: PLC0415 (slow: ctypes, X11 only, off the --help path)
 
-    if ctypes.util.find_library("xcb-cursor") is None:
+    missing = [package for name, package in XCB_LIBRARIES if ctypes.util.find_library(name) is None]
+    if missing:
         return (
-            "dspark-studio: Qt needs libxcb-cursor0 to open a window on X11: run "
-            "sudo apt-get install libxcb-cursor0 (make setup installs it and the rest when run as root)"
+            f"dspark-studio: Qt needs {', '.join(missing)} to open a window on X11: run "
+            f"sudo apt-get install {' '.join(missing)} (make setup installs them and the rest when run as root)"
         )
     return None
 
@@ -274,7 +292,7 @@ def open_window(args, prefs_wanted: bool):
     """The QApplication and the main window on the chosen models (loading them on the worker
     unless a replay is asked for): (app, window, target path or None)."""
     from PySide6.QtGui import QIcon  # noqa: PLC0415 (slow: Qt, not for --help or --check-device)
-    from PySide6.QtWidgets import QApplication, QLabel  # noqa: PLC0415 (slow: Qt, not for --help or --check-device)
+    from PySide6.QtWidgets import QApplication  # noqa: PLC0415 (slow: Qt, not for --help or --check-device)
 
     from dspark import resources  # noqa: PLC0415 (ordered: dspark after main applies --device)
 
@@ -295,7 +313,7 @@ def open_window(args, prefs_wanted: bool):
     win.show_device_check(check)
     target, drafters = choose_models(args, prefs)
     if first_start and not args.target and not args.replay:  # nothing saved yet: say how to open one's own
-        win.statusBar().addPermanentWidget(QLabel(FIRST_START))
+        win.show_hint(FIRST_START)
     if args.replay:  # a replay lists the drafters it recorded, and loads none
         drafters = recorded_drafters(args.replay)
     win.restore(target, drafters, load=not args.replay)
@@ -336,6 +354,7 @@ __all__ = [
     "FIRST_START",
     "MAX_TIMEOUT_S",
     "SCREENSHOT_SIZE",
+    "XCB_LIBRARIES",
     "build_parser",
     "checked_device",
     "choose_models",
