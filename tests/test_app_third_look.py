@@ -332,6 +332,21 @@ def test_the_first_start_hint_leaves_the_status_bar_to_its_messages(qtbot, windo
     assert all(FIRST_START not in label.text() for label in w.statusBar().findChildren(type(w.keys_hint)))
 
 
+def test_a_first_start_says_so_above_the_choices(qtbot, dirs, tmp_path, monkeypatch):
+    """The window a first start opens (no settings yet) says what is open above the choices; the
+    status bar holds no permanent widget of it."""
+    from dspark_studio.startup import FIRST_START, build_parser, open_window
+
+    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
+    args = build_parser().parse_args(["--drafter", str(dirs["drafter"])])
+    monkeypatch.setattr("dspark_studio.startup.choose_models", lambda _a, _p: (str(dirs["target"]), []))
+    _app, w, _target = open_window(args, True)
+    qtbot.addWidget(w)
+    assert not w.controls.hint.isHidden() and w.controls.hint.text() == FIRST_START
+    assert all(FIRST_START not in label.text() for label in w.statusBar().findChildren(type(w.keys_hint)))
+    w.close()
+
+
 def test_a_stopped_run_says_so_in_the_header(qtbot, window):
     w = window
     s = w.session
