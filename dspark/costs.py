@@ -159,7 +159,9 @@ def measure(
             threads={p: n for p, n in best.items() if p in ("draft", "verify")},
         )
         # what a round's draft pays beyond the draft timed alone (the committed pairs it reads,
-        # the verify graph built beside it) taken to be the same at the longer contexts
+        # the verify graph built beside it) taken to be the same at the longer contexts; never
+        # less than the draft alone (a noisy verify timing once made the rounds' difference 0)
+        loop_draft = max(loop_draft, draft)
         extra = loop_draft - draft
         longer = tuple((c, v, max(0.0, d + extra), st) for c, v, d, st in longer)
         draft = loop_draft

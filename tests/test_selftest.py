@@ -104,7 +104,9 @@ from PySide6.QtWidgets import QApplication, QLabel, QMainWindow
 app = QApplication(sys.argv[:1])
 def report():
     win = next(w for w in app.topLevelWidgets() if isinstance(w, QMainWindow))
-    hints = [l.text() for l in win.statusBar().findChildren(QLabel) if "Open target" in l.text()]
+    # the first start's hint stands above the choices (it took the status bar's room before)
+    hint = win.controls.hint
+    hints = [hint.text()] if hint.isVisibleTo(win) and "Open target" in hint.text() else []
     print("target:", win.controls.target_path(), flush=True)
     print("hint:", hints, flush=True)
     win.close()
