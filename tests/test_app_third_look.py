@@ -507,6 +507,7 @@ def test_the_prompt_set_has_a_row_of_its_own(qtbot, window):
     qtbot.wait(50)
     box, prompt = w.controls.prompt_set, w.controls.prompt
     assert box.width() >= prompt.width() - 2  # not squeezed beside ◀ k / N ▶
+    assert box.toolTip().startswith(box.currentText() + ":")  # an elided name is whole in its tooltip
 
 
 def test_a_diagnosis_beside_the_plots_leaves_their_titles_and_axes_whole_at_1280x800(qtbot, window):

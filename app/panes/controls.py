@@ -234,6 +234,10 @@ class ControlPanel(QWidget):
             self.prompt_set.clear()
             self.prompt_set.addItems(list(c.prompt_sets))
         self.prompt_set.setCurrentText(c.set_name)
+        # a long set name is elided in the box at 1280x800: its whole name is a hover away
+        self.prompt_set.setToolTip(
+            f"{c.set_name}: ◀ ▶ step through it (Ctrl+← / Ctrl+→; Space / → in presentation mode)"
+        )
         self.prompt_set.blockSignals(False)
 
     def _show_prompt(self, c: Choices) -> None:
