@@ -10,8 +10,6 @@ before every round.
 from __future__ import annotations
 
 import gc
-import inspect
-import os
 import threading
 import time
 from pathlib import Path
@@ -29,6 +27,7 @@ from dspark.errors import DrafterMismatchError, report_bug
 from dspark.export import export_drafter, summary
 from dspark.loading import AUTOREGRESSIVE, drafter_kind, read_drafter_config
 
+from .state import progress
 from .state.messages import (
     Arm,
     Checked,
@@ -49,11 +48,9 @@ from .state.messages import (
     RunStarted,
     Status,
 )
+from .state.progress import cpu_seconds, machine_during
 
 WARMUP_IDS = [2, 3, 4, 5]
-#: Prompts from this many tokens on say that they are being processed, with a bar: a 3,040-token
-#: prompt took 13.6 s on the demo pair, which "generating" alone passed over in silence.
-PREFILL_SHOWN = 512
 COSTS_ROUNDS_PER_SLOT = 105  # measuring a drafter's costs takes ~105 x (block size + 3) rounds' time
 
 
@@ -272,25 +269,25 @@ class Worker(QObject):
                 cancel=cancel,
                 costs=costs,
                 inspect=True,
-                **prefill.kwargs(generate),
+                prompt_progress=prefill.processed,
             )
         else:
-            events = generate_plain(self._target, prompt, config, cancel=cancel, **prefill.kwargs(generate_plain))
-        summary, clock, cpu = None, time.monotonic(), _cpu_seconds()
+            events = generate_plain(self._target, prompt, config, cancel=cancel, prompt_progress=prefill.processed)
+        summary, clock, cpu = None, time.monotonic(), cpu_seconds()
         for ev in events:
             prefill.ended()
             if isinstance(ev, Summary):
                 summary = ev
-                self.message.emit(RunDone(key, ev, _machine(time.monotonic() - clock, _cpu_seconds() - cpu)))
+                self.message.emit(RunDone(key, ev, machine_during(time.monotonic() - clock, cpu_seconds() - cpu)))
             else:
                 top = tuple(tuple(self._piece(t) for t, _p in row) for row in ev.target_top or ())
                 self.message.emit(RoundDone(key, ev, tuple(self._piece(t) for t in ev.drafted), top))
         return key, summary
 
-    def _prefill_said(self, label: str, prompt: str, config: GenerationConfig) -> _Prefill:
+    def _prefill_said(self, label: str, prompt: str, config: GenerationConfig) -> progress.Prefill:
         """What the run says while the target processes its prompt (before its first token)."""
         tokens = len(prompt_ids(self._target, prompt, config))  # the tokenizer's work, no model's
-        return _Prefill(self.message.emit, label, tokens if tokens >= PREFILL_SHOWN else 0)
+        return progress.Prefill(self.message.emit, label, tokens if tokens >= progress.PREFILL_SHOWN else 0)
 
     def _check(self, done: list, config: GenerationConfig) -> None:
         """Check each greedy speculative run of one prompt ((arm, key, summary) of each run)
@@ -413,53 +410,6 @@ class Worker(QObject):
 
     def _unexpected(self, e: Exception) -> None:
         self.message.emit(Failed(report_bug(e, "dspark-studio")))
-
-
-class _Prefill:
-    """A run's prompt being processed, said: "processing the prompt of 3,040 tokens", then "2,048 of
-    3,040 tokens" as the engine reports each chunk (``prompt_progress(done, total)``, as mlx-lm's
-    ``prompt_progress_callback``); "generating" at the run's first token, or at once for a short
-    prompt (``tokens`` 0)."""
-
-    def __init__(self, emit, label: str, tokens: int):
-        self.emit, self.label, self.tokens = emit, label, tokens
-        self.task = f"{label}: processing the prompt"
-        self.open = bool(tokens)
-        if tokens:
-            self.emit(Progress(f"{self.task} of {tokens:,} tokens", 0, tokens))
-            self.emit(Status(f"{self.task} of {tokens:,} tokens …"))
-        else:
-            self.emit(Status(f"{label}: generating"))
-
-    def kwargs(self, generator) -> dict:
-        """The progress callback, for a generator that takes one (the engine's both do)."""
-        if not self.open or "prompt_progress" not in inspect.signature(generator).parameters:
-            return {}
-        return {"prompt_progress": self.processed}
-
-    def processed(self, done: int, total: int) -> None:
-        if self.open and 0 < done < total:  # done == total would end the bar before the first token
-            self.emit(Progress(f"{self.task}: {done:,} of {total:,} tokens", done, total))
-
-    def ended(self) -> None:
-        """The first event: the prompt is processed."""
-        if self.open:
-            self.open = False
-            self.emit(Progress(self.task, self.tokens, self.tokens))
-            self.emit(Status(f"{self.label}: generating"))
-
-
-def _cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-def _machine(seconds: float, cpu: float) -> dict:
-    """The machine while a run ran (``app.state.messages.RunDone.machine``): the load average at its
-    end and how many cores this process kept busy meanwhile, so what other programs did shows."""
-    if not hasattr(os, "getloadavg") or seconds <= 0:
-        return {}
-    return {"load": os.getloadavg()[0], "own": cpu / seconds, "cores": os.cpu_count() or 1}
 
 
 class WorkerThread(QObject):

@@ -406,8 +406,8 @@ def _stepwise_draft_ms(
     pays (the committed pairs it reads first) and what it overlaps (the verify graph is built
     while it computes): the demo EAGLE-3 head's first token priced at 0.6 ms cost 4.7 ms in a
     round, and each further token was priced 20-50% dearer than rounds paid for it, so ``auto``
-    drafted fewer tokens than paid. The rounds start after ``context`` random tokens, those of
-    :func:`_at_context`."""
+    drafted fewer tokens than paid. The rounds start after ``context`` random tokens, as
+    :func:`_at_context`'s phases do."""
     ids = mx.random.randint(5, target.dims.vocab_size, (context + 1,), key=mx.random.key(1234)).astype(mx.int32)
     prompt = ids.tolist()
     ms: dict[int, list[float]] = {1: [], block_size: []}

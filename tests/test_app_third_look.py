@@ -124,16 +124,17 @@ def test_a_long_prompt_says_it_is_processed_before_its_first_token(qtbot, window
     """13.6 s of prefill said only "generating": a run now says it is processing its prompt of N
     tokens, with a bar, and, once the engine reports its chunks, how many of them are done."""
     from dspark_studio import worker
+    from dspark_studio.state import progress
 
     real = worker.generate
 
     def reporting(target, drafter, prompt, config, *, prompt_progress=None, **kwargs):
-        """The engine as it will be: it reports the prompt's chunks, then generates."""
+        """The engine, reporting a chunk of a prompt too short to have one, then generating."""
         if prompt_progress is not None:  # a run's (the warm-up's generations ask for none)
             prompt_progress(2, len(worker.prompt_ids(target, prompt, config)))
         yield from real(target, drafter, prompt, config, **kwargs)
 
-    monkeypatch.setattr(worker, "PREFILL_SHOWN", 4)
+    monkeypatch.setattr(progress, "PREFILL_SHOWN", 4)
     monkeypatch.setattr(worker, "generate", reporting)
     seen = []
     w = window

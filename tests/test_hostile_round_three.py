@@ -399,13 +399,18 @@ def test_train_resume_into_an_empty_folder_still_starts(dirs, tmp_path, capsys):
 def test_sighup_saves_a_checkpoint_as_sigterm_does(dirs, tmp_path):
     """The audit's case: a terminal or ssh session closing killed training with no checkpoint."""
     out = tmp_path / "run"
+    # a test runner started under nohup would hand the child an ignored SIGHUP: the child takes
+    # SIGHUP's default back before dspark starts (in the child itself: no preexec_fn, which is
+    # unsafe in a threaded parent on macOS)
+    start = (
+        "import runpy, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+        "sys.argv[0] = 'dspark'; runpy.run_module('dspark.cli', run_name='__main__')"
+    )
     p = subprocess.Popen(
-        [sys.executable, "-m", "dspark.cli", *_train(dirs, out, "--steps", "400", "--checkpoint-minutes", "0")],
+        [sys.executable, "-c", start, *_train(dirs, out, "--steps", "400", "--checkpoint-minutes", "0")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # a test runner started under nohup would hand the child an ignored SIGHUP
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     deadline = time.time() + 300
     while not (out / ".train" / "train_state.safetensors").exists() and time.time() < deadline:
