@@ -218,7 +218,7 @@ class MainWindow(QMainWindow):
     # --- runs -----------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        return self.session.busy
+        return self.session.busy or self.player.playing  # playing: a replay's files being read, too
 
     def start_run(self) -> None:
         """A speculative run with the selected drafter, then plain decoding; shown on the Run tab."""
