@@ -70,6 +70,13 @@ def add_parser(subparsers):
     )
     ap.add_argument("--out", required=True, help="drafter directory to write")
     ap.add_argument(
+        "--from",
+        dest="from_drafter",
+        metavar="DRAFTER",
+        help="fine-tune: start from this drafter's weights (any kind and format dspark loads) instead of new "
+        "ones; its kind, format and shape are kept, and OUT is written in its format; --resume keeps the run's",
+    )
+    ap.add_argument(
         "--kind",
         choices=("block", "eagle3", "assistant"),
         help="the drafter to train: block (DSpark / DFlash, in --format; the default), eagle3 (an EAGLE-3 "
@@ -81,6 +88,13 @@ def add_parser(subparsers):
     r = ap.add_argument_group("run")
     r.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     r.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
+    r.add_argument(
+        "--finish",
+        action="store_true",
+        help="with --resume: end the paused run now without training further, writing its best held-out "
+        "weights (--eval-every) as the drafter, else its last, then the final evaluation and report "
+        "(SIGUSR1 does the same to a running dspark train)",
+    )
     add_options(r, TrainSettings, only=RUN_OPTIONS)
     r.add_argument("--no-progress", action="store_true")
     return ap
@@ -88,30 +102,49 @@ def add_parser(subparsers):
 
 def run(a) -> int:
     from ..training.distributed import OtherRankStopped, RankLost, Refused, World  # noqa: PLC0415 (slow: mlx)
+    from ..training.status import RunStatus  # noqa: PLC0415 (slow: mlx)
 
     world = World.join()  # the processes mlx.launch started, else this one alone (--rank-timeout once checked)
+    status = RunStatus(a.out, main=world.main)
     try:
-        return _train(a.parser, a, a.argv, world)
+        return _train(a.parser, a, argv=a.argv, world=world, status=status)
     except OtherRankStopped:  # another process said why
+        _ended(status, "failed", "another process of the run stopped")
         return 2
     except (DsparkError, KeyboardInterrupt) as e:
         world.log(f"stopped: {str(e) or 'interrupted'}")
+        if isinstance(e, DsparkError):
+            _ended(status, "failed", str(e))
+        else:
+            _ended(status, "paused", "stopped by a signal; continue with --resume")
         if world.main or isinstance(e, (RankLost, Refused)):
             raise
         return 2 if isinstance(e, DsparkError) else 130  # rank 0 meets the same and says it, once
+    except Exception:
+        _ended(status, "failed", "internal error (the log file named on the terminal holds the details)")
+        raise
 
 
-def _train(parser, a, argv, world) -> int:
+def _ended(status, state: str, message: str) -> None:
+    """The run's status on its way out, once it has one (a command refused before it took the
+    folder leaves a paused run's status as it was); a pause the loop already recorded stays."""
+    if status.started and not (state == "paused" and status.state == "paused"):
+        status.set(state, message=message)
+
+
+def _train(parser, a, *, argv, world, status) -> int:
     """``dspark train`` in this process (one of ``world``): the checks every process passes
     before any writes (a refusal said once), rank 0's run on every process when resuming, the
     training, and the rank's own log when there are several."""
     from ..loading import load_target  # noqa: PLC0415 (slow: mlx)
-    from ..training.resume import DATA_FILE, check_resume_data  # noqa: PLC0415 (slow: mlx, the training stack)
+    from ..training.resume import DATA_FILE, check_resume_data, saved_start  # noqa: PLC0415 (slow: mlx, the training stack)
     from ..training.train import REPORT_FILE, train_drafter  # noqa: PLC0415 (slow: mlx, the training stack)
     from ..training.trainer import STATE_FILE, TRAIN_DIR  # noqa: PLC0415 (slow: mlx)
 
     out = Path(a.out)
     with world.together():
+        if a.finish and not a.resume:
+            raise DsparkError("--finish ends a paused run: give it with --resume")
         try:  # a path past PATH_MAX fails at the first look
             if out.exists() and not out.is_dir():
                 raise DsparkError(f"{out} is a file, not a directory")
@@ -123,6 +156,14 @@ def _train(parser, a, argv, world) -> int:
             raise DsparkError(f"cannot use {short(out)} as the drafter's folder ({reason(e)})") from None
         if a.resume and not a.force:
             check_resumable(out)
+        if a.finish:
+            from ..training.best import refuse_finish  # noqa: PLC0415 (slow: mlx)
+
+            refuse_finish(True, (out / STATE_FILE).is_file(), out)
+        if a.from_drafter and a.resume and (out / STATE_FILE).is_file():
+            from ..training.start import check_same_start  # noqa: PLC0415 (slow: mlx)
+
+            check_same_start(saved_start(out), a.from_drafter, out)
     files = [f.name for f in out.iterdir() if f.is_file() and not f.name.startswith(".")] if out.is_dir() else []
     src = world.mirror(out, [*files, STATE_FILE, DATA_FILE]) if a.resume else out
     with world.together():
@@ -135,6 +176,9 @@ def _train(parser, a, argv, world) -> int:
         world.check_batch(settings.batch_anchors)
         output_dir(out, allow_existing=True)
         target = load_target(a.target)
+        start = None
+        if a.from_drafter and not (a.resume and (src / STATE_FILE).is_file()):
+            start, cfg, head = _start(parser, a, argv=argv, target=target, world=world)
         texts = read_texts(a.data) if a.data else list(iter_texts("train"))
         heldout = read_texts(a.heldout) if a.heldout else (None if a.data else heldout_prompts(settings.eval_prompts))
         note = check_resume_data(src, texts) if a.resume and a.data else None
@@ -159,6 +203,9 @@ def _train(parser, a, argv, world) -> int:
         progress=not a.no_progress,
         log=world.say if world.size > 1 else None,
         world=world,
+        start=start,
+        finish=a.finish,
+        status=status,
         **({} if head is not None else {"read_from": src}),
     )
     if world.main:
@@ -197,6 +244,28 @@ def check_resumable(out: Path) -> None:
             f"hidden files?), and a new run would overwrite it: use --force to start over in it, or train "
             f"into a new --out"
         )
+
+
+def _start(parser, a, *, argv, target, world):
+    """(the starting drafter of ``--from``, its block drafter config or None, its head config or
+    None): loaded and checked against ``target`` and the drafter options given (one that
+    contradicts its shape is refused, naming both values)."""
+    from ..training.start import check_given, load_start  # noqa: PLC0415 (slow: mlx)
+
+    notes = []
+    start = load_start(a.from_drafter, target, say=notes.append)
+    given = _given_options(parser, argv)
+    flags = {act.dest: act.option_strings[0] for act in parser._actions if act.option_strings}
+    check_given(start, {k: getattr(a, k) for k in given}, flags)
+    if world.main:
+        for note in notes:
+            say_printable(f"note: {note}")
+    if start.kind == "block":
+        return start, start.config(), None
+    from ..training.stepwise import refuse_world  # noqa: PLC0415 (slow: mlx)
+
+    refuse_world(world, start.kind)
+    return start, None, start.config()
 
 
 #: The drafter options an autoregressive head takes; any other one given is refused.

@@ -46,7 +46,7 @@ class TrainLog:
     only the process that writes the run (``main``) writes it."""
 
     def __init__(self, out: Path, *, step: int, main: bool):
-        self.path, self.main = Path(out) / LOG_FILE, main
+        self.path, self.main, self.first = Path(out) / LOG_FILE, main, step
         kept = [e for e in read_log(out) if e["step"] <= step] if step else []
         self.seconds = max((float(e.get("seconds", 0.0)) for e in kept), default=0.0)
         if main:
@@ -61,25 +61,41 @@ class TrainLog:
         except OSError as e:  # the last checkpoint stays whole: the run stops with a sentence
             raise DsparkError(f"could not write {self.path}: {reason(e, self.path)}") from None
 
-    def step(self, step: int, *, seconds: float, losses: tuple[float, ...], anchors_per_sec: float) -> None:
-        """Step ``step``, ``seconds`` of training into this stretch of the run."""
+    def step(
+        self,
+        step: int,
+        *,
+        seconds: float,
+        losses: tuple[float, ...],
+        anchors_per_sec: float,
+        steps: int,
+        block_size: int,
+    ) -> None:
+        """Step ``step`` of the run's ``steps``, ``seconds`` of training into this stretch of the run;
+        ``anchors_per_sec`` its rate, each anchor a block of ``block_size`` trained tokens."""
         loss, ce, tv, conf = (round(x, 5) if math.isfinite(x) else None for x in losses)
+        stretch = max(step - self.first, 0)
         self.add(
             {
                 "step": step,
+                "steps": steps,
                 "seconds": round(self.seconds + seconds, 3),
                 "loss": loss,
                 "ce": ce,
                 "tv": tv,
                 "conf": conf,
                 "anchors_per_sec": round(anchors_per_sec, 2),
+                "steps_per_sec": round(stretch / seconds, 4) if seconds > 0 else 0.0,
+                "tokens_per_sec": round(anchors_per_sec * block_size, 1),
             }
         )
 
-    def heldout(self, step: int, *, seconds: float, figures: dict, cost: float) -> None:
+    def heldout(self, step: int, *, seconds: float, figures: dict, cost: float, best: bool = False) -> None:
         """A held-out measurement after step ``step``: ``figures`` (tau, acceptance by position, how
-        many prompts and tokens) and the ``cost`` in seconds it took, not counted as training."""
-        self.add({"step": step, "seconds": round(self.seconds + seconds, 3), "heldout": figures, "eval_seconds": cost})
+        many prompts and tokens) and the ``cost`` in seconds it took, not counted as training;
+        ``best``: the best of the run so far, whose weights are kept (:mod:`.best`)."""
+        entry = {"step": step, "seconds": round(self.seconds + seconds, 3), "heldout": figures, "eval_seconds": cost}
+        self.add({**entry, "best": True} if best else entry)
 
 
 def heldout_figures(target, drafter, prompts, tokens: int) -> dict:

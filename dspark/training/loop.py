@@ -19,12 +19,15 @@ from dataclasses import dataclass, field
 
 class StopSignals:
     """While active, SIGINT (Ctrl-C), SIGTERM (``kill``, a scheduler) and SIGHUP (the terminal
-    or ssh session closing) only set ``asked``; the previous handlers come back on exit. A SIGHUP
+    or ssh session closing) only set ``asked``, and with ``finish`` SIGUSR1 ("stop now and
+    finish") only sets ``finish_asked``; the previous handlers come back on exit. A SIGHUP
     ignored on entry (``nohup``) stays ignored. Signals reach the main thread only, so elsewhere
     nothing is installed."""
 
-    def __init__(self):
+    def __init__(self, finish: bool = False):
         self.asked: int | None = None
+        self.finish_asked = False
+        self._finish = finish
         self._previous: dict = {}
 
     def __enter__(self) -> StopSignals:
@@ -33,10 +36,15 @@ class StopSignals:
             if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
                 wanted.append(signal.SIGHUP)
             self._previous = {s: signal.signal(s, self._note) for s in wanted}
+            if self._finish:
+                self._previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._note_finish)
         return self
 
     def _note(self, signum, _frame) -> None:
         self.asked = signum
+
+    def _note_finish(self, _signum, _frame) -> None:
+        self.finish_asked = True
 
     def __exit__(self, *exc) -> None:
         for s, handler in self._previous.items():
@@ -104,6 +112,8 @@ def train_loop(
     budget_s: float | None = None,
     started: float | None = None,
     agree: Callable[..., tuple[bool, ...]] | None = None,
+    finish: bool = False,
+    finish_now: bool = False,
 ) -> str:
     """Run ``one_step`` until ``step()`` reaches ``steps`` or the time budget (counted from
     ``started``, default now) is spent; returns what stopped it ("steps" or "time budget").
@@ -111,19 +121,24 @@ def train_loop(
     ``KeyboardInterrupt`` is raised; the caller checkpoints at the end. ``agree`` turns this
     process's (stop asked, budget spent, checkpoint due) into what every process of a
     distributed run does (:meth:`dspark.training.distributed.World.agree`): all of them stop,
-    checkpoint or end at the same step. ``progress`` shows each step's figures."""
+    checkpoint or end at the same step. ``progress`` shows each step's figures. With ``finish``,
+    SIGUSR1 ends the loop at the next step boundary as the schedule's end does, and it returns
+    "finish" (``finish_now``: before any step, for a paused run finished without training)."""
     started = time.perf_counter() if started is None else started
     first = step()
     progress.start(first, budget_s)
     try:
-        with StopSignals() as stop:
+        with StopSignals(finish=finish) as stop:
             while step() < steps:
                 flags = (
                     stop.asked is not None,
                     budget_s is not None and time.perf_counter() - started >= budget_s,
                     step() > first and checkpoint_due(),
+                    finish_now or stop.finish_asked,
                 )
-                asked, spent, due = agree(*flags) if agree is not None else flags
+                asked, spent, due, finishing = agree(*flags) if agree is not None else flags
+                if finishing and not asked:
+                    return "finish"
                 if asked:
                     checkpoint()
                     raise KeyboardInterrupt  # here, between steps: the state is whole

@@ -11,8 +11,9 @@ from ..config import DflashConfig, default_taps
 from ..errors import DsparkError
 from ..modeldir import read_header
 from ..reading import parse_json
+from ..version import __version__
 from .texts import texts_digest
-from .trainer import STATE_FILE, TRAIN_DIR, TrainSettings
+from .trainer import STATE_FILE, STATE_VERSION, TRAIN_DIR, TrainSettings
 
 DATA_FILE = f"{TRAIN_DIR}/train_data.safetensors"
 
@@ -51,6 +52,14 @@ def saved_step(out: Path) -> int | None:
     return step if type(step) is int and step >= 0 else 0
 
 
+def saved_start(out: Path) -> dict | None:
+    """What the checkpoint in ``out`` records of the drafter its fine-tune started from (its
+    folder, format, kind and target weights); None for a run started from new weights."""
+    meta = _saved_meta(out)
+    start = meta.get("from") if meta is not None else None
+    return start if isinstance(start, dict) else None
+
+
 def _saved_meta(out: Path) -> dict | None:
     path = out / STATE_FILE
     if not path.is_file():
@@ -59,11 +68,27 @@ def _saved_meta(out: Path) -> dict | None:
         meta = parse_json(read_header(path)["__metadata__"]["meta"], f"{path} (its metadata)")
         if not isinstance(meta["drafter"], dict) or not isinstance(meta["settings"], dict):
             raise TypeError
-        return meta
     except (KeyError, TypeError, ValueError):
         raise DsparkError(
             f"{path} is not a readable training checkpoint: start over without --resume, or remove it"
         ) from None
+    check_version(out, meta)
+    return meta
+
+
+def check_version(out: Path, meta: dict) -> None:
+    """Refuse a checkpoint whose layout version this dspark does not read (a newer project's, or
+    no number at all), naming both versions; one without a version is 1, what 0.1.0 wrote."""
+    version = meta.get("version", 1)
+    if type(version) is int and 1 <= version <= STATE_VERSION:
+        return
+    writer = meta.get("dspark")
+    by = f"dspark {str(writer)[:20]}" if isinstance(writer, str) else "another version of dspark"
+    raise DsparkError(
+        f"the run in {out} was written by {by} (training state version {str(version)[:20]}); this dspark "
+        f"{__version__} reads versions 1 to {STATE_VERSION}: continue it with the dspark that wrote it, or start "
+        f"over in a new --out"
+    )
 
 
 def check_resume(out: Path, cfg: DflashConfig, settings: TrainSettings, target_layers: int) -> None:
@@ -123,6 +148,8 @@ __all__ = [
     "check_resume",
     "check_resume_data",
     "check_settings",
+    "check_version",
     "saved_run",
+    "saved_start",
     "saved_step",
 ]

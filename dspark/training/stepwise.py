@@ -240,6 +240,7 @@ class StepwiseTrainer(DrafterTrainer):
         self.optimizer.init(drafter.net.trainable_parameters())
         self._loss_and_grad = nn.value_and_grad(drafter.net, self._loss)
         self._update = None
+        self.run_meta = {}
 
     def sample_batch(self) -> tuple[mx.array, ...]:
         """``batch_anchors`` anchors, ``anchors_per_seq`` from each of a few sequences of one
@@ -338,21 +339,29 @@ def train_head(
     progress: bool = True,
     log=None,
     world: World | None = None,
+    start=None,
+    finish: bool = False,
+    status=None,
 ):
     """Train an EAGLE-3 or assistant head of ``cfg``'s shape (a ``heads.HeadConfig``) for
     ``target`` into ``out_dir``, as ``dspark.training.train.train_drafter`` trains a block
-    drafter (the same data, loop, checkpoints, ``--resume``, evaluation and report); returns it."""
+    drafter (the same data, loop, checkpoints, ``--resume``, fine-tuning from ``start``,
+    ``finish``, status, evaluation and report); returns it."""
     import sys  # noqa: PLC0415 (the default log only)
     from pathlib import Path  # noqa: PLC0415 (one use)
 
+    from .best import refuse_finish  # noqa: PLC0415 (the run only)
     from .distill import forget_unfinished  # noqa: PLC0415 (the run only)
     from .heads import head_config, new_head, save_head  # noqa: PLC0415 (the run only)
     from .resume import DATA_FILE  # noqa: PLC0415 (the run only)
+    from .start import FROM_KEY, copy_companions  # noqa: PLC0415 (the run only)
+    from .status import RunStatus  # noqa: PLC0415 (the run only)
     from .train import _output, _training_data, finish_run  # noqa: PLC0415 (the run only: train imports this module's callers)
     from .trainer import STATE_FILE, TRAIN_DIR  # noqa: PLC0415 (the run only)
 
     s, world = settings, world or World()
     refuse_world(world, cfg.kind)
+    status = status or RunStatus(out_dir)
     out = _output(out_dir, world)
     say = log or (lambda m: print(m, file=sys.stderr))
     resuming = resume and (out / STATE_FILE).is_file()
@@ -368,7 +377,9 @@ def train_head(
         if head_config(drafter) != cfg:
             raise DsparkError(f"--resume: the head in {out} is not of the shape its checkpoint was trained with")
     else:
-        drafter = new_head(target, cfg, seed=s.seed)
+        drafter = start.drafter if start is not None else new_head(target, cfg, seed=s.seed)
+    refuse_finish(finish, resuming, out)
+    status.set("preparing", steps=s.steps, message="finishing the paused run" if finish else "preparing the data")
     made = trained_as(cfg)
     seqs, held, distill_seconds, new = _training_data(
         target,
@@ -394,6 +405,11 @@ def train_head(
         say(f"resumed at step {trainer.step} of {s.steps}")
         if meta["settings"]["steps"] != s.steps:
             say(f"note: the first run planned {meta['settings']['steps']} steps; the schedule now spans {s.steps}")
+    elif start is not None:
+        trainer.run_meta[FROM_KEY] = start.record()
+        copy_companions(start, out)
+    if FROM_KEY in trainer.run_meta:
+        say(f"fine-tuning the drafter in {trainer.run_meta[FROM_KEY]['path']}")
     say(
         f"drafter: {cfg.kind} head ({drafter.format} format), {drafter.num_params():,} parameters, "
         f"{cfg.num_layers} layer(s), {drafter.block_size} drafts a round; "
@@ -408,6 +424,8 @@ def train_head(
         progress=progress,
         save=lambda d: save_head(drafter, d),
         say=say,
+        finish=finish,
+        status=status,
     )
     return drafter
 

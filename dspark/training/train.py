@@ -37,6 +37,7 @@ from ..files import output_dir, remove_stale, write_text
 from ..formats.base import EXTENSION
 from ..loading import load_drafter
 from ..target import Target
+from .best import Best, keep, refuse_finish
 from .budget import check_training_shapes
 from .curves import TrainLog, heldout_figures
 from .data import Sequences, encode_all, held_out_prompts
@@ -44,6 +45,8 @@ from .distill import PARTIAL_GLOB, build_training_data, forget_unfinished
 from .distributed import World
 from .loop import Progress, train_loop
 from .resume import DATA_FILE, check_resume
+from .start import FROM_KEY, Start, copy_companions
+from .status import RunStatus
 from .texts import texts_digest
 from .trainer import STATE_FILE, TRAIN_DIR, DrafterTrainer, TrainSettings
 
@@ -64,6 +67,9 @@ def train_drafter(
     log: Callable[[str], None] | None = None,
     world: World | None = None,
     read_from: Path | None = None,
+    start: Start | None = None,
+    finish: bool = False,
+    status: RunStatus | None = None,
 ) -> BlockDrafter:
     """Train a drafter of ``cfg``'s shape for ``target`` on ``texts`` (strings, or token-id
     lists) into ``out_dir``, as ``settings`` say; see the module docstring. ``heldout_texts``
@@ -73,15 +79,21 @@ def train_drafter(
     (None: standard error). ``world``: the processes of a distributed
     run (``mlx.launch``; :mod:`dspark.training.distributed`), of which this is one; only rank 0
     writes ``out_dir``, and a resumed run reads rank 0's files from ``read_from`` (a copy of
-    them on the other ranks). Returns the trained drafter."""
+    them on the other ranks). ``start``: the drafter a fine-tune starts from (:mod:`.start`;
+    ``cfg`` is then its shape); ``finish``: end the paused run saved in ``out_dir`` now, keeping
+    its best held-out weights (:mod:`.best`), without training further; ``status``: what the run
+    says of itself in ``.train/status.json`` (:mod:`.status`). Returns the trained drafter."""
     s, world = settings, world or World()
+    status = status or RunStatus(out_dir, main=world.main)
     check_training_shapes(
         target, block_size=cfg.block_size, layers=cfg.num_layers, tap_layers=cfg.tap_layers, settings=s
     )  # before anything is allocated
     out = _output(out_dir, world)
     src = Path(read_from) if read_from is not None else out
     say = log or (lambda m: print(m, file=sys.stderr))
-    drafter, resuming = _drafter(target, cfg, s, out=out, src=src, resume=resume, say=say)
+    drafter, resuming = _drafter(target, cfg, s, out=out, src=src, resume=resume, say=say, start=start)
+    refuse_finish(finish, resuming, out)
+    status.set("preparing", steps=s.steps, message="finishing the paused run" if finish else "preparing the data")
     trained_as = trained_settings(drafter)
     seqs, held, distill_seconds, new = _training_data(
         target,
@@ -102,6 +114,12 @@ def train_drafter(
     trainer = DrafterTrainer(target, drafter, seqs, s, trained_as=trained_as, world=world)
     if resuming:
         _resume(trainer, src, out, say)
+    elif start is not None:
+        trainer.run_meta[FROM_KEY] = start.record()
+        if world.main:
+            copy_companions(start, out)
+    if FROM_KEY in trainer.run_meta:
+        say(f"fine-tuning the drafter in {trainer.run_meta[FROM_KEY]['path']}")
     say(
         f"drafter: {trained_as['format']} format, {drafter.num_params():,} parameters, "
         f"taps {list(drafter.tap_layers)}, "
@@ -119,6 +137,8 @@ def train_drafter(
         progress=progress,
         save=drafter.save,
         say=say,
+        finish=finish,
+        status=status,
     )
     return drafter
 
@@ -133,22 +153,32 @@ def finish_run(
     progress: bool,
     save: Callable[[Path], None],
     say,
+    finish: bool = False,
+    status: RunStatus,
 ) -> None:
     """Every kind's run from its first step on: the loop (:func:`_train_loop`), then on rank 0
     the drafter written by ``save(folder)`` with the trainer's state, the report, the evaluation on
     the ``held`` prompts and the profile; the curves in ``train_log.jsonl`` throughout
-    (:mod:`dspark.training.curves`)."""
+    (:mod:`dspark.training.curves`), the best held-out weights in ``.train/best/``
+    (:mod:`.best`). A run asked to finish (SIGUSR1, or ``finish`` for a paused one) writes
+    those best weights as the drafter, if any were measured; the checkpoint keeps the last ones."""
     if trainer.s.eval_every and trainer.world.size > 1:
         raise DsparkError("--eval-every measures on one process: under mlx.launch the others would wait for it")
     target, drafter, s = trainer.target, trainer.drafter, trainer.s
     log = TrainLog(out, step=trainer.step, main=trainer.world.main)
+    best = Best(out, save, main=trainer.world.main)
     first_step, loop_start = trainer.step, time.perf_counter()
-    stopped, recent, measuring = _train_loop(trainer, out, progress, say=say, save=save, log=log, held=held)
+    status.set("training", step=trainer.step, steps=s.steps, message="")
+    stopped, recent, measuring = _train_loop(
+        trainer, out, progress, say=say, save=save, log=log, held=held, best=best, finish=finish, status=status
+    )
     train_seconds = time.perf_counter() - loop_start - measuring
     if not trainer.world.main:
         return  # rank 0 writes the drafter, evaluates it and reports
+    trainer.save_state(out)  # the last weights: what a --resume with more --steps goes on from
+    kept = keep(trainer, best, stopped)
     save(out)
-    trainer.save_state(out)
+    say(f"the drafter written holds the weights of step {kept['step']}: {kept['why']}")
     done = trainer.step - first_step
     report = _report(
         target,
@@ -168,6 +198,10 @@ def finish_run(
         f"{report['anchors_per_sec']:.1f} anchors/s, {report['block_tokens_per_sec']:.0f} block tokens/s; "
         f"target forwards {trainer.features.seconds:.0f}s of it)"
     )
+    report.update(kept=kept, best=best.record(), target_weights=target.weights_fingerprint)
+    if FROM_KEY in trainer.run_meta:
+        report[FROM_KEY] = trainer.run_meta[FROM_KEY]
+    status.set("measuring", step=trainer.step, message="the final evaluation")
     _evaluate(target, drafter, held, s, report=report, out=out, say=say)
     if h := report.get("heldout"):
         figures = {k: h[k] for k in ("tau", "per_position_acceptance", "prompts")}
@@ -176,14 +210,16 @@ def finish_run(
         )
     write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
     _profile(target, drafter, trainer.seqs, s, report=report, out=out)
+    status.set("finished", step=trainer.step, message=f"kept the weights of step {kept['step']}: {kept['why']}")
 
 
 def _drafter(
-    target: Target, cfg: DflashConfig, s: TrainSettings, *, out: Path, src: Path, resume: bool, say
+    target: Target, cfg: DflashConfig, s: TrainSettings, *, out: Path, src: Path, resume: bool, say, start=None
 ) -> tuple[BlockDrafter, bool]:
     """(the drafter to train, whether it continues the run saved in ``src``): with ``resume``, the
-    one saved there (checked against ``cfg`` and ``s``), else a new one of ``cfg``'s shape, what an
-    unfinished run left in ``out`` forgotten; ``say`` hears when there is nothing to resume."""
+    one saved there (checked against ``cfg`` and ``s``), else the ``start`` of a fine-tune or a new
+    one of ``cfg``'s shape, what an unfinished run left in ``out`` forgotten; ``say`` hears when
+    there is nothing to resume."""
     resuming = resume and (src / STATE_FILE).is_file()
     if not resume:
         forget_unfinished(out / TRAIN_DIR)
@@ -191,7 +227,9 @@ def _drafter(
         say(f"nothing to resume in {out}: starting a new run")
     if resuming:
         check_resume(src, cfg, s, target.dims.num_layers)
-    return (_resumed(src, target, cfg) if resuming else new_drafter(target, cfg, seed=s.seed)), resuming
+    if resuming:
+        return _resumed(src, target, cfg), True
+    return (start.drafter if start is not None else new_drafter(target, cfg, seed=s.seed)), False
 
 
 def _resume(trainer: DrafterTrainer, src: Path, out: Path, say) -> None:
@@ -375,13 +413,25 @@ SAME = "training data, target or settings"
 
 
 def _train_loop(
-    trainer: DrafterTrainer, out: Path, progress: bool, *, say, save=None, log: TrainLog, held=None
+    trainer: DrafterTrainer,
+    out: Path,
+    progress: bool,
+    *,
+    say,
+    save=None,
+    log: TrainLog,
+    held=None,
+    best: Best,
+    finish: bool,
+    status: RunStatus,
 ) -> tuple[str, list, float]:
     """Train to ``settings.steps`` (or the time budget, counted from the first step: a budget
     that also counted the data's self-distillation could be spent before any step), checkpointing
     as it goes (``dspark.training.loop``) and writing each step to ``log``, with a held-out
-    measurement on ``held`` every ``eval_every`` steps; returns (what stopped it, the last
-    losses, the seconds those measurements took). An interrupt saves a checkpoint and re-raises.
+    measurement on ``held`` every ``eval_every`` steps, whose best weights ``best`` keeps;
+    returns (what stopped it: "steps", "time budget" or "finish", the last losses, the seconds
+    those measurements took). SIGUSR1 ends it as "finish" (``finish``: at once). An interrupt
+    saves a checkpoint, says so in ``status`` and re-raises.
     ``save(out)`` writes the drafter (default: its own ``save``; an autoregressive head's writer
     in its layout)."""
     s = trainer.s
@@ -401,12 +451,24 @@ def _train_loop(
         del recent[:-50]
         seconds = time.perf_counter() - loop_start - measuring[0]
         rate = (trainer.step - first_step) * s.batch_anchors / max(seconds, 1e-9)
-        log.step(trainer.step, seconds=seconds, losses=(loss, ce, tv, conf), anchors_per_sec=rate)
+        log.step(
+            trainer.step,
+            seconds=seconds,
+            losses=(loss, ce, tv, conf),
+            anchors_per_sec=rate,
+            steps=s.steps,
+            block_size=trainer.block_size,
+        )
         if s.eval_every and held and s.eval_prompts and trainer.step % s.eval_every == 0 and trainer.step < s.steps:
             t0 = time.perf_counter()  # one process (finish_run refuses it under mlx.launch)
+            status.set("measuring", step=trainer.step, message="held-out tau (--eval-every)")
             figures = heldout_figures(trainer.target, trainer.drafter, held[: s.eval_prompts], s.eval_tokens)
+            kept = best.offer(trainer.step, figures["tau"])
+            trainer.run_meta["best"] = best.record()
             measuring[0] += time.perf_counter() - t0
-            log.heldout(trainer.step, seconds=seconds, figures=figures, cost=round(time.perf_counter() - t0, 3))
+            cost = round(time.perf_counter() - t0, 3)
+            log.heldout(trainer.step, seconds=seconds, figures=figures, cost=cost, best=kept)
+            status.set("training", step=trainer.step, message="")
         return {"loss": f"{loss:.3f}", "tv": f"{tv:.3f}", "anchors/s": f"{rate:.0f}"}
 
     def save() -> None:
@@ -432,8 +494,15 @@ def _train_loop(
             progress=Progress(total=s.steps, desc="train", enabled=progress, bar=world.main, say=say),
             budget_s=budget,
             agree=world.agree if world.size > 1 else None,
+            finish=True,
+            finish_now=finish,
         )
     except KeyboardInterrupt:
         say(f"\ninterrupted: checkpoint saved at step {trainer.step}; continue with --resume")
+        status.set(
+            "paused", step=trainer.step, message=f"checkpoint saved at step {trainer.step}; continue with --resume"
+        )
         raise
+    if finish:
+        stopped = "finish"  # a paused run whose schedule had ended is finished all the same
     return stopped, recent, measuring[0]

@@ -38,6 +38,7 @@ from ..modeldir import read_header
 from ..options import option
 from ..reading import parse_json
 from ..target import Target
+from ..version import __version__
 from .data import Sequences, TargetFeatures
 from .distributed import DEFAULT_TIMEOUT, World
 from .losses import default_decay, dspark_loss, position_weights
@@ -45,6 +46,13 @@ from .losses import default_decay, dspark_loss, position_weights
 TRAIN_DIR = ".train"  # what a training run keeps beside the drafter, hidden
 STATE_FILE = f"{TRAIN_DIR}/train_state.safetensors"
 STATE_FORMAT = "dspark-train-state"
+#: The checkpoint's layout version: 1 (no ``version`` key) is what dspark 0.1.0 wrote before it
+#: recorded one; 2 adds the starting drafter of a fine-tune and the best held-out measurement.
+#: A resume refuses a newer one (:func:`dspark.training.resume.saved_run`).
+STATE_VERSION = 2
+#: What a run carries from checkpoint to checkpoint besides the weights and the step: the
+#: drafter a fine-tune started from (``start.FROM_KEY``) and the best held-out measurement.
+RUN_KEYS = ("from", "best")
 #: Default data budget: one training sequence per this many anchors the run draws. Each
 #: sequence offers ~seq_len anchor positions; reusing it this often keeps self-distillation
 #: (the target writing the data) cheaper than training on it.
@@ -161,6 +169,7 @@ class DrafterTrainer:
         self.optimizer.init(drafter.net.trainable_parameters())
         self._loss_and_grad = nn.value_and_grad(drafter.net, self._loss)
         self._update = None  # built lazily so a resumed optimizer state is the one compiled in
+        self.run_meta: dict = {}  # RUN_KEYS: recorded in every checkpoint, read back by load_state
 
     # --- batches ------------------------------------------------------------------------
     def sample_batch(self) -> tuple[mx.array, ...]:
@@ -299,10 +308,13 @@ class DrafterTrainer:
         rng = self._rng_before_pending if self._rng_before_pending is not None else self.rng.bit_generator.state
         meta = {
             "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "dspark": __version__,
             "step": self.step,
             "rng": rng,
             "settings": asdict(self.s),
             "drafter": self.trained_as,
+            **self.run_meta,
             **(extra or {}),
         }
         (out_dir / TRAIN_DIR).mkdir(exist_ok=True)
@@ -340,6 +352,7 @@ class DrafterTrainer:
         self._rng_before_pending = None
         self.step = step
         self._update = None
+        self.run_meta = {k: meta[k] for k in RUN_KEYS if isinstance(meta.get(k), dict)}
         return meta
 
 

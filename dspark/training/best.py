@@ -1,0 +1,131 @@
+"""Keeping the best: while ``--eval-every`` measures held-out tau during a run, the weights of the
+best measurement so far are kept in ``OUT/.train/best/``, written by the drafter's own save (the
+files of its format), with ``best.json`` naming the step and tau. A run asked to finish early
+(SIGUSR1, or ``--resume --finish`` on a paused run) writes those weights as the drafter.
+
+The folder is replaced whole: the new best is written beside it and swapped in by renames, so a
+run killed at any moment leaves one whole best (the new one, or the one before it).
+
+After a resume, the step measured again is the same measurement (the same weights, exactly), so
+the best is what the folder holds, and re-measuring its own step marks it best again: the log of
+a resumed run is that of one run straight through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import mlx.core as mx
+
+from ..errors import DsparkError
+from ..files import alive, reason, write_text
+from ..reading import parse_json, read_bytes
+from .trainer import TRAIN_DIR
+
+BEST_DIR = f"{TRAIN_DIR}/best"
+BEST_FILE = "best.json"
+
+
+class Best:
+    """The best held-out measurement of the run in ``out`` and its weights; ``save(folder)``
+    writes the drafter as its format does. Only the process that writes the run (``main``) writes."""
+
+    def __init__(self, out: Path, save: Callable[[Path], None], *, main: bool = True):
+        self.folder, self.save, self.main = Path(out) / BEST_DIR, save, main
+        self.step, self.tau = _recorded(self.folder)
+        if main:  # what a run killed while writing a new best left
+            for stale in self.folder.parent.glob("best.*.new"):
+                pid = stale.name.split(".")[1]
+                if not pid.isdigit() or not alive(int(pid)):
+                    shutil.rmtree(stale, ignore_errors=True)
+
+    def offer(self, step: int, tau: float) -> bool:
+        """Keep the weights measured at ``step`` when their ``tau`` beats the best so far (or is
+        the best's own step measured again after a resume); returns whether they were kept."""
+        if self.step is not None and tau <= self.tau and step != self.step:
+            return False
+        if self.main:
+            self._write(step, tau)
+        self.step, self.tau = step, tau
+        return True
+
+    def _write(self, step: int, tau: float) -> None:
+        new = self.folder.with_name(f"best.{os.getpid()}.new")
+        old = self.folder.with_name("best.old")
+        try:
+            shutil.rmtree(new, ignore_errors=True)
+            new.mkdir(parents=True)
+            self.save(new)
+            write_text(new / BEST_FILE, json.dumps({"step": step, "tau": tau}) + "\n")
+            shutil.rmtree(old, ignore_errors=True)
+            if self.folder.exists():
+                os.rename(self.folder, old)
+            os.rename(new, self.folder)
+            shutil.rmtree(old, ignore_errors=True)
+        except OSError as e:
+            shutil.rmtree(new, ignore_errors=True)
+            raise DsparkError(f"could not keep the best weights in {self.folder}: {reason(e, self.folder)}") from None
+        except BaseException:
+            shutil.rmtree(new, ignore_errors=True)
+            raise
+
+    def record(self) -> dict | None:
+        """What a checkpoint and the report keep of it."""
+        return None if self.step is None else {"step": self.step, "tau": self.tau}
+
+    def weights_into(self, drafter, target) -> None:
+        """The kept weights, loaded into ``drafter`` (the run's own, of the same shape)."""
+        from ..loading import load_drafter  # noqa: PLC0415 (slow: every format)
+
+        best = load_drafter(_whole(self.folder), target)
+        drafter.net.update(best.net.parameters())
+        mx.eval(drafter.net.parameters())
+        best.dispose()
+
+
+def keep(trainer, best: Best, stopped: str) -> dict:
+    """Which weights the run writes as its drafter, and why: the best held-out ones when it was
+    asked to finish (``stopped`` "finish") and measured some, else its last (loaded into
+    ``trainer.drafter`` when they are not already there)."""
+    if stopped == "finish" and best.step is not None:
+        best.weights_into(trainer.drafter, trainer.target)
+        why = f"the best held-out tau of the run ({best.tau:.3f}, measured at step {best.step}); finished early"
+        return {"step": best.step, "why": why}
+    if stopped == "finish":
+        why = "the last weights: finished early, with no held-out tau measured during the run (--eval-every)"
+    else:
+        why = f"the last weights: the run ended by its {'time budget' if stopped == 'time budget' else 'schedule'}"
+    return {"step": trainer.step, "why": why}
+
+
+def refuse_finish(finish: bool, resuming: bool, out: Path) -> None:
+    """``--finish`` ends a paused run: one sentence when ``out`` holds none."""
+    if finish and not resuming:
+        raise DsparkError(f"--finish: {out} holds no paused run to finish (no training checkpoint in it)")
+
+
+def _whole(folder: Path) -> Path:
+    """The best folder, or the one before it when a run was killed between the two renames."""
+    old = folder.with_name("best.old")
+    return folder if folder.is_dir() or not old.is_dir() else old
+
+
+def _recorded(folder: Path) -> tuple[int | None, float]:
+    """(step, tau) of the best kept in ``folder``; (None, -inf) when there is none (or its record
+    is unreadable, which the next best replaces)."""
+    path = _whole(folder) / BEST_FILE
+    if not path.is_file():
+        return None, float("-inf")
+    try:
+        entry = parse_json(read_bytes(path, 1 << 12, "best record").decode("utf-8"), str(path))
+        step, tau = entry["step"], float(entry["tau"])
+    except (DsparkError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+        return None, float("-inf")
+    return (step, tau) if type(step) is int and step >= 0 else (None, float("-inf"))
+
+
+__all__ = ["BEST_DIR", "BEST_FILE", "Best", "keep", "refuse_finish"]

@@ -1,0 +1,168 @@
+"""Pausing, stopping early and keeping the best: ``--eval-every`` keeps the weights of the best
+held-out tau in ``.train/best/`` and marks its log line; SIGUSR1 ends a running ``dspark train``
+at the next step and writes those weights as the drafter, as ``--resume --finish`` does for a
+paused run; a paused and resumed run is one run, weights, log and best alike; and the run says
+where it is in ``.train/status.json``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hostile_fixtures import TRAIN
+from tiny import write_tiny_target_dir
+
+from dspark.cli import main
+from dspark.training.curves import read_log
+from dspark.training.trainer import DrafterTrainer
+
+EVAL = ["--eval-prompts", "2", "--eval-tokens", "8", "--eval-every", "2", "--lr", "0.01"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train_finish")
+    target = write_tiny_target_dir(root / "target", window=16)
+    rng = np.random.default_rng(0)
+    words = "def class return self if else for in while import from as with print value name".split()
+    data = root / "data.txt"
+    data.write_text("\n".join(" ".join(rng.choice(words, size=12)) for _ in range(40)))
+    return {"target": target, "data": data}
+
+
+def argv(world, out: Path, *extra: str) -> list[str]:
+    args = ["train", "--target", str(world["target"]), "--data", str(world["data"]), "--out", str(out)]
+    return [*args, *[a for a in TRAIN if a not in ("--eval-prompts", "0")], *EVAL, *extra]
+
+
+def weights(path: Path) -> dict:
+    return {k: np.array(v) for k, v in mx.load(str(path)).items()}
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def signalled(monkeypatch, at: int, signum: int) -> list:
+    """The run sends itself ``signum`` right after step ``at``'s update (noted, acted on between steps)."""
+    real, fired = DrafterTrainer.train_step, []
+
+    def step(self, batch):
+        out = real(self, batch)
+        if self.step == at and not fired:
+            fired.append(True)
+            os.kill(os.getpid(), signum)
+        return out
+
+    monkeypatch.setattr(DrafterTrainer, "train_step", step)
+    return fired
+
+
+def status(out: Path) -> dict:
+    return json.loads((out / ".train" / "status.json").read_text())
+
+
+def checkpoint_net(out: Path) -> dict:
+    return {k[4:]: v for k, v in weights(out / ".train" / "train_state.safetensors").items() if k.startswith("net.")}
+
+
+@pytest.fixture(scope="module")
+def straight(world, tmp_path_factory):
+    """A run of 10 steps straight through, measured every 2."""
+    out = tmp_path_factory.mktemp("straight") / "run"
+    assert main(argv(world, out, "--steps", "10")) == 0
+    return out
+
+
+def test_the_best_held_out_weights_are_kept_and_their_line_marked(straight):
+    log = read_log(straight)
+    held = [e for e in log if "heldout" in e][:-1]  # the final evaluation is the report's
+    assert [e["step"] for e in held] == [2, 4, 6, 8]
+    best_so_far, marked = float("-inf"), []
+    for e in held:
+        if e["heldout"]["tau"] > best_so_far:
+            best_so_far = e["heldout"]["tau"]
+            marked.append(e["step"])
+    assert [e["step"] for e in held if e.get("best")] == marked
+    kept = json.loads((straight / ".train" / "best" / "best.json").read_text())
+    assert kept == {"step": marked[-1], "tau": best_so_far}
+    steps = [e for e in log if "loss" in e]
+    assert all(e["steps"] == 10 and e["steps_per_sec"] > 0 and e["tokens_per_sec"] > 0 for e in steps)
+    assert all(np.isclose(e["tokens_per_sec"], e["anchors_per_sec"] * 3, rtol=1e-3) for e in steps)
+    report = json.loads((straight / "train_report.json").read_text())
+    assert report["kept"]["step"] == 10 and "schedule" in report["kept"]["why"]  # a run that ends keeps its last
+    assert report["best"] == kept
+    assert status(straight)["state"] == "finished" and status(straight)["steps"] == 10
+
+
+def test_sigusr1_stops_at_the_next_step_and_writes_the_best_weights(world, straight, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    fired = signalled(monkeypatch, 7, signal.SIGUSR1)
+    assert main(argv(world, out, "--steps", "10")) == 0 and fired
+    report = json.loads((out / "train_report.json").read_text())
+    kept = json.loads((out / ".train" / "best" / "best.json").read_text())
+    assert report["steps_done"] == 7 and report["stopped_by"] == "finish"
+    assert report["kept"]["step"] == kept["step"] <= 6 and "best held-out tau" in report["kept"]["why"]
+    drafter = weights(out / "model.safetensors")
+    assert same(drafter, weights(out / ".train" / "best" / "model.safetensors"))
+    assert not same(drafter, checkpoint_net(out))  # the checkpoint keeps the last weights, for a --resume
+    # the same steps as the run straight through, so the same best
+    assert same(drafter, weights(straight / ".train" / "best" / "model.safetensors")) == (
+        json.loads((straight / ".train" / "best" / "best.json").read_text())["step"] == kept["step"]
+    )
+    assert status(out)["state"] == "finished" and f"step {kept['step']}" in status(out)["message"]
+
+
+def test_a_paused_run_finished_without_training_writes_the_best(world, tmp_path, monkeypatch, capsys):
+    sigusr1 = tmp_path / "sigusr1"
+    fired = signalled(monkeypatch, 7, signal.SIGUSR1)
+    assert main(argv(world, sigusr1, "--steps", "10")) == 0 and fired
+    monkeypatch.undo()
+    out = tmp_path / "paused"
+    fired = signalled(monkeypatch, 7, signal.SIGTERM)
+    assert main(argv(world, out, "--steps", "10", "--checkpoint-minutes", "0")) == 130 and fired
+    monkeypatch.undo()
+    assert status(out)["state"] == "paused" and status(out)["step"] == 7
+    capsys.readouterr()
+    assert main(["train", "--target", str(world["target"]), "--out", str(out), "--finish"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--finish ends a paused run: give it with --resume" in err and err.count("\n") == 0
+    assert main(["train", "--target", str(world["target"]), "--out", str(out), "--resume", "--finish"]) == 0
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["steps_done"] == 7 and report["stopped_by"] == "finish"
+    assert same(weights(out / "model.safetensors"), weights(sigusr1 / "model.safetensors"))
+    assert [e for e in read_log(out) if "loss" in e] and max(e["step"] for e in read_log(out)) == 7
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    capsys.readouterr()
+    assert main(["train", "--target", str(world["target"]), "--out", str(empty), "--resume", "--finish"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds no paused run to finish" in err and err.count("\n") == 0
+
+
+def test_pause_and_resume_with_eval_every_is_one_run(world, straight, tmp_path, monkeypatch):
+    """Bit for bit: the weights, the best kept and its record, and the log's losses and
+    held-out figures (the seconds differ, as clocks do)."""
+    out = tmp_path / "run"
+    fired = signalled(monkeypatch, 5, signal.SIGTERM)
+    assert main(argv(world, out, "--steps", "10", "--checkpoint-minutes", "0")) == 130 and fired
+    monkeypatch.undo()
+    assert main(argv(world, out, "--steps", "10", "--resume")) == 0
+    assert same(weights(out / "model.safetensors"), weights(straight / "model.safetensors"))
+    assert same(
+        weights(out / ".train" / "best" / "model.safetensors"),
+        weights(straight / ".train" / "best" / "model.safetensors"),
+    )
+    best = out / ".train" / "best" / "best.json"
+    assert best.read_text() == (straight / ".train" / "best" / "best.json").read_text()
+
+    def figures(run):
+        drop = ("seconds", "eval_seconds", "anchors_per_sec", "steps_per_sec", "tokens_per_sec")
+        return [{k: v for k, v in e.items() if k not in drop} for e in read_log(run)]
+
+    assert figures(out) == figures(straight)
