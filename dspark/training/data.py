@@ -20,6 +20,7 @@ from ..files import save_safetensors
 from ..modeldir import read_header
 from ..reading import parse_json
 from ..target import Target
+from .inputs import encode_text
 
 
 # ----------------------------------------------------------------------------- data
@@ -98,9 +99,11 @@ class Sequences:
             raise DsparkError(f"{where}: a token id is outside the target's vocabulary ({vocab_size})")
 
 
-def encode_all(target: Target, texts: Sequence[str | Sequence[int]]) -> list[list[int]]:
-    """Token ids of each text (token-id lists pass through, for targets without a tokenizer)."""
-    docs = [target.encode(t) if isinstance(t, str) else [int(x) for x in t] for t in texts]
+def encode_all(target: Target, texts: Sequence[str | Sequence[int]], *, prompts: bool = False) -> list[list[int]]:
+    """Token ids of each text (token-id lists pass through, for targets without a tokenizer; a
+    chat rendered with the target's chat template, with ``prompts`` up to its last user turn:
+    ``dspark.training.inputs.encode_text``)."""
+    docs = [encode_text(target, t, prompt=prompts) if isinstance(t, str) else [int(x) for x in t] for t in texts]
     return [d for d in docs if d]
 
 
@@ -212,4 +215,4 @@ def progress_bar(total: int, progress: bool, desc: str, unit: str):
 
 
 def held_out_prompts(target: Target, heldout_texts, seq_len: int) -> list[list[int]]:
-    return [d[-seq_len:] for d in encode_all(target, heldout_texts)]
+    return [d[-seq_len:] for d in encode_all(target, heldout_texts, prompts=True)]

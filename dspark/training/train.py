@@ -43,6 +43,7 @@ from .curves import TrainLog, heldout_figures
 from .data import Sequences, encode_all, held_out_prompts
 from .distill import PARTIAL_GLOB, build_training_data, forget_unfinished
 from .distributed import World
+from .inputs import check_anchors, check_bytes
 from .loop import Progress, train_loop
 from .resume import DATA_FILE, check_resume
 from .start import FROM_KEY, Start, copy_companions
@@ -384,7 +385,9 @@ def _training_data(
         held = held if held is not None else saved_held
         return seqs, held, 0.0, bool(data_file)
     t0 = time.perf_counter()
-    docs = encode_all(target, texts)
+    docs = encode_all(target, texts, prompts=s.self_distill)  # a chat's answer is the target's to write
+    if any(isinstance(t, str) for t in texts):
+        check_bytes(target, docs)
     world.check_same(
         SAME, [np.array([len(d) for d in docs]), np.concatenate([np.asarray(d, np.int64) for d in docs]), [held, run]]
     )
@@ -404,6 +407,7 @@ def _training_data(
         world=world,
         keep_in=src / TRAIN_DIR,
     )
+    check_anchors(seqs, s.batch_anchors)
     held = held if held is not None else auto_held
     return seqs, held, time.perf_counter() - t0, True
 
