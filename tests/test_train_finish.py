@@ -6,6 +6,7 @@ where it is in ``.train/status.json``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -166,3 +167,62 @@ def test_pause_and_resume_with_eval_every_is_one_run(world, straight, tmp_path, 
         return [{k: v for k, v in e.items() if k not in drop} for e in read_log(run)]
 
     assert figures(out) == figures(straight)
+
+
+@contextlib.contextmanager
+def volume(mount: Path, size: int):
+    """A file system of ``size`` bytes of its own at ``mount`` (a tmpfs: Linux, as root), for a
+    real full disk; skips where it cannot be made (tests/test_hostile_training.py has the Mac's)."""
+    import subprocess
+
+    mount.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot make a small volume here ({r.stderr.decode().strip() or 'not root'})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True, timeout=120)
+
+
+def test_a_disk_that_fills_during_a_checkpoint_leaves_the_last_good_one_to_resume(world, straight, tmp_path):
+    """A real full disk (a small volume of its own): the checkpoint that no longer fits is one
+    sentence and the run's status says so; the one before it stays whole, and once there is room
+    again ``--resume`` from it ends with the weights of the run straight through."""
+    import shutil
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "dspark.cli", *argv(world, tmp_path / "sized", "--steps", "3")]
+    sized = tmp_path / "sized"
+    assert subprocess.run(cmd, capture_output=True, timeout=300).returncode == 0
+    state = (sized / ".train" / "train_state.safetensors").stat().st_size
+    best = sum(f.stat().st_size for f in (sized / ".train" / "best").rglob("*") if f.is_file())
+    whole = sum(f.stat().st_size for f in sized.rglob("*") if f.is_file())
+    # room for the first checkpoint and what comes with it, not for a second state file beside it
+    with volume(tmp_path / "small", whole + best + state // 2) as mount:
+        out = mount / "run"
+        r = subprocess.run(
+            [sys.executable, "-m", "dspark.cli", *argv(world, out, "--steps", "10", "--checkpoint-minutes", "0")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        errors = [line for line in r.stderr.splitlines() if "error" in line.lower() or "Traceback" in line]
+        assert r.returncode == 2 and len(errors) == 1 and "the disk is full" in errors[0], r.stderr[-2000:]
+        entry = status(out)
+        assert entry["state"] == "failed" and "the disk is full" in entry["message"]
+        kept = json.loads(mx.load(str(out / ".train" / "train_state.safetensors"), return_metadata=True)[1]["meta"])[
+            "step"
+        ]
+        assert 1 <= kept < 10
+        subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True, timeout=60)  # room again
+        r = subprocess.run(
+            [sys.executable, "-m", "dspark.cli", *argv(world, out, "--steps", "10", "--resume")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0 and f"resumed at step {kept}" in r.stderr, r.stderr[-2000:]
+        assert same(weights(out / "model.safetensors"), weights(straight / "model.safetensors"))
+        shutil.rmtree(out)
