@@ -7,6 +7,7 @@ person's own settings.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -25,6 +26,7 @@ RECENT_MAX = 8
 # 140 KB a run). Settings keys history/keep and history/max_mb override them.
 HISTORY_KEEP = 200
 HISTORY_MAX_MB = 50
+TRAINING_KEY = "train/last_run"
 
 
 def _home() -> Path | None:
@@ -46,6 +48,17 @@ def history_dir() -> Path:
     p = data_dir() / "runs"
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def trained_dir() -> Path:
+    """Where the Train tab's runs are written unless the person chooses another folder."""
+    return data_dir() / "drafters"
+
+
+def training_output(name: str) -> Path:
+    """The file a training run's printed output goes to: not in its folder, which ``dspark
+    train`` wants empty when it starts."""
+    return data_dir() / "training" / f"{name}.log"
 
 
 def exports_dir() -> Path:
@@ -152,6 +165,18 @@ class Settings:
         items = [path] + [p for p in self.recent(kind) if p != path]
         self.set(f"recent/{kind}", items[:RECENT_MAX])
         return items[:RECENT_MAX]
+
+    def training_run(self) -> dict:
+        """The Train tab's last run: its folder, command, output file and process id."""
+        try:
+            doc = json.loads(self.get(TRAINING_KEY, "", str) or "{}")
+        except ValueError:
+            return {}
+        return doc if isinstance(doc, dict) and isinstance(doc.get("out"), str) else {}
+
+    def keep_training_run(self, record: dict) -> None:
+        self.set(TRAINING_KEY, json.dumps(record))
+        self.q.sync()  # a crash of the app must not lose which run it started
 
     def sync(self) -> None:
         self.q.sync()
