@@ -152,7 +152,10 @@ def _run(args) -> int:
     QTimer.singleShot(int(args.timeout * 1000), give_up)
 
     def start() -> None:
-        if args.replay:
+        if args.train_run:  # drawn from its folder: nothing to run
+            started = False
+            status["code"] = 0 if win.train.state.state else 1
+        elif args.replay:
             started = win.open_replay(args.replay, speed or "instant")
         elif target is not None:
             (win.start_compare if args.compare else win.start_run)()

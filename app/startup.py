@@ -71,8 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--tab",
-        choices=["run", "compare", "rejections"],
+        choices=["run", "compare", "rejections", "train"],
         help="with --screenshot: the tab to grab (default: the one the run or replay shows)",
+    )
+    p.add_argument(
+        "--train-run",
+        metavar="DIR",
+        help="show the dspark train run in DIR on the Train tab (its curves and state, from its folder; "
+        "with --screenshot no model is loaded)",
     )
     p.add_argument(
         "--diagnose",
@@ -316,7 +322,9 @@ def open_window(args, prefs_wanted: bool):
         win.show_hint(FIRST_START)
     if args.replay:  # a replay lists the drafters it recorded, and loads none
         drafters = recorded_drafters(args.replay)
-    win.restore(target, drafters, load=not args.replay)
+    win.restore(target, drafters, load=not args.replay and not (args.train_run and args.screenshot))
+    if args.train_run:
+        win.open_training(args.train_run, wait=bool(args.screenshot))
     choices = win.session.choices
     if args.prompt is not None:
         choices.set_prompt(args.prompt)

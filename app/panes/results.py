@@ -84,6 +84,7 @@ class ResultsPanel(QWidget):
             "wrong,\nfor the last run or every drafter of the last comparison",
         )
         self.tab_widgets = {RUN_TAB: self.run_split, COMPARE_TAB: self.compare, REJECTIONS_TAB: self.rejections}
+        self.bare_tabs: set[str] = set()  # tabs of add_tab: no header above them
         self.tabs.currentChanged.connect(self._tab_changed)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
@@ -120,7 +121,15 @@ class ResultsPanel(QWidget):
     def _tab_changed(self, _index: int) -> None:
         self.tab_chosen.emit(next(k for k, w in self.tab_widgets.items() if w is self.tabs.currentWidget()))
 
+    def add_tab(self, key: str, widget: QWidget, title: str, tip: str = "") -> None:
+        """A tab of its own (the Train tab), shown when the session's tab is ``key``; the header
+        and the prompt line describe runs, so they are hidden on it."""
+        self.tab_widgets[key] = widget
+        self.bare_tabs.add(key)
+        self.tabs.setTabToolTip(self.tabs.addTab(widget, title), tip)
+
     def show_view(self, view: View) -> None:
+        self.header.setVisible(view.tab not in self.bare_tabs)
         self.tabs.blockSignals(True)
         self.tabs.setCurrentWidget(self.tab_widgets.get(view.tab, self.run_split))
         self.tabs.blockSignals(False)
@@ -128,7 +137,9 @@ class ResultsPanel(QWidget):
         self.message.setVisible(bool(view.message))
         self.prompt_label.setText(view.caption)
         self.prompt_label.setVisible(
-            bool(view.caption) and (self.presenting or (view.tab == COMPARE_TAB and view.bench is not None))
+            bool(view.caption)
+            and view.tab not in self.bare_tabs
+            and (self.presenting or (view.tab == COMPARE_TAB and view.bench is not None))
         )
         self.progress.show_progress(view.progress)
         hidden = self.diagnosis.isHidden()

@@ -41,10 +41,12 @@ from ..panes.config_form import form_values
 from ..panes.controls import ActionBar, ControlPanel
 from ..panes.results import ResultsPanel
 from ..panes.theme import NORMAL, PRESENTATION, Theme, palette, scaled, stylesheet
+from ..panes.train import TrainPane
 from ..state import diagnoses
 from ..state.messages import Exported, Failed, JobDone, Loaded, LoadRequest, Status
 from ..state.playlist import Playlist
-from ..state.session import Session
+from ..state.session import COMPARE_TAB, Session
+from ..state.training import TRAIN_TAB, compare_set
 from ..state.wording import about_text, in_app
 from ..worker import WorkerThread
 from . import file_menu, geometry, kept_choices
@@ -116,6 +118,9 @@ class MainWindow(QMainWindow):
         self.results = ResultsPanel()
         self.results.tab_chosen.connect(partial(self._chose, self.session.show_tab, ""))
         self.results.focus_chosen.connect(partial(self._chose, self.session.set_focus, ""))
+        self.train = TrainPane(self.prefs)  # the Train tab: dspark train as a child process
+        self.train.compare_asked.connect(self.compare_trained)
+        self.results.add_tab(TRAIN_TAB, self.train, "Train", "Train a drafter with dspark train, and watch its curves")
         self.split = QSplitter(Qt.Horizontal)
         self.split.addWidget(self.left)
         self.split.addWidget(self.results)
@@ -196,6 +201,7 @@ class MainWindow(QMainWindow):
         QApplication.instance().setPalette(palette(t))
         self.setStyleSheet(stylesheet(t))
         self.results.set_theme(t)
+        self.train.set_theme(t)
         self.controls.ensurePolished()  # the panel as wide as its widgets at this type size, no wider
         bar = self.controls_scroll.verticalScrollBar().sizeHint().width()
         self.controls_scroll.setMinimumWidth(max(300, self.controls.minimumSizeHint().width() + bar + 4))
@@ -237,6 +243,32 @@ class MainWindow(QMainWindow):
             self.engine.diagnose(job)
         self.said()
         return job is not None
+
+    def compare_trained(self, target: str, new: str, start: str, heldout: list[str]) -> None:
+        """The Train tab's "Compare with the starting drafter": its target, the new drafter and the
+        one it started from ticked, on the run's held-out prompts (else the prompt set's)."""
+        c = self.session.choices
+        name, prompts = compare_set(new, heldout)
+        if name is None:
+            self.on_failed(prompts)
+            return
+        if target and target != c.target:
+            self.on_target_chosen(target)
+        for path in (start, new):
+            if path:
+                self.add_drafter(path, select=path == new)
+                c.tick(path, True)
+        if prompts:
+            c.add_set(name, prompts)
+            c.choose_set(name)
+        c.set_all_prompts(True)
+        self.show_tab(COMPARE_TAB)
+        self.start_compare()
+
+    def open_training(self, folder: str, wait: bool = False) -> bool:
+        """``--train-run DIR``: that run on the Train tab (``wait``: its whole log read now)."""
+        self.show_tab(TRAIN_TAB)
+        return self.train.open_run(folder, wait=wait)
 
     def _submit(self, job) -> None:
         if job is not None:
@@ -449,6 +481,7 @@ class MainWindow(QMainWindow):
             return
         if drawn[1] != self._drawn[1]:
             self.controls.show_choices(self.session.choices)
+            self.train.show_choices(self.session.choices)
             self.actions.show_choices(self.session.choices)
         if drawn[0] != self._drawn[0]:
             view = self.session.view()
@@ -464,5 +497,6 @@ class MainWindow(QMainWindow):
             )
         if self.download is not None:
             self.download.shutdown()
+        self.train.shutdown()
         self.engine.shutdown()
         super().closeEvent(e)

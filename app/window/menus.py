@@ -8,6 +8,15 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 
 from ..state.playlist import SPEEDS
 from ..state.session import COMPARE_TAB, REJECTIONS_TAB, RUN_TAB
+from ..state.training import TRAIN_TAB
+
+#: View's tabs, Ctrl+1 … Ctrl+4 in this order.
+TABS = (
+    ("Run tab", RUN_TAB),
+    ("Compare tab", COMPARE_TAB),
+    ("Rejections tab", REJECTIONS_TAB),
+    ("Train tab", TRAIN_TAB),
+)
 
 
 def build_menus(w) -> None:
@@ -58,9 +67,7 @@ def build_menus(w) -> None:
     m = w.menuBar().addMenu("&View")
     act(m, "Presentation mode", w.presenter.toggle, "F11")
     m.addSeparator()
-    for i, (text, tab) in enumerate(
-        (("Run tab", RUN_TAB), ("Compare tab", COMPARE_TAB), ("Rejections tab", REJECTIONS_TAB)), start=1
-    ):
+    for i, (text, tab) in enumerate(TABS, start=1):
         act(m, text, lambda tab=tab: w.show_tab(tab), f"Ctrl+{i}")
     m = w.menuBar().addMenu("&Help")
     about = act(m, "About DSpark Studio", w.show_about)

@@ -1,0 +1,359 @@
+"""The Train tab: what to train (the choices on the left, ``app.state.training.TrainPlan``), and
+the run on the right: its state, the exact ``dspark train`` command (to copy into a terminal),
+its figures and its curves, read from the run's folder as the log grows.
+
+The run is a child process (``app.state.training.Child``), never this process: the GUI thread
+only starts it, signals it and looks at its folder. The log is read off the GUI thread, a piece
+at a time (a 250 ms timer collects what the reader thread read); the folder is kept in the
+settings, so after a restart the tab shows the last run, its curves and its state again.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QApplication,
+    QGridLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..files import settings
+from ..state import training as tr
+from .plots import PlotBox, fit_title, make_plot, pen, style_plot
+from .theme import NORMAL, Theme
+from .train_form import TrainForm, row
+
+POLL_MS = 250
+RATE_LINES = 10  # step lines a point of the speed curve spans
+
+
+def _duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
+
+
+class TrainPane(QWidget):
+    #: Compare with the starting drafter: (target, the new drafter, the starting one or "", held-out files)
+    compare_asked = Signal(str, str, str, list)
+
+    def __init__(self, prefs: settings.Settings | None = None, parent=None):
+        super().__init__(parent)
+        self.prefs, self.theme = prefs, NORMAL
+        self.argv: list[str] = []  # the shown run's command
+        self.out, self.child, self.output, self.pid = "", None, None, None
+        self.reader: tr.LogReader | None = None
+        self.curves = tr.Curves()
+        self.pending: Future | None = None
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="train-log")
+        self.state = tr.RunState(state="", sentence="")
+        self.items: dict[str, list] = {}  # each plot's lines, made once
+        self.dirty = False
+        self._build()
+        self.timer = QTimer(self)
+        self.timer.setInterval(POLL_MS)
+        self.timer.timeout.connect(self.poll)
+        record = prefs.training_run() if prefs is not None else {}
+        if record:
+            self.open_run(record["out"], record)
+        self._enable()
+
+    # --- layout ------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.form = TrainForm()
+        self.form.asked.connect(lambda name: getattr(self, name)())
+        scroll = QScrollArea()
+        scroll.setWidget(self.form)
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.message = QLabel(objectName="message", wordWrap=True)
+        self.message.hide()
+        self.status = QLabel(objectName="caption", wordWrap=True)
+        self.command = QLineEdit(readOnly=True, placeholderText="the dspark train command of a run started here")
+        copy = QPushButton("Copy")
+        copy.setToolTip("the command, to run, resume (--resume) or finish (--resume --finish) it from a terminal")
+        copy.clicked.connect(lambda: QApplication.clipboard().setText(self.command.text()))
+        self.figures = QLabel(wordWrap=True)
+        self.plots = {
+            "loss": make_plot("Training loss", "loss", "step"),
+            "tau": make_plot("Held-out τ", "τ (tokens a round)", "step"),
+            "positions": make_plot("Held-out acceptance at position k", "acceptance", "step"),
+            "speed": make_plot("Speed", "steps / training second", "step"),
+        }
+        empty = {
+            "loss": "the loss of every step, once the run logs one",
+            "tau": "τ on held-out prompts, every --eval-every steps",
+            "positions": "acceptance of each draft position on held-out prompts",
+            "speed": "steps per second of training",
+        }
+        self.boxes = {k: PlotBox(p, empty[k]) for k, p in self.plots.items()}
+        plots = QGridLayout()
+        for i, box in enumerate(self.boxes.values()):
+            plots.addWidget(box, i // 2, i % 2)
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        for w in (self.message, self.status, row(self.command, copy), self.figures):
+            rl.addWidget(w)
+        rl.addLayout(plots, 1)
+        split = QSplitter()
+        split.addWidget(scroll)
+        split.addWidget(right)
+        split.setStretchFactor(1, 1)
+        split.setSizes([self.form.minimumSizeHint().width() + 24, 900])
+        QVBoxLayout(self).addWidget(split)
+        self.layout().setContentsMargins(0, 0, 0, 0)
+
+    def show_choices(self, choices) -> None:
+        """The app's target and drafters, the form's defaults."""
+        self.form.show_choices(choices)
+
+    def set_theme(self, t: Theme) -> None:
+        self.theme = t
+        for p in self.plots.values():
+            style_plot(p, t)
+        self.dirty = True
+        self.draw()
+
+    # --- the run ------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Start: the plan checked (a refusal is one sentence here), then ``dspark train``."""
+        if self.state.live:
+            return self.say("a run is going on: pause or stop it first")
+        plan, program = self.form.plan(), tr.dspark_program()
+        why = tr.refusal(plan, program)
+        if why:
+            return self.say(why)
+        self.curves = tr.Curves()
+        started = self.launch(tr.command(plan, program), plan.out)
+        if started:
+            self.form.new_out()
+        return started
+
+    def launch(self, argv: list[str], out: str) -> bool:
+        name = f"{Path(out).name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        try:
+            child = tr.Child(argv, settings.training_output(name))
+        except OSError as e:
+            return self.say(f"could not start dspark train: {e.strerror or e}")
+        self.child, self.argv, self.out, self.output, self.pid = child, argv, out, child.output, child.pid
+        self.reader = self.reader if self.reader is not None and self.reader.path.parent == Path(out) else None
+        self.reader = self.reader or tr.LogReader(out)
+        self._keep()
+        self.say("")
+        self.command.setText(tr.shell_line(argv))
+        self.timer.start()
+        self.poll()
+        return True
+
+    def _keep(self) -> None:
+        if self.prefs is not None:
+            record = {"out": self.out, "command": self.argv, "output": str(self.output or ""), "pid": self.pid}
+            self.prefs.keep_training_run(record)
+
+    def open_run(self, out: str, record: dict | None = None, wait: bool = False) -> bool:
+        """Show the run in ``out`` (the last one at a start; ``--train-run``): its curves and
+        state; ``wait`` reads the whole log now (a headless picture)."""
+        record = record or {}
+        if not Path(out).is_dir():
+            return self.say(f"the training run folder {out} is not there")
+        self.out, self.child = out, None
+        self.argv = [a for a in record.get("command") or [] if isinstance(a, str)]
+        self.output = Path(record["output"]) if record.get("output") else None
+        self.pid = record.get("pid") if isinstance(record.get("pid"), int) else None
+        self.reader, self.curves = tr.LogReader(out), tr.Curves()
+        self.command.setText(tr.shell_line(self.argv) if self.argv else "")
+        while wait:
+            again, entries = self.reader.read()
+            self.curves.add(entries)
+            wait = self.reader.behind
+        self.timer.start()
+        self.poll()
+        self.dirty = True
+        self.draw()
+        return True
+
+    def _signal(self, sig, doing: str) -> bool:
+        pid = self.child.pid if self.child is not None else self.state.pid
+        if sig is None or pid is None or not (self.child.send(sig) if self.child else tr.send(pid, sig)):
+            return self.say("the run is not running")
+        self.status.setText(doing)
+        return True
+
+    def pause(self) -> bool:
+        return self._signal(tr.PAUSE, "pausing: the run writes its checkpoint and stops …")
+
+    def resume(self) -> bool:
+        if self.state.live or not self.state.resumable:
+            return self.say("nothing to resume: the run is going on, finished, or has no checkpoint")
+        return self.launch(tr.resume_command(self._command()), self.out)
+
+    def finish(self) -> bool:
+        """Stop keeping the best: a running run ends at its next step; a paused one is resumed
+        to finish (``--resume --finish``). Before its first step a run has no handler for the
+        signal (it would end unsaved), so it is not sent then."""
+        if self.state.state == "preparing":
+            return self.say("the run is still preparing its data: stop it once it trains, or Pause it")
+        if self.state.live:
+            return self._signal(tr.FINISH, "stopping: the run keeps its best held-out checkpoint as the drafter …")
+        if self.state.resumable:
+            return self.launch(tr.resume_command(self._command(), finish=True), self.out)
+        return self.say("nothing to stop: no run is going on or paused")
+
+    def _command(self) -> list[str]:
+        """The run's command; for a run this tab did not start, the least that resumes it."""
+        program = tr.dspark_program() or ["dspark"]
+        return self.argv or [*program, "train", "--target", self.form.plan().target, "--out", self.out]
+
+    def compare(self) -> bool:
+        if self.state.state != "finished":
+            return self.say("the run has not finished: compare once it has")
+        target = tr.option(self.argv, "--target") or self.form.plan().target
+        start = tr.option(self.argv, "--from") or ""
+        self.compare_asked.emit(target, self.out, start, tr.heldout_files(self.argv))
+        return True
+
+    def say(self, text: str) -> bool:
+        self.message.setText(text)
+        self.message.setVisible(bool(text))
+        return False
+
+    # --- watching ----------------------------------------------------------------------
+    def poll(self) -> None:
+        """Collect what the reader thread read and ask for more; look at the run's state."""
+        if not self.out:
+            return
+        if self.pending is not None and self.pending.done():
+            again, entries = self.pending.result()
+            if again:
+                self.curves = tr.Curves()
+            self.curves.add(entries)
+            self.pending, self.dirty = None, self.dirty or again or bool(entries)
+        if self.pending is None and self.reader is not None:
+            self.pending = self.pool.submit(self.reader.read)
+        last = self.curves.steps[-1] if self.curves.steps else None
+        state = tr.run_state(self.out, child=self.child, last_step=last)
+        if state != self.state:
+            self.state, self.dirty = state, True
+            if not state.live and state.state == "failed":
+                self.say(f"the run {state.sentence}")
+            if state.pid != self.pid and state.pid is not None:
+                self.pid = state.pid
+                self._keep()
+        self.draw()
+
+    def draw(self) -> None:
+        if not self.dirty:
+            return
+        self.dirty = False
+        self._enable()
+        c, t = self.curves, self.theme
+        self.status.setText(f"{Path(self.out).name}: {self.state.sentence}" if self.out else "no run yet")
+        self.figures.setText(self._figures())
+        for key, box in self.boxes.items():
+            box.set_empty(not (c.held_steps if key in ("tau", "positions") else len(c.steps) > (key == "speed")))
+        steps = np.asarray(c.steps, dtype=float)
+        self._line("loss", [(steps, np.asarray(c.loss), t.speculative, "")])
+        held = np.asarray(c.held_steps, dtype=float)
+        self._line("tau", [(held, np.asarray(c.tau), t.speculative, "")], symbols=True)
+        width = max((len(p) for p in c.positions), default=0)
+        self._line(
+            "positions",
+            [
+                (held, np.asarray([p[k] if k < len(p) else np.nan for p in c.positions]), t.series[k % 6], f"{k + 1}")
+                for k in range(width)
+            ],
+            symbols=True,
+        )
+        finite = [x for x in c.tau if np.isfinite(x)]
+        top = max(finite + [1.5]) * 1.1
+        self.plots["tau"].setYRange(1.0 - (top - 1.0) * 0.05, top, padding=0)  # never below 1, but 1 in view
+        self.plots["positions"].setYRange(-0.04, 1.04, padding=0)
+        k = min(RATE_LINES, len(steps) - 1)
+        if k >= 1:
+            sec = np.asarray(c.seconds)
+            dt = sec[k:] - sec[:-k]
+            rate = np.where(dt > 0, (steps[k:] - steps[:-k]) / np.where(dt > 0, dt, 1), np.nan)
+            self._line("speed", [(steps[k:], rate, t.speculative, "")])
+
+    def _line(self, key: str, series, symbols: bool = False) -> None:
+        """Each series' line, made once and given new data after (remaking the items and fitting
+        the title on every poll kept the GUI thread busy for a third of a second on 2 shared cores)."""
+        w, items = self.plots[key], self.items.setdefault(key, [])
+        keys = [
+            (colour, f"k = {name}" if i == 0 else name, "solid")
+            for i, (_x, _y, colour, name) in enumerate(series)
+            if name
+        ]
+        if len(items) != len(series) or getattr(w, "drawn_keys", None) != (self.theme, keys):
+            w.clear()
+            items.clear()
+            for _x, _y, colour, _name in series:
+                item = w.plot(pen=pen(colour, width=2), connect="finite")
+                if symbols:
+                    item.setSymbol("o")
+                    item.setSymbolSize(6)
+                    item.setSymbolBrush(colour)
+                item.setDownsampling(auto=True, method="peak")
+                item.setClipToView(True)
+                items.append(item)
+            w.drawn_keys = (self.theme, keys)
+            fit_title(w, self.theme, w.property("titles")[0], keys)
+        for item, (x, y, _colour, _name) in zip(items, series):
+            item.setData(x, y, connect="finite")
+
+    def _figures(self) -> str:
+        c, parts = self.curves, []
+        total = c.total or self.state.steps
+        if c.steps:
+            parts.append(f"step {c.steps[-1]:,}" + (f" of {total:,}" if total else ""))
+        rate = c.steps_per_sec()
+        if rate:
+            parts.append(f"{rate:.2f} steps/s")
+        tokens = c.tokens_per_sec(tr.block_size(self.out, self.argv)) if self.out else None
+        if tokens:
+            parts.append(f"{tokens:,.0f} tokens/s")
+        every = tr.option(self.argv, "--eval-every")
+        left = c.seconds_left(total, int(every) if every and every.isdigit() else None)
+        if left is not None and self.state.live:
+            parts.append(f"about {_duration(left)} left")
+        cost = c.eval_cost()
+        if cost:
+            parts.append(
+                f"a held-out measurement takes {cost[0]:.1f} s, {cost[1]:.0%} of the run's time so far "
+                "(not counted as training)"
+            )
+        return " · ".join(parts)
+
+    def _enable(self) -> None:
+        s = self.state
+        finished = s.state == "finished" and bool(self.out) and (Path(self.out) / "config.json").is_file()
+        enabled = {}
+        for name, on in (
+            ("start", not s.live),
+            ("pause", s.live),
+            ("resume", not s.live and s.resumable and s.state != "finished"),
+            ("finish", s.live or (s.resumable and s.state in ("paused", "crashed"))),
+            ("compare", finished),
+        ):
+            enabled[name] = on
+        self.form.enable(enabled)
+
+    def shutdown(self) -> None:
+        """Quitting: a run this tab started is paused (it writes its checkpoint on its own)."""
+        self.timer.stop()
+        if self.child is not None and self.child.running():
+            self.child.send(tr.PAUSE)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def plot_widgets(self) -> dict[str, pg.PlotWidget]:
+        return {f"train-{k}": p for k, p in self.plots.items()}

@@ -1,0 +1,309 @@
+"""The Train tab (issue #44): the ``dspark train`` command each choice makes, a real tiny run
+started from the tab (curves appear as the log grows, the GUI thread never waits), pause and
+resume from the checkpoint, the tab after a restart, stop keeping the best, the compare button,
+bad inputs in one sentence, and the headless picture of a run's folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_app_support import WORDS, save_tiny_target
+
+from dspark_studio.state import training as tr
+
+#: A tiny drafter on a tiny target: steps of ~10 ms, so a run is seconds, not hours.
+TINY = "--block-size 3 --layers 1 --taps 1,3 --markov-rank 8 --batch 8 --seq-len 32 --prompt-len 8 --no-progress"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    target = save_tiny_target(root / "target")
+    rng = np.random.default_rng(0)
+    data = root / "data.txt"
+    data.write_text("\n".join(" ".join(rng.choice(WORDS, size=12)) for _ in range(40)))
+    return {"root": root, "target": str(target), "data": str(data)}
+
+
+def parse_train(argv: list[str]):
+    """``dspark train``'s own parser on the command the tab built (argv[0] is the program)."""
+    from dspark.cli import build_parser
+
+    assert argv[1] == "train"
+    return build_parser(("train",)).parse_args(argv[1:])
+
+
+def test_the_command_for_each_choice(tiny, tmp_path):
+    base = tr.TrainPlan(target=tiny["target"], data=(tiny["data"],), out=str(tmp_path / "o"), steps=300)
+    prog = ["dspark"]
+    cases = {
+        "dspark": (base, ["--kind block --format native"], ["--no-markov", "--from"]),
+        "dflash": (tr.TrainPlan(**{**vars(base), "markov": False, "fmt": "zlab"}), ["--format zlab --no-markov"], []),
+        "eagle3": (tr.TrainPlan(**{**vars(base), "kind": "eagle3"}), ["--kind eagle3"], ["--format", "--no-markov"]),
+        "assistant": (tr.TrainPlan(**{**vars(base), "kind": "assistant"}), ["--kind assistant"], ["--format"]),
+        "from": (
+            tr.TrainPlan(**{**vars(base), "start_from": tiny["target"]}),
+            [f"--from {tiny['target']}"],
+            ["--kind"],
+        ),
+        "distill": (
+            tr.TrainPlan(**{**vars(base), "self_distill": True, "minutes": 2.5, "force": True, "heldout": ("h.txt",)}),
+            ["--self-distill", "--time-budget-minutes 2.5", "--force", "--heldout h.txt"],
+            [],
+        ),
+    }
+    for name, (plan, has, lacks) in cases.items():
+        argv = tr.command(plan, prog)
+        line = " ".join(argv)
+        assert all(f" {words}" in line for words in has), (name, line)
+        assert not set(lacks) & set(argv), (name, line)
+        a = parse_train(argv)  # dspark train itself accepts it
+        assert a.out == plan.out and a.steps == 300 and a.eval_every == plan.eval_every
+        assert a.data == [tiny["data"]] and a.target == tiny["target"]
+    extra = tr.command(tr.TrainPlan(**{**vars(base), "extra": "--layers 1 --lr '3e-4'"}), prog)
+    assert extra[-4:] == ["--layers", "1", "--lr", "3e-4"] and parse_train(extra).num_layers == 1
+    # --eval-every: a measurement every twentieth of the run, never every step of a long one
+    assert tr.eval_every_for(2000) == 100 and tr.eval_every_for(7) == 1
+    forced = tr.command(cases["distill"][0], prog)
+    again = tr.resume_command(forced)
+    assert "--force" not in again and again[-1] == "--resume" and parse_train(again).resume
+    assert tr.resume_command(again, finish=True)[-2:] == ["--resume", "--finish"]
+    assert parse_train(tr.resume_command(again, finish=True)).finish
+    assert shlex.split(tr.shell_line(forced)) == forced  # the copyable line is the command
+
+
+def test_the_folder_names_are_dspark_train_s_own():
+    from dspark.training.status import STATUS_FILE
+    from dspark.training.train import REPORT_FILE
+    from dspark.training.trainer import STATE_FILE
+
+    assert (tr.STATUS_FILE, tr.STATE_FILE, tr.REPORT_FILE) == (STATUS_FILE, STATE_FILE, REPORT_FILE)
+
+
+@pytest.fixture
+def pane(qtbot, tmp_path, monkeypatch):
+    from dspark_studio.files.settings import Settings
+    from dspark_studio.panes.train import TrainPane
+
+    monkeypatch.setenv("DSPARK_STUDIO_HOME", str(tmp_path / "home"))
+    made = []
+
+    def make():
+        p = TrainPane(Settings())
+        qtbot.addWidget(p)
+        p.resize(1280, 800)
+        p.show()
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:  # no run outlives its test
+        if p.child is not None and p.child.running():
+            p.child.proc.kill()
+            p.child.proc.wait(10)
+        p.shutdown()
+
+
+def fill(p, tiny, out: Path, *, steps=100_000, every=40, extra=TINY, data=None, distill=True):
+    p.form.target.setCurrentText(tiny["target"])
+    p.form.data.setPlainText(tiny["data"] if data is None else data)
+    p.form.self_distill.setChecked(distill)
+    p.form.steps.setValue(steps)
+    p.form.eval_every.setValue(every)
+    p.form.eval_prompts.setValue(2)
+    p.form.eval_tokens.setValue(8)
+    p.form.out_edit.setText(str(out))
+    p.form.extra.setText(extra)
+
+
+def test_bad_inputs_are_one_sentence_and_nothing_is_touched(pane, tiny, tmp_path):
+    p = pane()
+    other = tmp_path / "holds"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for change, words in (
+        (lambda: p.form.target.setCurrentText(""), "no target"),
+        (lambda: p.form.target.setCurrentText(str(tmp_path / "nowhere")), "is not a folder"),
+        (lambda: p.form.data.setPlainText(""), "no data"),
+        (lambda: p.form.data.setPlainText(str(tmp_path / "missing.jsonl")), "does not exist"),
+        (lambda: p.form.out_edit.setText(str(other)), "holds something else"),
+        (lambda: p.form.out_edit.setText(str(a_file)), "is a file"),
+        (lambda: p.form.extra.setText("--lr 'unclosed"), "cannot be read"),
+    ):
+        fill(p, tiny, tmp_path / "fresh", steps=5)
+        change()
+        assert p.start() is False and p.child is None
+        text = p.message.text()
+        assert words in text and "\n" not in text and "Traceback" not in text, text
+        assert p.message.isVisible()
+    assert (other / "notes.txt").read_text() == "mine" and a_file.read_text() == "x"
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_a_failing_run_says_its_last_error_line(pane, qtbot, tiny, tmp_path):
+    """The child process failing: its own sentence (status.json's message, else its output's last
+    line) in the tab, never a traceback."""
+    p = pane()
+    fill(p, tiny, tmp_path / "bad", steps=5, extra=TINY + " --taps 1,99")  # a tap past the target's layers
+    assert p.start()
+    qtbot.waitUntil(lambda: p.state.state == "failed", timeout=60_000)
+    said = p.message.text()
+    assert "failed" in said and "99" in said and "Traceback" not in said, said
+
+
+def wait_steps(qtbot, p, n, timeout=90_000):
+    qtbot.waitUntil(lambda: len(p.curves.steps) >= n, timeout=timeout)
+
+
+def test_a_real_run_from_the_tab_pause_resume_restart_stop_and_compare(pane, qtbot, tiny, tmp_path):
+    """Long because it is one run's life: started from the tab, its curves appear while the GUI
+    thread keeps ticking (the longest gap between 10 ms ticks is printed), paused (SIGTERM) at a
+    checkpoint, resumed from it, found again by a new tab after a "restart", stopped keeping the
+    best (SIGUSR1), and compared."""
+    from PySide6.QtCore import QTimer
+
+    out = tmp_path / "run"
+    p = pane()
+    fill(p, tiny, out, every=40)
+    ticks = []
+    clock = QTimer()
+    clock.setInterval(10)
+    clock.timeout.connect(lambda: ticks.append(time.monotonic()))
+    clock.start()
+    assert p.start(), p.message.text()
+    assert p.command.text().startswith(shlex.join(tr.dspark_program() + ["train"]))
+    wait_steps(qtbot, p, 300)
+    qtbot.waitUntil(lambda: len(p.curves.held_steps) >= 2, timeout=60_000)
+    clock.stop()
+    gaps = np.diff(ticks)
+    print(
+        f"\nGUI thread: {len(ticks)} ticks, longest gap {gaps.max() * 1000:.0f} ms while the log grew to "
+        f"{len(p.curves.steps)} steps"
+    )
+    assert gaps.max() < 0.5, gaps.max()
+    assert not p.boxes["loss"].is_empty and not p.boxes["tau"].is_empty and not p.boxes["positions"].is_empty
+    assert (
+        "steps/s" in p.figures.text() and "tokens/s" in p.figures.text() and "held-out measurement" in p.figures.text()
+    )
+    assert p.state.live and p.state.state in ("training", "measuring")
+    # pause: SIGTERM, the run checkpoints and stops; the tab says paused
+    assert p.pause()
+    qtbot.waitUntil(lambda: p.state.state == "paused", timeout=60_000)
+    at = tr.checkpoint(out)["step"]
+    assert at >= 300 and p.form.buttons["resume"].isEnabled() and not p.form.buttons["pause"].isEnabled()
+    # resume continues from the checkpoint: one run's curves, no step twice
+    assert p.resume()
+    assert p.command.text().endswith("--resume")
+    wait_steps(qtbot, p, at + 50)
+    assert p.curves.steps == list(range(1, len(p.curves.steps) + 1))
+    # a restart: the app quits (the run is paused on the way out) and a new tab finds it
+    p.shutdown()
+    qtbot.waitUntil(lambda: not p.child.running(), timeout=60_000)
+    q = pane()
+    assert q.out == str(out) and q.argv == p.argv
+    qtbot.waitUntil(lambda: q.state.state == "paused" and len(q.curves.steps) >= at + 50, timeout=30_000)
+    assert "paused at step" in q.status.text() and q.form.buttons["resume"].isEnabled()
+    # stop keeping the best: resumed, then SIGUSR1 once it trains; it finishes with a report
+    paused_at = tr.checkpoint(out)["step"]
+    assert q.resume()
+    qtbot.waitUntil(lambda: q.state.state == "training" and (q.state.step or 0) > paused_at, timeout=60_000)
+    assert q.finish()
+    qtbot.waitUntil(lambda: q.state.state == "finished", timeout=120_000)
+    report = json.loads((out / tr.REPORT_FILE).read_text())
+    assert report["steps_done"] < 100_000 and (out / "config.json").is_file()
+    assert q.form.buttons["compare"].isEnabled() and not q.form.buttons["resume"].isEnabled()
+    asked = []
+    q.compare_asked.connect(lambda *a: asked.append(a))
+    assert q.compare()
+    assert asked == [(tiny["target"], str(out), "", [])]
+
+
+def test_a_paused_run_finishes_with_resume_finish(pane, qtbot, tiny, tmp_path):
+    out = tmp_path / "paused"
+    p = pane()
+    fill(p, tiny, out, every=20)
+    assert p.start()
+    wait_steps(qtbot, p, 60)
+    qtbot.waitUntil(lambda: p.state.state == "training", timeout=30_000)
+    p.pause()
+    qtbot.waitUntil(lambda: p.state.state == "paused", timeout=60_000)
+    assert p.form.buttons["finish"].isEnabled()
+    assert p.finish() and p.command.text().endswith("--resume --finish")
+    qtbot.waitUntil(lambda: p.state.state == "finished", timeout=120_000)
+    assert (out / tr.REPORT_FILE).is_file() and p.form.buttons["compare"].isEnabled()
+
+
+def test_the_compare_button_adds_the_drafters_and_compares_on_held_out_prompts(qtbot, tiny, tmp_path, monkeypatch):
+    """The window's side of "Compare with the starting drafter": the run's target, the new drafter and
+    the one it started from ticked, the run's --heldout prompts as the set, a comparison started."""
+    from test_app_support import save_tiny_drafter, shown_window
+
+    new = save_tiny_drafter(Path(tiny["target"]), tmp_path / "new", seed=3)
+    start = save_tiny_drafter(Path(tiny["target"]), tmp_path / "start", seed=4)
+    held = tmp_path / "held.jsonl"
+    held.write_text("\n".join(json.dumps({"prompt": f"the {w} of"}) for w in ("cat", "dog", "sea")))
+    w = shown_window(qtbot, monkeypatch, tmp_path / "home")
+    started = []
+    monkeypatch.setattr(w, "start_compare", lambda: started.append(w.session.choices.compare_prompts()))
+    w.compare_trained(tiny["target"], str(new), str(start), [str(held)])
+    c = w.session.choices
+    assert c.target == tiny["target"] and {str(new), str(start)} <= set(c.checked())
+    assert started == [["the cat of", "the dog of", "the sea of"]] and w.session.tab == "compare"
+    w.compare_trained(tiny["target"], str(new), "", [str(tmp_path / "gone.txt")])  # unreadable: one sentence
+    assert "held-out prompts cannot be read" in w.session.message and len(started) == 1
+    w.close()
+
+
+def test_the_headless_picture_of_a_run_s_folder(tiny, tmp_path):
+    """dspark-studio --screenshot --tab train --train-run DIR: a real tiny run's curves, no model loaded."""
+    out = tmp_path / "run"
+    env = {**os.environ, "DSPARK_STUDIO_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen"}
+    cmd = [tiny["data"], "--target", tiny["target"], "--out", str(out), "--steps", "30", "--eval-every", "10"]
+    dspark = tr.dspark_program()
+    train = [*dspark, "train", "--data", *cmd, "--self-distill", "--eval-prompts", "2", "--eval-tokens", "8"]
+    r = subprocess.run(train + shlex.split(TINY), capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    png = tmp_path / "train.png"
+    studio = [sys.executable, "-m", "dspark_studio", "--screenshot", str(png), "--tab", "train", "--size", "1280x800"]
+    r = subprocess.run(studio + ["--train-run", str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and png.stat().st_size > 20_000, r.stderr[-2000:]
+    r = subprocess.run(
+        studio + ["--train-run", str(tmp_path / "nothing")], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert r.returncode == 1  # no run there: said on the picture, and the exit status
+
+
+def test_the_train_tab_in_the_window(qtbot, tiny, tmp_path, monkeypatch):
+    """View ▸ Train tab (Ctrl+4) shows it without the header strip (which describes runs); the
+    tab's target follows the app's until the person types another; the app's drafters are what
+    "more training of a drafter" offers."""
+    from PySide6.QtCore import Qt
+    from test_app_support import save_tiny_drafter, shown_window
+
+    w = shown_window(qtbot, monkeypatch, tmp_path / "home")
+    drafter = save_tiny_drafter(Path(tiny["target"]), tmp_path / "d", seed=5)
+    w.session.choices.set_target(tiny["target"])
+    w.session.choices.add_drafter(str(drafter), select=True)
+    w.refresh()
+    w.activateWindow()  # a shortcut reaches an active window only
+    qtbot.waitUntil(w.isActiveWindow, timeout=5000)
+    qtbot.keyClick(w, Qt.Key_4, Qt.ControlModifier)
+    assert w.session.tab == "train" and w.results.tabs.currentWidget() is w.train
+    assert not w.results.header.isVisible()
+    plan = w.train.form.plan()
+    assert plan.target == tiny["target"] and w.train.form.start_from.currentText() == str(drafter)
+    assert Path(plan.out).parent == Path(tmp_path / "home" / "data" / "drafters")  # a new folder under the app's data
+    assert not Path(plan.out).exists()
+    qtbot.keyClick(w, Qt.Key_1, Qt.ControlModifier)
+    assert w.session.tab == "run" and w.results.header.isVisible()
+    w.close()
