@@ -34,6 +34,16 @@ DATA_OPTIONS = (
 
 
 TRAIN_EPILOG = """\
+fine-tuning, pausing and finishing:
+  dspark train --target T --data F --out OUT --from DRAFTER     start from DRAFTER's weights
+  kill -TERM PID (or Ctrl-C)     pause: a checkpoint, then exit; continue with the same command + --resume
+  kill -USR1 PID                 stop now and finish: write the best held-out weights (--eval-every) as
+                                 the drafter, else the last, then the final evaluation and report
+  dspark train --target T --out OUT --resume --finish     the same for a paused run
+progress: OUT/train_log.jsonl (a line per step and per held-out measurement, the best marked
+"best": true; the best weights in OUT/.train/best/) and OUT/.train/status.json (state, step, steps,
+message, pid: preparing, training, measuring, paused, finished or failed).
+
 several processes or machines (data parallel, mlx.distributed):
   mlx.launch --backend ring -n 2 --python $(which python) -- $(which dspark) train ...
   mlx.launch --backend ring --hosts 10.0.0.1,10.0.0.2 --python PY -- DSPARK train ...
@@ -61,7 +71,8 @@ def add_parser(subparsers):
     ap.add_argument(
         "--data",
         nargs="+",
-        help="text files (.txt/.py/.md), folders, or .jsonl with a text/prompt field; default: the built-in corpus",
+        help="text files (.txt/.py/.md), folders, or .jsonl with a text/prompt field or a chat's messages (rendered "
+        "with the target's chat template); default: the built-in corpus",
     )
     ap.add_argument(
         "--heldout",
