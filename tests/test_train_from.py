@@ -56,6 +56,17 @@ def world(tmp_path_factory):
         argv = ["train", "--target", str(target), "--data", str(data), "--out", str(out), "--steps", "3", *extra]
         assert main(argv) == 0
         starts[name] = out
+    for name in ("speculators", "eagle3", "assistant"):  # as published: nothing of dspark's in them
+        bare = shutil.copytree(
+            starts[name], root / f"published-{name}", ignore=shutil.ignore_patterns(".train", "*.json*")
+        )
+        config = json.loads((starts[name] / "config.json").read_text())
+        del config["dspark"]
+        (bare / "config.json").write_text(json.dumps(config))
+        for extra in ("generation_config.json",):
+            if (starts[name] / extra).is_file():
+                shutil.copyfile(starts[name] / extra, bare / extra)
+        starts[f"published-{name}"] = bare
     return {"root": root, "target": target, "data": data, "starts": starts}
 
 
@@ -79,7 +90,18 @@ def fine_tune(world, out: Path, start: Path, *extra: str, target: Path | None = 
     ]
 
 
-@pytest.mark.parametrize("kind", ["native", "speculators", "eagle3", "assistant"])
+KINDS = [
+    "native",
+    "speculators",
+    "eagle3",
+    "assistant",
+    "published-speculators",
+    "published-eagle3",
+    "published-assistant",
+]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_fine_tune_starts_from_the_drafters_weights_and_keeps_its_format(world, kind, tmp_path, capsys):
     """With a learning rate of 0 a step changes nothing, so the drafter written is the starting
     one, weight for weight (a new drafter's random weights would differ everywhere); its
@@ -167,7 +189,7 @@ def test_a_drafter_trained_against_other_weights_of_the_architecture_is_fine_tun
     assert load_drafter(out, load_target(tuned_target)).weights_note(load_target(tuned_target)) is None
 
 
-@pytest.mark.parametrize("kind", ["speculators", "eagle3"])
+@pytest.mark.parametrize("kind", ["speculators", "eagle3", "published-speculators", "published-assistant"])
 def test_a_paused_fine_tune_resumes_exactly_without_from(world, kind, tmp_path, monkeypatch, capsys):
     from dspark.training.trainer import DrafterTrainer
 
