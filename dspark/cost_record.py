@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from .validate import costs_problem
 
 #: Bumped whenever what is measured changes, so costs cached by an older version are measured again.
-VERSION = 10
+VERSION = 11
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,9 +19,11 @@ class Costs:
     verify_ms: tuple[float, ...]  # [w]: a verify forward of the anchor and w drafts, with taps
     draft_ms: float  # one drafted block (an autoregressive drafter: its first token)
     step_ms: float  # one token of plain mlx-lm decoding (generate_step)
-    # what each further drafted token adds (an autoregressive drafter's step; 0: a block drafter's
-    # block is one forward); measured at the first context, scaled as draft_ms at the others
-    draft_step_ms: float = 0.0
+    # what each further drafted token adds, in order: [j] the cost of token j + 2 (an autoregressive
+    # drafter's steps, not alike: later ones overlap more of the round; a count past the last
+    # measured pays the last); () a block drafter's block is one forward. Measured at the first
+    # context, scaled as draft_ms at the others
+    draft_steps_ms: tuple[float, ...] = ()
     threads: dict[str, int] = field(default_factory=dict)  # phase -> BLAS threads (empty: not set)
     context: int = 0  # committed tokens in the cache while measuring
     measured_at: str = ""
@@ -61,7 +63,9 @@ class Costs:
             self,
             verify_ms=tuple(monotone([lerp(v0[w], v1[w]) for w in range(width)])),
             draft_ms=draft,
-            draft_step_ms=self.draft_step_ms * draft / self.draft_ms if self.draft_ms > 0 else self.draft_step_ms,
+            draft_steps_ms=tuple(x * draft / self.draft_ms for x in self.draft_steps_ms)
+            if self.draft_ms > 0
+            else self.draft_steps_ms,
             step_ms=lerp(s0, s1),
             context=position,
             longer=(),
@@ -82,7 +86,7 @@ class Costs:
             verify_ms=tuple(float(x) for x in d["verify_ms"]),
             draft_ms=float(d["draft_ms"]),
             step_ms=float(d["step_ms"]),
-            draft_step_ms=float(d.get("draft_step_ms", 0.0)),
+            draft_steps_ms=tuple(float(x) for x in d.get("draft_steps_ms", ())),
             threads={str(k): int(v) for k, v in d.get("threads", {}).items()},
             context=int(d.get("context", 0)),
             measured_at=str(d.get("measured_at", "")),
@@ -124,6 +128,11 @@ def describe(costs: Costs) -> str:
     return (
         f"at {costs.context} tokens: plain step {costs.step_ms:.1f} ms, draft {costs.draft_ms:.1f} ms, verify of "
         f"0..{len(costs.verify_ms) - 1} drafts [{v}] ms"
+        + (
+            f"; further draft tokens [{', '.join(f'{x:.1f}' for x in costs.draft_steps_ms)}] ms"
+            if costs.draft_steps_ms
+            else ""
+        )
         + (f"; {longer} ms" if longer else "")
         + (f"; BLAS threads: {t}" if t else "")
     )

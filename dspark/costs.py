@@ -128,7 +128,7 @@ def measure(
     generation's state."""
     limit = _max_positions(target) - block_size - 2
     contexts = sorted({c for c in contexts if c <= limit}) or [max(1, min(contexts[0], limit))]
-    first, best, draft_step = _at_context(
+    first, best, stepwise = _at_context(
         target, drafter, block_size, context=contexts[0], repeats=repeats, threads=threads
     )
     # longer caches: fewer repeats and three widths (verify time is close to linear in the rows
@@ -149,8 +149,9 @@ def measure(
         for c in contexts[1:]
     )
     verify, draft, step = first
-    if draft_step is not None:  # an autoregressive drafter: priced from whole rounds at the first context
-        loop_draft, draft_step = _stepwise_draft_ms(
+    draft_steps: tuple[float, ...] = ()
+    if stepwise:  # an autoregressive drafter: priced from whole rounds at the first context
+        loop_draft, draft_steps = _stepwise_draft_ms(
             target,
             drafter,
             block_size,
@@ -170,7 +171,7 @@ def measure(
         verify_ms=verify,
         draft_ms=draft,
         step_ms=step,
-        draft_step_ms=draft_step or 0.0,
+        draft_steps_ms=draft_steps,
         threads=best,
         context=contexts[0],
         measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -195,8 +196,8 @@ def _at_context(
     threads: dict[str, int] | None,
     widths: list[int] | None = None,
 ):
-    """((verify_ms by width, draft_ms, step_ms), the thread counts used, draft_step_ms: None for a
-    block drafter) on a cache of ``context``
+    """((verify_ms by width, draft_ms, step_ms), the thread counts used, whether the drafter is
+    autoregressive (its draft_ms then its first token's)) on a cache of ``context``
     random tokens, medians of ``repeats``, at the ``threads`` given (None: the fastest found);
     only ``widths`` are timed when given, the others read off the line between."""
     rng = mx.random.key(1234)
@@ -235,8 +236,8 @@ def _at_context(
 
         return run
 
-    # an autoregressive drafter is timed at one token too: each further token is one more step
-    # (:func:`measure` then prices both from whole rounds)
+    # an autoregressive drafter is timed at one token: each further token is one more step
+    # (:func:`measure` then prices them from whole rounds)
     stepwise = getattr(draft_session, "autoregressive", False) and block_size > 1
 
     drafted = ids[None, context + 1 :]  # random drafts: a greedy verify costs the same whatever it accepts
@@ -265,7 +266,7 @@ def _at_context(
     choices = [threads.get("step", 0)] if threads is not None else _thread_choices()
     step, steps = _step_turn(target, prompt + [anchor], len(choices) * (repeats + 1))
     phases = {
-        "draft": [draft(block_size)] + ([draft(1)] if stepwise else []),
+        "draft": [draft(1 if stepwise else block_size)],
         "verify": [verify(w) for w in timed],
         "step": [step],
     }
@@ -282,10 +283,7 @@ def _at_context(
         steps.close()
     verify = monotone([_between(timed, timings["verify"], w) for w in range(block_size + 1)])
     step_ms = one_row_bound(timings["step"][0] / STEP_TOKENS, verify[0])
-    if not stepwise:
-        return (tuple(verify), timings["draft"][0], step_ms), best, None
-    block, one = timings["draft"]
-    return (tuple(verify), one, step_ms), best, max(0.0, block - one) / (block_size - 1)
+    return (tuple(verify), timings["draft"][0], step_ms), best, stepwise
 
 
 def one_row_bound(step_ms: float, verify_one_ms: float) -> float:
@@ -399,27 +397,27 @@ def _stepwise_draft_ms(
     threads: dict[str, int],
     repeats: int = 3,
     n_rounds: int = 8,
-) -> tuple[float, float]:
-    """An autoregressive drafter's (first token, each further token) milliseconds, from whole
-    rounds drafting 1 and ``block_size`` tokens (taking turns, medians after a warm-up turn) less
-    the verify's ``verify_ms`` at those widths. Timed alone, a draft misses what a round's draft
-    pays (the committed pairs it reads first) and what it overlaps (the verify graph is built
-    while it computes): the demo EAGLE-3 head's first token priced at 0.6 ms cost 4.7 ms in a
-    round, and each further token was priced 20-50% dearer than rounds paid for it, so ``auto``
-    drafted fewer tokens than paid. The rounds start after ``context`` random tokens, as
-    :func:`_at_context`'s phases do."""
+) -> tuple[float, tuple[float, ...]]:
+    """An autoregressive drafter's (first token, each further token's) milliseconds, from whole
+    rounds drafting each count 1..``block_size`` (taking turns, medians after a warm-up turn) less
+    the verify's ``verify_ms`` at that width, made non-decreasing (:func:`monotone`: drafting more
+    never costs less). Timed alone, a draft misses what a round's draft pays (the committed pairs
+    it reads first) and what it overlaps (the verify graph is built while it computes): the demo
+    EAGLE-3 head's first token priced at 0.6 ms cost 4.7 ms in a round. Nor do its steps cost
+    alike: the demo assistant's rounds paid 8.9, 12.1, 13.3 and 14.8 ms for 2 to 5 drafts, so a
+    price per token drawn through 1 and ``block_size`` drafts made the 4th and 5th look twice their
+    cost and ``auto`` stopped at 3 or 4 where 5 paid. The rounds start after ``context`` random
+    tokens, as :func:`_at_context`'s phases do."""
     ids = mx.random.randint(5, target.dims.vocab_size, (context + 1,), key=mx.random.key(1234)).astype(mx.int32)
     prompt = ids.tolist()
-    ms: dict[int, list[float]] = {1: [], block_size: []}
+    ms: dict[int, list[float]] = {count: [] for count in range(1, block_size + 1)}
     for rep in range(repeats + 1):
         for count in ms:
             took = _round_turn(target, drafter, prompt, count=count, threads=threads, n_rounds=n_rounds)
             if rep:
                 ms[count].append(took)
-    one, block = median(ms[1]), median(ms[block_size])
-    first = max(0.0, one - verify_ms[1])
-    step = max(0.0, (block - one) - (verify_ms[block_size] - verify_ms[1])) / (block_size - 1)
-    return first, step
+    drafts = monotone([max(0.0, median(ms[count]) - verify_ms[count]) for count in ms])
+    return drafts[0], tuple(later - earlier for earlier, later in zip(drafts, drafts[1:]))
 
 
 def _interleaved_ms(phases: dict, repeats: int, threads: dict[str, int]) -> dict:

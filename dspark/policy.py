@@ -14,11 +14,12 @@
 
 An autoregressive drafter (the Gemma-4 assistant, EAGLE-3) pays for each token it drafts, so for
 it ``auto`` decides before the draft how many tokens to draft (:meth:`Scheduler.draft_count`): the
-count with the highest expected tokens per second of all, the draft's cost growing by
-``draft_step_ms`` a token (:mod:`dspark.costs`), so a round drafts only the tokens whose expected
-acceptance pays for their own step and verify row. It reads only earlier rounds, so it may search
-past a drop (below).
-A block drafter's block is one forward whatever it holds (``draft_step_ms`` 0).
+count with the highest expected tokens per second of all, the draft's cost growing with each
+token by what rounds drafting that many were measured to pay (``draft_steps_ms``,
+:mod:`dspark.costs`; later steps overlap more of the round and cost less than the first ones), so
+a round drafts only the tokens whose expected acceptance pays for their own step and verify row.
+It reads only earlier rounds, so it may search past a drop (below).
+A block drafter's block is one forward whatever it holds (no ``draft_steps_ms``).
 
 When ``auto`` finds that no round can pay at the current context (the costs grow with the cache,
 and the acceptance it observes may fall), it decodes plainly. Now and then a plain stretch asks
@@ -115,12 +116,12 @@ def auto_width(
     verify_ms: list[float],
     width: int,
     *,
-    draft_step_ms: float = 0.0,
+    draft_steps_ms: tuple[float, ...] = (),
     first_drop: bool = True,
 ) -> int:
     """Admit drafts in order while expected tokens per second rises; stop at the first drop.
     ``a[j-1]`` = a_j; ``verify_ms[w]`` = cost of verifying w drafts (1 + w rows); the draft costs
-    ``draft_ms`` for its first token and ``draft_step_ms`` for each further one (0: a block, one
+    ``draft_ms`` for its first token and ``draft_steps_ms`` for the further ones (none: a block, one
     forward; an autoregressive drafter's steps: :func:`draft_cost`). ``first_drop=False``: the
     count with the highest rate of all, searching past a drop. Only a decision that reads nothing
     of this round's drafts may search past it (lossless under sampling: module docstring); an
@@ -130,7 +131,7 @@ def auto_width(
     best_k, expected = 0, 1.0
 
     def cost(w: int) -> float:  # measured costs are positive; never divide by 0
-        return max(draft_cost(draft_ms, draft_step_ms, w) + verify_ms[w], 1e-9)
+        return max(draft_cost(draft_ms, draft_steps_ms, w) + verify_ms[w], 1e-9)
 
     best = expected / cost(0)
     for j in range(1, width + 1):
@@ -188,10 +189,15 @@ class RunningAcceptance:
         self.hits, self.tries = [0.0] * len(self.hits), [0.0] * len(self.tries)
 
 
-def draft_cost(draft_ms: float, draft_step_ms: float, tokens: int) -> float:
+def draft_cost(draft_ms: float, draft_steps_ms: tuple[float, ...], tokens: int) -> float:
     """What drafting ``tokens`` costs: ``draft_ms`` for the first (a block drafter's whole block)
-    and ``draft_step_ms`` for each further one (0 for a block drafter)."""
-    return draft_ms + max(0, tokens - 1) * draft_step_ms
+    and ``draft_steps_ms[j]`` for token j + 2, a token past the last measured paying the last
+    (none for a block drafter)."""
+    further = max(0, tokens - 1)
+    steps = list(draft_steps_ms[:further])
+    if draft_steps_ms:
+        steps += [draft_steps_ms[-1]] * (further - len(steps))
+    return draft_ms + sum(steps)
 
 
 def beats_plain(costs, tokens: float, width: int) -> bool:
@@ -199,7 +205,7 @@ def beats_plain(costs, tokens: float, width: int) -> bool:
     commits them at least as fast as plain steps, on ``costs`` (a :class:`dspark.costs.Costs` at
     the round's context); an autoregressive drafter is priced for ``width`` draft steps."""
     verify = costs.verify_ms[min(width, len(costs.verify_ms) - 1)]
-    draft = draft_cost(costs.draft_ms, costs.draft_step_ms, width)
+    draft = draft_cost(costs.draft_ms, costs.draft_steps_ms, width)
     return tokens / (draft + verify) >= 1.0 / costs.step_ms
 
 
@@ -297,7 +303,7 @@ class Scheduler:
             c,
             verify_ms=tuple(v * r for v in c.verify_ms),
             draft_ms=c.draft_ms * r,
-            draft_step_ms=c.draft_step_ms * r,
+            draft_steps_ms=tuple(x * r for x in c.draft_steps_ms),
             step_ms=c.step_ms * s,
         )
 
@@ -309,7 +315,7 @@ class Scheduler:
         if self.policy.kind != "auto":
             return
         c = self.costs.at(position)
-        priced = draft_cost(c.draft_ms, c.draft_step_ms, drafted) + c.verify_ms[min(width, len(c.verify_ms) - 1)]
+        priced = draft_cost(c.draft_ms, c.draft_steps_ms, drafted) + c.verify_ms[min(width, len(c.verify_ms) - 1)]
         ms = self.clock.round_took(seconds * 1000, priced)
         self.since_step += 1
         if self.probing:
@@ -363,7 +369,7 @@ class Scheduler:
         plain steps, on this run's costs there (:meth:`priced`)."""
         c = self.priced(position)
         # reads only earlier rounds, so it may search past a drop (:func:`auto_width`)
-        k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a), draft_step_ms=c.draft_step_ms, first_drop=False)
+        k = auto_width(a, c.draft_ms, list(c.verify_ms), len(a), draft_steps_ms=c.draft_steps_ms, first_drop=False)
         return beats_plain(c, 1 + sum(a[:k]), k)
 
     def draft_count(self, block_size: int, budget: int, position: int = 0) -> int:
@@ -386,7 +392,9 @@ class Scheduler:
             return 0
         c = self.priced(position)
         a = self.running.survival()
-        return max(1, auto_width(a, c.draft_ms, list(c.verify_ms), g, draft_step_ms=c.draft_step_ms, first_drop=False))
+        return max(
+            1, auto_width(a, c.draft_ms, list(c.verify_ms), g, draft_steps_ms=c.draft_steps_ms, first_drop=False)
+        )
 
     def shadow_due(self) -> bool:
         """Asked once per plain step of ``auto`` while no shadow draft waits to be judged: whether

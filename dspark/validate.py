@@ -173,9 +173,13 @@ def costs_problem(d, max_threads: int = 1024) -> str | None:
     for key in ("draft_ms", "step_ms"):
         if not ms(d.get(key)):
             return f"{key} must be a time in milliseconds"
-    step = d.get("draft_step_ms", 0.0)
-    if step != 0 and not ms(step):
-        return "draft_step_ms must be a time in milliseconds (or 0)"
+    steps = d.get("draft_steps_ms", [])
+    if (
+        not isinstance(steps, (list, tuple))
+        or len(steps) > LIMITS["block_size"][1]
+        or not all(ms(s) or (type(s) in (int, float) and s == 0) for s in steps)
+    ):
+        return f"draft_steps_ms must be up to {LIMITS['block_size'][1]} times in milliseconds"
     threads = d.get("threads", {})
     if (
         not isinstance(threads, dict)

@@ -309,7 +309,7 @@ def test_auto_drafts_what_pays_and_its_shadow_drafts_read_committed_rows(root):
         generate_plain(target, PROMPT, GenerationConfig(policy="fixed", max_tokens=N, stop_at_eos=False))
     )
     # a draft step as dear as a verify: no round pays, every stretch is plain with shadow drafts
-    dear = Costs(verify_ms=(2.0,) * 5, draft_ms=2.0, step_ms=2.0, draft_step_ms=2.0)
+    dear = Costs(verify_ms=(2.0,) * 5, draft_ms=2.0, step_ms=2.0, draft_steps_ms=(2.0,))
     asked = []
     session_class = type(drafter.start(target, cache=target.make_cache()))
     propose = session_class.propose
@@ -325,6 +325,6 @@ def test_auto_drafts_what_pays_and_its_shadow_drafts_read_committed_rows(root):
     finally:
         session_class.propose = propose
     assert s.tokens == plain.tokens and s.plain_steps > N // 2 and asked  # shadow drafts were asked for
-    cheap = Costs(verify_ms=(2.0, 2.05, 2.1, 2.15, 2.2), draft_ms=0.1, step_ms=2.0, draft_step_ms=0.1)
+    cheap = Costs(verify_ms=(2.0, 2.05, 2.1, 2.15, 2.2), draft_ms=0.1, step_ms=2.0, draft_steps_ms=(0.1,))
     s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=cheap))
     assert s.tokens == plain.tokens and s.rounds > 0

@@ -13,7 +13,7 @@ from tiny import tiny_target
 from dspark import DflashConfig, DflashDrafter
 from dspark import costs as costs_mod
 from dspark.costs import Costs
-from dspark.policy import auto_width
+from dspark.policy import auto_width, draft_cost, survival
 
 
 def test_costs_are_measured_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
@@ -118,17 +118,35 @@ def test_a_plain_step_never_costs_more_than_a_verify_of_the_anchor_alone(monkeyp
 
 
 def test_an_autoregressive_draft_is_priced_from_whole_rounds(monkeypatch):
-    """Rounds drafting 1 and G tokens (scripted here: 30 and 38 ms) less the verify at those widths
-    give the first token and each further one; timed alone the draft missed what a round's draft
-    pays (the demo EAGLE-3 head's first token: 0.6 ms alone, 4.7 ms in a round). Never negative."""
-    took = {1: 30.0, 5: 38.0}
+    """Rounds drafting each count 1..G (scripted here) less the verify at that width give the
+    first token and each further one, count by count: the demo assistant's later steps cost less
+    than its first ones, and a price drawn through 1 and G drafts made them look dearer. Timed
+    alone the draft missed what a round's draft pays (the demo EAGLE-3 head's first token: 0.6 ms
+    alone, 4.7 ms in a round). Never negative, never cheaper for drafting more."""
+    took = {1: 30.0, 2: 34.7, 3: 36.4, 4: 38.4, 5: 40.4}
     monkeypatch.setattr(costs_mod, "_round_turn", lambda *a, count, **k: took[count])
     target = tiny_target(seed=0, scale=0.15, vocab=96, window=16)
     verify = [20.0, 24.0, 24.5, 25.0, 25.5, 26.0]
-    first, step = costs_mod._stepwise_draft_ms(target, None, 5, context=16, verify_ms=verify, threads={}, repeats=1)
-    assert first == pytest.approx(30.0 - 24.0) and step == pytest.approx((8.0 - 2.0) / 4)
-    took[5] = 31.0  # a verify that grew faster alone than whole rounds did: further tokens free, not negative
-    assert costs_mod._stepwise_draft_ms(target, None, 5, context=16, verify_ms=verify, threads={}, repeats=1)[1] == 0.0
+    first, steps = costs_mod._stepwise_draft_ms(target, None, 5, context=16, verify_ms=verify, threads={}, repeats=1)
+    assert first == pytest.approx(30.0 - 24.0)
+    assert steps == pytest.approx((4.2, 1.2, 1.5, 1.5))
+    took.update({3: 33.0, 5: 31.0})  # a verify that grew faster alone than whole rounds did
+    first, steps = costs_mod._stepwise_draft_ms(target, None, 5, context=16, verify_ms=verify, threads={}, repeats=1)
+    assert min(steps) >= 0 and first + sum(steps) >= first  # further tokens free at worst, not negative
+
+
+def test_auto_drafts_as_far_as_each_tokens_own_cost_pays():
+    """Priced count by count, ``auto`` drafts all 5 tokens where the same rounds' cost spread
+    evenly over the further tokens (the rule before) stopped at 4: the 4th and 5th steps cost
+    1.5 ms, not the 1.85 ms average that the dear 2nd step raised."""
+    a = survival([0.8] * 5)
+    verify, first, steps = [10.0, 10.5, 11.0, 11.5, 12.0, 12.5], 5.0, (3.2, 1.2, 1.5, 1.5)
+    assert auto_width(a, first, verify, 5, draft_steps_ms=steps, first_drop=False) == 5
+    assert auto_width(a, first, verify, 5, draft_steps_ms=(sum(steps) / 4,), first_drop=False) == 4
+    assert draft_cost(first, steps, 7) == pytest.approx(first + sum(steps) + 2 * 1.5)  # past the measured: the last
+    costs = Costs(verify_ms=tuple(verify), draft_ms=first, step_ms=8.0, draft_steps_ms=steps, context=64)
+    assert Costs.from_dict(json.loads(json.dumps(costs.to_dict()))) == costs
+    assert costs.at(128).draft_steps_ms == costs.draft_steps_ms  # one context measured: as measured
 
 
 def test_measured_verify_costs_are_made_non_decreasing():

@@ -396,14 +396,14 @@ def test_refusals_are_one_sentence(dirs, target, model, tmp_path):
 
 def test_an_eagle3_heads_costs_price_each_drafted_token(dirs, tmp_path, monkeypatch):
     """An autoregressive drafter pays a step per token: its costs say what one more token adds
-    (``draft_step_ms``), and ``auto`` drafts only what pays for it, staying lossless."""
+    (``draft_steps_ms``), and ``auto`` drafts only what pays for it, staying lossless."""
     monkeypatch.setenv("DSPARK_COSTS_DIR", str(tmp_path))
     target = load_target(dirs["target"])
     drafter = load_drafter(dirs["llama"], target)
     c = costs_mod.measure(target, drafter, drafter.block_size, contexts=(64,), repeats=3)
     # the first token, then each further one: priced from whole rounds less the verify's growth,
     # which for a head this small can be all of a further token's cost (test_costs checks the rule)
-    assert c.draft_ms > 0 and c.draft_step_ms >= 0
+    assert c.draft_ms > 0 and len(c.draft_steps_ms) == drafter.block_size - 1 and min(c.draft_steps_ms) >= 0
     assert costs_mod.Costs.from_dict(json.loads(json.dumps(c.to_dict()))) == c  # kept in the cache as measured
     plain = run_to_summary(
         generate_plain(target, ckpt.PROMPT, GenerationConfig(policy="fixed", max_tokens=48, stop_at_eos=False))

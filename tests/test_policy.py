@@ -249,20 +249,21 @@ def test_auto_weighs_a_round_against_a_plain_step_as_mlx_lm_runs_it():
 def test_an_autoregressive_drafts_cost_grows_with_each_token():
     from dspark.policy import draft_cost
 
-    assert draft_cost(1.0, 0.0, 6) == 1.0  # a block: one forward whatever it holds
-    assert draft_cost(1.0, 0.5, 1) == 1.0 and draft_cost(1.0, 0.5, 4) == 2.5
+    assert draft_cost(1.0, (), 6) == 1.0  # a block: one forward whatever it holds
+    assert draft_cost(1.0, (0.5,), 1) == 1.0 and draft_cost(1.0, (0.5,), 4) == 2.5
+    assert draft_cost(1.0, (0.5, 0.25), 4) == 2.0  # each further token its own cost, the last after
     # the same acceptance and verify costs: a block drafter verifies 3, a drafter paying 1.5 ms a
     # token stops at 1 (the second token's step costs more than its expected 0.8 tokens bring)
     a, verify = [0.9, 0.8, 0.7], [1.0, 1.1, 1.2, 1.3]
     assert auto_width(a, 1.0, verify, 3) == 3
-    assert auto_width(a, 1.0, verify, 3, draft_step_ms=1.5) == 1
+    assert auto_width(a, 1.0, verify, 3, draft_steps_ms=(1.5,)) == 1
 
 
 def test_the_policy_sets_how_many_tokens_an_autoregressive_drafter_drafts():
     from dspark.policy import Policy, Scheduler
 
-    cheap = Costs(verify_ms=(2.0, 2.1, 2.2, 2.3, 2.4), draft_ms=0.2, step_ms=2.0, draft_step_ms=0.2)
-    dear = Costs(verify_ms=(2.0, 2.1, 2.2, 2.3, 2.4), draft_ms=0.2, step_ms=2.0, draft_step_ms=3.0)
+    cheap = Costs(verify_ms=(2.0, 2.1, 2.2, 2.3, 2.4), draft_ms=0.2, step_ms=2.0, draft_steps_ms=(0.2,))
+    dear = Costs(verify_ms=(2.0, 2.1, 2.2, 2.3, 2.4), draft_ms=0.2, step_ms=2.0, draft_steps_ms=(3.0,))
     assert Scheduler(Policy("fixed", k=2), 4).draft_count(4, 50) == 2
     assert Scheduler(Policy("fixed"), 4).draft_count(4, 3) == 3  # never more than the budget
     assert Scheduler(Policy("auto"), 4, cheap).draft_count(4, 50) == 4
@@ -293,7 +294,7 @@ class StepwiseOracle(OracleDrafter):
 def test_an_autoregressive_drafter_drafts_what_the_policy_pays_for_and_stays_lossless(case, policy):
     target, n, ref = case
     oracle = StepwiseOracle(PROMPT + ref, target.dims.vocab_size, block_size=6, corrupt=0.3)
-    dear = Costs(verify_ms=(2.0, 2.05, 2.1, 2.15, 2.2, 2.25, 2.3), draft_ms=0.2, step_ms=2.0, draft_step_ms=0.5)
+    dear = Costs(verify_ms=(2.0, 2.05, 2.1, 2.15, 2.2, 2.25, 2.3), draft_ms=0.2, step_ms=2.0, draft_steps_ms=(0.5,))
     cfg = GenerationConfig(max_tokens=n, stop_at_eos=False, policy=policy)
     s = run_to_summary(generate(target, oracle, PROMPT, cfg, costs=dear))
     assert_same_greedy(target, PROMPT, s.tokens, ref)
@@ -310,7 +311,7 @@ def test_a_position_not_verified_lately_is_tried_again():
     the third draft is tried again (aged only when tried, it stayed at 0.39 for the whole run)."""
     from dspark.policy import Policy, Scheduler
 
-    costs = Costs(verify_ms=(10.0, 11.0, 12.0, 13.0, 14.0), draft_ms=1.0, step_ms=12.0, draft_step_ms=1.0)
+    costs = Costs(verify_ms=(10.0, 11.0, 12.0, 13.0, 14.0), draft_ms=1.0, step_ms=12.0, draft_steps_ms=(1.0,))
     sched = Scheduler(Policy("auto"), 4, costs, prior=[0.8, 0.64, 0.51, 0.41])
     assert sched.draft_count(4, 50) == 4
     for _ in range(3):
@@ -327,5 +328,5 @@ def test_an_autoregressive_count_searches_past_an_uneven_verify():
     """A verify that costs the same for 3 drafts as for 4 and rises unevenly before: the count
     with the best rate of all (4), not the first drop (2)."""
     a, verify = [0.7, 0.55, 0.43, 0.34], [10.0, 11.0, 11.5, 14.5, 14.5]
-    assert auto_width(a, 1.0, verify, 4, draft_step_ms=0.5) == 2
-    assert auto_width(a, 1.0, verify, 4, draft_step_ms=0.5, first_drop=False) == 4
+    assert auto_width(a, 1.0, verify, 4, draft_steps_ms=(0.5,)) == 2
+    assert auto_width(a, 1.0, verify, 4, draft_steps_ms=(0.5,), first_drop=False) == 4

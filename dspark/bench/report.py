@@ -26,7 +26,7 @@ does the same amount of work):
   ``step_ms``: ``tokens * step_ms / (rounds * (t_draft + t_verify) + plain_steps * step_ms)``),
   where ``t_draft + t_verify`` is the mean over the trial's rounds of the draft cost of the tokens
   the round drafted (a block: ``draft_ms``, one forward; an autoregressive drafter: ``draft_ms``
-  for its first token and ``draft_step_ms`` for each further one, :func:`dspark.policy.draft_cost`)
+  for its first token and ``draft_steps_ms`` for the further ones, :func:`dspark.policy.draft_cost`)
   plus the verify cost at the round's width, this machine's isolated costs (:mod:`dspark.costs`),
   measured again at the
   start of every repeat so that they share the trials' load, on a cache as long as the trials' mean
@@ -128,7 +128,7 @@ def derive(trial: dict, plain: dict | None, costs=None) -> dict:
         t["speedup"] = metrics.speedup(t["tokens_per_sec"], plain["tokens"] / plain["decode_seconds"])
         plain_steps = t.get("plain_steps", 0)
         if costs is not None and ((rounds and t.get("tau")) or plain_steps):  # auto may draft no round at all
-            v, step_ms = costs.verify_ms, getattr(costs, "draft_step_ms", 0.0)
+            v, step_ms = costs.verify_ms, getattr(costs, "draft_steps_ms", ())
             ideal = (
                 sum(
                     draft_cost(costs.draft_ms, step_ms, d) + v[min(w, len(v) - 1)]
