@@ -37,6 +37,18 @@ from .train_form import TrainForm, row
 
 POLL_MS = 250
 RATE_LINES = 10  # step lines a point of the speed curve spans
+THIN = 1000  # points a curve draws at most
+
+
+def thin(x: np.ndarray, y: np.ndarray, points: int = THIN) -> tuple[np.ndarray, np.ndarray]:
+    """At most about ``points`` points: past that each is the mean of k steps (the last kept
+    as it is), so a long run's curve costs the GUI thread what a short one's does."""
+    if len(x) <= points:
+        return x, y
+    k = -(-len(x) // points)
+    m = len(x) // k
+    xs = np.concatenate([x[: m * k : k], x[-1:]])
+    return xs, np.concatenate([y[: m * k].reshape(m, k).mean(axis=1), y[-1:]])
 
 
 def _duration(s: float) -> str:
@@ -173,8 +185,8 @@ class TrainPane(QWidget):
         self.reader, self.curves = tr.LogReader(out), tr.Curves()
         self.command.setText(tr.shell_line(self.argv) if self.argv else "")
         while wait:
-            again, entries = self.reader.read()
-            self.curves.add(entries)
+            again, chunk = self.reader.read()
+            self.curves.extend(chunk)
             wait = self.reader.behind
         self.timer.start()
         self.poll()
@@ -233,11 +245,11 @@ class TrainPane(QWidget):
         if not self.out:
             return
         if self.pending is not None and self.pending.done():
-            again, entries = self.pending.result()
+            again, chunk = self.pending.result()
             if again:
                 self.curves = tr.Curves()
-            self.curves.add(entries)
-            self.pending, self.dirty = None, self.dirty or again or bool(entries)
+            self.curves.extend(chunk)
+            self.pending, self.dirty = None, self.dirty or again or bool(chunk.steps or chunk.held_steps)
         if self.pending is None and self.reader is not None:
             self.pending = self.pool.submit(self.reader.read)
         last = self.curves.steps[-1] if self.curves.steps else None
@@ -261,8 +273,8 @@ class TrainPane(QWidget):
         self.figures.setText(self._figures())
         for key, box in self.boxes.items():
             box.set_empty(not (c.held_steps if key in ("tau", "positions") else len(c.steps) > (key == "speed")))
-        steps = np.asarray(c.steps, dtype=float)
-        self._line("loss", [(steps, np.asarray(c.loss), t.speculative, "")])
+        steps = c.array("steps")
+        self._line("loss", [(*thin(steps, c.array("loss")), t.speculative, "")])
         held = np.asarray(c.held_steps, dtype=float)
         self._line("tau", [(held, np.asarray(c.tau), t.speculative, "")], symbols=True)
         width = max((len(p) for p in c.positions), default=0)
@@ -280,10 +292,10 @@ class TrainPane(QWidget):
         self.plots["positions"].setYRange(-0.04, 1.04, padding=0)
         k = min(RATE_LINES, len(steps) - 1)
         if k >= 1:
-            sec = np.asarray(c.seconds)
+            sec = c.array("seconds")
             dt = sec[k:] - sec[:-k]
             rate = np.where(dt > 0, (steps[k:] - steps[:-k]) / np.where(dt > 0, dt, 1), np.nan)
-            self._line("speed", [(steps[k:], rate, t.speculative, "")])
+            self._line("speed", [(*thin(steps[k:], rate), t.speculative, "")])
 
     def _line(self, key: str, series, symbols: bool = False) -> None:
         """Each series' line, made once and given new data after (remaking the items and fitting
@@ -303,8 +315,6 @@ class TrainPane(QWidget):
                     item.setSymbol("o")
                     item.setSymbolSize(6)
                     item.setSymbolBrush(colour)
-                item.setDownsampling(auto=True, method="peak")
-                item.setClipToView(True)
                 items.append(item)
             w.drawn_keys = (self.theme, keys)
             fit_title(w, self.theme, w.property("titles")[0], keys)

@@ -95,7 +95,7 @@ class TrainForm(QWidget):
         files.clicked.connect(lambda: self._add_data(False))
         folder.clicked.connect(lambda: self._add_data(True))
         self.self_distill = QCheckBox("the target writes its own continuations\nof these prompts (--self-distill)")
-        self.heldout = QLineEdit(placeholderText="held-out prompt files (default: a slice of the data)")
+        self.heldout = QLineEdit(placeholderText="held-out prompt files, ; between (default: of the data)")
         self.steps = _spin(1, 10_000_000, 2000)
         self.budget = QCheckBox("or after")
         self.minutes = QDoubleSpinBox()

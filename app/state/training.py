@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from dspark.errors import DsparkError
 from dspark.training.curves import LOG_FILE
 from dspark.training.texts import read_texts
@@ -315,6 +317,7 @@ class Curves:
     tau: list[float] = field(default_factory=list)
     positions: list[list[float]] = field(default_factory=list)
     eval_seconds: list[float] = field(default_factory=list)
+    arrays: dict = field(default_factory=dict, repr=False, compare=False)  # array()'s, kept
 
     def add(self, entries: list[dict]) -> None:
         for e in entries:
@@ -334,6 +337,27 @@ class Curves:
                 self.tokens.append(_num(e.get("tokens_per_sec")))
             if isinstance(e.get("steps"), int):
                 self.total = e["steps"]
+
+    def extend(self, more: Curves) -> None:
+        """``more`` (the next lines, made into series off the GUI thread) after these: list
+        extends, not a loop over lines. A resumed run's lines from its checkpoint on are new."""
+        last = self.steps[-1] if self.steps else 0
+        skip = next((i for i, s in enumerate(more.steps) if s > last), len(more.steps))
+        for name in ("steps", "loss", "seconds", "anchors", "tokens"):
+            getattr(self, name).extend(getattr(more, name)[skip:])
+        for name in ("held_steps", "tau", "positions", "eval_seconds"):
+            getattr(self, name).extend(getattr(more, name))
+        self.total = more.total or self.total
+
+    def array(self, name: str) -> np.ndarray:
+        """A series as an array, converted once: only lines added since are converted again."""
+        values, have = getattr(self, name), self.arrays.get(name)
+        if have is None or len(have) > len(values):
+            have = np.zeros(0)
+        if len(have) < len(values):
+            have = np.concatenate([have, np.asarray(values[len(have) :], dtype=float)])
+            self.arrays[name] = have
+        return have
 
     def steps_per_sec(self) -> float | None:
         """Steps per training second over the last ``RATE_WINDOW`` steps."""
@@ -385,24 +409,25 @@ class LogReader:
         self.path = Path(out) / LOG_FILE
         self.offset, self.inode, self.rest = 0, None, b""
 
-    def read(self) -> tuple[bool, list[dict]]:
-        """(whether the log started over, the whole new lines as entries)."""
+    def read(self) -> tuple[bool, Curves]:
+        """(whether the log started over, the whole new lines as series): run off the GUI
+        thread, which then only extends its lists by these."""
         try:
             st = self.path.stat()
         except OSError:
-            return False, []
+            return False, Curves()
         again = self.inode is not None and (st.st_ino != self.inode or st.st_size < self.offset)
         if again:
             self.offset, self.rest = 0, b""
         self.inode = st.st_ino
         if st.st_size <= self.offset:
-            return again, []
+            return again, Curves()
         try:
             with self.path.open("rb") as f:
                 f.seek(self.offset)
                 chunk = f.read(READ_CHUNK)
         except OSError:
-            return again, []
+            return again, Curves()
         self.offset += len(chunk)
         *lines, self.rest = (self.rest + chunk).split(b"\n")
         entries = []
@@ -413,7 +438,9 @@ class LogReader:
                 continue
             if isinstance(e, dict) and isinstance(e.get("step"), int):
                 entries.append(e)
-        return again, entries
+        chunk = Curves()
+        chunk.add(entries)
+        return again, chunk
 
     @property
     def behind(self) -> bool:
