@@ -226,3 +226,24 @@ def test_a_disk_that_fills_during_a_checkpoint_leaves_the_last_good_one_to_resum
         assert r.returncode == 0 and f"resumed at step {kept}" in r.stderr, r.stderr[-2000:]
         assert same(weights(out / "model.safetensors"), weights(straight / "model.safetensors"))
         shutil.rmtree(out)
+
+
+def test_sigusr1_while_the_data_is_prepared_finishes_when_the_loop_starts(world, tmp_path, monkeypatch):
+    """Not the signal's default (the process ending, the run lost mid-preparation): noted, and
+    the run finishes before its first step, its drafter evaluated and reported."""
+    from dspark.training import train as train_module
+
+    real = train_module.build_training_data
+
+    def prepared_then_signalled(*args, **kwargs):
+        out = real(*args, **kwargs)
+        assert signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL, "SIGUSR1 would end the process here"
+        os.kill(os.getpid(), signal.SIGUSR1)
+        return out
+
+    monkeypatch.setattr(train_module, "build_training_data", prepared_then_signalled)
+    out = tmp_path / "run"
+    assert main(argv(world, out, "--steps", "10")) == 0
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["steps_done"] == 0 and report["stopped_by"] == "finish" and report["kept"]["step"] == 0
+    assert status(out)["state"] == "finished"

@@ -116,9 +116,12 @@ def run(a) -> int:
     from ..training.status import RunStatus  # noqa: PLC0415 (slow: mlx)
 
     world = World.join()  # the processes mlx.launch started, else this one alone (--rank-timeout once checked)
+    from ..training.loop import finish_asked_early  # noqa: PLC0415 (slow: mlx)
+
     status = RunStatus(a.out, main=world.main)
     try:
-        return _train(a.parser, a, argv=a.argv, world=world, status=status)
+        with finish_asked_early():
+            return _train(a.parser, a, argv=a.argv, world=world, status=status)
     except OtherRankStopped:  # another process said why
         _ended(status, "failed", "another process of the run stopped")
         return 2

@@ -13,8 +13,29 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+#: SIGUSR1 noted while a command prepared its run (:func:`finish_asked_early`), before the loop
+#: listened for it: the loop then finishes at once.
+_FINISH_EARLY = [False]
+
+
+@contextmanager
+def finish_asked_early() -> Iterator[None]:
+    """For the whole of a training command, SIGUSR1 ("stop now and finish") is noted instead of
+    ending the process (its default): one sent while the data is prepared (the target writing it
+    can take an hour) finishes the run as soon as its loop starts. Main thread only, as signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGUSR1, lambda *_: _FINISH_EARLY.__setitem__(0, True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        _FINISH_EARLY[0] = False
 
 
 class StopSignals:
@@ -38,6 +59,7 @@ class StopSignals:
             self._previous = {s: signal.signal(s, self._note) for s in wanted}
             if self._finish:
                 self._previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._note_finish)
+                self.finish_asked = _FINISH_EARLY[0]
         return self
 
     def _note(self, signum, _frame) -> None:
@@ -153,4 +175,4 @@ def train_loop(
     return "steps"
 
 
-__all__ = ["Progress", "StopSignals", "hms", "train_loop"]
+__all__ = ["Progress", "StopSignals", "finish_asked_early", "hms", "train_loop"]
