@@ -247,3 +247,23 @@ def test_sigusr1_while_the_data_is_prepared_finishes_when_the_loop_starts(world,
     report = json.loads((out / "train_report.json").read_text())
     assert report["steps_done"] == 0 and report["stopped_by"] == "finish" and report["kept"]["step"] == 0
     assert status(out)["state"] == "finished"
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "assistant"])
+def test_an_autoregressive_head_finishes_with_its_best_weights_too(world, kind, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    shape = ["--kind", kind, "--block-size", "3", "--layers", "1", *(["--taps", "1,3"] if kind == "eagle3" else [])]
+    base = ["train", "--target", str(world["target"]), "--data", str(world["data"]), "--out", str(out), *shape]
+    fired = signalled(monkeypatch, 5, signal.SIGUSR1)
+    assert (
+        main(
+            [*base, "--batch", "8", "--seq-len", "32", "--prompt-len", "8", "--self-distill", *EVAL]
+            + ["--no-progress", "--no-compile", "--steps", "10"]
+        )
+        == 0
+        and fired
+    )
+    report = json.loads((out / "train_report.json").read_text())
+    kept = json.loads((out / ".train" / "best" / "best.json").read_text())
+    assert report["steps_done"] == 5 and report["kept"]["step"] == kept["step"] in (2, 4)
+    assert same(weights(out / "model.safetensors"), weights(out / ".train" / "best" / "model.safetensors"))
