@@ -219,7 +219,8 @@ def test_a_paused_fine_tune_resumes_exactly_without_from(world, kind, tmp_path, 
     assert main([*resume, "--from", str(other)]) == 2
     err = capsys.readouterr().err
     assert f"was started from {start}, not --from {other}" in err and err.strip().count("\n") == 0, err
-    assert main(resume) == 0
+    again = ["--from", str(start)] if kind.startswith("published") else []  # the same start may be named again
+    assert main([*resume, *again]) == 0
     a, b = weights(straight), weights(stopped)
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     report = json.loads((stopped / "train_report.json").read_text())
