@@ -152,10 +152,11 @@ def _run(args) -> int:
     QTimer.singleShot(int(args.timeout * 1000), give_up)
 
     def start() -> None:
-        if args.train_run:  # drawn from its folder: nothing to run
-            started = False
+        if args.train_run:  # drawn from its folder, nothing to run; its legends fitted once laid out
             status["code"] = 0 if win.train.state.state else 1
-        elif args.replay:
+            QTimer.singleShot(1500, grab_and_quit)
+            return
+        if args.replay:
             started = win.open_replay(args.replay, speed or "instant")
         elif target is not None:
             (win.start_compare if args.compare else win.start_run)()

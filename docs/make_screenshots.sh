@@ -6,7 +6,8 @@
 # 1280x800 (no model loaded); the rejection inspector (a rejected draft's story, and the
 # Rejections tab of a comparison) at 1600x1000 and 1280x800; the diagnosis (Run ▸ Diagnose after a
 # run at temperature 1 with a block past the drafters' trained one: both drafters beside the
-# comparison at 1600x1000, the first drafter beside its run's plots at 1280x800); and, when BENCH names a
+# comparison at 1600x1000, the first drafter beside its run's plots at 1280x800); the Train tab
+# drawn from the folder of a real run of `dspark train` on the demo target; and, when BENCH names a
 # `dspark bench` output folder, that benchmark on the Compare tab. Live runs: their tok/s are
 # this machine's at that moment. The models are named by their paths in this repository
 # (resources/demo/...), so the pictures show those, wherever the checkout is.
@@ -35,6 +36,13 @@ recording=$(ls -t "$DSPARK_STUDIO_HOME"/data/runs/*-compare.json | head -1)
 run --size 1600x1000 --screenshot docs/diagnosis.png --compare --diagnose --temperature 1 --block-size 12
 "$python" -m dspark_studio --max-tokens "${MAX_TOKENS:-160}" "${models[@]:0:4}" --temperature 1 --block-size 12 \
   --diagnose --size 1280x800 --screenshot docs/diagnosis-1280.png
+# the Train tab: a new one-layer DSpark drafter for the demo target, 300 steps of 8 anchors,
+# measured every 25 steps on 4 held-out prompts of 32 tokens (some 6 minutes on 2 cores)
+trained="$DSPARK_STUDIO_HOME/trained"
+"$(dirname "$python")/dspark" train --target resources/demo/target --out "$trained" --layers 1 --steps 300 \
+  --batch 8 --eval-every 25 --eval-prompts 4 --eval-tokens 32 --no-progress
+"$python" -m dspark_studio --train-run "$trained" --size 1600x1000 --screenshot docs/train.png
+"$python" -m dspark_studio --train-run "$trained" --size 1280x800 --screenshot docs/train-1280.png
 if [ -n "${BENCH:-}" ]; then
   "$python" -m dspark_studio --replay "$BENCH/summary.json" --size 1600x1000 --screenshot docs/benchmark.png
 fi

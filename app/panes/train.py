@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QApplication,
     QGridLayout,
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -38,6 +39,12 @@ from .train_form import TrainForm, row
 POLL_MS = 250
 RATE_LINES = 10  # step lines a point of the speed curve spans
 THIN = 1000  # points a curve draws at most
+
+
+def position_colour(k: int, width: int) -> str:
+    """Draft position k of ``width`` on a dark-to-light ramp (viridis, short of its pale end):
+    later positions lighter, whatever their number (the series colours run out at 6)."""
+    return pg.colormap.get("viridis").map(0.8 * k / max(width - 1, 1), mode="qcolor").name()
 
 
 def thin(x: np.ndarray, y: np.ndarray, points: int = THIN) -> tuple[np.ndarray, np.ndarray]:
@@ -110,8 +117,12 @@ class TrainPane(QWidget):
         }
         self.boxes = {k: PlotBox(p, empty[k]) for k, p in self.plots.items()}
         plots = QGridLayout()
-        for i, box in enumerate(self.boxes.values()):
+        for i, (key, box) in enumerate(self.boxes.items()):
             plots.addWidget(box, i // 2, i % 2)
+            plots.setColumnStretch(i % 2, 1)
+            # the cell's width, not the title's: a legend fitted before the window was laid out
+            # asked for a wider plot than the cell, and the cell cut it
+            self.plots[key].setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Ignored)
         right = QWidget()
         rl = QVBoxLayout(right)
         for w in (self.message, self.status, row(self.command, copy), self.figures):
@@ -281,7 +292,12 @@ class TrainPane(QWidget):
         self._line(
             "positions",
             [
-                (held, np.asarray([p[k] if k < len(p) else np.nan for p in c.positions]), t.series[k % 6], f"{k + 1}")
+                (
+                    held,
+                    np.asarray([p[k] if k < len(p) else np.nan for p in c.positions]),
+                    position_colour(k, width),
+                    f"{k + 1}",
+                )
                 for k in range(width)
             ],
             symbols=True,
@@ -357,6 +373,23 @@ class TrainPane(QWidget):
         ):
             enabled[name] = on
         self.form.enable(enabled)
+
+    def resizeEvent(self, e) -> None:
+        super().resizeEvent(e)
+        QTimer.singleShot(0, self._refit)  # once the cells have their widths
+
+    def showEvent(self, e) -> None:
+        super().showEvent(e)
+        QTimer.singleShot(0, self._refit)
+
+    def _refit(self) -> None:
+        """Each title and legend fitted again to its plot's width now (a fit made before the
+        window was laid out measured another width, and the cell cut the legend)."""
+        for w in self.plots.values():
+            if getattr(w, "drawn_keys", None):
+                fit_title(w, self.theme, w.property("titles")[0], w.drawn_keys[1])
+                # the plot was given the view's size while the old legend's width was its minimum
+                w.getPlotItem().setGeometry(QRectF(0, 0, w.width(), w.height()))
 
     def shutdown(self) -> None:
         """Quitting: a run this tab started is paused (it writes its checkpoint on its own)."""

@@ -274,7 +274,7 @@ def run_state(out: str | Path, *, child: Child | None = None, last_step: int | N
     pid = child.pid if child is not None else status.get("pid") if isinstance(status.get("pid"), int) else None
     running = child.running() if child is not None else alive(pid) and status.get("state") in LIVE
     where = f" at step {step:,}" if isinstance(step, int) else ""
-    said_too = f": {said}" if said else ""
+    said_too = f" · {said}" if said else ""
 
     def made(state: str, sentence: str, *, resumable: bool = resumable, live: bool = False) -> RunState:
         return RunState(state=state, sentence=sentence, step=step, steps=steps, resumable=resumable, live=live, pid=pid)

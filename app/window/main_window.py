@@ -268,6 +268,7 @@ class MainWindow(QMainWindow):
     def open_training(self, folder: str, wait: bool = False) -> bool:
         """``--train-run DIR``: that run on the Train tab (``wait``: its whole log read now)."""
         self.show_tab(TRAIN_TAB)
+        self.statusBar().showMessage(f"the training run in {folder}")
         return self.train.open_run(folder, wait=wait)
 
     def _submit(self, job) -> None:
