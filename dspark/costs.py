@@ -401,9 +401,10 @@ def _stepwise_draft_ms(
     """An autoregressive drafter's (first token, each further token's) milliseconds, from whole
     rounds drafting each count 1..``block_size`` (taking turns, medians after a warm-up turn) less
     the verify's ``verify_ms`` at that width, made non-decreasing (:func:`monotone`: drafting more
-    never costs less). Timed alone, a draft misses what a round's draft pays (the committed pairs
-    it reads first) and what it overlaps (the verify graph is built while it computes): the demo
-    EAGLE-3 head's first token priced at 0.6 ms cost 4.7 ms in a round. Nor do its steps cost
+    never costs less), each further step no dearer than the one before it. Timed alone, a draft
+    misses what a round's draft pays (the committed pairs it reads first) and what it overlaps (the
+    verify graph is built while it computes): the demo EAGLE-3 head's first token priced at 0.6 ms
+    cost 4.7 ms in a round. Nor do its steps cost
     alike: the demo assistant's rounds paid 8.9, 12.1, 13.3 and 14.8 ms for 2 to 5 drafts, so a
     price per token drawn through 1 and ``block_size`` drafts made the 4th and 5th look twice their
     cost and ``auto`` stopped at 3 or 4 where 5 paid. The rounds start after ``context`` random
@@ -417,7 +418,11 @@ def _stepwise_draft_ms(
             if rep:
                 ms[count].append(took)
     drafts = monotone([max(0.0, median(ms[count]) - verify_ms[count]) for count in ms])
-    return drafts[0], tuple(later - earlier for earlier, later in zip(drafts, drafts[1:]))
+    steps = [later - earlier for earlier, later in zip(drafts, drafts[1:])]
+    # a further step is taken to cost no more than the one before it (each is the same forward,
+    # and later ones overlap more of the round): a busy moment timed into one count's rounds is
+    # spread over its neighbours, at worst back to one price for every step, as before
+    return drafts[0], tuple(reversed(monotone(steps[::-1])))
 
 
 def _interleaved_ms(phases: dict, repeats: int, threads: dict[str, int]) -> dict:
