@@ -421,3 +421,39 @@ def test_the_state_read_from_the_folder(tiny, tmp_path):
     (out / tr.REPORT_FILE).unlink()
     paused = tr.run_state(out, last_step=6)
     assert paused.state == "paused" and paused.sentence == "paused at step 6" and paused.resumable
+
+
+def test_more_training_of_a_drafter_then_compare_it_in_the_window(qtbot, tiny, tmp_path, monkeypatch):
+    """End to end in the window: "more training of a drafter" (--from the app's selected drafter)
+    started from the tab, and once finished, Compare with the starting drafter runs a real
+    comparison of the new drafter, the starting one and plain decoding on the run's held-out
+    prompts."""
+    from test_app_support import save_tiny_drafter, shown_window
+
+    start = save_tiny_drafter(Path(tiny["target"]), tmp_path / "start", seed=4, block_size=3)
+    held = tmp_path / "held.jsonl"
+    held.write_text("\n".join(json.dumps({"prompt": f"the {w} of"}) for w in ("cat", "dog")))
+    w = shown_window(qtbot, monkeypatch, tmp_path / "home")
+    w.restore(tiny["target"], [str(start)])
+    w.session.choices.set_config({**w.session.choices.config, "max_tokens": 6})
+    w.refresh()
+    w.show_tab("train")
+    t = w.train
+    fill(t, tiny, tmp_path / "tuned", steps=6, every=3, extra="--batch 8 --seq-len 32 --prompt-len 8 --no-progress")
+    t.form.produce.setCurrentIndex(4)  # more training of a drafter: the app's selected one
+    t.form.heldout.setText(str(held))
+    assert t.form.plan().start_from == str(start)
+    assert t.start(), t.message.text()
+    assert f"--from {start}" in t.command.text() and "--kind" not in t.command.text()
+    qtbot.waitUntil(lambda: t.state.state in ("finished", "failed"), timeout=180_000)
+    assert t.state.state == "finished", t.state.sentence
+    done = []
+    w.job_finished.connect(done.append)
+    assert t.form.buttons["compare"].isEnabled()
+    t.form.buttons["compare"].click()
+    qtbot.waitUntil(lambda: bool(done), timeout=180_000)
+    assert done[0]["ok"] and w.session.tab == "compare"
+    labels = {r.label for r in w.session.comparison}
+    assert labels == {"tuned", "start", "plain decoding"}, labels
+    assert w.session.compare_prompts == 2 and {r.prompt for r in w.session.comparison} == {"the cat of", "the dog of"}
+    w.close()
