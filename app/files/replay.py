@@ -5,29 +5,33 @@ A speaker records at home on a fast machine and presents from any laptop. The re
 turned back into the very messages the worker sent (``RunStarted``, ``RoundDone``, ``RunDone``,
 ``Checked``, ``JobDone``), each at the time it was sent, so the session and the panes cannot tell
 a replay from a live run, and every figure is recomputed from the recorded events by the same
-``dspark.metrics`` functions. ``read_recording`` and ``schedule`` are plain Python; ``Player``
-is the Qt timer that delivers the messages. ``open_playlist`` and ``replay_job`` are File ▸ Open
-run's steps on the session: the files read into the playlist, one of them started as a job.
+``dspark.metrics`` functions. ``read_recording``, ``read_files`` and ``schedule`` are plain
+Python; ``Reader`` runs ``read_files`` off the GUI thread and ``Player`` is the Qt timer that
+delivers the messages. ``reading_note``, ``take_opened`` and ``replay_job`` are File ▸ Open run's
+steps on the session: the files checked, read into the playlist, one of them started as a job.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QElapsedTimer, QObject, QTimer
+from PySide6.QtCore import QElapsedTimer, QEvent, QObject, Qt, QTimer, Signal, Slot
 
 from dspark.errors import DsparkError
 from dspark.events import RoundEvent, Summary, event_from_dict, plain_method
 from dspark.lossless import Verdict
 from dspark.reading import read_json
 
-from ..state.messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted
+from ..state.messages import Arm, Checked, JobDone, RoundDone, RunDone, RunStarted, Status
 from ..state.playlist import Playlist
 from ..state.runs import recorded_machine
 from ..state.session import COMPARE_TAB, RUN_TAB, Session
+from .benchmark import is_bench, read_bench
 from .checking import check_document
 
 #: A run file larger than this is not one the app wrote (a 256-token run is ~140 KB).
@@ -74,10 +78,23 @@ def read_recording(path: str | Path) -> Recording:
     (``app.files.checking``): only a regular file, bounded in size and nesting; every field of
     the right type, every number finite and in range, counts and sizes within the limits a replay
     can draw, times that only move forward."""
+    return recording_of(_read_doc(path), path)
+
+
+def _read_doc(path: str | Path):
+    return read_json(_a_file(path), MAX_RECORDING_BYTES, "saved run")
+
+
+def _a_file(path: str | Path) -> Path:
     path = Path(path)
     if path.is_dir() or not (path.exists() or path.is_symlink()):
         raise DsparkError(f"{path} is not a file" + (" (a folder)" if path.is_dir() else " (not found)"))
-    doc = read_json(path, MAX_RECORDING_BYTES, "saved run")
+    return path
+
+
+def recording_of(doc, path: str | Path) -> Recording:
+    """``read_recording``'s document, already parsed from ``path``, checked and turned into a recording."""
+    path = Path(path)
     check_document(doc, path.name)
     pieces = _pieces(doc["runs"])
     runs = [_run(d, pieces) for d in doc["runs"]]
@@ -200,11 +217,76 @@ def schedule(rec: Recording, job: int) -> list[tuple[float, object]]:
     return out
 
 
+class Reader(QObject):
+    """Reads File ▸ Open run's files on a thread of its own (``read_files``: plain Python, no
+    MLX) and hands what it found to the GUI thread by a queued signal: a 10 MB file parsed on the
+    GUI thread left the window black for seconds. Only the latest request is answered (a later
+    Open, a Stop, the ``closing`` window's closing drop the one before); the thread of a dropped
+    request stops at its next file, and nothing of it is said."""
+
+    _done = Signal(int, object)  # request number, Opened or the exception the thread met
+
+    def __init__(self, closing: QObject | None = None, parent=None):
+        super().__init__(parent)
+        self.closing = closing
+        self.latest = {"request": 0}  # plain Python: the thread reads it, even after this object is gone
+        self.then: Callable[[Opened], None] | None = None
+        self._done.connect(self._arrived, Qt.QueuedConnection)
+
+    @property
+    def reading(self) -> bool:
+        return self.then is not None
+
+    def read(self, paths: list[str], then: Callable[[Opened], None]) -> None:
+        """``then(opened)`` on the GUI thread once ``paths`` are read, unless dropped before."""
+        self.cancel()
+        n, latest = self.latest["request"], self.latest
+        self.then = then
+        if self.closing is not None:
+            self.closing.installEventFilter(self)
+        threading.Thread(
+            target=self._run, args=(n, list(paths), lambda: latest["request"] == n), name="reading runs", daemon=True
+        ).start()
+
+    def _run(self, n: int, paths: list[str], wanted: Callable[[], bool]) -> None:
+        try:
+            result = read_files(paths, wanted)
+        except Exception as e:  # not the file's fault (a bug): raised again on the GUI thread, as before
+            result = e
+        if result is not None and wanted():
+            try:
+                self._done.emit(n, result)
+            except RuntimeError:  # the window, and this object with it, is gone: nothing to say
+                pass
+
+    def cancel(self) -> None:
+        self.latest["request"] += 1
+        self.then = None
+        if self.closing is not None:
+            self.closing.removeEventFilter(self)
+
+    @Slot(int, object)
+    def _arrived(self, n: int, result) -> None:
+        if n != self.latest["request"] or self.then is None:
+            return
+        then = self.then
+        self.cancel()
+        if isinstance(result, Exception):
+            raise result
+        then(result)
+
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self.closing and event.type() == QEvent.Close:
+            self.cancel()  # quietly: nothing opens in a closed window
+        return False
+
+
 class Player(QObject):
     """Delivers a schedule's messages to ``deliver`` at their times (divided by ``speed``; 0 is
     instant). Every message is delivered from a timer on the GUI thread, as the worker's are, at
     most ``BUDGET_MS`` of them a tick: an instant replay of a 10 MB comparison delivered all of
-    them in one tick and left the window black for ~7 s; now it draws as it goes."""
+    them in one tick and left the window black for ~7 s; now it draws as it goes. Its ``reader``
+    reads the files first (``Reader``); reading counts as playing, so Stop ends it too."""
 
     TICK_MS = 15
     BUDGET_MS = 20
@@ -218,10 +300,11 @@ class Player(QObject):
         self.timer = QTimer(self)
         self.timer.setInterval(self.TICK_MS)
         self.timer.timeout.connect(self._tick)
+        self.reader = Reader(parent, self)
 
     @property
     def playing(self) -> bool:
-        return bool(self.pending)
+        return bool(self.pending) or self.reader.reading
 
     def play(self, messages: list[tuple[float, object]], speed: float) -> None:
         self.pending, self.speed = deque(messages), speed
@@ -229,7 +312,10 @@ class Player(QObject):
         self.timer.start(0 if speed <= 0 else self.TICK_MS)
 
     def stop(self) -> None:
-        """End now: the rest is dropped, the job ends as stopped."""
+        """End now: the rest is dropped, the job ends as stopped; files being read are dropped."""
+        if self.reader.reading:
+            self.reader.cancel()
+            self.deliver(Status("stopped reading: nothing opened"))
         rest = self.pending
         self.pending = deque()
         self.timer.stop()
@@ -249,19 +335,77 @@ class Player(QObject):
             self.timer.stop()
 
 
-def open_playlist(session: Session, playlist: Playlist, paths: list[str]) -> bool:
-    """Read saved runs or comparisons into the playlist (several make one: Space / → plays
-    the next). A file that is not one leaves everything as it was, said in one sentence."""
+@dataclass(frozen=True)
+class Opened:
+    """What File ▸ Open run found in its files (``read_files``): the recordings, or the benchmark
+    summary its one file is, or the sentence why they cannot be opened."""
+
+    recordings: tuple[Recording, ...] = ()
+    bench: dict | None = None
+    problem: str = ""
+
+
+def read_files(paths: list[str], wanted: Callable[[], bool] = lambda: True) -> Opened | None:
+    """``paths`` read and checked whole, each parsed once (plain Python: the ``Reader``'s thread
+    runs it); None as soon as ``wanted()`` turns False between files."""
+    recordings = []
+    for p in paths:
+        if not wanted():
+            return None
+        try:
+            doc = _read_doc(p)
+            if len(paths) == 1 and is_bench(doc):  # a dspark bench summary, whatever its name
+                return Opened(bench=read_bench(p))
+            recordings.append(recording_of(doc, p))
+        except DsparkError as e:
+            return Opened(problem=str(e))
+    return Opened(recordings=tuple(recordings))
+
+
+def reading_note(session: Session, paths: list[str]) -> str | None:
+    """What the status bar says while ``paths`` are read ("reading run.json (10.2 MiB)…"); None,
+    said in one sentence, when they cannot be opened now (a run is on, a path is no file: what
+    is known at once; the rest is said once they are read)."""
     if session.busy:
         session.fail("a run is in progress: stop it before opening a saved one")
-        return False
+        return None
     try:
-        recordings = [read_recording(p) for p in paths]
+        files = [_a_file(p) for p in paths]
     except DsparkError as e:
         session.fail(str(e))
+        return None
+    size = sum(_size(f) for f in files)
+    what = files[0].name if len(files) == 1 else f"{len(files)} files"
+    return f"reading {what} ({size / 2**20:.1f} MiB)…"
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:  # the reader says why it cannot read it
+        return 0
+
+
+def take_opened(session: Session, playlist: Playlist, opened: Opened) -> bool:
+    """The files read, on the GUI thread: True when their recordings are the playlist now (to be
+    played); a benchmark is shown on the Compare tab; a file that is not one leaves everything
+    as it was, said in one sentence."""
+    if opened.problem:
+        session.fail(opened.problem)
         return False
-    playlist.recordings, playlist.index = recordings, -1
+    if session.busy:  # a run started while they were read: the later request wins
+        return False
+    if opened.bench is not None:
+        session.show_bench(opened.bench)
+        return False
+    playlist.recordings, playlist.index = list(opened.recordings), -1
     return True
+
+
+def open_playlist(session: Session, playlist: Playlist, paths: list[str]) -> bool:
+    """Read saved runs or comparisons into the playlist at once, on this thread (a script's open;
+    the window reads them on the ``Reader``'s), as ``take_opened`` takes them."""
+    return reading_note(session, paths) is not None and take_opened(session, playlist, read_files(paths))
 
 
 def replay_job(session: Session, playlist: Playlist, index: int):

@@ -9,6 +9,7 @@ the session's: the window redraws from it (``w.said()``)."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog
@@ -32,15 +33,30 @@ def choose_replay(w) -> None:
 
 def open_replay(w, paths: list[str], speed: str | None = None) -> bool:
     """Play saved runs or comparisons back on every pane, loading no model; several files
-    make a playlist. A ``dspark bench`` summary opens on the Compare tab instead."""
-    if len(paths) == 1 and benchmark.is_bench_file(paths[0]):
+    make a playlist. A ``dspark bench`` summary opens on the Compare tab instead. The files are
+    read off the GUI thread (``replay.Reader``; a 10 MB one held the window black for seconds):
+    the status bar says so meanwhile, and the replay starts once they are read. True when it is
+    under way; a later Open wins over one still being read."""
+    w.player.reader.cancel()
+    named = len(paths) == 1 and (Path(paths[0]).is_dir() or Path(paths[0]).name == "summary.json")
+    if named and benchmark.is_bench_file(paths[0]):  # what dspark bench writes, small: opened at once
         return open_bench(w, paths[0])
-    ok = replay.open_playlist(w.session, w.playlist, paths)
-    if ok:
+    note = replay.reading_note(w.session, paths)
+    if note is None:
+        w.said()
+        return False
+    w.statusBar().showMessage(note)
+    w.player.reader.read(paths, partial(_opened, w, speed))
+    return True
+
+
+def _opened(w, speed: str | None, opened: replay.Opened) -> None:
+    if replay.take_opened(w.session, w.playlist, opened):
         w.playlist.speed = speed or w.playlist.speed
-        ok = play_recording(w, 0)
+        play_recording(w, 0)
+    elif opened.bench is not None and w.session.bench is opened.bench:
+        w.statusBar().showMessage(benchmark.describe_bench(opened.bench))
     w.said()
-    return ok
 
 
 def play_recording(w, index: int) -> bool:
