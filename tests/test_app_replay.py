@@ -227,7 +227,8 @@ def test_a_file_that_is_not_a_saved_run_is_one_message(qtbot, fresh, saved, tmp_
         ("broken.json", "run 1 is not readable"),
         ("missing.json", "is not a file"),
     ):
-        assert not w.open_replay([str(tmp_path / name)])
+        w.open_replay([str(tmp_path / name)])  # read off the GUI thread: said once read
+        qtbot.waitUntil(lambda: not w.busy, timeout=LONG)
         assert says in w.results.message.text() and "\n" not in w.results.message.text(), w.results.message.text()
         assert _screen(w) == shown and not w.busy
 
@@ -270,6 +271,7 @@ def test_stop_ends_a_replay_and_keeps_what_was_shown(qtbot, fresh, saved):
     w = fresh
     with qtbot.waitSignal(w.job_finished, timeout=LONG) as sig:
         assert w.open_replay([str(saved["compare"]["file"])], "1×")
+        qtbot.waitUntil(lambda: w.session.busy, timeout=LONG)  # read off the GUI thread, then played
         assert w.busy and w.actions.stop_b.isEnabled() and not w.actions.run_b.isEnabled()
         w.stop()
     assert sig.args[0]["cancelled"] and not w.busy and w.actions.run_b.isEnabled()
