@@ -49,8 +49,22 @@ def same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
-def signalled(monkeypatch, at: int, signum: int) -> list:
-    """The run sends itself ``signum`` right after step ``at``'s update (noted, acted on between steps)."""
+#: The signal patches of the running test, undone after it (apart from its tau patch).
+SIGNALLED: list = []
+
+
+@pytest.fixture(autouse=True)
+def undo_signals():
+    yield
+    while SIGNALLED:
+        SIGNALLED.pop().undo()
+
+
+def signalled(at: int, signum: int) -> list:
+    """The run sends itself ``signum`` right after step ``at``'s update (noted, acted on between
+    steps), until :func:`stop_signalling`."""
+    monkeypatch = pytest.MonkeyPatch()
+    SIGNALLED.append(monkeypatch)
     real, fired = DrafterTrainer.train_step, []
 
     def step(self, batch):
@@ -64,6 +78,11 @@ def signalled(monkeypatch, at: int, signum: int) -> list:
     return fired
 
 
+def stop_signalling() -> None:
+    while SIGNALLED:
+        SIGNALLED.pop().undo()
+
+
 def status(out: Path) -> dict:
     return json.loads((out / ".train" / "status.json").read_text())
 
@@ -72,11 +91,37 @@ def checkpoint_net(out: Path) -> dict:
     return {k[4:]: v for k, v in weights(out / ".train" / "train_state.safetensors").items() if k.startswith("net.")}
 
 
+def varied_taus(mp) -> None:
+    """Held-out tau as a function of the weights measured: a tiny drafter's few steps hardly move
+    its real tau (1.0 at every measurement, so the first would stay the best), and what is
+    tested here is which measurement is kept. The same weights give the same tau, so a resumed
+    run measures what the run straight through measured."""
+    from mlx.utils import tree_flatten
+
+    from dspark.training import train as train_module
+
+    real = train_module.heldout_figures
+
+    def varied(target, drafter, prompts, tokens):
+        figures = real(target, drafter, prompts, tokens)
+        total = sum(float(mx.sum(mx.abs(v)).item()) for _, v in tree_flatten(drafter.net.parameters()))
+        return {**figures, "tau": 1.0 + round((total * 1e3) % 1.0, 6)}
+
+    mp.setattr(train_module, "heldout_figures", varied)
+
+
+@pytest.fixture(autouse=True)
+def taus(monkeypatch):
+    varied_taus(monkeypatch)
+
+
 @pytest.fixture(scope="module")
 def straight(world, tmp_path_factory):
     """A run of 10 steps straight through, measured every 2."""
     out = tmp_path_factory.mktemp("straight") / "run"
-    assert main(argv(world, out, "--steps", "10")) == 0
+    with pytest.MonkeyPatch.context() as mp:
+        varied_taus(mp)
+        assert main(argv(world, out, "--steps", "10")) == 0
     return out
 
 
@@ -103,7 +148,7 @@ def test_the_best_held_out_weights_are_kept_and_their_line_marked(straight):
 
 def test_sigusr1_stops_at_the_next_step_and_writes_the_best_weights(world, straight, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    fired = signalled(monkeypatch, 7, signal.SIGUSR1)
+    fired = signalled(7, signal.SIGUSR1)
     assert main(argv(world, out, "--steps", "10")) == 0 and fired
     report = json.loads((out / "train_report.json").read_text())
     kept = json.loads((out / ".train" / "best" / "best.json").read_text())
@@ -121,13 +166,13 @@ def test_sigusr1_stops_at_the_next_step_and_writes_the_best_weights(world, strai
 
 def test_a_paused_run_finished_without_training_writes_the_best(world, tmp_path, monkeypatch, capsys):
     sigusr1 = tmp_path / "sigusr1"
-    fired = signalled(monkeypatch, 7, signal.SIGUSR1)
+    fired = signalled(7, signal.SIGUSR1)
     assert main(argv(world, sigusr1, "--steps", "10")) == 0 and fired
-    monkeypatch.undo()
+    stop_signalling()
     out = tmp_path / "paused"
-    fired = signalled(monkeypatch, 7, signal.SIGTERM)
+    fired = signalled(7, signal.SIGTERM)
     assert main(argv(world, out, "--steps", "10", "--checkpoint-minutes", "0")) == 130 and fired
-    monkeypatch.undo()
+    stop_signalling()
     assert status(out)["state"] == "paused" and status(out)["step"] == 7
     capsys.readouterr()
     assert main(["train", "--target", str(world["target"]), "--out", str(out), "--finish"]) == 2
@@ -150,9 +195,9 @@ def test_pause_and_resume_with_eval_every_is_one_run(world, straight, tmp_path, 
     """Bit for bit: the weights, the best kept and its record, and the log's losses and
     held-out figures (the seconds differ, as clocks do)."""
     out = tmp_path / "run"
-    fired = signalled(monkeypatch, 5, signal.SIGTERM)
+    fired = signalled(5, signal.SIGTERM)
     assert main(argv(world, out, "--steps", "10", "--checkpoint-minutes", "0")) == 130 and fired
-    monkeypatch.undo()
+    stop_signalling()
     assert main(argv(world, out, "--steps", "10", "--resume")) == 0
     assert same(weights(out / "model.safetensors"), weights(straight / "model.safetensors"))
     assert same(
@@ -254,7 +299,7 @@ def test_an_autoregressive_head_finishes_with_its_best_weights_too(world, kind, 
     out = tmp_path / "run"
     shape = ["--kind", kind, "--block-size", "3", "--layers", "1", *(["--taps", "1,3"] if kind == "eagle3" else [])]
     base = ["train", "--target", str(world["target"]), "--data", str(world["data"]), "--out", str(out), *shape]
-    fired = signalled(monkeypatch, 5, signal.SIGUSR1)
+    fired = signalled(5, signal.SIGUSR1)
     assert (
         main(
             [*base, "--batch", "8", "--seq-len", "32", "--prompt-len", "8", "--self-distill", *EVAL]
@@ -267,3 +312,35 @@ def test_an_autoregressive_head_finishes_with_its_best_weights_too(world, kind, 
     kept = json.loads((out / ".train" / "best" / "best.json").read_text())
     assert report["steps_done"] == 5 and report["kept"]["step"] == kept["step"] in (2, 4)
     assert same(weights(out / "model.safetensors"), weights(out / ".train" / "best" / "model.safetensors"))
+
+
+def test_a_best_kept_past_the_last_checkpoint_by_a_killed_run_does_not_change_the_resumed_one(
+    world, straight, tmp_path, monkeypatch
+):
+    """kill -9 after the run kept a best beyond its last checkpoint (here: the best and the log
+    lines of the run straight through, past step 1, put in a run paused at 1): the resumed run
+    takes those steps again, marks the same lines best and keeps the same weights."""
+    import shutil
+
+    from dspark.training.curves import LOG_FILE
+
+    out = tmp_path / "run"
+    fired = signalled(1, signal.SIGTERM)
+    assert main(argv(world, out, "--steps", "10", "--checkpoint-minutes", "0")) == 130 and fired
+    stop_signalling()
+    shutil.rmtree(out / ".train" / "best", ignore_errors=True)
+    shutil.copytree(straight / ".train" / "best", out / ".train" / "best")
+    later = [line for line in (straight / LOG_FILE).read_text().splitlines() if json.loads(line)["step"] > 1]
+    with (out / LOG_FILE).open("a") as f:
+        f.write("\n".join(later[:-1]) + "\n")
+    assert main(argv(world, out, "--steps", "10", "--resume")) == 0
+    assert same(
+        weights(out / ".train" / "best" / "model.safetensors"),
+        weights(straight / ".train" / "best" / "model.safetensors"),
+    )
+
+    def marked(run):
+        return [(e["step"], e["heldout"]["tau"]) for e in read_log(run) if e.get("best")]
+
+    assert len([m for m in marked(straight) if m[0] > 1]) >= 2  # a best replaced by a later one: what matters
+    assert marked(out) == marked(straight)

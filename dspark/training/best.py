@@ -6,9 +6,12 @@ files of its format), with ``best.json`` naming the step and tau. A run asked to
 The folder is replaced whole: the new best is written beside it and swapped in by renames, so a
 run killed at any moment leaves one whole best (the new one, or the one before it).
 
-After a resume, the step measured again is the same measurement (the same weights, exactly), so
-the best is what the folder holds, and re-measuring its own step marks it best again: the log of
-a resumed run is that of one run straight through.
+The best so far is recorded in every checkpoint, and a resumed run starts from that record: it
+takes the steps after the checkpoint again, measures them again (the same weights, exactly) and
+marks the same lines best, so the log of a resumed run is that of one run straight through. A run
+killed after it kept a best past its last checkpoint leaves that best in the folder until the
+resumed run replaces it; finishing before then writes it (it was measured, on these weights' own
+path), and the report names its step.
 """
 
 from __future__ import annotations
@@ -34,19 +37,26 @@ class Best:
     """The best held-out measurement of the run in ``out`` and its weights; ``save(folder)``
     writes the drafter as its format does. Only the process that writes the run (``main``) writes."""
 
-    def __init__(self, out: Path, save: Callable[[Path], None], *, main: bool = True):
+    def __init__(self, out: Path, save: Callable[[Path], None], *, recorded: dict | None, main: bool = True):
+        """``recorded``: the best the checkpoint a run resumes from records (None: a run from its
+        first step, whose folder forgets what an earlier run in it kept)."""
         self.folder, self.save, self.main = Path(out) / BEST_DIR, save, main
-        self.step, self.tau = _recorded(self.folder)
-        if main:  # what a run killed while writing a new best left
-            for stale in self.folder.parent.glob("best.*.new"):
+        self.step, self.tau = None, float("-inf")
+        if recorded is not None and type(recorded.get("step")) is int and isinstance(recorded.get("tau"), (int, float)):
+            self.step, self.tau = recorded["step"], recorded["tau"]
+        if main:
+            if recorded is None:
+                for folder in (self.folder, self.folder.with_name("best.old")):
+                    shutil.rmtree(folder, ignore_errors=True)
+            for stale in self.folder.parent.glob("best.*.new"):  # what a run killed while writing a best left
                 pid = stale.name.split(".")[1]
                 if not pid.isdigit() or not alive(int(pid)):
                     shutil.rmtree(stale, ignore_errors=True)
 
     def offer(self, step: int, tau: float) -> bool:
-        """Keep the weights measured at ``step`` when their ``tau`` beats the best so far (or is
-        the best's own step measured again after a resume); returns whether they were kept."""
-        if self.step is not None and tau <= self.tau and step != self.step:
+        """Keep the weights measured at ``step`` when their ``tau`` beats the best so far; returns
+        whether they were kept."""
+        if self.step is not None and tau <= self.tau:
             return False
         if self.main:
             self._write(step, tau)
@@ -77,6 +87,10 @@ class Best:
         """What a checkpoint and the report keep of it."""
         return None if self.step is None else {"step": self.step, "tau": self.tau}
 
+    def kept(self) -> tuple[int | None, float]:
+        """(step, tau) of the weights the folder holds (see the module's docstring)."""
+        return _recorded(self.folder)
+
     def weights_into(self, drafter, target) -> None:
         """The kept weights, loaded into ``drafter`` (the run's own, of the same shape)."""
         from ..loading import load_drafter  # noqa: PLC0415 (slow: every format)
@@ -91,10 +105,11 @@ def keep(trainer, best: Best, stopped: str) -> dict:
     """Which weights the run writes as its drafter, and why: the best held-out ones when it was
     asked to finish (``stopped`` "finish") and measured some, else its last (loaded into
     ``trainer.drafter`` when they are not already there)."""
-    if stopped == "finish" and best.step is not None:
+    step, tau = best.kept()
+    if stopped == "finish" and step is not None:
         best.weights_into(trainer.drafter, trainer.target)
-        why = f"the best held-out tau of the run ({best.tau:.3f}, measured at step {best.step}); finished early"
-        return {"step": best.step, "why": why}
+        why = f"the best held-out tau of the run ({tau:.3f}, measured at step {step}); finished early"
+        return {"step": step, "why": why}
     if stopped == "finish":
         why = "the last weights: finished early, with no held-out tau measured during the run (--eval-every)"
     else:

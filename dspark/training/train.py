@@ -167,7 +167,7 @@ def finish_run(
         raise DsparkError("--eval-every measures on one process: under mlx.launch the others would wait for it")
     target, drafter, s = trainer.target, trainer.drafter, trainer.s
     log = TrainLog(out, step=trainer.step, main=trainer.world.main)
-    best = Best(out, save, main=trainer.world.main)
+    best = Best(out, save, recorded=trainer.run_meta.get("best") if trainer.step else None, main=trainer.world.main)
     first_step, loop_start = trainer.step, time.perf_counter()
     status.set("training", step=trainer.step, steps=s.steps, message="")
     stopped, recent, measuring = _train_loop(
