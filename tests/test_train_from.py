@@ -123,6 +123,16 @@ def test_a_fine_tune_starts_from_the_drafters_weights_and_keeps_its_format(world
     report = json.loads((out / "train_report.json").read_text())
     assert report["from"]["path"] == str(start) and report["from"]["format"] == first.format
     assert report["steps_done"] == 2
+    # what --resume reads back: the shape the run was recorded with, read from the drafter itself
+    made = json.loads((out / "config.json").read_text())["dspark"]["trained_as"] if kind != "native" else None
+    if made is not None:
+        assert made["block_size"] == first.block_size
+        layers = {"eagle3": "transformer_layer_config", "assistant": "text_config"}.get(kind.split("-")[-1])
+        if layers:
+            inner = json.loads((start / "config.json").read_text())[layers]
+            assert made["num_layers"] == inner["num_hidden_layers"]
+            # dspark records 0 for "twice the width" when it makes a head; a published one's is read
+            assert made["intermediate_size"] == (inner["intermediate_size"] if kind.startswith("published") else 0)
     # and a fine-tune that learns moves away from them
     moved = tmp_path / "moved"
     assert main(fine_tune(world, moved, start, "--steps", "2", "--lr", "0.01")) == 0

@@ -136,10 +136,13 @@ def _shape(drafter, kind: str, made) -> dict:
         cfg = HeadConfig.from_dict(made)
     else:
         layers = drafter.net.layers if kind == "eagle3" else drafter.net.model.layers
+        inner = drafter.config.get("transformer_layer_config" if kind == "eagle3" else "text_config")
+        width = inner.get("intermediate_size") if isinstance(inner, dict) else None
         cfg = HeadConfig(
             kind=kind,
             block_size=drafter.block_size,
             num_layers=len(layers),
+            intermediate_size=width if type(width) is int else 0,
             tap_layers=tuple(drafter.tap_layers) if kind == "eagle3" else (),
         )
     return {**asdict(cfg), "tap_layers": list(cfg.tap_layers)}
