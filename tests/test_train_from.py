@@ -235,3 +235,32 @@ def test_a_paused_fine_tune_resumes_exactly_without_from(world, kind, tmp_path, 
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     report = json.loads((stopped / "train_report.json").read_text())
     assert report["from"]["path"] == str(start) and report["steps_done"] == 6
+
+
+@pytest.mark.parametrize("layout", ["zlab", "deepspec"])
+def test_a_drafter_in_a_published_layout_fine_tunes_back_into_it(layout, tmp_path):
+    """Checkpoints in the very file layouts z-lab and DeepSpec publish (tests/drafter_checkpoints.py):
+    a fine-tune with a learning rate of 0 writes them back weight for weight, under the same names
+    and config, and one that learns writes other weights there."""
+    import drafter_checkpoints as ckpt
+
+    model = ckpt.target_model()
+    target = ckpt.write_target(tmp_path / "target", model)
+    start = ckpt.write_zlab(tmp_path / "start") if layout == "zlab" else ckpt.write_deepspec(tmp_path / "start", model)
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data.txt"
+    data.write_text(
+        "\n".join(" ".join(rng.choice(["def", "class", "return", "self", "if"], size=12)) for _ in range(40))
+    )
+    base = ["train", "--target", str(target), "--data", str(data), "--from", str(start), *RUN, "--steps", "2"]
+    assert main([*base, "--out", str(tmp_path / "same"), "--lr", "0"]) == 0
+    a, b = weights(start), weights(tmp_path / "same")
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    own = ("dspark",)
+    config = [
+        {k: v for k, v in json.loads((d / "config.json").read_text()).items() if k not in own}
+        for d in (start, tmp_path / "same")
+    ]
+    assert config[0] == config[1]
+    assert main([*base, "--out", str(tmp_path / "moved"), "--lr", "0.01"]) == 0
+    assert any(not np.array_equal(a[k], v) for k, v in weights(tmp_path / "moved").items())
