@@ -264,3 +264,24 @@ def test_a_drafter_in_a_published_layout_fine_tunes_back_into_it(layout, tmp_pat
     assert config[0] == config[1]
     assert main([*base, "--out", str(tmp_path / "moved"), "--lr", "0.01"]) == 0
     assert any(not np.array_equal(a[k], v) for k, v in weights(tmp_path / "moved").items())
+
+
+def test_what_cannot_be_trained_is_one_sentence(world, tmp_path, capsys):
+    """A quantized drafter (fine-tune the one it was made from) and one with a reduced draft
+    vocabulary (a d2t table, as published speculators checkpoints have) are refused before
+    anything is prepared."""
+    import drafter_checkpoints as ckpt
+
+    quantized = tmp_path / "q8"
+    assert main(["quantize", str(world["starts"]["speculators"]), "--bits", "8", "--out", str(quantized)]) == 0
+    capsys.readouterr()
+    assert main(fine_tune(world, tmp_path / "a", quantized, "--steps", "1")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is quantized (8-bit)" in err and err.count("\n") == 0, err
+    model = ckpt.target_model()
+    target = ckpt.write_target(tmp_path / "target", model)
+    reduced = ckpt.write_speculators(tmp_path / "reduced", model, frequent=list(range(5, 60)))
+    assert main(fine_tune(world, tmp_path / "b", reduced, "--steps", "1", target=target)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "reduced vocabulary (a d2t table)" in err and err.count("\n") == 0, err
+    assert not (tmp_path / "b" / ".train" / "train_data.safetensors").exists()
