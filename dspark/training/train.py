@@ -8,9 +8,11 @@ anchors then start at the last prompt token, so every label is target output.
 The output directory holds the drafter (in its format) and, in ``.train/``, the checkpoint
 ``train_state.safetensors`` (see :mod:`dspark.training.trainer`) and the sequences,
 ``train_data.safetensors``, so
-``--resume`` continues exactly where the run stopped. At the end the drafter is evaluated with
-the real generation loop on held-out prompts, its confidence head calibrated (STS), and the
-figures written to ``train_report.json``.
+``--resume`` continues exactly where the run stopped, the best held-out weights in ``best/``
+(:mod:`.best`) and the run's phase in ``status.json`` (:mod:`.status`). A run may start from an
+existing drafter (``--from``, :mod:`.start`). At the end the drafter is evaluated with the real
+generation loop on held-out prompts, its confidence head calibrated (STS), and the figures
+written to ``train_report.json``.
 """
 
 from __future__ import annotations
