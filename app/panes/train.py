@@ -173,10 +173,14 @@ class TrainPane(QWidget):
         self.reader = self.reader or tr.LogReader(out)
         self._keep()
         self.say("")
-        self.command.setText(tr.shell_line(argv))
+        self.show_command(argv)
         self.timer.start()
         self.poll()
         return True
+
+    def show_command(self, argv: list[str]) -> None:
+        self.command.setText(tr.shell_line(argv) if argv else "")
+        self.command.setCursorPosition(0)  # the program and its first options in view, not the tail
 
     def _keep(self) -> None:
         if self.prefs is not None:
@@ -194,7 +198,7 @@ class TrainPane(QWidget):
         self.output = Path(record["output"]) if record.get("output") else None
         self.pid = record.get("pid") if isinstance(record.get("pid"), int) else None
         self.reader, self.curves = tr.LogReader(out), tr.Curves()
-        self.command.setText(tr.shell_line(self.argv) if self.argv else "")
+        self.show_command(self.argv)
         while wait:
             again, chunk = self.reader.read()
             self.curves.extend(chunk)

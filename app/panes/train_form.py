@@ -104,6 +104,11 @@ class TrainForm(QWidget):
         self.minutes.setValue(60.0)
         self.minutes.setSuffix(" min")
         self.eval_every = _spin(1, 10_000_000, tr.eval_every_for(2000))
+        self.eval_every.setToolTip(
+            "--eval-every: each measurement runs the real greedy loop on the target over the held-out prompts\n"
+            "(not training time; the log records its seconds, said beside the curves); a twentieth of the steps\n"
+            "until changed here"
+        )
         self.eval_prompts = _spin(1, 100_000, 8)
         self.eval_tokens = _spin(1, 1_000_000, 128)
         self.out_edit = QLineEdit()

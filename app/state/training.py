@@ -42,7 +42,7 @@ READ_CHUNK = 4 * 2**20
 MEASUREMENTS = 20
 #: Steps whose seconds give the current steps per second.
 RATE_WINDOW = 50
-LIVE = ("preparing", "training", "measuring")
+LIVE = {"preparing": "preparing the data", "training": "training", "measuring": "measuring on held-out prompts"}
 
 
 @dataclass(kw_only=True)
@@ -266,7 +266,8 @@ def run_state(out: str | Path, *, child: Child | None = None, last_step: int | N
     point = checkpoint(out)
     at = point.get("step") if point else None
     resumable = isinstance(at, int)
-    step = status.get("step") if isinstance(status.get("step"), int) else last_step
+    # the status is written at each change of phase, the log at each step: the later of the two
+    step = max((x for x in (status.get("step"), last_step) if isinstance(x, int)), default=None)
     steps = status.get("steps") if isinstance(status.get("steps"), int) else None
     if steps is None and point and isinstance(point.get("settings"), dict):
         steps = point["settings"].get("steps")
@@ -281,12 +282,7 @@ def run_state(out: str | Path, *, child: Child | None = None, last_step: int | N
 
     if running:
         state = status.get("state") if status.get("state") in LIVE else ("training" if step else "preparing")
-        words = {
-            "preparing": "preparing the data",
-            "training": "training",
-            "measuring": "measuring on held-out prompts",
-        }
-        return made(state, f"{words[state]}{where}{said_too}", live=True)
+        return made(state, f"{LIVE[state]}{where}{said_too}", live=True)
     state = status.get("state")
     if state == "finished" or (state is None and (out / REPORT_FILE).is_file()):
         return made("finished", f"finished{where}{said_too}", resumable=False)

@@ -368,7 +368,7 @@ class MainWindow(QMainWindow):
         return file_menu.export_rejections(self, folder)
 
     def plot_widgets(self) -> dict[str, QWidget]:
-        return {**self.results.plot_widgets(), "window": self}
+        return {**self.results.plot_widgets(), **self.train.plot_widgets(), "window": self}
 
     def export_pngs(self, folder: str | None = None) -> list[Path]:
         return file_menu.export_pngs(self, folder)
