@@ -344,3 +344,20 @@ def test_a_best_kept_past_the_last_checkpoint_by_a_killed_run_does_not_change_th
 
     assert len([m for m in marked(straight) if m[0] > 1]) >= 2  # a best replaced by a later one: what matters
     assert marked(out) == marked(straight)
+
+
+def test_the_status_names_the_last_checkpoint_while_training(world, tmp_path, monkeypatch):
+    """What a run killed now leaves to --resume: the status a reader finds mid-run."""
+    seen = []
+    real = DrafterTrainer.train_step
+
+    def step(self, batch):
+        out = real(self, batch)
+        if self.step == 4:
+            seen.append(status(tmp_path / "run"))
+        return out
+
+    monkeypatch.setattr(DrafterTrainer, "train_step", step)
+    assert main(argv(world, tmp_path / "run", "--steps", "6", "--checkpoint-minutes", "0")) == 0
+    assert seen[0]["state"] == "training" and seen[0]["step"] == 3 and seen[0]["pid"] == os.getpid()
+    assert seen[0]["message"] == "the last checkpoint is of step 3" and seen[0]["steps"] == 6

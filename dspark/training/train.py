@@ -446,6 +446,8 @@ def _train_loop(
     recent: list = []
     last_save, loop_start, first_step = [time.perf_counter()], time.perf_counter(), trainer.step
     measuring = [0.0]  # seconds of held-out measurements: not training time
+    saved = [first_step]  # the step of the checkpoint a --resume would continue from now
+    saved_note = lambda: f"the last checkpoint is of step {saved[0]}" if saved[0] else ""
 
     def one_step() -> dict[str, str]:
         outs = trainer.train_step(pending[0])
@@ -474,7 +476,7 @@ def _train_loop(
             measuring[0] += time.perf_counter() - t0
             cost = round(time.perf_counter() - t0, 3)
             log.heldout(trainer.step, seconds=seconds, figures=figures, cost=cost, best=kept)
-            status.set("training", step=trainer.step, message="")
+            status.set("training", step=trainer.step, message=saved_note())
         return {"loss": f"{loss:.3f}", "tv": f"{tv:.3f}", "anchors/s": f"{rate:.0f}"}
 
     def save() -> None:
@@ -482,6 +484,8 @@ def _train_loop(
             write(out)
             trainer.save_state(out)  # with the RNG state that draws the waiting batch again
             world.after_stop = intact(trainer.step, out)  # whole on disk: a rank lost at the barrier leaves it
+            saved[0] = trainer.step
+            status.set("training", step=trainer.step, message=saved_note())
         # the others wait for it: a rank that ends (a stop) before rank 0 has written would have
         # mlx.launch stop rank 0 in the middle of the checkpoint
         world.barrier(f"the checkpoint of step {trainer.step}")
