@@ -214,6 +214,8 @@ def test_a_real_run_from_the_tab_pause_resume_restart_stop_and_compare(pane, qtb
     thread keeps ticking (the longest gap between 10 ms ticks is printed), paused (SIGTERM) at a
     checkpoint, resumed from it, found again by a new tab after a "restart", stopped keeping the
     best (SIGUSR1), and compared."""
+    from PySide6.QtWidgets import QApplication
+
     out = tmp_path / "run"
     cpu = polls_timed(monkeypatch)
     p = pane()
@@ -221,6 +223,8 @@ def test_a_real_run_from_the_tab_pause_resume_restart_stop_and_compare(pane, qtb
     ticks = Ticks()
     assert p.start(), p.message.text()
     assert p.command.text().startswith(shlex.join(tr.dspark_program() + ["train"]))
+    p.copy.click()  # the same run from a terminal: the copied line is the child's command
+    assert shlex.split(QApplication.clipboard().text()) == p.child.argv
     wait_steps(qtbot, p, 300)
     qtbot.waitUntil(lambda: len(p.curves.held_steps) >= 2, timeout=60_000)
     ticks.stop()
@@ -467,3 +471,38 @@ def test_more_training_of_a_drafter_then_compare_it_in_the_window(qtbot, tiny, t
     assert labels == {"tuned", "start", "plain decoding"}, labels
     assert w.session.compare_prompts == 2 and {r.prompt for r in w.session.comparison} == {"the cat of", "the dog of"}
     w.close()
+
+
+def test_the_figures_from_the_log(tmp_path):
+    """Steps per second over the last steps, tokens per second (the log's, else anchors times the
+    block), the held-out measurements' cost and share, the time left (to the steps, or to the end
+    of a time budget if sooner), a resumed run's lines from its checkpoint on, and a paused
+    self-distillation told apart from a run that stopped before its first checkpoint."""
+    c = tr.Curves()
+    c.add([{"step": s, "seconds": s * 0.5, "loss": 1.0, "anchors_per_sec": 10.0} for s in range(1, 101)])
+    c.add(
+        [{"step": 100, "seconds": 50.0, "heldout": {"tau": 2.0, "per_position_acceptance": [0.5]}, "eval_seconds": 5.0}]
+    )
+    assert c.steps_per_sec() == pytest.approx(2.0) and c.tokens_per_sec(7) == pytest.approx(70.0)
+    assert c.eval_cost() == pytest.approx((5.0, 5.0 / 55.0))
+    assert c.seconds_left(300, eval_every=100) == pytest.approx(200 / 2.0 + 3 * 5.0)
+    # 10 s of budget left (20 steps), then the final measurement
+    assert c.seconds_left(300, eval_every=100, budget=60.0) == pytest.approx(10.0 + 5.0)
+    more = tr.Curves()
+    more.add(
+        [
+            {"step": s, "steps": 300, "seconds": 40 + s * 0.1, "loss": 0.5, "tokens_per_sec": 99.0}
+            for s in range(91, 111)
+        ]
+    )
+    c.extend(more)  # a resumed run's log from its checkpoint (step 90) on: only the new steps join
+    assert c.steps == list(range(1, 111)) and c.total == 300 and c.tokens_per_sec(7) == 99.0
+    assert list(c.array("steps")[-3:]) == [108, 109, 110]
+    out = tmp_path / "distilling"
+    (out / ".train").mkdir(parents=True)
+    (out / tr.STATUS_FILE).write_text(json.dumps({"state": "paused", "step": 0, "steps": 300, "message": "", "pid": 1}))
+    paused = tr.run_state(out)
+    assert paused.state == "paused" and paused.resumable and "preparing" in paused.sentence
+    (out / tr.STATUS_FILE).unlink()
+    (out / "train_log.jsonl").write_text(_step_line(1, 300) + "\n")
+    assert tr.run_state(out, last_step=1).state == "failed"  # no status, no checkpoint: start again

@@ -99,9 +99,9 @@ class TrainPane(QWidget):
         self.message.hide()
         self.status = QLabel(objectName="caption", wordWrap=True)
         self.command = QLineEdit(readOnly=True, placeholderText="the dspark train command of a run started here")
-        copy = QPushButton("Copy")
-        copy.setToolTip("the command, to run, resume (--resume) or finish (--resume --finish) it from a terminal")
-        copy.clicked.connect(lambda: QApplication.clipboard().setText(self.command.text()))
+        self.copy = QPushButton("Copy")
+        self.copy.setToolTip("the command, to run, resume (--resume) or finish (--resume --finish) it from a terminal")
+        self.copy.clicked.connect(lambda: QApplication.clipboard().setText(self.command.text()))
         self.figures = QLabel(wordWrap=True)
         self.plots = {
             "loss": make_plot("Training loss", "loss", "step"),
@@ -125,7 +125,7 @@ class TrainPane(QWidget):
             self.plots[key].setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Ignored)
         right = QWidget()
         rl = QVBoxLayout(right)
-        for w in (self.message, self.status, row(self.command, copy), self.figures):
+        for w in (self.message, self.status, row(self.command, self.copy), self.figures):
             rl.addWidget(w)
         rl.addLayout(plots, 1)
         split = QSplitter()
@@ -353,7 +353,9 @@ class TrainPane(QWidget):
         if tokens:
             parts.append(f"{tokens:,.0f} tokens/s")
         every = tr.option(self.argv, "--eval-every")
-        left = c.seconds_left(total, int(every) if every and every.isdigit() else None)
+        minutes = tr.option(self.argv, "--time-budget-minutes")
+        budget = float(minutes) * 60 if minutes and minutes.replace(".", "", 1).isdigit() else None
+        left = c.seconds_left(total, int(every) if every and every.isdigit() else None, budget)
         if left is not None and self.state.live:
             parts.append(f"about {_duration(left)} left")
         cost = c.eval_cost()

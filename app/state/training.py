@@ -175,13 +175,7 @@ class Child:
         return self.proc.poll()
 
     def send(self, sig: int) -> bool:
-        if not self.running():
-            return False
-        try:
-            os.kill(self.pid, sig)
-        except OSError:
-            return False
-        return True
+        return self.running() and send(self.pid, sig)
 
 
 def alive(pid) -> bool:
@@ -292,8 +286,10 @@ def run_state(out: str | Path, *, child: Child | None = None, last_step: int | N
     if state in LIVE:  # it said it was working and its process is gone
         back = f"; Resume goes on from the checkpoint at step {at:,}" if resumable else ""
         return made("crashed", f"ended without a word{where} (killed?){back}")
-    if resumable:
-        return made("paused", f"paused at step {at:,}")
+    if state == "paused" or resumable:  # a self-distillation paused before any step resumes too
+        return made(
+            "paused", f"paused at step {at:,}" if resumable else "paused while preparing its data", resumable=True
+        )
     if step is not None or (out / LOG_FILE).is_file():
         return made("failed", "stopped before its first checkpoint: Start it again", resumable=False)
     return made("", "", resumable=False)
@@ -380,13 +376,18 @@ class Curves:
         train = self.seconds[-1] if self.seconds else 0.0
         return self.eval_seconds[-1], spent / (spent + train) if spent + train > 0 else 0.0
 
-    def seconds_left(self, total: int | None, eval_every: int | None = None) -> float | None:
-        """Training seconds to ``total`` steps at the current rate, and the held-out
-        measurements still to come at the last one's cost."""
+    def seconds_left(
+        self, total: int | None, eval_every: int | None = None, budget: float | None = None
+    ) -> float | None:
+        """Training seconds to ``total`` steps at the current rate (or to the end of a time
+        ``budget`` of training seconds, if sooner), and the held-out measurements still to come
+        at the last one's cost."""
         rate, total = self.steps_per_sec(), self.total or total
         if not rate or not total or not self.steps:
             return None
         left = max(0, total - self.steps[-1])
+        if budget:
+            left = min(left, max(0.0, budget - self.seconds[-1]) * rate)
         cost = self.eval_cost()
         evals = (left // eval_every) + 1 if eval_every and cost else 0
         return left / rate + evals * (cost[0] if cost else 0.0)
