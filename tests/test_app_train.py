@@ -343,6 +343,8 @@ def test_the_train_tab_in_the_window(qtbot, tiny, tmp_path, monkeypatch):
     assert plan.target == tiny["target"] and w.train.form.start_from.currentText() == str(drafter)
     assert Path(plan.out).parent == Path(tmp_path / "home" / "data" / "drafters")  # a new folder under the app's data
     assert not Path(plan.out).exists()
+    w.train.form.new_out()  # after a start in the same second: another folder
+    assert w.train.form.plan().out == plan.out + "-2"
     qtbot.keyClick(w, Qt.Key_1, Qt.ControlModifier)
     assert w.session.tab == "run" and w.results.header.isVisible()
     w.close()

@@ -169,8 +169,8 @@ class TrainPane(QWidget):
         except OSError as e:
             return self.say(f"could not start dspark train: {e.strerror or e}")
         self.child, self.argv, self.out, self.output, self.pid = child, argv, out, child.output, child.pid
-        self.reader = self.reader if self.reader is not None and self.reader.path.parent == Path(out) else None
-        self.reader = self.reader or tr.LogReader(out)
+        if self.reader is None or self.reader.path.parent != Path(out):  # another run: a read under way is its
+            self.reader, self.pending = tr.LogReader(out), None
         self._keep()
         self.say("")
         self.show_command(argv)
@@ -197,7 +197,7 @@ class TrainPane(QWidget):
         self.argv = [a for a in record.get("command") or [] if isinstance(a, str)]
         self.output = Path(record["output"]) if record.get("output") else None
         self.pid = record.get("pid") if isinstance(record.get("pid"), int) else None
-        self.reader, self.curves = tr.LogReader(out), tr.Curves()
+        self.reader, self.curves, self.pending = tr.LogReader(out), tr.Curves(), None  # a read under way is another's
         self.show_command(self.argv)
         while wait:
             again, chunk = self.reader.read()

@@ -168,9 +168,7 @@ class TrainForm(QWidget):
     def new_out(self) -> None:
         """After a start: the next run's folder is a new one (unless the person chose their own)."""
         if self.out_edit.text() == self.auto_out:
-            self.auto_out = ""
-            self.out_edit.clear()
-            self._fill_out()
+            self._fill_out(taken=self.auto_out)
 
     def _produce_changed(self, *_args) -> None:
         what = PRODUCE[self.produce.currentIndex()][1]
@@ -182,14 +180,14 @@ class TrainForm(QWidget):
         if not self.eval_touched:
             self.eval_every.setValue(tr.eval_every_for(steps))
 
-    def _fill_out(self) -> None:
+    def _fill_out(self, taken: str = "") -> None:
         """A default output folder, new each time, until the person writes their own."""
         if self.out_edit.text() in ("", self.auto_out):
             try:
                 folder = settings.trained_dir()
             except OSError:
                 return
-            self.auto_out = tr.default_out(folder, self.target.currentText(), self.plan(out=""))
+            self.auto_out = tr.default_out(folder, self.target.currentText(), self.plan(out=""), taken=taken)
             self.out_edit.setText(self.auto_out)
 
     def _add_data(self, folder: bool) -> None:

@@ -72,11 +72,13 @@ def eval_every_for(steps: int) -> int:
     return max(1, round(steps / MEASUREMENTS))
 
 
-def default_out(folder: Path, target: str, plan: TrainPlan, now: float | None = None) -> str:
-    """A new folder under the app's data folder: the target's name, what is made, the time."""
+def default_out(folder: Path, target: str, plan: TrainPlan, *, now: float | None = None, taken: str = "") -> str:
+    """A new folder under the app's data folder: the target's name, what is made, the time (and
+    a number when that is ``taken``, the run just started in the same second, or exists)."""
     what = "from-" + Path(plan.start_from).name if plan.start_from else plan.kind if plan.kind != "block" else plan.fmt
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return str(folder / f"{Path(target).name or 'target'}-{what}-{stamp}")
+    base = str(folder / f"{Path(target).name or 'target'}-{what}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}")
+    names = (base if n == 1 else f"{base}-{n}" for n in range(1, 10_000))
+    return next(out for out in names if out != taken and not Path(out).exists())
 
 
 def dspark_program() -> list[str] | None:
@@ -473,8 +475,7 @@ def option(argv: list[str], flag: str) -> str | None:
 
 
 def block_size(out: str | Path, argv: list[str]) -> int | None:
-    """The block size the run trains (tokens a step's anchor drafts): its checkpoint's, its
-    drafter's config, else the command's."""
+    """The run's block size (its checkpoint's, its drafter config's, else the command's)."""
     point = checkpoint(Path(out)) or {}
     drafter = point.get("drafter") if isinstance(point.get("drafter"), dict) else {}
     for value in (drafter.get("block_size"), (read_json(Path(out) / "config.json") or {}).get("block_size")):
