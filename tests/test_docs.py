@@ -272,7 +272,10 @@ def test_the_first_examples_run_on_the_demo_models(page, command):
     if "--json" in words:
         out = json.loads(r.stdout)
         if words[1] == "generate":
-            assert len(out["tokens"]) == 8 and isinstance(out["text"], str) and out["rounds"] >= 1
+            assert len(out["tokens"]) == 8 and isinstance(out["text"], str) and out["method"] == "speculative"
+            # auto (the default) decodes plainly where its costs say no round pays: on a busy
+            # machine the 8 tokens may come from plain steps alone
+            assert out["rounds"] + out["plain_steps"] >= 1
         else:
             assert out
     else:
