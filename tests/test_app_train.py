@@ -159,6 +159,14 @@ def test_a_failing_run_says_its_last_error_line(pane, qtbot, tiny, tmp_path):
     qtbot.waitUntil(lambda: p.state.state == "failed", timeout=60_000)
     said = p.message.text()
     assert "failed" in said and "99" in said and "Traceback" not in said, said
+    assert not (tmp_path / "bad" / tr.STATE_FILE).exists() and not p.form.buttons["resume"].isEnabled()
+    # refused before it wrote a status: the last line it printed
+    fill(p, tiny, tmp_path / "worse", steps=5, extra="--no-such-option")
+    assert p.start()
+    qtbot.waitUntil(lambda: p.state.state == "failed", timeout=60_000)
+    assert p.message.text().endswith("unrecognized arguments: --no-such-option (see dspark train --help)"), (
+        p.message.text()
+    )
 
 
 class Ticks:
