@@ -211,7 +211,7 @@ def last_line(path: Path | None, limit: int = 8192) -> str:
     with path.open("rb") as f:
         f.seek(max(0, path.stat().st_size - limit))
         tail = f.read().decode("utf-8", errors="replace")
-    lines = [s.strip() for s in tail.replace("\r", "\n").splitlines() if s.strip()]
+    lines = [s.strip() for s in tail.replace("\r", "\n").splitlines() if s.strip() and not s.startswith("$ ")]
     return lines[-1] if lines else ""
 
 
@@ -283,7 +283,8 @@ def run_state(out: str | Path, *, child: Child | None = None, last_step: int | N
     if state == "finished" or (state is None and (out / REPORT_FILE).is_file()):
         return made("finished", f"finished{where}{said_too}", resumable=False)
     if state == "failed" or (child is not None and child.returncode not in (0, None) and not resumable):
-        why = said or last_line(child.output if child else None) or f"exit status {child.returncode if child else '?'}"
+        output, code = (child.output, child.returncode) if child else (None, None)
+        why = said or last_line(output) or f"ended with status {code} (below 0: the signal that ended it)"
         return made("failed", f"failed{where}: {why}")
     if state in LIVE:  # it said it was working and its process is gone
         back = f"; Resume goes on from the checkpoint at step {at:,}" if resumable else ""
