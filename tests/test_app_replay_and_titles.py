@@ -4,7 +4,10 @@ a diagnosis narrows them."""
 
 from __future__ import annotations
 
+import copy
+import html
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -13,12 +16,18 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QRectF, QTimer
+from PySide6.QtGui import QFont, QFontMetrics
 from test_app import LONG
 from test_app_support import shown_window
 
 import dspark.reading
-from dspark_studio.state.messages import RoundDone
+from dspark.diagnose.findings import Diagnosis
+from dspark_studio.files import replay
+from dspark_studio.panes.plots import SHORT_TITLES
+from dspark_studio.state.diagnoses import Entry
+from dspark_studio.state.messages import CostsMeasured, RoundDone
+from dspark_studio.state.session import COMPARE_TAB, REJECTIONS_TAB, RUN_TAB
 
 SAVED = Path(__file__).parent / "saved" / "run-0.1.0.json"
 #: The longest the GUI thread's event loop may stand still, as a share of the time from Open to
@@ -147,3 +156,89 @@ def test_stop_or_closing_the_window_drops_a_file_being_read(qtbot, fresh, big):
     qtbot.wait(100)
     assert not w.playlist and w.session.job is None and not w.busy
     assert w.statusBar().currentMessage() == said and not w.session.message
+
+
+# --------------------------------------------------------------------------- titles and axis labels
+def _shown_comparison(w, tmp_path) -> None:
+    """A comparison of two drafters and plain decoding as if run here (the recorded run's messages,
+    so this machine's measured costs are drawn too), and a diagnosis beside the plots."""
+    doc = json.loads(SAVED.read_text())
+    other = copy.deepcopy(doc["runs"][0])
+    other["label"], other["drafter"] = "drafter-two", "/d/drafter-two"
+    path = tmp_path / "compare.json"
+    path.write_text(json.dumps({**doc, "kind": "compare", "runs": [doc["runs"][0], other, doc["runs"][1]]}))
+    rec = replay.read_recording(path)
+    s = w.session
+    job = s.new_job("compare", "/t", rec.prompts, rec.arms(), config={})
+    for _at, message in replay.schedule(rec, job.id):
+        s.apply(message)
+    for drafter in (r.drafter for r in rec.runs if r.drafter):
+        s.apply(CostsMeasured(drafter, {"verify_ms": [1.0, 1.5, 2.0, 2.5], "draft_ms": 0.5, "step_ms": 0.9}))
+    found = Diagnosis(findings=(), per_position_acceptance=(0.8,), expected_per_position=None, tau=3.79, rounds=40)
+    s.diagnoses = [
+        Entry(label="drafter", drafter="/d", target="/t", what="1 prompt", diagnosis=found, prompts=rec.prompts)
+    ]
+    s.version += 1
+    w.refresh()
+
+
+def _title_line(plot) -> str:
+    """The title's first line as drawn (the lines below it: a figure of the plot's, its legend)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", plot.getPlotItem().titleLabel.text.split("<br>")[0]))
+
+
+def _cut(w, pane) -> list[str]:
+    """What is wrong with the plots of ``pane`` (shown): a title on more than one line, or wider
+    than its plot, or cut; an axis label past its plot's edge."""
+    wrong = []
+    for name, plot in pane.plots().items():
+        if not plot.isVisible():
+            continue
+        title = plot.property("titles")[0]
+        line = _title_line(plot)
+        font = QFont(plot.getPlotItem().titleLabel.item.font())
+        font.setPointSize(w.theme.font_pt + 1)
+        width = QFontMetrics(font).horizontalAdvance(line)
+        if line not in (title, SHORT_TITLES.get(title)) or width > plot.getPlotItem().width():
+            wrong.append(f"{name}: title {line!r} ({width} px on {plot.getPlotItem().width():.0f})")
+        if line != title and not plot.toolTip():
+            wrong.append(f"{name}: {title!r} said as {line!r}, and no tooltip says it whole")
+        for side in ("left", "bottom"):
+            ax = plot.getAxis(side)
+            box = ax.mapRectToScene(ax.label.mapRectToParent(ax.label.boundingRect()))  # the scene is the widget
+            if not QRectF(plot.rect()).contains(box):
+                wrong.append(f"{name}: {ax.labelText!r} at {box} in {plot.rect()}")
+    return wrong
+
+
+@pytest.mark.parametrize("presenting", [False, True], ids=["1280x800", "presenting at 1920x1080"])
+def test_with_a_diagnosis_beside_them_every_title_is_one_line_and_every_axis_label_whole(
+    qtbot, fresh, tmp_path, presenting
+):
+    """At 1280x800 with Run ▸ Diagnose's findings beside the plots, "Acceptance by position" and
+    "Accepted length (τ = 2.33)" wrapped to two lines and "seconds of decoding" stood past the
+    plot's edge; every axis label's box began 4 px left of its plot. Each title is now one line
+    (in fewer words where the plot is narrow: its tooltip says it whole), τ on a line of its own."""
+    w = fresh
+    if presenting:
+        w.presenter.fullscreen = False
+        w.presenter.enter()
+        w.resize(1920, 1080)
+    _shown_comparison(w, tmp_path)
+    wrong = []
+    for tab, pane, beside in (
+        (RUN_TAB, w.results.plots, w.results.diagnosis),
+        (COMPARE_TAB, w.results.compare, w.results.compare_diagnosis),
+        (REJECTIONS_TAB, w.results.rejections, None),
+    ):
+        w.session.show_tab(tab)
+        w.refresh()
+        qtbot.wait(200)
+        assert beside is None or beside.isVisible()
+        assert tab != COMPARE_TAB or w.results.compare.costs.isVisible()  # three plots: each as narrow as they get
+        wrong += _cut(w, pane)
+    assert not wrong, "\n".join(wrong)
+    hist = w.results.plots.hist.getPlotItem().titleLabel.text
+    assert _title_line(w.results.plots.hist) == "Accepted length" and "τ\u00a0=\u00a0" in hist
+    if presenting:
+        w.presenter.leave()

@@ -8,12 +8,13 @@ what each line is stands in the title, never on top of the curves."""
 
 from __future__ import annotations
 
+from functools import partial
 from html import escape
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QFontMetrics
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
 from dspark import metrics
@@ -78,41 +79,61 @@ def pen(colour: str, style: str = "solid", width: float = 3) -> object:
     return pg.mkPen(colour, width=width, style=LINE_STYLES[style])
 
 
-def fit_title(w: pg.PlotWidget, t: Theme, title: str, keys: list[tuple[str, str, str]] = ()) -> None:
-    """The title and, on lines below it, its legend, one key per line drawn: (colour, name,
-    style). The title's words and the keys wrap to as many lines as the plot's width needs: a
-    title wider than the plot's inside widens it past the widget, which then cuts the legend and
-    the ends of the axes. Kept with the plot, so ``PlotBox`` fits it again when it is resized."""
-    w.legend_keys = (t, title, list(keys))
-    room = w.width() - w.getAxis("left").width() - 12
+#: A title too long for its plot on one line, in fewer words: wrapped, a narrow plot's title took
+#: two or three of its lines. The plot's tooltip and its axes' labels say what the words left out.
+SHORT_TITLES = {
+    "Acceptance by position": "Acceptance by k",
+    "Acceptance by context length": "By context length",
+    "Measured cost on this machine": "Measured cost",
+}
+
+
+def fit_title(w: pg.PlotWidget, t: Theme, title: str, keys: list[tuple[str, str, str]] = (), note: str = "") -> None:
+    """The title on one line and, on lines below it, ``note`` (a figure of the plot's) and its
+    legend, one key per line drawn: (colour, name, style), as many keys to a line as fit. The
+    title never wraps: too long for the plot, it is said in fewer words (``SHORT_TITLES``), and
+    past those, in its first words and "…" (the plot's tooltip says it whole). A title or a key
+    wider than the plot widens it past the widget, which then cuts the ends of the axes. Kept with
+    the plot, so ``PlotBox`` fits it again when it is resized."""
+    w.legend_keys = (t, title, list(keys), note)
+    room = w.width() - 8  # the title spans the plot's width (``set_title``), less its text's margins
 
     def fits(lines: list[str]) -> bool:
         set_title(w, t, "<br>".join(lines))
         return w.getPlotItem().titleLabel.item.boundingRect().width() <= room
 
-    head = [escape(title)]
-    if not fits(head):  # a long title on a narrow plot: its words on lines (no break at a no-break space)
-        head, words = [], [word for word in title.split(" ") if word]
-        for word in words:
-            if head and fits([f"{head[-1]} {escape(word)}"]):
-                head[-1] = f"{head[-1]} {escape(word)}"
-            else:
-                head.append(escape(word))
+    short = SHORT_TITLES.get(title, title)
+    head = next((h for h in (title, short) if fits([escape(h)])), None)
+    if head is None:  # narrower still: its first words, and "…" where the rest was
+        words = short.split(" ")
+        n = next((n for n in range(len(words) - 1, 0, -1) if fits([escape(" ".join(words[:n]) + " …")])), 1)
+        head = " ".join(words[:n]) + " …"
+    lines = [escape(head)] + ([f'<span style="color:{t.muted}">{escape(note)}</span>'] if note else [])
     spans = [
         f'<span style="color:{colour}; white-space:nowrap">{escape(GLYPHS[style])} {escape(name)}</span>'
         for colour, name, style in keys
     ]  # a key never wraps inside itself
     for per_line in range(max(len(spans), 1), 0, -1):  # the fewest lines whose widest fits
-        lines = ["&nbsp;&nbsp;&nbsp;".join(spans[i : i + per_line]) for i in range(0, len(spans), per_line)]
-        if fits(head + lines):
+        keyed = ["&nbsp;&nbsp;&nbsp;".join(spans[i : i + per_line]) for i in range(0, len(spans), per_line)]
+        if fits(lines + keyed):
             break
 
 
+#: The title's cell of pyqtgraph's plot layout (Qt takes it by position): row, column, rows, columns;
+#: row 0, over the left axis, the data and the right axis.
+TITLE_CELL = (0, 0, 1, 3)
+
+
 def set_title(w: pg.PlotWidget, t: Theme, html: str) -> None:
-    """The title, its row as tall as its text (pyqtgraph fixes it at 30 px, which cuts a
-    two-line title, or a presentation-size one)."""
-    w.setTitle(html, color=t.fg, size=f"{t.font_pt + 1}pt")
+    """The title, over the plot's whole width (pyqtgraph centres it over the data alone, whose
+    width a narrow plot's title did not fit), its row as tall as its text (pyqtgraph fixes it at
+    30 px, which cuts a two-line title, or a presentation-size one)."""
     item = w.getPlotItem()
+    if not getattr(w, "title_spans", False):
+        item.layout.removeItem(item.titleLabel)
+        item.layout.addItem(item.titleLabel, *TITLE_CELL)
+        w.title_spans = True
+    w.setTitle(html, color=t.fg, size=f"{t.font_pt + 1}pt")
     h = int(item.titleLabel.item.boundingRect().height()) + 2
     item.titleLabel.setMaximumHeight(h)
     item.layout.setRowFixedHeight(0, h)
@@ -122,6 +143,9 @@ def style_plot(w: pg.PlotWidget, t: Theme) -> None:
     title, left, bottom = w.property("titles")
     w.setBackground(t.panel)
     fit_title(w, t, title)
+    # pyqtgraph sets an axis label 5 px out from its axis: past the plot's edge, which cut it
+    w.getPlotItem().layout.setContentsMargins(5, 1, 2, 5)
+    w.label_pt = t.font_pt
     for name, text in (("left", left), ("bottom", bottom)):
         ax = w.getAxis(name)
         ax.setPen(pg.mkPen(t.grid))
@@ -130,7 +154,45 @@ def style_plot(w: pg.PlotWidget, t: Theme) -> None:
         f = w.font()
         f.setPointSize(t.font_pt)
         ax.setStyle(tickFont=f)
+    if not getattr(w, "labels_kept_inside", False):
+        for part in (w.getPlotItem(), w.getAxis("left"), w.getAxis("bottom")):
+            part.geometryChanged.connect(partial(keep_labels_inside, w))
+        w.labels_kept_inside = True
+    keep_labels_inside(w)
     w.showGrid(x=False, y=True, alpha=0.25)
+
+
+#: An axis label longer than its plot is wide, in fewer words (the plot's tooltip says the rest).
+SHORT_LABELS = {
+    "seconds, prompts back to back": "seconds, back to back",
+    "drafts verified (rows = 1 + drafts)": "drafts verified",
+    "tokens before the drafted position (bar label: rounds)": "tokens before the position",
+}
+
+
+def keep_labels_inside(w: pg.PlotWidget) -> None:
+    """Each axis label inside the plot: in fewer words (``SHORT_LABELS``) when it is longer than
+    the plot is wide, and moved along its axis until its ends are inside (pyqtgraph centres it
+    on the axis, and a label longer than the axis stood past the plot's edge, cut). Again
+    whenever the plot or an axis is laid out anew (pyqtgraph places the label then)."""
+    item = w.getPlotItem()
+    _title, left, bottom = w.property("titles")
+    font = QFont(w.font())
+    font.setPointSize(getattr(w, "label_pt", NORMAL.font_pt))
+    fm = QFontMetrics(font)
+    for name, full, room in (("left", left, item.height()), ("bottom", bottom, item.width())):
+        ax = w.getAxis(name)
+        text = full if fm.horizontalAdvance(full) + 8 <= room - 7 else SHORT_LABELS.get(full, full)
+        if ax.labelText != text:
+            ax.setLabel(text)  # in the style it has
+        label, at = ax.label, ax.mapToItem(item, QPointF(0, 0))
+        length = label.boundingRect().width()  # along its axis (a left axis' label is turned)
+        if name == "bottom":  # pyqtgraph's place, centred; then no further left or right than the plot
+            x = int(ax.width() / 2 - length / 2)
+            label.setX(max(-at.x(), min(x, item.width() - at.x() - length)))
+        else:
+            y = int(ax.height() / 2 + length / 2)  # its lower end: the text runs upwards from it
+            label.setY(min(item.height() - at.y(), max(y, length - at.y())))
 
 
 def integer_ticks(w: pg.PlotWidget, values) -> None:
@@ -142,7 +204,7 @@ def integer_ticks(w: pg.PlotWidget, values) -> None:
     ax = w.getAxis("bottom")
     fm = QFontMetrics(ax.style["tickFont"] or w.font())
     need = max((fm.horizontalAdvance(str(v)) for v in values), default=0) + fm.horizontalAdvance("  ")
-    room = max(w.width() - w.getAxis("left").width() - 12, 1)  # the axis's length, as fit_title takes it
+    room = max(w.width() - w.getAxis("left").width() - 12, 1)  # the axis's length
     step = next((k for k in (1, 2, 5, 10, 20, 50, 100) if len(values) / k * need <= room), 200)
     first = values[0] if values else 0
     ax.setTicks(
@@ -327,7 +389,7 @@ class PlotsPane(QWidget):
             self.hist.setXRange(-0.6, max(len(hist) - 1, 1) + 0.6, padding=0)
             zero_based_range(self.hist, max(max(hist, default=1), 1))
             integer_ticks(self.hist, range(len(hist)))
-            fit_title(self.hist, t, f"Accepted length (τ\u00a0=\u00a0{f.tau:.2f})")  # τ's figure never split
+            fit_title(self.hist, t, "Accepted length", note=f"τ\u00a0=\u00a0{f.tau:.2f}")  # τ's figure never split
         else:
             self.pos_bars.setOpts(x=[], height=[])
             self.hist_bars.setOpts(x=[], height=[])
