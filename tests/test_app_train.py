@@ -239,6 +239,8 @@ def test_a_real_run_from_the_tab_pause_resume_restart_stop_and_compare(pane, qtb
     print(f"\nreal run: {ticks.said()}, longest poll {max(cpu) * 1000:.0f} ms; {len(p.curves.steps)} steps drawn")
     assert max(cpu) < 0.15 and ticks.busiest() < 0.2, ticks.said()
     assert not p.boxes["loss"].is_empty and not p.boxes["tau"].is_empty and not p.boxes["positions"].is_empty
+    best = [(s, tau) for s, tau, b in zip(p.curves.held_steps, p.curves.tau, p.curves.best) if b][-1]
+    assert [tuple(a) for a in zip(*p.best_mark.getData())] == [best]  # the star: the run's best so far
     assert (
         "steps/s" in p.figures.text() and "tokens/s" in p.figures.text() and "held-out measurement" in p.figures.text()
     )

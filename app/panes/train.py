@@ -77,6 +77,7 @@ class TrainPane(QWidget):
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="train-log")
         self.state = tr.RunState(state="", sentence="")
         self.items: dict[str, list] = {}  # each plot's lines, made once
+        self.best_mark = None  # the star on the best held-out measurement
         self.dirty = False
         self._build()
         self.timer = QTimer(self)
@@ -105,8 +106,8 @@ class TrainPane(QWidget):
         self.figures = QLabel(wordWrap=True)
         self.plots = {
             "loss": make_plot("Training loss", "loss", "step"),
-            "tau": make_plot("Held-out τ", "τ (tokens a round)", "step"),
-            "positions": make_plot("Held-out acceptance at position k", "acceptance", "step"),
+            "tau": make_plot("Held-out τ (★ the best so far)", "τ (tokens a round)", "step"),
+            "positions": make_plot("Acceptance at position k", "held-out acceptance", "step"),
             "speed": make_plot("Speed", "steps / training second", "step"),
         }
         empty = {
@@ -292,6 +293,7 @@ class TrainPane(QWidget):
         self._line("loss", [(*thin(steps, c.array("loss")), t.speculative, "")])
         held = np.asarray(c.held_steps, dtype=float)
         self._line("tau", [(held, np.asarray(c.tau), t.speculative, "")], symbols=True)
+        self._mark_best(held)
         width = max((len(p) for p in c.positions), default=0)
         self._line(
             "positions",
@@ -316,6 +318,17 @@ class TrainPane(QWidget):
             dt = sec[k:] - sec[:-k]
             rate = np.where(dt > 0, (steps[k:] - steps[:-k]) / np.where(dt > 0, dt, 1), np.nan)
             self._line("speed", [(*thin(steps[k:], rate), t.speculative, "")])
+
+    def _mark_best(self, held: np.ndarray) -> None:
+        """A star on the run's best held-out measurement so far (the log marks each new best:
+        the weights Stop, keep the best writes)."""
+        w, c = self.plots["tau"], self.curves
+        if self.best_mark is None or self.best_mark.scene() is not w.scene():  # made anew after a clear
+            self.best_mark = pg.ScatterPlotItem(symbol="star", size=18, pen=pg.mkPen(self.theme.fg))
+            w.addItem(self.best_mark)
+        at = [i for i, b in enumerate(c.best) if b][-1:]
+        self.best_mark.setBrush(pg.mkBrush(self.theme.correction))
+        self.best_mark.setData([held[i] for i in at], [c.tau[i] for i in at])
 
     def _line(self, key: str, series, symbols: bool = False) -> None:
         """Each series' line, made once and given new data after (remaking the items and fitting

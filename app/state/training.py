@@ -172,10 +172,6 @@ class Child:
     def running(self) -> bool:
         return self.proc.poll() is None
 
-    @property
-    def returncode(self) -> int | None:
-        return self.proc.poll()
-
     def send(self, sig: int) -> bool:
         return self.running() and send(self.pid, sig)
 
@@ -282,8 +278,8 @@ def run_state(out: str | Path, *, child: Child | None = None, last_step: int | N
     state = status.get("state")
     if state == "finished" or (state is None and (out / REPORT_FILE).is_file()):
         return made("finished", f"finished{where}{said_too}", resumable=False)
-    if state == "failed" or (child is not None and child.returncode not in (0, None) and not resumable):
-        output, code = (child.output, child.returncode) if child else (None, None)
+    if state == "failed" or (child is not None and child.proc.poll() not in (0, None) and not resumable):
+        output, code = (child.output, child.proc.poll()) if child else (None, None)
         why = said or last_line(output) or f"ended with status {code} (below 0: the signal that ended it)"
         return made("failed", f"failed{where}: {why}")
     if state in LIVE:  # it said it was working and its process is gone
@@ -312,6 +308,7 @@ class Curves:
     tau: list[float] = field(default_factory=list)
     positions: list[list[float]] = field(default_factory=list)
     eval_seconds: list[float] = field(default_factory=list)
+    best: list[bool] = field(default_factory=list)  # each measurement: the best of the run so far
     arrays: dict = field(default_factory=dict, repr=False, compare=False)  # array()'s, kept
 
     def add(self, entries: list[dict]) -> None:
@@ -322,6 +319,7 @@ class Curves:
                 self.tau.append(_num(h.get("tau")))
                 self.positions.append([_num(x) for x in h.get("per_position_acceptance") or []])
                 self.eval_seconds.append(_num(e.get("eval_seconds")))
+                self.best.append(e.get("best") is True)
             elif "loss" in e:
                 if self.steps and e["step"] <= self.steps[-1]:  # a resumed run logs from its checkpoint on
                     continue
@@ -340,7 +338,7 @@ class Curves:
         skip = next((i for i, s in enumerate(more.steps) if s > last), len(more.steps))
         for name in ("steps", "loss", "seconds", "anchors", "tokens"):
             getattr(self, name).extend(getattr(more, name)[skip:])
-        for name in ("held_steps", "tau", "positions", "eval_seconds"):
+        for name in ("held_steps", "tau", "positions", "eval_seconds", "best"):
             getattr(self, name).extend(getattr(more, name))
         self.total = more.total or self.total
 
