@@ -75,6 +75,10 @@ class TokenText(QTextEdit):
         cur.movePosition(QTextCursor.End)
         t = self.theme
         colours = {"accepted": t.accepted, "correction": t.correction, "bonus": t.bonus}
+        # one edit: the document is laid out once for the lot, not after each token (a paragraph
+        # with no line break is laid out whole each time: an instant replay of 3,000 rounds took
+        # 15 s in insertText, 6,500 rounds 164 s, with the window frozen)
+        cur.beginEditBlock()
         for tok in tokens:
             src = getattr(tok.source, "value", tok.source)
             fmt = QTextCharFormat()
@@ -90,6 +94,7 @@ class TokenText(QTextEdit):
             fmt.setToolTip(tip)
             cur.insertText(tok.text, fmt)
             self.count += 1
+        cur.endEditBlock()
         self.setTextCursor(cur)
         self.ensureCursorVisible()
 
