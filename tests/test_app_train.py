@@ -150,6 +150,19 @@ def test_bad_inputs_are_one_sentence_and_nothing_is_touched(pane, tiny, tmp_path
     assert not (tmp_path / "fresh").exists()
 
 
+def test_stop_waits_for_a_process_that_has_not_said_it_started(pane):
+    """SIGUSR1 before the run has set its handler would end it unsaved: until its own status is
+    written, Stop says to wait; once it is (preparing the data too), the signal is sent."""
+    p = pane()
+    sent = []
+    p.child = type("Child", (), {"pid": 4242, "send": lambda self, sig: sent.append(sig) or True})()
+    p.state = tr.RunState(state="preparing", sentence="", live=True, pid=4242, reported=False)
+    assert p.finish() is False and "starting" in p.message.text() and not sent
+    p.state = tr.RunState(state="preparing", sentence="", live=True, pid=4242, reported=True)
+    assert p.finish() and sent == [tr.FINISH]
+    p.child = None
+
+
 def test_a_failing_run_says_its_last_error_line(pane, qtbot, tiny, tmp_path):
     """The child process failing: its own sentence (status.json's message, else its output's last
     line) in the tab, never a traceback."""

@@ -227,10 +227,10 @@ class TrainPane(QWidget):
 
     def finish(self) -> bool:
         """Stop keeping the best: a running run ends at its next step; a paused one is resumed
-        to finish (``--resume --finish``). Before its first step a run has no handler for the
-        signal (it would end unsaved), so it is not sent then."""
-        if self.state.state == "preparing":
-            return self.say("the run is still preparing its data: stop it once it trains, or Pause it")
+        to finish (``--resume --finish``). A process that has not yet written its status has not
+        yet set its handler for the signal (it would end unsaved), so it is not sent then."""
+        if self.state.live and not self.state.reported:
+            return self.say("the run is starting: stop it once it has said so (a moment), or Pause it")
         if self.state.live:
             return self._signal(tr.FINISH, "stopping: the run keeps its best held-out checkpoint as the drafter …")
         if self.state.resumable:

@@ -247,6 +247,7 @@ class RunState:
     resumable: bool = False  # a checkpoint to go on from
     live: bool = False  # a process is running it
     pid: int | None = None
+    reported: bool = False  # the running process wrote the status itself (its signal handlers are in place)
 
 
 def run_state(out: str | Path, *, child: Child | None = None, last_step: int | None = None) -> RunState:
@@ -270,7 +271,17 @@ def run_state(out: str | Path, *, child: Child | None = None, last_step: int | N
     said_too = f" · {said}" if said else ""
 
     def made(state: str, sentence: str, *, resumable: bool = resumable, live: bool = False) -> RunState:
-        return RunState(state=state, sentence=sentence, step=step, steps=steps, resumable=resumable, live=live, pid=pid)
+        mine = bool(status) and status.get("pid") == pid
+        return RunState(
+            state=state,
+            sentence=sentence,
+            step=step,
+            steps=steps,
+            resumable=resumable,
+            live=live,
+            pid=pid,
+            reported=mine,
+        )
 
     if running:
         state = status.get("state") if status.get("state") in LIVE else ("training" if step else "preparing")
@@ -482,36 +493,3 @@ def block_size(out: str | Path, argv: list[str]) -> int | None:
             return value
     given = option(argv, "--block-size")
     return int(given) if given and given.isdigit() else None
-
-
-__all__ = [
-    "FINISH",
-    "FORMATS",
-    "KINDS",
-    "PAUSE",
-    "REPORT_FILE",
-    "STATE_FILE",
-    "STATUS_FILE",
-    "TRAIN_TAB",
-    "Child",
-    "Curves",
-    "LogReader",
-    "RunState",
-    "TrainPlan",
-    "alive",
-    "block_size",
-    "checkpoint",
-    "command",
-    "compare_set",
-    "default_out",
-    "dspark_program",
-    "eval_every_for",
-    "heldout_files",
-    "last_line",
-    "option",
-    "refusal",
-    "resume_command",
-    "run_state",
-    "send",
-    "shell_line",
-]
