@@ -170,7 +170,7 @@ class TrainPane(QWidget):
         except OSError as e:
             return self.say(f"could not start dspark train: {e.strerror or e}")
         self.child, self.argv, self.out, self.output, self.pid = child, argv, out, child.output, child.pid
-        if self.reader is None or self.reader.path.parent != Path(out):  # another run: a read under way is its
+        if self.reader is None or self.reader.path.parent != Path(out):  # another folder: drop a read of the last
             self.reader, self.pending = tr.LogReader(out), None
         self._keep()
         self.say("")
@@ -198,7 +198,7 @@ class TrainPane(QWidget):
         self.argv = [a for a in record.get("command") or [] if isinstance(a, str)]
         self.output = Path(record["output"]) if record.get("output") else None
         self.pid = record.get("pid") if isinstance(record.get("pid"), int) else None
-        self.reader, self.curves, self.pending = tr.LogReader(out), tr.Curves(), None  # a read under way is another's
+        self.reader, self.curves, self.pending = tr.LogReader(out), tr.Curves(), None  # drop a read of another log
         self.show_command(self.argv)
         while wait:
             again, chunk = self.reader.read()
