@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from . import DSPARK
 from .startup import build_parser, missing_system_library, open_window, refused_start, replay_speed
 
 
@@ -16,12 +17,18 @@ def main(argv: list[str] | None = None) -> int:
     """The app's exit status. What runs without a window (the self-test, the device check, figures,
     a screenshot) writes for a shell: a reader that goes away (``| head -c 1``) ends it quietly,
     and a full disk is one sentence, as with ``dspark``."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == [DSPARK]:
+        from dspark.cli import main as dspark_main  # noqa: PLC0415 (light: no mlx)
+
+        sys.argv = ["dspark", *args[1:]]
+        return dspark_main()  # as the command: its stop signals (the Train tab's Pause) and output
     from dspark.cli import OutputLost, WatchedOutput, output_lost  # noqa: PLC0415 (light: no mlx)
 
     shown = sys.stdout
     sys.stdout = shown if isinstance(shown, WatchedOutput) else WatchedOutput(shown)
     try:
-        code = _main(argv)
+        code = _main(args)
         sys.stdout.flush()
         return code
     except OutputLost as e:

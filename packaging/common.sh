@@ -83,3 +83,22 @@ run_with_limit() {
   done
   wait "$pid"
 }
+
+# The Train tab's `dspark train`, as the bundle runs it: its own executable with --dspark (a frozen
+# bundle has no console scripts), two steps on the bundled demo target and a small text, in a
+# bare environment. Fails unless the drafter and the curves are written.
+# usage: train_through_bundle EXE FOLDER-HOLDING-THE-BUNDLE SCRATCH
+train_through_bundle() {
+  local exe=$1 bundle=$2 scratch=$3 target
+  target=$(find "$bundle" -type d -path '*/resources/demo/target' | head -n 1)
+  [ -n "$target" ] || { echo "train_through_bundle: no demo target in $bundle" >&2; return 1; }
+  mkdir -p "$scratch/home"
+  # printf, not yes | head: under pipefail yes's SIGPIPE would fail the pipeline
+  printf 'def add(x, y): return x + y  # a line of the data %s\n' $(seq 400) >"$scratch/train-data.txt"
+  env -i PATH=/usr/bin:/bin HOME="$scratch/home" "$exe" --dspark train --target "$target" \
+    --data "$scratch/train-data.txt" --out "$scratch/trained" --steps 2 --batch 4 --seq-len 64 \
+    --eval-prompts 0 --layers 1 --block-size 4 --no-progress >&2 \
+    || { echo "train_through_bundle: dspark train through the bundle failed" >&2; return 1; }
+  [ -s "$scratch/trained/model.safetensors" ] && [ -s "$scratch/trained/train_log.jsonl" ] \
+    || { echo "train_through_bundle: the run wrote no drafter or no curves" >&2; return 1; }
+}

@@ -69,6 +69,10 @@ expect_run "$line"
 bare_line=$(selftest_line "$line")
 "$python" "$repo/packaging/png_check.py" "$tmp/selftest.png" 1600x1000 20 >&2 || fail "the offscreen screenshot is not a drawn window"
 
+# The Train tab's dspark train, started as the tab starts it in the app
+mkdir -p "$tmp/train"
+train_through_bundle "$exe" "$app" "$tmp/train" || fail "the app cannot train a drafter"
+
 # LaunchServices, as a double-click starts it (with launchd's environment, not this shell's): open
 # waits (-W) for a new instance (-n); its exit status is open's, not the app's, so the app's own
 # line and screenshot decide. open hands the --stdout/--stderr paths to LaunchServices, which

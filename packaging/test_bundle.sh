@@ -32,6 +32,10 @@ check=$(env -i PATH=/usr/bin:/bin HOME="$tmp/home" "$tmp/app/$(basename "$exe")"
 echo "$check"
 grep -q '"outcome": "cpu"' <<<"$check" || { echo "test_bundle.sh: --check-device gave no answer: $check" >&2; exit 1; }
 
+# The Train tab's dspark train, started as the tab starts it in a bundle
+train_through_bundle "$tmp/app/$(basename "$exe")" "$tmp/app" "$tmp" \
+  || { echo "test_bundle.sh: the bundle cannot train a drafter" >&2; exit 1; }
+
 # The loader's own record of the files it initialised ("calling init: PATH"): OpenBLAS and what it
 # links must come from the copy (its top folder or openblas/), not from the system.
 inits=$(grep -ho 'calling init: [^ ]*' "$tmp"/ld/trace.* | sed 's/^calling init: //' | sort -u)

@@ -531,3 +531,21 @@ def test_the_figures_from_the_log(tmp_path):
     (out / tr.STATUS_FILE).unlink()
     (out / "train_log.jsonl").write_text(_step_line(1, 300) + "\n")
     assert tr.run_state(out, last_step=1).state == "failed"  # no status, no checkpoint: start again
+
+
+def test_a_frozen_app_trains_through_its_own_executable(monkeypatch, tmp_path):
+    """A bundle ships no ``dspark`` console script (the packaged app once said so and could not
+    start a run): the tab starts the app's executable with ``--dspark``, which is the ``dspark``
+    command, with its stop signals (Pause). The bundles' own check trains through it:
+    ``train_through_bundle`` in ``packaging/common.sh``."""
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", "/Applications/DSpark Studio.app/Contents/MacOS/dspark-studio")
+    assert tr.dspark_program() == [sys.executable, "--dspark"]
+    monkeypatch.undo()
+    studio = Path(sys.executable).parent / "dspark-studio"
+    drafter = Path(__file__).resolve().parent.parent / "resources" / "demo" / "dspark"
+    through = subprocess.run([str(studio), "--dspark", "inspect", str(drafter)], capture_output=True, text=True)
+    direct = subprocess.run([str(studio.parent / "dspark"), "inspect", str(drafter)], capture_output=True, text=True)
+    assert through.returncode == direct.returncode == 0 and through.stdout == direct.stdout != ""
+    bad = subprocess.run([str(studio), "--dspark", "train", "--target", str(tmp_path / "none")], capture_output=True)
+    assert bad.returncode == 2 and b"--out" in bad.stderr  # dspark's own usage error, not the app's

@@ -28,6 +28,8 @@ from dspark.errors import DsparkError
 from dspark.training.curves import LOG_FILE
 from dspark.training.texts import read_texts
 
+from .. import DSPARK
+
 TRAIN_TAB = "train"
 KINDS = ("block", "eagle3", "assistant")
 FORMATS = ("native", "speculators", "zlab", "deepspec")
@@ -82,7 +84,10 @@ def default_out(folder: Path, target: str, plan: TrainPlan, *, now: float | None
 
 
 def dspark_program() -> list[str] | None:
-    """The ``dspark`` command of this installation: beside this Python, else on the PATH."""
+    """The ``dspark`` command of this installation: the frozen app itself (``--dspark``: a bundle
+    has no console scripts), else beside this Python, else on the PATH."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, DSPARK]
     beside = Path(sys.executable).parent / ("dspark.exe" if os.name == "nt" else "dspark")
     if beside.is_file():
         return [str(beside)]
