@@ -217,21 +217,23 @@ FULL_DISK_FREE = 200 << 10
 
 
 @contextlib.contextmanager
-def small_volume(mount: Path, free: int):
+def small_volume(mount: Path, free: int, capacity: int = 1 << 20):
     """A file system of its own at ``mount`` with ``free`` bytes left, for a real full disk: a
-    1 MB tmpfs on Linux (mounting needs root), a 2 MB HFS+ disk image on macOS (hdiutil attaches
-    one for any user). Each is filled to ``free`` by one file, so that Linux runs the filling
-    the Mac's larger, formatted volume depends on. Skips where the volume cannot be made."""
+    tmpfs of ``capacity`` bytes on Linux (mounting needs root), an HFS+ disk image 1 MB larger on
+    macOS (hdiutil attaches one for any user). Each is filled to ``free`` by one file, so that
+    Linux runs the filling the Mac's larger, formatted volume depends on. Skips where the volume
+    cannot be made."""
     mount.mkdir()
     if sys.platform == "darwin":
         image = mount.with_name(mount.name + ".dmg")
+        megabytes = -(-capacity // (1 << 20)) + 1
         steps = [
-            ["hdiutil", "create", "-size", "2m", "-fs", "HFS+", "-volname", "dspark-full", str(image)],
+            ["hdiutil", "create", "-size", f"{megabytes}m", "-fs", "HFS+", "-volname", "dspark-full", str(image)],
             ["hdiutil", "attach", "-nobrowse", "-mountpoint", str(mount), str(image)],
         ]
         detach = ["hdiutil", "detach", "-force", str(mount)]
     elif sys.platform.startswith("linux"):
-        steps = [["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)]]
+        steps = [["mount", "-t", "tmpfs", "-o", f"size={capacity}", "tmpfs", str(mount)]]
         detach = ["umount", str(mount)]
     else:
         pytest.skip(

@@ -6,7 +6,6 @@ where it is in ``.train/status.json``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -16,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from hostile_fixtures import TRAIN
+from test_hostile_training import small_volume
 from tiny import write_tiny_target_dir
 
 from dspark.cli import main
@@ -214,22 +214,6 @@ def test_pause_and_resume_with_eval_every_is_one_run(world, straight, tmp_path, 
     assert figures(out) == figures(straight)
 
 
-@contextlib.contextmanager
-def volume(mount: Path, size: int):
-    """A file system of ``size`` bytes of its own at ``mount`` (a tmpfs: Linux, as root), for a
-    real full disk; skips where it cannot be made (tests/test_hostile_training.py has the Mac's)."""
-    import subprocess
-
-    mount.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot make a small volume here ({r.stderr.decode().strip() or 'not root'})")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], capture_output=True, timeout=120)
-
-
 def test_a_disk_that_fills_during_a_checkpoint_leaves_the_last_good_one_to_resume(world, straight, tmp_path):
     """A real full disk (a small volume of its own): the checkpoint that no longer fits is one
     sentence and the run's status says so; the one before it stays whole, and once there is room
@@ -245,7 +229,8 @@ def test_a_disk_that_fills_during_a_checkpoint_leaves_the_last_good_one_to_resum
     best = sum(f.stat().st_size for f in (sized / ".train" / "best").rglob("*") if f.is_file())
     whole = sum(f.stat().st_size for f in sized.rglob("*") if f.is_file())
     # room for the first checkpoint and what comes with it, not for a second state file beside it
-    with volume(tmp_path / "small", whole + best + state // 2) as mount:
+    room = whole + best + state // 2
+    with small_volume(tmp_path / "small", room, capacity=room + (64 << 20)) as mount:
         out = mount / "run"
         r = subprocess.run(
             [sys.executable, "-m", "dspark.cli", *argv(world, out, "--steps", "10", "--checkpoint-minutes", "0")],
@@ -261,7 +246,7 @@ def test_a_disk_that_fills_during_a_checkpoint_leaves_the_last_good_one_to_resum
             "step"
         ]
         assert 1 <= kept < 10
-        subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True, timeout=60)  # room again
+        (mount / "filler").unlink()  # room again: the 64 MB that filled the volume
         r = subprocess.run(
             [sys.executable, "-m", "dspark.cli", *argv(world, out, "--steps", "10", "--resume")],
             capture_output=True,
