@@ -306,14 +306,18 @@ def test_an_autoregressive_drafter_drafts_what_the_policy_pays_for_and_stays_los
 
 
 def test_a_position_not_verified_lately_is_tried_again():
-    """Three early rounds rejecting the third draft send an autoregressive drafter's count to 2;
-    twenty-odd rounds later that estimate has aged back to the drafter's measured acceptance and
-    the third draft is tried again (aged only when tried, it stayed at 0.39 for the whole run)."""
+    """Six early rounds rejecting the third draft send an autoregressive drafter's count to 2
+    (three no longer do: the drafter's measured acceptance weighs ``PROFILE_ROUNDS`` rounds); a
+    few rounds later that estimate has aged back towards the measured acceptance and the third
+    draft is tried again (aged only when tried, it stayed near 0.4 for the whole run)."""
     from dspark.policy import Policy, Scheduler
 
     costs = Costs(verify_ms=(10.0, 11.0, 12.0, 13.0, 14.0), draft_ms=1.0, step_ms=12.0, draft_steps_ms=(1.0,))
     sched = Scheduler(Policy("auto"), 4, costs, prior=[0.8, 0.64, 0.51, 0.41])
     assert sched.draft_count(4, 50) == 4
+    for _ in range(3):
+        sched.observe(width=3, accepted=2)
+    assert sched.draft_count(4, 50) == 3
     for _ in range(3):
         sched.observe(width=3, accepted=2)
     assert sched.draft_count(4, 50) == 2
