@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-from . import DSPARK
 from .startup import build_parser, missing_system_library, open_window, refused_start, replay_speed
+from .state.training import DSPARK
 
 
 def main(argv: list[str] | None = None) -> int:

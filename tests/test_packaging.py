@@ -523,8 +523,17 @@ def _stand_in_mac(tmp_path: Path, app_says: str = "as asked", hang: bool = False
     }[app_says]
     # the offscreen window at its size; the on-screen one (any size) small, as png_check reads slowly
     small = _touch(tmp_path / "small.png", _png(200, 100, lambda x, y: (x * 7 + y * 3) % 256))
+    # --dspark train (the Train tab's, train_through_bundle in common.sh): the run's two files at
+    # its --out, from the demo target the script found in the app
+    trains = (
+        'if [ "$1" = --dspark ]; then out="" target=""; while [ $# -gt 0 ]; do case "$1" in '
+        "--out) out=$2 ;; --target) target=$2 ;; esac; shift; done; "
+        '[ -f "$target/config.json" ] || exit 2; mkdir -p "$out"; echo weights >"$out/model.safetensors"; '
+        'echo \'{"step": 1}\' >"$out/train_log.jsonl"; exit 0; fi\n'
+    )
     exe = (
-        f'#!/bin/sh\necho "$*" >>"{log}"\n'
+        f"#!/bin/sh\n{trains}"
+        + f'echo "$*" >>"{log}"\n'
         + ("exec sleep 60\n" if hang else "")
         + 'device=gpu png="" shot="'
         + str(ROOT / "docs" / "screenshot.png")
@@ -544,6 +553,7 @@ def _stand_in_mac(tmp_path: Path, app_says: str = "as asked", hang: bool = False
     with zipfile.ZipFile(zip_path, "w") as z:
         z.writestr("DSpark Studio.app/Contents/Info.plist", plistlib.dumps(plist))
         z.writestr("DSpark Studio.app/Contents/MacOS/dspark-studio", exe)
+        z.writestr("DSpark Studio.app/Contents/Resources/resources/demo/target/config.json", "{}")
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "LAUNCH_SECONDS": "3"}
     return repo, env
 

@@ -28,8 +28,10 @@ from dspark.errors import DsparkError
 from dspark.training.curves import LOG_FILE
 from dspark.training.texts import read_texts
 
-from .. import DSPARK
-
+#: First on the app's command line: the rest is a ``dspark`` command (``dspark-studio --dspark train
+#: ...``). A frozen bundle ships no console scripts, so the Train tab starts ``dspark train`` as the
+#: app's own executable with it (:func:`dspark_program`; ``dspark_studio.main`` runs it).
+DSPARK = "--dspark"
 TRAIN_TAB = "train"
 KINDS = ("block", "eagle3", "assistant")
 FORMATS = ("native", "speculators", "zlab", "deepspec")
