@@ -39,6 +39,22 @@ TRAIN = [
     "--no-compile",
 ]
 
+#: TRAIN's options that are not the drafter's shape: what a fine-tune, which takes its shape from
+#: the drafter it starts from, runs with.
+RUN = TRAIN[TRAIN.index("--batch") :]
+
+
+def train_world(root: Path) -> dict:
+    """A tiny target and a text of 40 lines of Python words in ``root``, for :data:`TRAIN` runs."""
+    import numpy as np
+
+    target = write_tiny_target_dir(root / "target", window=16)
+    rng = np.random.default_rng(0)
+    words = "def class return self if else for in while import from as with print value name".split()
+    data = root / "data.txt"
+    data.write_text("\n".join(" ".join(rng.choice(words, size=12)) for _ in range(40)))
+    return {"target": target, "data": data}
+
 
 def good_pair(root: Path, *init_options: str) -> dict:
     """The good inputs every hostile table starts from: a tiny target whose window (16) ordinary

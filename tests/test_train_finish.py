@@ -14,9 +14,8 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
-from hostile_fixtures import TRAIN
+from hostile_fixtures import TRAIN, train_world
 from test_hostile_training import small_volume
-from tiny import write_tiny_target_dir
 
 from dspark.cli import main
 from dspark.training.curves import read_log
@@ -27,13 +26,7 @@ EVAL = ["--eval-prompts", "2", "--eval-tokens", "8", "--eval-every", "2", "--lr"
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("train_finish")
-    target = write_tiny_target_dir(root / "target", window=16)
-    rng = np.random.default_rng(0)
-    words = "def class return self if else for in while import from as with print value name".split()
-    data = root / "data.txt"
-    data.write_text("\n".join(" ".join(rng.choice(words, size=12)) for _ in range(40)))
-    return {"target": target, "data": data}
+    return train_world(tmp_path_factory.mktemp("train_finish"))
 
 
 def argv(world, out: Path, *extra: str) -> list[str]:

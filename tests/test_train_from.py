@@ -15,36 +15,18 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
-from hostile_fixtures import TRAIN
+from hostile_fixtures import RUN, TRAIN, train_world
 from tiny import write_tiny_target_dir
 
 from dspark import load_drafter, load_target
 from dspark.cli import main
 
-#: A run of a few steps (TRAIN's shape options are left out: a fine-tune takes its start's).
-RUN = [
-    "--batch",
-    "8",
-    "--seq-len",
-    "32",
-    "--prompt-len",
-    "8",
-    "--self-distill",
-    "--eval-prompts",
-    "0",
-    "--no-progress",
-    "--no-compile",
-]
-
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("train_from")
-    target = write_tiny_target_dir(root / "target", window=16)
-    rng = np.random.default_rng(0)
-    words = "def class return self if else for in while import from as with print value name".split()
-    data = root / "data.txt"
-    data.write_text("\n".join(" ".join(rng.choice(words, size=12)) for _ in range(40)))
+    made = train_world(root)
+    target, data = made["target"], made["data"]
     starts = {}
     for name, extra in {
         "native": [*TRAIN],
