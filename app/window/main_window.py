@@ -56,7 +56,7 @@ from .presentation import Presenter
 
 REFRESH_MS = 40
 #: Short: it stands beside every status message while presenting.
-PRESENTATION_KEYS = "Space → next · ← back · Ctrl+1-3 tabs · Esc"
+PRESENTATION_KEYS = "Space → next · ← back · Ctrl+1-4 tabs · Esc"
 
 
 class MainWindow(QMainWindow):
