@@ -334,3 +334,27 @@ def test_an_autoregressive_count_searches_past_an_uneven_verify():
     a, verify = [0.7, 0.55, 0.43, 0.34], [10.0, 11.0, 11.5, 14.5, 14.5]
     assert auto_width(a, 1.0, verify, 4, draft_steps_ms=(0.5,)) == 2
     assert auto_width(a, 1.0, verify, 4, draft_steps_ms=(0.5,), first_drop=False) == 4
+
+
+def test_the_costs_a_round_asks_for_follow_the_position_and_the_clock(monkeypatch):
+    """The round's costs are made once and kept for its other questions: the kept ones must be
+    the position's (``Costs.at``) and the clock's now, never a former round's."""
+    from dspark.policy import Policy, Scheduler
+
+    busy = type("Busy", (ScriptedClock,), {"busy_from": 1, "busy_until": 100, "factor": 3.0})
+    monkeypatch.setattr("dspark.policy.Clock", busy)
+
+    costs = Costs(
+        verify_ms=(2.0, 3.0),
+        draft_ms=1.0,
+        step_ms=2.0,
+        context=100,
+        longer=((1100, (4.0, 6.0), 2.0, 3.0),),
+    )
+    s = Scheduler(Policy("auto"), 1, costs)
+    assert s.priced(100).step_ms == pytest.approx(2.0) and s.priced(600).step_ms == pytest.approx(2.5)
+    assert s.at(600) == costs.at(600) and s.at(100) == costs.at(100)
+    for _ in range(3):  # rounds now take three times their price: priced anew
+        s.round_took(600, drafted=1, width=1, accepted=0, seconds=0.0)
+    assert s.priced(600).verify_ms[1] == pytest.approx(3 * costs.at(600).verify_ms[1])
+    assert s.priced(600).draft_ms == pytest.approx(3 * costs.at(600).draft_ms)
