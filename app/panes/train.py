@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..files import settings
+from ..state import train_log
 from ..state import training as tr
 from .plots import PlotBox, fit_title, make_plot, pen, style_plot
 from .theme import NORMAL, Theme
@@ -39,6 +40,9 @@ from .train_form import TrainForm, row
 POLL_MS = 250
 RATE_LINES = 10  # step lines a point of the speed curve spans
 THIN = 1000  # points a curve draws at most
+#: The speed curve's points at most: its steps per second zig-zag, and Qt strokes a 2-px zig-zag of
+#: 1,000 points in 90-170 ms of the GUI thread (1,000 to 20,000 logged steps, measured), 200 in 10-14.
+SPEED_POINTS = 200
 
 
 def position_colour(k: int, width: int) -> str:
@@ -71,14 +75,15 @@ class TrainPane(QWidget):
         self.prefs, self.theme = prefs, NORMAL
         self.argv: list[str] = []  # the shown run's command
         self.out, self.child, self.output, self.pid = "", None, None, None
-        self.reader: tr.LogReader | None = None
-        self.curves = tr.Curves()
+        self.reader: train_log.LogReader | None = None
+        self.curves = train_log.Curves()
         self.pending: Future | None = None
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="train-log")
         self.state = tr.RunState(state="", sentence="")
         self.items: dict[str, list] = {}  # each plot's lines, made once
         self.best_mark = None  # the star on the best held-out measurement
         self.dirty = False
+        self.held_drawn: tuple | None = None  # (the curves, their measurements, the theme) last drawn
         self._build()
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
@@ -157,7 +162,7 @@ class TrainPane(QWidget):
         why = tr.refusal(plan, program)
         if why:
             return self.say(why)
-        self.curves = tr.Curves()
+        self.curves = train_log.Curves()
         started = self.launch(tr.command(plan, program), plan.out)
         if started:
             self.form.new_out()
@@ -171,7 +176,7 @@ class TrainPane(QWidget):
             return self.say(f"could not start dspark train: {e.strerror or e}")
         self.child, self.argv, self.out, self.output, self.pid = child, argv, out, child.output, child.pid
         if self.reader is None or self.reader.path.parent != Path(out):  # another folder: drop a read of the last
-            self.reader, self.pending = tr.LogReader(out), None
+            self.reader, self.pending = train_log.LogReader(out), None
         self._keep()
         self.say("")
         self.show_command(argv)
@@ -196,9 +201,15 @@ class TrainPane(QWidget):
             return self.say(f"the training run folder {out} is not there")
         self.out, self.child = out, None
         self.argv = [a for a in record.get("command") or [] if isinstance(a, str)]
+        # a run this app did not start (a terminal's, another machine's): the command it recorded
+        self.argv = self.argv or tr.status_command(out, tr.dspark_program() or ["dspark"])
         self.output = Path(record["output"]) if record.get("output") else None
         self.pid = record.get("pid") if isinstance(record.get("pid"), int) else None
-        self.reader, self.curves, self.pending = tr.LogReader(out), tr.Curves(), None  # drop a read of another log
+        self.reader, self.curves, self.pending = (
+            train_log.LogReader(out),
+            train_log.Curves(),
+            None,
+        )  # drop a read of another log
         self.show_command(self.argv)
         while wait:
             again, chunk = self.reader.read()
@@ -263,7 +274,7 @@ class TrainPane(QWidget):
         if self.pending is not None and self.pending.done():
             again, chunk = self.pending.result()
             if again:
-                self.curves = tr.Curves()
+                self.curves = train_log.Curves()
             self.curves.extend(chunk)
             self.pending, self.dirty = None, self.dirty or again or bool(chunk.steps or chunk.held_steps)
         if self.pending is None and self.reader is not None:
@@ -291,6 +302,11 @@ class TrainPane(QWidget):
             box.set_empty(not (c.held_steps if key in ("tau", "positions") else len(c.steps) > (key == "speed")))
         steps = c.array("steps")
         self._line("loss", [(*thin(steps, c.array("loss")), t.speculative, "")])
+        self._speed(steps)
+        held_now = (c, len(c.held_steps), t)
+        if self.held_drawn is not None and all(a is b or a == b for a, b in zip(held_now, self.held_drawn)):
+            return  # no new measurement: their plots are not painted again
+        self.held_drawn = held_now
         held = np.asarray(c.held_steps, dtype=float)
         self._line("tau", [(held, np.asarray(c.tau), t.speculative, "")], symbols=True)
         self._mark_best(held)
@@ -312,12 +328,14 @@ class TrainPane(QWidget):
         top = max(finite + [1.5]) * 1.1
         self.plots["tau"].setYRange(1.0 - (top - 1.0) * 0.05, top, padding=0)  # never below 1, but 1 in view
         self.plots["positions"].setYRange(-0.04, 1.04, padding=0)
+
+    def _speed(self, steps: np.ndarray) -> None:
         k = min(RATE_LINES, len(steps) - 1)
         if k >= 1:
-            sec = c.array("seconds")
+            sec = self.curves.array("seconds")
             dt = sec[k:] - sec[:-k]
             rate = np.where(dt > 0, (steps[k:] - steps[:-k]) / np.where(dt > 0, dt, 1), np.nan)
-            self._line("speed", [(*thin(steps[k:], rate), t.speculative, "")])
+            self._line("speed", [(*thin(steps[k:], rate, SPEED_POINTS), self.theme.speculative, "")])
 
     def _mark_best(self, held: np.ndarray) -> None:
         """A star on the run's best held-out measurement so far (the log marks each new best:

@@ -57,6 +57,11 @@ def row(*widgets) -> QWidget:
     return w
 
 
+def heldout_paths(text: str) -> list[str]:
+    """The held-out field's files: ``;`` between them, spaces around each ignored."""
+    return [p.strip() for p in text.split(";") if p.strip()]
+
+
 def _spin(lo: int, hi: int, value: int) -> QSpinBox:
     s = QSpinBox()
     s.setRange(lo, hi)
@@ -96,6 +101,12 @@ class TrainForm(QWidget):
         folder.clicked.connect(lambda: self._add_data(True))
         self.self_distill = QCheckBox("the target writes its own continuations\nof these prompts (--self-distill)")
         self.heldout = QLineEdit(placeholderText="held-out prompt files, ; between (default: of the data)")
+        self.heldout.setToolTip(
+            "--heldout: the prompts the run measures on and the finished drafter is compared on;\n"
+            "without them a slice of the data is held out"
+        )
+        heldout_files = QPushButton("Files…")
+        heldout_files.clicked.connect(self._add_heldout)
         self.steps = _spin(1, 10_000_000, 2000)
         self.budget = QCheckBox("or after")
         self.minutes = QDoubleSpinBox()
@@ -116,9 +127,10 @@ class TrainForm(QWidget):
         browse.clicked.connect(self._browse_out)
         self.force = QCheckBox("replace what it holds")
         self.extra = QLineEdit(placeholderText="other dspark train options, e.g. --layers 1 --batch 16")
-        self._lay_out(f, files, folder, browse)
+        self._lay_out(f, {"files": files, "folder": folder, "browse": browse, "heldout": heldout_files})
 
-    def _lay_out(self, f: QFormLayout, files: QPushButton, folder: QPushButton, browse: QPushButton) -> None:
+    def _lay_out(self, f: QFormLayout, buttons: dict[str, QPushButton]) -> None:
+        files, folder, browse, heldout_files = (buttons[k] for k in ("files", "folder", "browse", "heldout"))
         f.addRow("Target", self.target)
         f.addRow("Produce", self.produce)
         f.addRow("Format", self.fmt)
@@ -126,7 +138,7 @@ class TrainForm(QWidget):
         f.addRow("Data", self.data)
         f.addRow("", row(files, folder))
         f.addRow("", self.self_distill)
-        f.addRow("Held-out", self.heldout)
+        f.addRow("Held-out", row(self.heldout, heldout_files))
         f.addRow("Stop after", row(self.steps, QLabel("steps")))
         f.addRow("", row(self.budget, self.minutes))
         f.addRow("Measure every", row(self.eval_every, QLabel("steps")))
@@ -200,6 +212,17 @@ class TrainForm(QWidget):
         for p in (p for p in chosen if p):
             self.data.appendPlainText(p)
 
+    def _add_heldout(self) -> None:
+        chosen = QFileDialog.getOpenFileNames(
+            self, "Held-out prompts", "", "Text or JSONL (*.txt *.md *.jsonl);;All (*)"
+        )[0]
+        self.add_heldout([p for p in chosen if p])
+
+    def add_heldout(self, paths: list[str]) -> None:
+        """Files after those already named (a path already there is not named twice)."""
+        have = heldout_paths(self.heldout.text())
+        self.heldout.setText("; ".join(have + [p for p in paths if p not in have]))
+
     def _browse_out(self) -> None:
         p = QFileDialog.getExistingDirectory(self, "Output folder")
         if p:
@@ -234,7 +257,7 @@ class TrainForm(QWidget):
             markov=what[1] if what else True,
             data=tuple(lines),
             self_distill=self.self_distill.isChecked(),
-            heldout=tuple(p for p in self.heldout.text().split(";") if p.strip()),
+            heldout=tuple(heldout_paths(self.heldout.text())),
             steps=self.steps.value(),
             minutes=self.minutes.value() if self.budget.isChecked() else 0.0,
             eval_every=self.eval_every.value(),
