@@ -118,7 +118,7 @@ def run(a) -> int:
     world = World.join()  # the processes mlx.launch started, else this one alone (--rank-timeout once checked)
     from ..training.loop import finish_asked_early  # noqa: PLC0415 (slow: mlx)
 
-    status = RunStatus(a.out, main=world.main)
+    status = RunStatus(a.out, main=world.main, command=["train", *a.argv])
     try:
         with finish_asked_early():
             return _train(a.parser, a, argv=a.argv, world=world, status=status)

@@ -2,11 +2,13 @@
 ``OUT/.train/status.json``, rewritten whole (under a temporary name, then renamed) at each change
 of phase and when the process ends, so a reader never sees half of it:
 
-``{"state": ..., "step": ..., "steps": ..., "message": ..., "pid": ...}``, the state one of
-:data:`STATES`. A run whose state is ``preparing``, ``training`` or ``measuring`` but whose
-``pid`` is no longer alive was killed (``kill -9``, a crash, the machine): its last checkpoint is
-what ``--resume`` continues. ``paused`` is a run stopped by a signal after its checkpoint;
-``failed`` one that stopped on an error, the error's one sentence in ``message``.
+``{"state": ..., "step": ..., "steps": ..., "message": ..., "pid": ..., "command": [...]}``, the
+state one of :data:`STATES`, ``command`` the ``dspark`` arguments that last ran it (``["train",
+...]``: a program that opens the folder shows it, and resumes with it). A run whose state is
+``preparing``, ``training`` or ``measuring`` but whose ``pid`` is no longer alive was killed
+(``kill -9``, a crash, the machine): its last checkpoint is what ``--resume`` continues.
+``paused`` is a run stopped by a signal after its checkpoint; ``failed`` one that stopped on an
+error, the error's one sentence in ``message``.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ class RunStatus:
     owns the folder (a paused run's folder given without ``--resume``) leaves that run's status as
     it was."""
 
-    def __init__(self, out: str | Path, *, main: bool = True):
-        self.path, self.main = Path(out) / STATUS_FILE, main
+    def __init__(self, out: str | Path, *, main: bool = True, command: list[str] | None = None):
+        self.path, self.main, self.command = Path(out) / STATUS_FILE, main, list(command or [])
         self.started = False
         self.state: str | None = None
         self.step, self.steps = 0, 0
@@ -44,6 +46,7 @@ class RunStatus:
         if not self.main:
             return
         entry = {"state": state, "step": self.step, "steps": self.steps, "message": message, "pid": os.getpid()}
+        entry["command"] = self.command
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_text(self.path, json.dumps(entry) + "\n")
