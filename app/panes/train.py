@@ -10,6 +10,7 @@ settings, so after a restart the tab shows the last run, its curves and its stat
 
 from __future__ import annotations
 
+import functools
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -38,6 +39,7 @@ from .theme import NORMAL, Theme
 from .train_form import TrainForm, row
 
 POLL_MS = 250
+CURVES_S = 1.0  # a running run's curves are drawn again at most this often
 RATE_LINES = 10  # step lines a point of the speed curve spans
 THIN = 1000  # points a curve draws at most
 #: The speed curve's points at most: its steps per second zig-zag, and Qt strokes a 2-px zig-zag of
@@ -48,7 +50,12 @@ SPEED_POINTS = 200
 def position_colour(k: int, width: int) -> str:
     """Draft position k of ``width`` on a dark-to-light ramp (viridis, short of its pale end):
     later positions lighter, whatever their number (the series colours run out at 6)."""
-    return pg.colormap.get("viridis").map(0.8 * k / max(width - 1, 1), mode="qcolor").name()
+    return _viridis().map(0.8 * k / max(width - 1, 1), mode="qcolor").name()
+
+
+@functools.cache
+def _viridis():
+    return pg.colormap.get("viridis")  # read from pyqtgraph's file at each call: 9 ms of the first draw
 
 
 def thin(x: np.ndarray, y: np.ndarray, points: int = THIN) -> tuple[np.ndarray, np.ndarray]:
@@ -84,6 +91,8 @@ class TrainPane(QWidget):
         self.best_mark = None  # the star on the best held-out measurement
         self.dirty = False
         self.held_drawn: tuple | None = None  # (the curves, their measurements, the theme) last drawn
+        self.drawn_at, self.drawn_state = 0.0, ""  # when the curves were last drawn, and the run's state then
+        self.positions_drawn: tuple = (None, 0, None)  # (the curves, their measurements, the theme)
         self._build()
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
@@ -217,7 +226,7 @@ class TrainPane(QWidget):
             wait = self.reader.behind
         self.timer.start()
         self.poll()
-        self.dirty = True
+        self.dirty, self.held_drawn = True, None  # everything now, in this turn (a headless picture next)
         self.draw()
         return True
 
@@ -288,12 +297,19 @@ class TrainPane(QWidget):
             if state.pid != self.pid and state.pid is not None:
                 self.pid = state.pid
                 self._keep()
-        self.draw()
+        # a running run's new steps are drawn once a second: each paint of the curves is the GUI
+        # thread's time, taken from the run on the machine's cores (a new state or measurement at once)
+        h = self.held_drawn
+        measured = h is None or h[0] is not self.curves or h[1] != len(self.curves.held_steps)
+        if measured or time.monotonic() >= self.drawn_at + CURVES_S or state.state != self.drawn_state:
+            self.draw(split=True)
 
-    def draw(self) -> None:
+    def draw(self, split: bool = False) -> None:
+        """The state, the figures and the curves that have new points; ``split`` (a poll while
+        the window is shown): the acceptance-by-position plot in the event loop's next turn."""
         if not self.dirty:
             return
-        self.dirty = False
+        self.dirty, self.drawn_at, self.drawn_state = False, time.monotonic(), self.state.state
         self._enable()
         c, t = self.curves, self.theme
         self.status.setText(f"{Path(self.out).name}: {self.state.sentence}" if self.out else "no run yet")
@@ -310,6 +326,20 @@ class TrainPane(QWidget):
         held = np.asarray(c.held_steps, dtype=float)
         self._line("tau", [(held, np.asarray(c.tau), t.speculative, "")], symbols=True)
         self._mark_best(held)
+        finite = [x for x in c.tau if np.isfinite(x)]
+        top = max(finite + [1.5]) * 1.1
+        self.plots["tau"].setYRange(1.0 - (top - 1.0) * 0.05, top, padding=0)  # never below 1, but 1 in view
+        if split:  # a turn of the event loop (and its paint) between the two: the first draw took 55-80 ms
+            QTimer.singleShot(0, lambda: self._positions(c))
+        else:
+            self._positions(c)
+
+    def _positions(self, c: train_log.Curves) -> None:
+        drawn = self.positions_drawn
+        if c is not self.curves or (drawn[0] is c and drawn[1:] == (len(c.held_steps), self.theme)):
+            return  # another run's since, or drawn as it is now already
+        self.positions_drawn = (c, len(c.held_steps), self.theme)
+        held = np.asarray(c.held_steps, dtype=float)  # as they are now: more may have come
         width = max((len(p) for p in c.positions), default=0)
         self._line(
             "positions",
@@ -324,9 +354,6 @@ class TrainPane(QWidget):
             ],
             symbols=True,
         )
-        finite = [x for x in c.tau if np.isfinite(x)]
-        top = max(finite + [1.5]) * 1.1
-        self.plots["tau"].setYRange(1.0 - (top - 1.0) * 0.05, top, padding=0)  # never below 1, but 1 in view
         self.plots["positions"].setYRange(-0.04, 1.04, padding=0)
 
     def _speed(self, steps: np.ndarray) -> None:
