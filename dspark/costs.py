@@ -37,7 +37,7 @@ from platformdirs import user_cache_dir
 from . import blas, plain, rounds
 from .cache import rollback
 from .config import SamplingParams
-from .cost_record import VERSION, Costs, describe, monotone
+from .cost_record import VERSION, Costs, describe, monotone, straight
 from .errors import DsparkError
 from .files import write_text
 from .machine import machine
@@ -151,6 +151,7 @@ def measure(
     verify, draft, step = first
     draft_steps: tuple[float, ...] = ()
     if stepwise:  # an autoregressive drafter: priced from whole rounds at the first context
+        verify = tuple(straight(verify))  # its count is chosen across every width: no noise steps
         loop_draft, draft_steps = _stepwise_draft_ms(
             target,
             drafter,

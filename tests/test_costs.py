@@ -230,3 +230,43 @@ def test_costs_are_priced_at_the_context_a_round_runs_at():
     s = Scheduler(Policy("auto"), 2, c)
     s.running.hits, s.running.tries = [2.0, 1.0], [4.0, 2.0]  # about half of the drafts accepted
     assert s.drafts(256, 10) and not s.drafts(3072, 10)
+
+
+def test_an_autoregressive_drafters_verify_costs_are_a_straight_line():
+    """Its count is chosen across every width, so a step in the measured verify costs (noise: on a
+    CPU the cost grows about linearly with the rows) decided it. The demo EAGLE-3 head's measured
+    costs priced a 4th draft 1.3 ms and a 5th 0.6 ms of verify: ``auto`` drafted 3 or 5 and never 4
+    (its rounds paid 0.4 and 0.7 ms); on the line, each further draft adds the same."""
+    from dspark.cost_record import straight
+
+    measured = [23.0, 24.1, 24.8, 24.8, 26.1, 26.7]
+    line = straight(measured)
+    assert line[0] == 23.0 and len(line) == 6
+    rises = [b - a for a, b in zip(line[1:], line[2:])]
+    assert rises == pytest.approx([rises[0]] * 4) and rises[0] == pytest.approx(0.65)
+    assert sum(line[1:]) == pytest.approx(sum(measured[1:]))  # the same mean: only the noise removed
+    assert straight([10.0, 12.0, 11.0, 11.5]) == pytest.approx([10.0, 11.5, 11.5, 11.5])  # never falling
+    assert straight([20.0, 8.0, 9.0, 10.0])[1:] == [20.0, 20.0, 20.0]  # never below the anchor alone
+    a = survival([0.7, 0.785, 0.74, 0.76, 0.82])  # the demo head's profile, conditional
+    first, steps = 0.87, (1.59,) * 4
+    assert auto_width(a, first, measured, 5, draft_steps_ms=steps, first_drop=False) != 4
+    assert auto_width(a, first, line, 5, draft_steps_ms=steps, first_drop=False) >= 4
+
+
+def test_an_autoregressive_drafters_costs_are_measured_on_the_line(monkeypatch):
+    """``measure`` straightens the verify costs of an autoregressive drafter before its draft steps
+    are taken from whole rounds less them; a block drafter's stay as measured."""
+    seen = {}
+
+    def stepwise(target, drafter, block_size, *, verify_ms, **k):
+        seen["verify"] = list(verify_ms)
+        return 1.0, (0.5,) * (block_size - 1)
+
+    bumpy = (10.0, 12.0, 12.0, 14.5, 14.5)
+    monkeypatch.setattr(costs_mod, "_max_positions", lambda target: 4096)
+    monkeypatch.setattr(costs_mod, "_at_context", lambda *a, **k: ((bumpy, 1.0, 9.0), {}, True))
+    monkeypatch.setattr(costs_mod, "_stepwise_draft_ms", stepwise)
+    c = costs_mod.measure(None, None, 4, contexts=(32,), repeats=1, threads={})
+    assert c.verify_ms == tuple(costs_mod.straight(bumpy)) == tuple(seen["verify"]) and c.verify_ms != bumpy
+    monkeypatch.setattr(costs_mod, "_at_context", lambda *a, **k: ((bumpy, 1.0, 9.0), {}, False))
+    assert costs_mod.measure(None, None, 4, contexts=(32,), repeats=1, threads={}).verify_ms == bumpy
