@@ -92,7 +92,7 @@ class TrainPane(QWidget):
         self.dirty = False
         self.held_drawn: tuple | None = None  # (the curves, their measurements, the theme) last drawn
         self.drawn_at, self.drawn_state = 0.0, ""  # when the curves were last drawn, and the run's state then
-        self.positions_drawn: tuple = (None, 0, None)  # (the curves, their measurements, the theme)
+        self.held_parts: dict[str, tuple] = {}  # each held-out plot: (the curves, their measurements, the theme)
         self._build()
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
@@ -124,6 +124,9 @@ class TrainPane(QWidget):
             "positions": make_plot("Acceptance at position k", "held-out acceptance", "step"),
             "speed": make_plot("Speed", "steps / training second", "step"),
         }
+        # fixed once, not at each measurement (11 ms of the first one's draw)
+        self.plots["positions"].setYRange(-0.04, 1.04, padding=0)
+        _viridis()  # read from its file now, not while the first measurement is drawn (10 ms)
         empty = {
             "loss": "the loss of every step, once the run logs one",
             "tau": "τ on held-out prompts, every --eval-every steps",
@@ -306,7 +309,7 @@ class TrainPane(QWidget):
 
     def draw(self, split: bool = False) -> None:
         """The state, the figures and the curves that have new points; ``split`` (a poll while
-        the window is shown): the acceptance-by-position plot in the event loop's next turn."""
+        the window is shown): the held-out plots in the event loop's next turns."""
         if not self.dirty:
             return
         self.dirty, self.drawn_at, self.drawn_state = False, time.monotonic(), self.state.state
@@ -314,8 +317,8 @@ class TrainPane(QWidget):
         c, t = self.curves, self.theme
         self.status.setText(f"{Path(self.out).name}: {self.state.sentence}" if self.out else "no run yet")
         self.figures.setText(self._figures())
-        for key, box in self.boxes.items():
-            box.set_empty(not (c.held_steps if key in ("tau", "positions") else len(c.steps) > (key == "speed")))
+        for key in ("loss", "speed"):
+            self.boxes[key].set_empty(not len(c.steps) > (key == "speed"))
         steps = c.array("steps")
         self._line("loss", [(*thin(steps, c.array("loss")), t.speculative, "")])
         self._speed(steps)
@@ -323,22 +326,37 @@ class TrainPane(QWidget):
         if self.held_drawn is not None and all(a is b or a == b for a, b in zip(held_now, self.held_drawn)):
             return  # no new measurement: their plots are not painted again
         self.held_drawn = held_now
+        if split:  # each in a turn of the event loop of its own, with its paint: at once they took 55-85 ms
+            QTimer.singleShot(0, lambda: self._tau(c) or QTimer.singleShot(0, lambda: self._positions(c)))
+        else:
+            self._tau(c)
+            self._positions(c)
+
+    def _held_due(self, part: str, c: train_log.Curves) -> bool:
+        """Whether held-out plot ``part`` is to be drawn for ``c``: not for another run's curves
+        (a turn that came after a new run was opened), not twice for the same measurements."""
+        now = (len(c.held_steps), self.theme)
+        drawn = self.held_parts.get(part)
+        if c is not self.curves or (drawn is not None and drawn[0] is c and drawn[1:] == now):
+            return False
+        self.held_parts[part] = (c, *now)
+        return True
+
+    def _tau(self, c: train_log.Curves) -> None:
+        if not self._held_due("tau", c):
+            return
+        self.boxes["tau"].set_empty(not c.held_steps)
         held = np.asarray(c.held_steps, dtype=float)
-        self._line("tau", [(held, np.asarray(c.tau), t.speculative, "")], symbols=True)
+        self._line("tau", [(held, np.asarray(c.tau), self.theme.speculative, "")], symbols=True)
         self._mark_best(held)
         finite = [x for x in c.tau if np.isfinite(x)]
         top = max(finite + [1.5]) * 1.1
         self.plots["tau"].setYRange(1.0 - (top - 1.0) * 0.05, top, padding=0)  # never below 1, but 1 in view
-        if split:  # a turn of the event loop (and its paint) between the two: the first draw took 55-80 ms
-            QTimer.singleShot(0, lambda: self._positions(c))
-        else:
-            self._positions(c)
 
     def _positions(self, c: train_log.Curves) -> None:
-        drawn = self.positions_drawn
-        if c is not self.curves or (drawn[0] is c and drawn[1:] == (len(c.held_steps), self.theme)):
-            return  # another run's since, or drawn as it is now already
-        self.positions_drawn = (c, len(c.held_steps), self.theme)
+        if not self._held_due("positions", c):
+            return
+        self.boxes["positions"].set_empty(not c.held_steps)
         held = np.asarray(c.held_steps, dtype=float)  # as they are now: more may have come
         width = max((len(p) for p in c.positions), default=0)
         self._line(
@@ -354,7 +372,6 @@ class TrainPane(QWidget):
             ],
             symbols=True,
         )
-        self.plots["positions"].setYRange(-0.04, 1.04, padding=0)
 
     def _speed(self, steps: np.ndarray) -> None:
         k = min(RATE_LINES, len(steps) - 1)
@@ -388,12 +405,9 @@ class TrainPane(QWidget):
             w.clear()
             items.clear()
             for _x, _y, colour, _name in series:
-                item = w.plot(pen=pen(colour, width=2), connect="finite")
-                if symbols:
-                    item.setSymbol("o")
-                    item.setSymbolSize(6)
-                    item.setSymbolBrush(colour)
-                items.append(item)
+                # the symbol with the item (set after it, each setter redrew its points: 4 times)
+                marks = {"symbol": "o", "symbolSize": 6, "symbolBrush": colour} if symbols else {}
+                items.append(w.plot(pen=pen(colour, width=2), connect="finite", **marks))
             w.drawn_keys = (self.theme, keys)
             fit_title(w, self.theme, w.property("titles")[0], keys)
         for item, (x, y, _colour, _name) in zip(items, series):
