@@ -607,3 +607,24 @@ def test_a_frozen_app_trains_through_its_own_executable(monkeypatch, tmp_path):
     assert through.returncode == direct.returncode == 0 and through.stdout == direct.stdout != ""
     bad = subprocess.run([str(studio), "--dspark", "train", "--target", str(tmp_path / "none")], capture_output=True)
     assert bad.returncode == 2 and b"--out" in bad.stderr  # dspark's own usage error, not the app's
+
+
+def test_the_first_measurement_does_not_move_the_plots(pane, qtbot, tmp_path):
+    """The figures gain the held-out measurement's cost at the first one; their second line is
+    there from the start, so the plots keep their size (a resize fitted every title anew and
+    painted all four: the window's longest stall while a run held both cores)."""
+    out = tmp_path / "run"
+    (out / ".train").mkdir(parents=True)
+    log = out / "train_log.jsonl"
+    log.write_text("".join(_step_line(s, 1000) + "\n" for s in range(1, 21)))
+    p = pane()
+    p.resize(1000, 800)  # as narrow as the tab is beside the window's controls: the figures take two lines
+    assert p.open_run(str(out), wait=True)
+    qtbot.wait(50)
+    before = {k: w.height() for k, w in p.plots.items()}
+    with log.open("a") as f:
+        held = {"step": 20, "seconds": 10.0, "heldout": {"tau": 2.0, "per_position_acceptance": [0.6]}}
+        f.write(json.dumps({**held, "eval_seconds": 4.0}) + "\n")
+    qtbot.waitUntil(lambda: "held-out measurement takes" in p.figures.text(), timeout=10_000)
+    qtbot.wait(50)
+    assert {k: w.height() for k, w in p.plots.items()} == before

@@ -40,6 +40,7 @@ from .train_form import TrainForm, row
 
 POLL_MS = 250
 CURVES_S = 1.0  # a running run's curves are drawn again at most this often
+APART_MS = 20  # between the parts of a new held-out measurement's draw
 RATE_LINES = 10  # step lines a point of the speed curve spans
 THIN = 1000  # points a curve draws at most
 #: The speed curve's points at most: its steps per second zig-zag, and Qt strokes a 2-px zig-zag of
@@ -153,6 +154,14 @@ class TrainPane(QWidget):
         split.setSizes([self.form.minimumSizeHint().width() + 24, 900])
         QVBoxLayout(self).addWidget(split)
         self.layout().setContentsMargins(0, 0, 0, 0)
+        self._hold_figures_height()
+
+    def _hold_figures_height(self) -> None:
+        """Room for two lines of figures from the start: the first held-out measurement adds its
+        cost to them, and a second line appearing then shrank the plots below, each fitted its
+        title anew and all four were painted again, in the window's longest stall (55-70 ms of
+        the GUI thread while a run held both cores)."""
+        self.figures.setMinimumHeight(2 * self.figures.fontMetrics().lineSpacing())
 
     def show_choices(self, choices) -> None:
         """The app's target and drafters, the form's defaults."""
@@ -162,6 +171,7 @@ class TrainPane(QWidget):
         self.theme = t
         for p in self.plots.values():
             style_plot(p, t)
+        self._hold_figures_height()
         self.dirty = True
         self.draw()
 
@@ -326,8 +336,11 @@ class TrainPane(QWidget):
         if self.held_drawn is not None and all(a is b or a == b for a, b in zip(held_now, self.held_drawn)):
             return  # no new measurement: their plots are not painted again
         self.held_drawn = held_now
-        if split:  # each in a turn of the event loop of its own, with its paint: at once they took 55-85 ms
-            QTimer.singleShot(0, lambda: self._tau(c) or QTimer.singleShot(0, lambda: self._positions(c)))
+        if split:  # each a moment later, with its paint, not in one go (at once they took 55-85 ms):
+            # zero-delay timers ran back to back, with no turn of the loop for anything else between
+            # (the pane the receiver: no call after it is gone)
+            then = lambda: self._tau(c) or QTimer.singleShot(APART_MS, self, lambda: self._positions(c))
+            QTimer.singleShot(APART_MS, self, then)
         else:
             self._tau(c)
             self._positions(c)
