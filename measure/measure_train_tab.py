@@ -42,6 +42,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--nice", type=int, default=None, help="how much lower the tab schedules its run (default: the app's, NICE)"
     )
+    p.add_argument(
+        "--no-ticks",
+        action="store_true",
+        help="no 10 ms timer in the window (its wake-ups are the measurement's, not the app's): the speeds only",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args(argv)
 
@@ -75,7 +80,7 @@ def train_seconds(out: Path) -> float:
     return float(json.loads((out / "train_report.json").read_text())["train_seconds"])
 
 
-def from_the_tab(argv: list[str], out: Path) -> dict:
+def from_the_tab(argv: list[str], out: Path, *, ticks: bool = True) -> dict:
     """The run started by a Train tab in a shown window, watched until it finished."""
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
@@ -92,7 +97,8 @@ def from_the_tab(argv: list[str], out: Path) -> dict:
     clock = QTimer()
     clock.setInterval(10)
     clock.timeout.connect(lambda: (wall.append(time.monotonic()), cpu.append(time.thread_time())))
-    clock.start()
+    if ticks:
+        clock.start()
     assert pane.launch(argv, str(out)), pane.message.text()
     loop = QEventLoop()  # the app's own loop: it sleeps between events, as a shown window's does
     done = QTimer()
@@ -107,6 +113,8 @@ def from_the_tab(argv: list[str], out: Path) -> dict:
     app.processEvents()
     if not (out / "train_report.json").is_file():
         sys.exit(f"measure_train_tab: the tab's run did not finish: {pane.state.sentence}")
+    if not ticks:
+        return {"train_seconds": train_seconds(out)}
     gaps = [b - a for a, b in zip(wall, wall[1:])]
     spent = [b - a for a, b in zip(cpu, cpu[1:])]
     return {
@@ -143,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
             order = ("tab", "terminal") if pair % 2 == 0 else ("terminal", "tab")
             for arm in order:
                 out = Path(tmp) / f"{arm}-{pair}"
-                run = from_the_tab if arm == "tab" else from_a_terminal
-                results[arm].append(run(the_command(a, out), out))
+                if arm == "tab":
+                    results[arm].append(from_the_tab(the_command(a, out), out, ticks=not a.no_ticks))
+                else:
+                    results[arm].append(from_a_terminal(the_command(a, out), out))
                 loads.append(load())
                 if not a.json:
                     print(f"pair {pair + 1} {arm}: {results[arm][-1]}", flush=True)
@@ -156,14 +166,22 @@ def main(argv: list[str] | None = None) -> int:
         "train_seconds_tab": tab,
         "train_seconds_terminal": term,
         "tab_over_terminal": tab / term,
-        "longest_gap_ms": max(r["longest_gap_ms"] for r in results["tab"]),
-        "gaps_over_100ms": sum(r["gaps_over_100ms"] for r in results["tab"]),
-        "gui_cpu_between_ticks_ms": max(r["gui_cpu_between_ticks_ms"] for r in results["tab"]),
+        "longest_gap_ms": max((r["longest_gap_ms"] for r in results["tab"] if "ticks" in r), default=None),
+        "gaps_over_100ms": sum(r.get("gaps_over_100ms", 0) for r in results["tab"]),
+        "gui_cpu_between_ticks_ms": max(
+            (r["gui_cpu_between_ticks_ms"] for r in results["tab"] if "ticks" in r), default=None
+        ),
         "load": [min(loads), max(loads)],
         "runs": results,
     }
     if a.json:
         print(json.dumps(summary))
+    elif a.no_ticks:
+        print(
+            f"{a.steps} steps, {a.pairs} pairs, the tab's run at nice +{tr.NICE}, no ticks, load "
+            f"{min(loads):.1f}-{max(loads):.1f}: training seconds from the tab {tab:.1f}, from a terminal "
+            f"{term:.1f} ({tab / term:.3f}x)"
+        )
     else:
         print(
             f"{a.steps} steps, {a.pairs} pairs, the tab's run at nice +{tr.NICE}, load "
