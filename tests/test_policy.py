@@ -358,3 +358,27 @@ def test_the_costs_a_round_asks_for_follow_the_position_and_the_clock(monkeypatc
         s.round_took(600, drafted=1, width=1, accepted=0, seconds=0.0)
     assert s.priced(600).verify_ms[1] == pytest.approx(3 * costs.at(600).verify_ms[1])
     assert s.priced(600).draft_ms == pytest.approx(3 * costs.at(600).draft_ms)
+
+
+def test_one_lucky_token_does_not_send_a_drafter_without_a_profile_back_to_drafting():
+    """Without a measured profile the prior is a guess: a shadow draft right for one token (an
+    untrained head's luck, about one shadow in 20) is evidence, not a reset to that optimism (each
+    reset cost ~5 losing rounds: the always-wrong drafter's auto ran at 0.61x of plain decoding);
+    two right in a row bring drafting back, as a profile's prior does after one."""
+    from dspark.policy import Policy, Scheduler
+
+    costs = Costs(verify_ms=(10.0, 11.0, 12.0, 13.0, 14.0), draft_ms=4.0, step_ms=10.0)
+    s = Scheduler(Policy("auto"), 4, costs)
+    for _ in range(8):
+        s.observe(1, 0)
+    assert not s.drafts(100, 50)
+    s.observe_shadow(100, 4, 1)  # right once, then wrong: the round would have paid (2 tokens, 15 ms)
+    assert not s.drafts(101, 50)
+    s.observe_shadow(101, 4, 3)
+    assert s.drafts(102, 50)
+    profiled = Scheduler(Policy("auto"), 4, costs, prior=[0.6, 0.3, 0.15, 0.07])
+    for _ in range(20):
+        profiled.observe(1, 0)
+    assert not profiled.drafts(100, 50)
+    profiled.observe_shadow(100, 4, 1)
+    assert profiled.drafts(101, 50)
