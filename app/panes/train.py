@@ -315,11 +315,11 @@ class TrainPane(QWidget):
         h = self.held_drawn
         measured = h is None or h[0] is not self.curves or h[1] != len(self.curves.held_steps)
         if measured or time.monotonic() >= self.drawn_at + CURVES_S or state.state != self.drawn_state:
-            self.draw(split=True)
+            self.draw(split=state.live)  # a finished run: all at once, its curves whole for a save
 
     def draw(self, split: bool = False) -> None:
         """The state, the figures and the curves that have new points; ``split`` (a poll while
-        the window is shown): the held-out plots in the event loop's next turns."""
+        the run goes on): the held-out plots in the event loop's next turns."""
         if not self.dirty:
             return
         self.dirty, self.drawn_at, self.drawn_state = False, time.monotonic(), self.state.state
