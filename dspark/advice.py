@@ -19,15 +19,16 @@ def slow_blas() -> str | None:
     )
 
 
-def after_run(summary, *, policy: str, drafter: str | None = None) -> str | None:
+def after_run(summary, *, policy: str, drafter: str | None = None, block_size: int | None = None) -> str | None:
     """Why a speculative run (``summary``, a :class:`dspark.events.Summary`) under ``policy``
     bought nothing, when it is clear: a slow BLAS, or ``auto`` decoding (nearly) every token
-    plainly because no round paid with this drafter here. ``drafter`` names it in the remedy."""
+    plainly because no round paid with this drafter here (not when the run asked for
+    ``block_size`` 0: then plain decoding is what was asked). ``drafter`` names it in the remedy."""
     slow = slow_blas()
     if slow:
         return slow
     tokens = len(summary.tokens)
-    if policy != "auto" or not tokens or summary.plain_steps < MOSTLY_PLAIN * tokens:
+    if policy != "auto" or block_size == 0 or not tokens or summary.plain_steps < MOSTLY_PLAIN * tokens:
         return None
     seen = (
         f"its first draft was accepted in {summary.per_position_acceptance[0]:.0%} of {summary.rounds} rounds"

@@ -195,7 +195,7 @@ def generate(
                         shadow = judge_shadow(sched, shadow, run.ids + run.out)
                     if not run.wants_more():
                         break
-                    if shadow is None and sched.shadow_due():
+                    if shadow is None and block_size and sched.shadow_due():  # nothing to draft: no shadow
                         shadow = (
                             position,
                             draft_session.propose(

@@ -88,16 +88,19 @@ def test_the_profile_prior_is_used_only_on_the_target_it_was_measured_on(tmp_pat
     assert measured_acceptance(SimpleNamespace(), target) is None
 
 
-def test_block_size_0_decodes_by_the_pipelined_plain_steps(case, monkeypatch):
+@pytest.mark.parametrize("policy", ["fixed", "auto"])
+def test_block_size_0_decodes_by_the_pipelined_plain_steps(case, monkeypatch, policy):
     """Nothing to draft is plain decoding: ``block_size=0`` runs the same pipelined steps as auto's
-    plain stretches (never a round of width 0), and its output is plain greedy's."""
+    plain stretches (never a round of width 0, and under ``auto`` no shadow draft: a block of no
+    tokens was an internal error), and its output is plain greedy's."""
     import dspark.engine
+    from tiny import STEEP
 
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
     monkeypatch.setattr(dspark.engine, "speculative_round", None)  # a round would fail here
-    cfg = GenerationConfig(policy="fixed", max_tokens=n, stop_at_eos=False, block_size=0)
-    s = run_to_summary(generate(target, drafter, PROMPT, cfg))
+    cfg = GenerationConfig(policy=policy, max_tokens=n, stop_at_eos=False, block_size=0)
+    s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=STEEP))
     assert s.tokens == tuple(ref) and s.plain_steps == n and s.rounds == 0
 
 
@@ -127,3 +130,18 @@ def test_both_generators_say_how_much_of_a_long_prompt_is_processed():
     run_to_summary(generate_plain(target, prompt, cfg, prompt_progress=lambda d, n: plain_said.append((d, n))))
     assert said == [(32, 70), (64, 70), (69, 70)]
     assert [p for p in plain_said if 0 < p[0] < 70] == said  # mlx-lm's own: (0, 70) first, (70, 70) at the first token
+
+
+def test_the_note_after_a_plain_auto_run_is_not_given_when_no_draft_was_asked_for(monkeypatch):
+    """``auto`` that decoded every token plainly is told why (no round of this drafter paid); with
+    ``--block-size 0`` plain decoding is what was asked for, and nothing is to be diagnosed."""
+    from types import SimpleNamespace
+
+    from dspark import advice
+
+    monkeypatch.setattr(advice, "slow_blas", lambda: None)
+    plain = SimpleNamespace(tokens=(1,) * 40, plain_steps=40, rounds=0, per_position_acceptance=())
+    assert "no round of this drafter paid" in advice.after_run(plain, policy="auto", drafter="d")
+    assert advice.after_run(plain, policy="auto", drafter="d", block_size=None) is not None
+    assert advice.after_run(plain, policy="auto", drafter="d", block_size=0) is None
+    assert advice.after_run(plain, policy="fixed", drafter="d") is None

@@ -347,7 +347,10 @@ class MainWindow(QMainWindow):
         speculative = next((r for r in self.session.shown_runs() if r is not None and r.method == "speculative"), None)
         if speculative is None or not speculative.done or speculative.summary is None:
             return
-        note = advice.after_run(speculative.summary, policy=str(speculative.config.get("policy", "fixed")))
+        config = speculative.config
+        note = advice.after_run(
+            speculative.summary, policy=str(config.get("policy", "fixed")), block_size=config.get("block_size")
+        )
         if note:
             self.statusBar().showMessage(note)
 

@@ -169,7 +169,7 @@ def run(a) -> int:
     else:
         _print_generated(result, summary, verdict, a.baseline)
     if drafter:
-        note = advice.after_run(summary, policy=config.policy, drafter=drafter_dir)
+        note = advice.after_run(summary, policy=config.policy, drafter=drafter_dir, block_size=config.block_size)
         if note:
             say_printable(f"note: {note}")
     return 0
