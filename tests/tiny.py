@@ -8,8 +8,8 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models import gemma4_text
 
 from dspark import Target
+from dspark.clock import Clock
 from dspark.costs import Costs
-from dspark.policy import Clock
 
 
 def tiny_args(window: int = 16, shared: int = 0, per_layer: int = 0, layers: int = 6, vocab: int = 64, **kw):

@@ -1,0 +1,75 @@
+"""The clock ``auto`` judges by (:mod:`dspark.policy`): what a run's rounds and plain steps took
+against what this machine's measured costs (:mod:`dspark.costs`) price them at. The costs are
+measured once per machine; the clock follows the load, BLAS and power state of the moment.
+No MLX: plain numbers, so the policy's tests script it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from statistics import median
+
+#: The clock: how many of a kind's latest timed ratios its multiple is the median of, the most
+#: one ratio can say, and the change of one kind's multiple that has the run time the other kind
+#: at once (a probe).
+WINDOW, CLIP, MOVED = 5, 3.0, 1.5
+
+
+class Clock:
+    """What this run's rounds and plain steps took, as multiples of what the costs price them at
+    (1.0: as measured). A kind's multiple is the median of its last ``WINDOW`` timed ratios, each
+    clipped to ``CLIP`` either way: one stall does not decide, a change that lasts three rounds
+    does; a kind timed again after ``WINDOW`` or more of the other (a probe) starts afresh from
+    what it says now, its older ratios being of another moment. (A running mean moved 30% by
+    each ratio let one slow round of a busy machine send a run plain for dozens of steps.) A kind
+    not timed since the other's multiple moved is assumed to have moved alike (a busier machine
+    slows both): its multiple is scaled by the other's change since it was last timed. So only
+    timing both kinds tells a change of their relation, which is why ``auto`` probes the kind it
+    is not running."""
+
+    def __init__(self):
+        self._m = {"round": None, "step": None}  # each kind's own multiple (None: never timed)
+        self._other_then = {"round": 1.0, "step": 1.0}  # the other kind's, when this one was timed
+        self._ratios = {"round": deque(maxlen=WINDOW), "step": deque(maxlen=WINDOW)}
+        self._since = {"round": 0, "step": 0}  # the other kind's timings since this one was timed
+
+    def _took(self, kind: str, measured_ms: float, priced_ms: float) -> float:
+        if self._since[kind] >= WINDOW:  # a probe after a stretch of the other kind: what it says now
+            self._ratios[kind].clear()
+        self._since[kind], self._since[_OTHER[kind]] = 0, self._since[_OTHER[kind]] + 1
+        self._ratios[kind].append(min(CLIP, max(1.0 / CLIP, measured_ms / max(priced_ms, 1e-9))))
+        self._m[kind] = median(self._ratios[kind])
+        self._other_then[kind] = self._m[_OTHER[kind]] or 1.0
+        return measured_ms
+
+    def moved(self, kind: str) -> bool:
+        """Whether the other kind's multiple moved by more than ``MOVED`` either way since this
+        kind was last timed: then this kind's is a guess worth checking."""
+        change = (self._m[_OTHER[kind]] or 1.0) / self._other_then[kind]
+        return not 1.0 / MOVED < change < MOVED
+
+    def multiple(self, kind: str) -> float:
+        own, other = self._m[kind] or 1.0, self._m[_OTHER[kind]] or 1.0
+        return own * other / self._other_then[kind]
+
+    def round_took(self, measured_ms: float, priced_ms: float) -> float:
+        """A round priced at ``priced_ms`` took ``measured_ms``; returns what it took as this
+        clock reads it (a test's scripted clock reads its own)."""
+        return self._took("round", measured_ms, priced_ms)
+
+    def step_took(self, measured_ms: float, priced_ms: float) -> float:
+        return self._took("step", measured_ms, priced_ms)
+
+    @property
+    def rounds(self) -> float:
+        return self.multiple("round")
+
+    @property
+    def steps(self) -> float:
+        return self.multiple("step")
+
+
+_OTHER = {"round": "step", "step": "round"}
+
+
+__all__ = ["CLIP", "MOVED", "WINDOW", "Clock"]
