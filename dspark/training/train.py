@@ -25,14 +25,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-import mlx.core as mx
 import numpy as np
 
 from ..config import DflashConfig
 from ..convert import new_drafter
-from ..diagnose.style import data_style
 from ..drafter import DflashDrafter
-from ..drafter_profile import longest_context, measured, write_own
 from ..drafting import BlockDrafter
 from ..errors import DsparkError
 from ..files import output_dir, remove_stale, write_text
@@ -47,13 +44,12 @@ from .distill import PARTIAL_GLOB, build_training_data, forget_unfinished
 from .distributed import World
 from .inputs import check_anchors, check_bytes
 from .loop import Progress, train_loop
+from .report import REPORT_FILE, evaluate, training_report, write_profile
 from .resume import DATA_FILE, check_resume
 from .start import FROM_KEY, Start, copy_companions
 from .status import RunStatus
 from .texts import texts_digest
 from .trainer import STATE_FILE, TRAIN_DIR, DrafterTrainer, TrainSettings
-
-REPORT_FILE = "train_report.json"
 
 
 def train_drafter(
@@ -183,7 +179,7 @@ def finish_run(
     save(out)
     say(f"the drafter written holds the weights of step {kept['step']}: {kept['why']}")
     done = trainer.step - first_step
-    report = _report(
+    report = training_report(
         target,
         drafter,
         trained_as=trained_as,
@@ -205,14 +201,14 @@ def finish_run(
     if FROM_KEY in trainer.run_meta:
         report[FROM_KEY] = trainer.run_meta[FROM_KEY]
     status.set("measuring", step=trainer.step, message="the final evaluation")
-    _evaluate(target, drafter, held, s, report=report, out=out, say=say)
+    evaluate(target, drafter, held, s, report=report, out=out, say=say)
     if h := report.get("heldout"):
         figures = {k: h[k] for k in ("tau", "per_position_acceptance", "prompts")}
         log.heldout(
             trainer.step, seconds=train_seconds, figures={**figures, "tokens": s.eval_tokens}, cost=h["seconds"]
         )
     write_text(out / REPORT_FILE, json.dumps(report, indent=2) + "\n")
-    _profile(target, drafter, trainer.seqs, s, report=report, out=out)
+    write_profile(target, drafter, trainer.seqs, s, report=report, out=out)
     status.set("finished", step=trainer.step, message=f"kept the weights of step {kept['step']}: {kept['why']}")
 
 
@@ -258,88 +254,6 @@ def _output(out_dir: str | Path, world: World) -> Path:
         remove_stale(out)
         remove_stale(out / TRAIN_DIR)
     return out
-
-
-def _evaluate(target: Target, drafter: BlockDrafter, held, s: TrainSettings, *, report: dict, out: Path, say) -> None:
-    """The held-out evaluation on the ``held`` prompts and calibration, into ``report`` (and the
-    drafter's calibration, saved again in ``out``); ``say`` hears each step."""
-    if s.eval_prompts > 0 and held:
-        from .calibrate import evaluate_drafter  # noqa: PLC0415 (slow: the engine, only to evaluate)
-
-        report["heldout"], calibration = evaluate_drafter(
-            target, drafter, held[: s.eval_prompts], s.eval_tokens, say=say
-        )
-        if calibration is not None:
-            drafter.calibration = calibration.kept()
-            drafter.save(out)
-
-
-def _profile(
-    target: Target, drafter: BlockDrafter, seqs: Sequences, s: TrainSettings, *, report: dict, out: Path
-) -> None:
-    """The drafter's profile in ``out``, what ``dspark diagnose`` compares with: its held-out
-    acceptance on this target (from ``report``), the prompt style of its training data ``seqs``
-    (in the chat template or not, thinking or not: read from the data itself) and the longest
-    context it was trained on."""
-    acc = (report.get("heldout") or {}).get("per_position_acceptance")
-    if not acc:
-        return
-    rows = [row[:n] for row, n in zip(seqs.tokens[:512], seqs.lengths[:512])]  # a sample is evidence enough
-    context = longest_context(s.seq_len, s.prompt_len, s.long_prompts if s.self_distill else 0, s.long_prompt_len)
-    templated, thinking = data_style(target, rows)
-    write_own(
-        out,
-        measured(
-            acc,
-            target,
-            block_size=drafter.block_size,
-            templated=templated,
-            thinking=thinking,
-            context_length=context,
-            source="training",
-            prompts=report["heldout"]["prompts"],
-            rounds=report["heldout"]["rounds"],
-        ),
-    )
-
-
-def _report(
-    target: Target,
-    drafter: BlockDrafter,
-    *,
-    trained_as: dict,
-    s: TrainSettings,
-    sequences: int,
-    trainer: DrafterTrainer,
-    stopped: str | None,
-    recent: list,
-    done: int,
-    train_seconds: float,
-    distill_seconds: float,
-) -> dict:
-    """What train_report.json records of the training itself (the evaluation is added after):
-    the drafter's settings ``trained_as`` and the run's ``s``, the ``sequences`` trained on, what
-    ``stopped`` the loop and the ``recent`` losses, and the rates. ``done`` is the steps this run
-    took (the last ones of ``trainer.step`` when it resumed) in ``train_seconds``;
-    ``distill_seconds`` the self-distillation's time."""
-    return {
-        "target_id": target.target_id,
-        "drafter": trained_as,
-        "parameters": drafter.num_params(),
-        "settings": asdict(s),
-        "sequences": sequences,
-        "steps_done": trainer.step,
-        "stopped_by": stopped,
-        "final_loss": dict(zip(("loss", "ce", "tv", "conf"), np.mean(recent, axis=0).tolist())) if recent else None,
-        "train_seconds": train_seconds,
-        "processes": trainer.world.size,
-        "steps_per_sec": done / train_seconds if done else 0.0,
-        "anchors_per_sec": done * s.batch_anchors / train_seconds if done else 0.0,
-        "block_tokens_per_sec": done * s.batch_anchors * drafter.block_size / train_seconds if done else 0.0,
-        "target_forward_seconds": trainer.features.seconds,
-        "self_distill_seconds": distill_seconds,
-        "device": str(mx.default_device()),
-    }
 
 
 def trained_settings(drafter: BlockDrafter) -> dict:
