@@ -6,14 +6,13 @@ difference of its lines.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from dspark.training.curves import LOG_FILE
+from dspark.training.curves import LOG_FILE, step_entries
 
 #: The most of the log read in one go: a restart's first read of a long run is done in pieces.
 READ_CHUNK = 4 * 2**20
@@ -155,16 +154,8 @@ class LogReader:
             return again, Curves()
         self.offset += len(chunk)
         *lines, self.rest = (self.rest + chunk).split(b"\n")
-        entries = []
-        for line in lines:
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(e, dict) and isinstance(e.get("step"), int):
-                entries.append(e)
         chunk = Curves()
-        chunk.add(entries)
+        chunk.add(step_entries(lines))
         return again, chunk
 
     @property

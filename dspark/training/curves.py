@@ -29,15 +29,21 @@ def read_log(out: str | Path) -> list[dict]:
     path = Path(out) / LOG_FILE
     if not path.is_file() or path.stat().st_size > MAX_LOG_BYTES:
         return []
-    entries = []
     with path.open(encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, dict) and isinstance(entry.get("step"), int):
-                entries.append(entry)
+        return step_entries(f)
+
+
+def step_entries(lines) -> list[dict]:
+    """Of a log's ``lines`` (text or bytes), those that are whole JSON objects with a step, in
+    order: what the run itself and the app's reader of a growing log both keep."""
+    entries = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("step"), int):
+            entries.append(entry)
     return entries
 
 
@@ -113,4 +119,4 @@ def heldout_figures(target, drafter, prompts, tokens: int) -> dict:
     }
 
 
-__all__ = ["LOG_FILE", "TrainLog", "heldout_figures", "read_log"]
+__all__ = ["LOG_FILE", "TrainLog", "heldout_figures", "read_log", "step_entries"]
