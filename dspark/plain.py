@@ -100,6 +100,7 @@ def plain_steps(
     use_phase_threads(threads, "step")
 
     def queue(token: mx.array):
+        t = perf_counter()
         k_accept = mx.random.split(next(keys))[1]  # the key a round of width 0 samples with
         k_res = mx.random.split(k_accept)[1]
         raw, taps = target.forward(token.reshape(1, 1).astype(mx.int32), cache, tap_layers, capped=False)
@@ -112,29 +113,35 @@ def plain_steps(
             choice = sample(p, k_res)
             prob = p[0, choice[0]]  # the sampling distribution, as a round shows it
         mx.async_eval(choice, prob, taps)
-        return choice, prob, taps
+        return choice, prob, taps, perf_counter() - t
 
-    t0 = perf_counter()
     pending = queue(mx.array([anchor]))
     try:
         while pending is not None:
-            choice, prob, taps = pending
+            choice, prob, taps, queued = pending
             position += 1
-            pending = queue(choice) if more(position) else None
+            t0 = perf_counter()
+            asked = more(position)
+            t1 = perf_counter()
+            pending = queue(choice) if asked else None
+            t2 = perf_counter()
             token = choice.item()
             shown = prob.item() if prob is not None else math.nan
             outcome = plain_outcome(
                 token,
                 shown,
-                seconds=perf_counter() - t0,
+                # A step's time is its own queueing and reading, not the next one's queueing:
+                # where mlx's async_eval returns only once the forward is computed (this
+                # project's 2-core CPU: 10 ms in it, 0.01 ms in item()), a stretch's first step
+                # read 2x a step and the last ~0, and a probe of two steps misled auto's clock.
+                seconds=queued + (t1 - t0) + perf_counter() - t2,
                 new_rows=taps,
                 inspected=Inspection((), (), ()) if inspect else None,
             )
-            yield outcome
-            t0 = perf_counter()  # the caller's time between steps is not the step's
+            yield outcome  # the caller's time between steps is not the step's
     finally:  # a run that stops mid-stretch (EOS, cancel) lets its queued forward finish here
         if pending is not None:
-            mx.eval([x for x in pending if x is not None])
+            mx.eval([x for x in pending[:3] if x is not None])
 
 
 __all__ = ["plain_outcome", "plain_steps", "prefill"]
