@@ -246,15 +246,20 @@ class Scheduler:
         self.shadow_right = False  # the last shadow draft's first token was the target's
         self.probing = False  # the round drafted now is a probe
         # a round asks for its position's costs up to four times: made once (the bookkeeping of a
-        # round 150 -> 80 us, interleaved on this project's 2-core machine; a round takes 20-40 ms)
-        self._at: tuple = (None, None)
+        # round 150 -> 80 us, interleaved on this project's 2-core machine; a round takes 20-40 ms).
+        # A plain stretch asks for two positions in turn (the next step's decision is made before
+        # this step is timed): the last two are kept, one Costs.at (~70 us) a step, not two.
+        self._at: dict = {}
         self._priced: tuple = (None, None)
 
     def at(self, position: int):
         """The measured costs at ``position`` (``Costs.at``), kept for the round's other questions."""
-        if self._at[0] != position:
-            self._at = (position, self.costs.at(position))
-        return self._at[1]
+        c = self._at.get(position)
+        if c is None:
+            if len(self._at) >= 2:
+                self._at.pop(next(iter(self._at)))
+            c = self._at[position] = self.costs.at(position)
+        return c
 
     def priced(self, position: int):
         """The costs at ``position`` as this run's clock has found them (:class:`Clock`)."""
