@@ -13,14 +13,19 @@ from statistics import median
 #: one ratio can say, and the change of one kind's multiple that has the run time the other kind
 #: at once (a probe).
 WINDOW, CLIP, MOVED = 5, 3.0, 1.5
+#: Until a kind is timed, the costs as measured stand for this many of its ratios (1.0 each).
+PRIOR_RATIOS = 2
 
 
 class Clock:
     """What this run's rounds and plain steps took, as multiples of what the costs price them at
     (1.0: as measured). A kind's multiple is the median of its last ``WINDOW`` timed ratios, each
     clipped to ``CLIP`` either way: one stall does not decide, a change that lasts three rounds
-    does; a kind timed again after ``WINDOW`` or more of the other (a probe) starts afresh from
-    what it says now, its older ratios being of another moment. (A running mean moved 30% by
+    does. That holds from a run's first round too: the costs as measured count as
+    ``PRIOR_RATIOS`` ratios of 1.0 until they are outnumbered (a first round on a busy machine
+    took 9x its price; alone in the window it set rounds at 3x, and a drafter of tau 4.9 went
+    plain for 22 of its 128 tokens). A kind timed again after ``WINDOW`` or more of the other (a
+    probe) starts afresh from what it says now, its older ratios being of another moment. (A running mean moved 30% by
     each ratio let one slow round of a busy machine send a run plain for dozens of steps.) A kind
     not timed since the other's multiple moved is assumed to have moved alike (a busier machine
     slows both): its multiple is scaled by the other's change since it was last timed. So only
@@ -30,11 +35,13 @@ class Clock:
     def __init__(self):
         self._m = {"round": None, "step": None}  # each kind's own multiple (None: never timed)
         self._other_then = {"round": 1.0, "step": 1.0}  # the other kind's, when this one was timed
-        self._ratios = {"round": deque(maxlen=WINDOW), "step": deque(maxlen=WINDOW)}
+        self._ratios = {k: deque([1.0] * PRIOR_RATIOS, maxlen=WINDOW) for k in ("round", "step")}
         self._since = {"round": 0, "step": 0}  # the other kind's timings since this one was timed
 
     def _took(self, kind: str, measured_ms: float, priced_ms: float) -> float:
-        if self._since[kind] >= WINDOW:  # a probe after a stretch of the other kind: what it says now
+        if (
+            self._m[kind] is not None and self._since[kind] >= WINDOW
+        ):  # a probe after a stretch of the other: what it says now
             self._ratios[kind].clear()
         self._since[kind], self._since[_OTHER[kind]] = 0, self._since[_OTHER[kind]] + 1
         self._ratios[kind].append(min(CLIP, max(1.0 / CLIP, measured_ms / max(priced_ms, 1e-9))))
@@ -72,4 +79,4 @@ class Clock:
 _OTHER = {"round": "step", "step": "round"}
 
 
-__all__ = ["CLIP", "MOVED", "WINDOW", "Clock"]
+__all__ = ["CLIP", "MOVED", "PRIOR_RATIOS", "WINDOW", "Clock"]

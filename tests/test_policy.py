@@ -382,3 +382,25 @@ def test_one_lucky_token_does_not_send_a_drafter_without_a_profile_back_to_draft
     assert not profiled.drafts(100, 50)
     profiled.observe_shadow(100, 4, 1)
     assert profiled.drafts(101, 50)
+
+
+def test_the_clock_is_not_decided_by_a_first_stall():
+    """A run's first round on a busy machine took 9x its price: alone in the clock's window it set
+    rounds at 3x (the clip), and a drafter of tau 4.9 went plain. The costs as measured count as
+    ratios of 1.0 until outnumbered: one stall moves nothing, three slow rounds do; a probe after
+    a stretch of the other kind still says what it finds (its window starts afresh)."""
+    from dspark.clock import CLIP, WINDOW, Clock
+
+    c = Clock()
+    c.round_took(9 * 30.0, 30.0)
+    assert c.rounds == 1.0 and c.steps == 1.0
+    c.round_took(30.0, 30.0)
+    assert c.rounds == 1.0
+    slow = Clock()
+    for _ in range(3):
+        slow.round_took(2 * 30.0, 30.0)
+    assert slow.rounds == 2.0
+    for _ in range(WINDOW):
+        slow.step_took(10.0, 10.0)
+    slow.round_took(9 * 30.0, 30.0)  # a probe after WINDOW steps: what it says now (clipped)
+    assert slow.rounds == CLIP
