@@ -93,8 +93,9 @@ def test_block_size_0_decodes_by_the_pipelined_plain_steps(case, monkeypatch, po
     """Nothing to draft is plain decoding: ``block_size=0`` runs the same pipelined steps as auto's
     plain stretches (never a round of width 0, and under ``auto`` no shadow draft: a block of no
     tokens was an internal error), and its output is plain greedy's."""
-    import dspark.engine
     from tiny import STEEP
+
+    import dspark.engine
 
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
@@ -102,48 +103,6 @@ def test_block_size_0_decodes_by_the_pipelined_plain_steps(case, monkeypatch, po
     cfg = GenerationConfig(policy=policy, max_tokens=n, stop_at_eos=False, block_size=0)
     s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=STEEP))
     assert s.tokens == tuple(ref) and s.plain_steps == n and s.rounds == 0
-
-
-@pytest.mark.parametrize("steps", [1, 2, 6])
-def test_each_plain_step_is_timed_by_its_own_forward(monkeypatch, steps):
-    """Where mlx's ``async_eval`` returns only once the forward is computed (this project's CPU),
-    a step timed from one read to the next carried the next step's forward: the first of a
-    stretch read about twice a step, the last about nothing, and auto's clock misjudged plain
-    steps by a probe of two. Every forward here takes 60 ms more: each step must read about that."""
-    import time
-
-    import dspark.plain
-    from tiny import tiny_target
-
-    from dspark.config import SamplingParams
-    from dspark.engine import _round_keys
-    from dspark.plain import plain_steps, prefill
-
-    target = tiny_target(seed=0)
-    cache = target.make_cache()
-    prefill(target, cache, PROMPT[:-1], [1], step=64)
-    real = dspark.plain.mx.async_eval
-
-    def computed_at_once(*arrays):  # a forward that is done when async_eval returns
-        mx.eval(*arrays)
-        time.sleep(0.06)
-        return real(*arrays)
-
-    monkeypatch.setattr(dspark.plain.mx, "async_eval", computed_at_once)
-    run = plain_steps(
-        target,
-        cache,
-        tap_layers=[1],
-        anchor=PROMPT[-1],
-        position=len(PROMPT) - 1,
-        sampling=SamplingParams(),
-        keys=_round_keys(0),
-        more=lambda p: p < len(PROMPT) - 1 + steps,
-        threads={},
-    )
-    seconds = [v.verify_seconds for v in run]
-    assert len(seconds) == steps
-    assert all(0.055 < s < 0.1 for s in seconds), seconds
 
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
