@@ -26,7 +26,7 @@ from .events import CommittedToken, RoundEvent, Source, Summary
 from .plain import plain_outcome, plain_steps, prefill
 from .policy import Scheduler
 from .policy import parse as parse_policy
-from .rounds import Proposer, RoundOutcome, speculative_round
+from .rounds import Proposer, RoundOutcome, speculative_round, use_phase_threads
 from .target import Target
 
 
@@ -196,6 +196,9 @@ def generate(
                     if not run.wants_more():
                         break
                     if shadow is None and block_size and sched.shadow_due():  # nothing to draft: no shadow
+                        # at the draft's own thread count: on a busy 2-core machine a shadow drafted
+                        # at the step's two threads took ~200 ms where a round's draft took ~20
+                        use_phase_threads(threads, "draft")
                         shadow = (
                             position,
                             draft_session.propose(
@@ -211,6 +214,7 @@ def generate(
                             ).tokens,
                         )
                         mx.async_eval(shadow[1], draft_session.state())  # read block_size steps later: no wait
+                        use_phase_threads(threads, "step")
                         rows = []
             finally:
                 steps.close()

@@ -50,6 +50,39 @@ def test_plain_steps_keep_the_drafters_context_in_step(case, monkeypatch, shadow
     assert len(judged) == sum(due) and (sum(due) > n // 8 if shadow_every else not judged)  # each judged once
 
 
+def test_a_shadow_draft_runs_at_the_drafts_thread_count(case, monkeypatch):
+    """A shadow draft is a draft: on a busy 2-core machine, drafted at the plain steps' two BLAS
+    threads it took ~200 ms where a round's draft, at its own one, took ~20. The plain steps
+    around it keep theirs."""
+    from dataclasses import replace
+
+    from dspark import blas
+    from dspark.drafting import BlockDraftSession
+    from dspark.policy import Scheduler
+
+    target, n, ref = case
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
+    monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: False)
+    now, at_propose, stepped = [None], [], []
+    monkeypatch.setattr(blas, "set_threads", lambda k: now.__setitem__(0, k))
+    real_propose = BlockDraftSession.propose
+
+    def propose(self, *a, **k):
+        at_propose.append(now[0])
+        return real_propose(self, *a, **k)
+
+    monkeypatch.setattr(BlockDraftSession, "propose", propose)
+    real_step_took = Scheduler.step_took
+    monkeypatch.setattr(
+        Scheduler, "step_took", lambda self, p, seconds: stepped.append(now[0]) or real_step_took(self, p, seconds)
+    )
+    costs = replace(STEEP, threads={"draft": 3, "verify": 2, "step": 1})
+    cfg = GenerationConfig(policy="auto", max_tokens=n, stop_at_eos=False)
+    s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=costs))
+    assert s.tokens == tuple(ref) and s.rounds == 0
+    assert at_propose and set(at_propose) == {3} and set(stepped) == {1}
+
+
 def test_a_shadow_draft_is_judged_by_the_tokens_committed_after_it():
     """Greedy, a shadow draft's leading drafts that equal the tokens the target committed after
     its anchor are what a round verifying them would have accepted: judged at its first draft that
