@@ -33,7 +33,8 @@ from .files import write_text
 from .reading import read_json
 
 PROFILE_FILE = "dspark-profile.json"
-REPORT_FILE = "train_report.json"  # what a training run writes (dspark.training.report); read here for drafters trained before profiles
+#: What a training run writes (dspark.training.report); read here for drafters trained before profiles.
+REPORT_FILE = "train_report.json"
 VERSION = 1
 MAX_BYTES = 1 << 20
 

@@ -49,9 +49,10 @@ _MEASURED: dict = {}
 
 @pytest.fixture(autouse=True)
 def priced_clock(monkeypatch):
-    """``auto`` judges by the clock (dspark.clock.Clock, as dspark.policy reads it): in tests every round and plain step takes
-    what the costs price it at (tiny.PricedClock), so decisions follow each test's costs and not
-    this machine's noise; the clock's own tests install a scripted one over it."""
+    """``auto`` judges by the clock (dspark.clock.Clock, as dspark.policy reads it): in tests every
+    round and plain step takes what the costs price it at (tiny.PricedClock), so decisions follow
+    each test's costs and not this machine's noise; the clock's own tests install a scripted one
+    over it."""
     from tiny import PricedClock
 
     monkeypatch.setattr("dspark.policy.Clock", PricedClock)
