@@ -15,6 +15,9 @@ from statistics import median
 WINDOW, CLIP, MOVED = 5, 3.0, 1.5
 #: Until a kind is timed, the costs as measured stand for this many of its ratios (1.0 each).
 PRIOR_RATIOS = 2
+#: Plain steps between two tries of the other BLAS thread count, the steps a try takes, and how
+#: much less the other count's steps must take to be kept (:class:`StepThreads`).
+TRY_EVERY, TRY, BETTER = 32, 4, 0.95
 
 
 class Clock:
@@ -79,4 +82,52 @@ class Clock:
 _OTHER = {"round": "step", "step": "round"}
 
 
-__all__ = ["CLIP", "MOVED", "PRIOR_RATIOS", "WINDOW", "Clock"]
+class StepThreads:
+    """The BLAS thread count this run's plain steps run at. The costs chose one when they were
+    measured, at that moment's load; a plain step's best count moves with the load (on the busy
+    2-core VM plain decoding ran 1.9x faster at two threads than at one in one trial and slower in
+    the next). So every ``TRY_EVERY`` plain steps the next ``TRY`` run at the other count, and the
+    run keeps whichever count's last ``TRY`` steps took less against their price, by ``BETTER`` or
+    more (noise does not flip it back and forth). No choice to make (one count, or none: no BLAS
+    thread count on a Mac's GPU): the costs' count throughout."""
+
+    def __init__(self, start: int | None, choices: tuple[int, ...] = ()):
+        self.now = start
+        self.choices = tuple(dict.fromkeys(c for c in choices if c)) if start in choices else ()
+        self._ratios = {c: deque(maxlen=TRY) for c in self.choices}
+        self._since = 0  # plain steps at ``now`` since the last try
+        self._trying: list | None = None  # [count, steps to hand out, steps to be timed]
+        self._given: dict[int, int] = {}  # position -> the count its step was handed
+
+    def count_for(self, position: int) -> int | None:
+        """The count the plain step at ``position`` runs at (asked once, before it is queued)."""
+        if len(self.choices) < 2:
+            return self.now
+        if self._trying is None and self._since >= TRY_EVERY:
+            self._trying = [next(c for c in self.choices if c != self.now), TRY, TRY]
+            self._since = 0
+        n = self.now
+        if self._trying is not None and self._trying[1] > 0:
+            n, self._trying[1] = self._trying[0], self._trying[1] - 1
+        self._given[position] = n
+        return n
+
+    def took(self, position: int, ratio: float) -> None:
+        """The plain step at ``position`` took ``ratio`` times its price."""
+        n = self._given.pop(position, None)
+        if n is None or n not in self._ratios:
+            return
+        self._ratios[n].append(ratio)
+        if n == self.now:
+            self._since += 1
+        t = self._trying
+        if t is not None and n == t[0]:
+            t[2] -= 1
+            if t[2] <= 0:
+                mine, other = self._ratios[self.now], self._ratios[t[0]]
+                if mine and median(other) < BETTER * median(mine):
+                    self.now = t[0]
+                self._trying = None
+
+
+__all__ = ["BETTER", "CLIP", "MOVED", "PRIOR_RATIOS", "TRY", "TRY_EVERY", "WINDOW", "Clock", "StepThreads"]

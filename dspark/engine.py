@@ -104,7 +104,9 @@ def generate(
     block_size = draft_session.block_size if config.block_size is None else config.block_size
     if costs is None:
         costs = for_policy(config.policy, target, drafter, block_size)
-    sched = Scheduler(pol, block_size, costs, prior=measured_acceptance(drafter, target))
+    sched = Scheduler(
+        pol, block_size, costs, prior=measured_acceptance(drafter, target), thread_choices=_thread_choices()
+    )
     # an autoregressive drafter pays a step per token: the policy sets how many it drafts, before it drafts
     stepwise = getattr(draft_session, "autoregressive", False)
     threads = costs.threads if costs is not None else {}
@@ -135,6 +137,8 @@ def generate(
         if not block_size:
             return True
         drafts_next = sched.drafts(p, left - 1)
+        if not drafts_next:
+            _use_threads(sched.step_threads(p))
         return not drafts_next
 
     try:
@@ -171,6 +175,7 @@ def generate(
                 continue
             # plain steps: their tap rows wait, with any before them, for the drafter's next draft
             rows = [] if new_rows is None else [new_rows]
+            stretch = sched.step_threads(position)
             steps = plain_steps(
                 target,
                 cache,
@@ -180,7 +185,7 @@ def generate(
                 sampling=config.sampling,
                 keys=keys,
                 more=plain_next,
-                threads=threads,
+                threads={**threads, "step": stretch} if stretch else threads,
                 display=display,
                 inspect=inspect,
             )
@@ -214,7 +219,7 @@ def generate(
                             ).tokens,
                         )
                         mx.async_eval(shadow[1], draft_session.state())  # read block_size steps later: no wait
-                        use_phase_threads(threads, "step")
+                        _use_threads(sched.threads.now)
                         rows = []
             finally:
                 steps.close()
@@ -224,6 +229,18 @@ def generate(
     finally:
         blas.restore_threads()
     yield run.summary()
+
+
+def _thread_choices() -> tuple[int, ...]:
+    """The BLAS thread counts ``auto``'s plain steps may try: 1 and all of them with OpenBLAS on a
+    multi-core machine, as the bench's plain decoding does; none elsewhere."""
+    n = blas.default_threads()
+    return (1, n) if n and n > 1 else ()
+
+
+def _use_threads(n: int | None) -> None:
+    if n and n != blas.threads():
+        blas.set_threads(n)
 
 
 def _rows(rows: list) -> mx.array | None:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .clock import Clock
+from .clock import Clock, StepThreads
 from .errors import DsparkError
 
 KINDS = ("fixed", "threshold", "auto")
@@ -233,7 +233,14 @@ class Scheduler:
     required by ``auto``; ``prior``: the drafter's measured per-position acceptance, survivals as
     a profile holds them, or None)."""
 
-    def __init__(self, policy: Policy, block_size: int, costs=None, prior: list[float] | None = None):
+    def __init__(
+        self,
+        policy: Policy,
+        block_size: int,
+        costs=None,
+        prior: list[float] | None = None,
+        thread_choices: tuple[int, ...] = (),
+    ):
         if policy.kind == "auto" and costs is None:
             raise ValueError("the auto policy needs measured costs")
         self.policy, self.costs = policy, costs
@@ -241,6 +248,9 @@ class Scheduler:
         self.plain_run = 0  # plain steps since the last shadow draft (or since drafting stopped)
         self.shadow_every = SHADOW_FIRST
         self.clock = Clock()
+        # the BLAS thread counts a plain step may run at (``thread_choices``), starting at the costs'
+        start = (costs.threads or {}).get("step") if costs is not None and policy.kind == "auto" else None
+        self.threads = StepThreads(start, thread_choices)
         self.since_probe, self.probe_every = 0, PROBE_FIRST  # plain steps since the last probe
         self.since_step, self.step_probe_every = 0, STEP_PROBE_FIRST  # rounds since the last plain step
         self.shadow_right = False  # the last shadow draft's first token was the target's
@@ -297,8 +307,15 @@ class Scheduler:
     def step_took(self, position: int, seconds: float) -> None:
         """A plain step at ``position`` took ``seconds``."""
         if self.policy.kind == "auto":
-            self.clock.step_took(seconds * 1000, self.at(position).step_ms)
+            priced = self.at(position).step_ms
+            self.clock.step_took(seconds * 1000, priced)
+            self.threads.took(position, seconds * 1000 / max(priced, 1e-9))
             self.since_step = 0
+
+    def step_threads(self, position: int) -> int | None:
+        """The BLAS thread count the plain step at ``position`` runs at (:class:`dspark.clock.StepThreads`);
+        None: as it is."""
+        return self.threads.count_for(position)
 
     @property
     def reads_confidences(self) -> bool:

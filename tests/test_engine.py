@@ -65,6 +65,8 @@ def test_a_shadow_draft_runs_at_the_drafts_thread_count(case, monkeypatch):
     monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: False)
     now, at_propose, stepped = [None], [], []
     monkeypatch.setattr(blas, "set_threads", lambda k: now.__setitem__(0, k))
+    monkeypatch.setattr(blas, "threads", lambda: now[0])
+    monkeypatch.setattr("dspark.engine._thread_choices", lambda: ())  # the steps' count is not tried here
     real_propose = BlockDraftSession.propose
 
     def propose(self, *a, **k):
@@ -81,6 +83,35 @@ def test_a_shadow_draft_runs_at_the_drafts_thread_count(case, monkeypatch):
     s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=costs))
     assert s.tokens == tuple(ref) and s.rounds == 0
     assert at_propose and set(at_propose) == {3} and set(stepped) == {1}
+
+
+def test_a_plain_stretch_tries_the_other_thread_count(case, monkeypatch):
+    """The plain steps run at the costs' thread count and, after TRY_EVERY of them, TRY at the
+    other (which count is kept is the clock's test: here the timings are this machine's); the
+    output stays plain greedy's."""
+    from dataclasses import replace
+
+    from dspark import blas
+    from dspark.clock import TRY, TRY_EVERY
+    from dspark.policy import Scheduler
+
+    target, n, ref = case
+    drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
+    monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: False)
+    monkeypatch.setattr(Scheduler, "shadow_due", lambda self: False)
+    now, stepped = [None], []
+    monkeypatch.setattr(blas, "set_threads", lambda k: now.__setitem__(0, k))
+    monkeypatch.setattr(blas, "threads", lambda: now[0])
+    monkeypatch.setattr("dspark.engine._thread_choices", lambda: (1, 2))
+    real_step_took = Scheduler.step_took
+    monkeypatch.setattr(
+        Scheduler, "step_took", lambda self, p, seconds: stepped.append(now[0]) or real_step_took(self, p, seconds)
+    )
+    costs = replace(STEEP, threads={"draft": 2, "verify": 2, "step": 1})
+    cfg = GenerationConfig(policy="auto", max_tokens=n, stop_at_eos=False)
+    s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=costs))
+    assert s.tokens == tuple(ref) and n > TRY_EVERY + TRY
+    assert stepped[: TRY_EVERY + TRY] == [1] * TRY_EVERY + [2] * TRY
 
 
 def test_a_shadow_draft_is_judged_by_the_tokens_committed_after_it():

@@ -404,3 +404,29 @@ def test_the_clock_is_not_decided_by_a_first_stall():
         slow.step_took(10.0, 10.0)
     slow.round_took(9 * 30.0, 30.0)  # a probe after WINDOW steps: what it says now (clipped)
     assert slow.rounds == CLIP
+
+
+def test_plain_steps_keep_the_faster_blas_thread_count():
+    """The costs' thread count for a plain step was chosen at one moment's load; under another,
+    plain decoding ran 1.9x faster at the other count. Every TRY_EVERY plain steps the next TRY
+    try the other count; the run keeps it when its steps took BETTER or less of the first's, and
+    goes back when the load turns; one count only (or none): nothing is tried."""
+    from dspark.clock import TRY, TRY_EVERY, StepThreads
+
+    def run(t: StepThreads, steps: int, cost: dict, start: int = 0) -> list:
+        counts = []
+        for p in range(start, start + steps):
+            n = t.count_for(p)
+            counts.append(n)
+            t.took(p, cost[n])
+        return counts
+
+    t = StepThreads(1, (1, 2))
+    counts = run(t, TRY_EVERY + TRY, {1: 1.0, 2: 0.6})
+    assert counts == [1] * TRY_EVERY + [2] * TRY and t.now == 2  # two threads paid: kept
+    counts = run(t, TRY_EVERY + TRY, {1: 1.0, 2: 0.98}, start=100)
+    assert counts == [2] * TRY_EVERY + [1] * TRY and t.now == 2  # one thread no better by 5%: stays
+    counts = run(t, TRY_EVERY + TRY, {1: 0.5, 2: 1.0}, start=200)
+    assert t.now == 1  # the load turned: back to one
+    assert set(run(StepThreads(2, (2,)), 3 * TRY_EVERY, {2: 1.0})) == {2}
+    assert set(run(StepThreads(None, (1, 2)), 3 * TRY_EVERY, {None: 1.0})) == {None}
