@@ -34,7 +34,9 @@ change of load, BLAS or power state is followed within a few rounds. A kind of s
 have moved as the other did, so the run probes the kind it is not running (:meth:`Scheduler.drafts`):
 a plain stretch verifies a round now and then when the drafter's last shadow draft was right
 (that round commits tokens and says what rounds cost now), and a drafting stretch takes a plain
-step now and then: at once when the kind it runs was timed 50% off since the other was.
+step now and then: at once when the kind it runs was timed 50% off since the other was. Its
+plain steps run at the BLAS thread count this run finds faster, tried now and then
+(:class:`dspark.clock.StepThreads`): the costs' count is only where it starts.
 
 Every policy is lossless: the width decides only how many drafts are checked, never which
 token is committed, and the decision about draft k depends on nothing the target has not yet

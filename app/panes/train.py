@@ -294,15 +294,20 @@ class TrainPane(QWidget):
         if not self.out:
             return
         if self.pending is not None and self.pending.done():
-            again, chunk = self.pending.result()
-            if again:
-                self.curves = train_log.Curves()
-            self.curves.extend(chunk)
-            self.pending, self.dirty = None, self.dirty or again or bool(chunk.steps or chunk.held_steps)
+            self._take(self.pending.result())
         if self.pending is None and self.reader is not None:
             self.pending = self.pool.submit(self.reader.read)
         last = self.curves.steps[-1] if self.curves.steps else None
         state = tr.run_state(self.out, child=self.child, last_step=last)
+        if self.state.live and not state.live and self.reader is not None:
+            # a run that ended while watched wrote its last lines, a few polls' worth: its curves
+            # whole before its state is shown (read in the thread, the final measurement came a
+            # poll after "finished", and a save of the plots at once found the held-out ones not
+            # drawn). A long log opened after its run ended is still read in the thread.
+            if self.pending is not None:
+                self._take(self.pending.result())
+            while self.reader.behind:
+                self._take(self.reader.read())
         if state != self.state:
             self.state, self.dirty = state, True
             if not state.live and state.state == "failed":
@@ -316,6 +321,14 @@ class TrainPane(QWidget):
         measured = h is None or h[0] is not self.curves or h[1] != len(self.curves.held_steps)
         if measured or time.monotonic() >= self.drawn_at + CURVES_S or state.state != self.drawn_state:
             self.draw(split=state.live)  # a finished run: all at once, its curves whole for a save
+
+    def _take(self, read: tuple[bool, train_log.Curves]) -> None:
+        """A read of the log (whether it started over, its new lines) into the curves."""
+        again, chunk = read
+        if again:
+            self.curves = train_log.Curves()
+        self.curves.extend(chunk)
+        self.pending, self.dirty = None, self.dirty or again or bool(chunk.steps or chunk.held_steps)
 
     def draw(self, split: bool = False) -> None:
         """The state, the figures and the curves that have new points; ``split`` (a poll while
