@@ -50,23 +50,36 @@ def test_plain_steps_keep_the_drafters_context_in_step(case, monkeypatch, shadow
     assert len(judged) == sum(due) and (sum(due) > n // 8 if shadow_every else not judged)  # each judged once
 
 
+def plain_threads(monkeypatch, choices: tuple[int, ...]) -> tuple[list, list]:
+    """Every round plain; OpenBLAS's thread count recorded, not set (``now[0]``), and the count each
+    plain step was timed at (``stepped``); ``choices``: the counts the plain steps may try."""
+    from dspark import blas
+    from dspark.policy import Scheduler
+
+    monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: False)
+    now, stepped = [None], []
+    monkeypatch.setattr(blas, "set_threads", lambda k: now.__setitem__(0, k))
+    monkeypatch.setattr(blas, "threads", lambda: now[0])
+    monkeypatch.setattr("dspark.engine._thread_choices", lambda: choices)
+    real_step_took = Scheduler.step_took
+    monkeypatch.setattr(
+        Scheduler, "step_took", lambda self, p, seconds: stepped.append(now[0]) or real_step_took(self, p, seconds)
+    )
+    return now, stepped
+
+
 def test_a_shadow_draft_runs_at_the_drafts_thread_count(case, monkeypatch):
     """A shadow draft is a draft: on a busy 2-core machine, drafted at the plain steps' two BLAS
     threads it took ~200 ms where a round's draft, at its own one, took ~20. The plain steps
     around it keep theirs."""
     from dataclasses import replace
 
-    from dspark import blas
     from dspark.drafting import BlockDraftSession
-    from dspark.policy import Scheduler
 
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
-    monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: False)
-    now, at_propose, stepped = [None], [], []
-    monkeypatch.setattr(blas, "set_threads", lambda k: now.__setitem__(0, k))
-    monkeypatch.setattr(blas, "threads", lambda: now[0])
-    monkeypatch.setattr("dspark.engine._thread_choices", lambda: ())  # the steps' count is not tried here
+    now, stepped = plain_threads(monkeypatch, ())  # the steps' count is not tried here
+    at_propose = []
     real_propose = BlockDraftSession.propose
 
     def propose(self, *a, **k):
@@ -74,10 +87,6 @@ def test_a_shadow_draft_runs_at_the_drafts_thread_count(case, monkeypatch):
         return real_propose(self, *a, **k)
 
     monkeypatch.setattr(BlockDraftSession, "propose", propose)
-    real_step_took = Scheduler.step_took
-    monkeypatch.setattr(
-        Scheduler, "step_took", lambda self, p, seconds: stepped.append(now[0]) or real_step_took(self, p, seconds)
-    )
     costs = replace(STEEP, threads={"draft": 3, "verify": 2, "step": 1})
     cfg = GenerationConfig(policy="auto", max_tokens=n, stop_at_eos=False)
     s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=costs))
@@ -91,22 +100,13 @@ def test_a_plain_stretch_tries_the_other_thread_count(case, monkeypatch):
     output stays plain greedy's."""
     from dataclasses import replace
 
-    from dspark import blas
     from dspark.clock import TRY, TRY_EVERY
     from dspark.policy import Scheduler
 
     target, n, ref = case
     drafter = DflashDrafter.init(target, DflashConfig(block_size=4, num_layers=1, markov_rank=16), seed=2)
-    monkeypatch.setattr(Scheduler, "drafts", lambda self, position, budget: False)
     monkeypatch.setattr(Scheduler, "shadow_due", lambda self: False)
-    now, stepped = [None], []
-    monkeypatch.setattr(blas, "set_threads", lambda k: now.__setitem__(0, k))
-    monkeypatch.setattr(blas, "threads", lambda: now[0])
-    monkeypatch.setattr("dspark.engine._thread_choices", lambda: (1, 2))
-    real_step_took = Scheduler.step_took
-    monkeypatch.setattr(
-        Scheduler, "step_took", lambda self, p, seconds: stepped.append(now[0]) or real_step_took(self, p, seconds)
-    )
+    _, stepped = plain_threads(monkeypatch, (1, 2))
     costs = replace(STEEP, threads={"draft": 2, "verify": 2, "step": 1})
     cfg = GenerationConfig(policy="auto", max_tokens=n, stop_at_eos=False)
     s = run_to_summary(generate(target, drafter, PROMPT, cfg, costs=costs))
