@@ -28,8 +28,9 @@ class Clock:
     ``PRIOR_RATIOS`` ratios of 1.0 until they are outnumbered (a first round on a busy machine
     took 9x its price; alone in the window it set rounds at 3x, and a drafter of tau 4.9 went
     plain for 22 of its 128 tokens). A kind timed again after ``WINDOW`` or more of the other (a
-    probe) starts afresh from what it says now, its older ratios being of another moment. (A running mean moved 30% by
-    each ratio let one slow round of a busy machine send a run plain for dozens of steps.) A kind
+    probe) starts afresh from what it says now, its older ratios being of another moment. (A
+    running mean moved 30% by each ratio let one slow round of a busy machine send a run plain for
+    dozens of steps.) A kind
     not timed since the other's multiple moved is assumed to have moved alike (a busier machine
     slows both): its multiple is scaled by the other's change since it was last timed. So only
     timing both kinds tells a change of their relation, which is why ``auto`` probes the kind it
@@ -42,9 +43,8 @@ class Clock:
         self._since = {"round": 0, "step": 0}  # the other kind's timings since this one was timed
 
     def _took(self, kind: str, measured_ms: float, priced_ms: float) -> float:
-        if (
-            self._m[kind] is not None and self._since[kind] >= WINDOW
-        ):  # a probe after a stretch of the other: what it says now
+        # a probe after a stretch of the other kind: what it says now
+        if self._m[kind] is not None and self._since[kind] >= WINDOW:
             self._ratios[kind].clear()
         self._since[kind], self._since[_OTHER[kind]] = 0, self._since[_OTHER[kind]] + 1
         self._ratios[kind].append(min(CLIP, max(1.0 / CLIP, measured_ms / max(priced_ms, 1e-9))))

@@ -51,8 +51,10 @@ def test_plain_steps_keep_the_drafters_context_in_step(case, monkeypatch, shadow
 
 
 def plain_threads(monkeypatch, choices: tuple[int, ...]) -> tuple[list, list]:
-    """Every round plain; OpenBLAS's thread count recorded, not set (``now[0]``), and the count each
-    plain step was timed at (``stepped``); ``choices``: the counts the plain steps may try."""
+    """Every round plain; the BLAS thread count recorded, not set (``now[0]``), and the count each
+    plain step was timed at (``stepped``); ``choices``: the counts the plain steps may try. Both
+    are given here, not read from the machine, so this runs alike on Linux (OpenBLAS) and on a
+    Mac (no BLAS thread count to set)."""
     from dspark import blas
     from dspark.policy import Scheduler
 
