@@ -62,6 +62,12 @@ def set_threads(n: int) -> None:
         fn(int(n))
 
 
+def use_threads(n: int | None) -> None:
+    """Set OpenBLAS's thread count to ``n`` when given and not already so (None: leave it)."""
+    if n and n != threads():
+        set_threads(n)
+
+
 def loaded_path() -> str | None:
     """The OpenBLAS library this process loaded (None: none)."""
     return _loaded["path"]

@@ -26,7 +26,8 @@ from .events import CommittedToken, RoundEvent, Source, Summary
 from .plain import plain_outcome, plain_steps, prefill
 from .policy import Scheduler
 from .policy import parse as parse_policy
-from .rounds import Proposer, RoundOutcome, speculative_round, use_phase_threads
+from .rounds import Proposer, RoundOutcome, speculative_round
+from .shadows import draft_shadow, judge_shadow
 from .target import Target
 
 
@@ -138,7 +139,7 @@ def generate(
             return True
         drafts_next = sched.drafts(p, left - 1)
         if not drafts_next:
-            _use_threads(sched.step_threads(p))
+            blas.use_threads(sched.step_threads(p))
         return not drafts_next
 
     try:
@@ -201,25 +202,17 @@ def generate(
                     if not run.wants_more():
                         break
                     if shadow is None and block_size and sched.shadow_due():  # nothing to draft: no shadow
-                        # at the draft's own thread count: on a busy 2-core machine a shadow drafted
-                        # at the step's two threads took ~200 ms where a round's draft took ~20
-                        use_phase_threads(threads, "draft")
-                        shadow = (
-                            position,
-                            draft_session.propose(
-                                anchor,
-                                position,
-                                new_rows=_rows(rows),
-                                history=run.ids + run.out,
-                                block_size=sched.draft_count(block_size, block_size, position)
-                                if stepwise
-                                else block_size,
-                                sampling=config.sampling,
-                                key=next(shadow_keys),
-                            ).tokens,
+                        shadow = draft_shadow(
+                            draft_session,
+                            anchor=anchor,
+                            position=position,
+                            new_rows=_rows(rows),
+                            history=run.ids + run.out,
+                            block_size=sched.draft_count(block_size, block_size, position) if stepwise else block_size,
+                            sampling=config.sampling,
+                            key=next(shadow_keys),
+                            threads=threads,
                         )
-                        mx.async_eval(shadow[1], draft_session.state())  # read block_size steps later: no wait
-                        _use_threads(sched.threads.now)
                         rows = []
             finally:
                 steps.close()
@@ -238,32 +231,8 @@ def _thread_choices() -> tuple[int, ...]:
     return (1, n) if n and n > 1 else ()
 
 
-def _use_threads(n: int | None) -> None:
-    if n and n != blas.threads():
-        blas.set_threads(n)
-
-
 def _rows(rows: list) -> mx.array | None:
     return mx.concatenate(rows, axis=1) if rows else None
-
-
-def judge_shadow(sched: Scheduler, shadow, sequence: list[int], final: bool = False):
-    """A shadow draft ``(position, tokens [1, G])`` judged by the tokens committed after its anchor
-    (``sequence``: prompt and output): at its first draft that differs from them, once all G are
-    known, or with what is known when the plain stretch ends (``final``). Returns the draft still
-    waiting, or None. Its tokens are read a step after it was queued: computed by then."""
-    position, tokens = shadow
-    known = len(sequence) - 1 - position
-    drafted = tokens[0].tolist()[:known]
-    truth = sequence[position + 1 : position + 1 + len(drafted)]
-    matched = next((k for k, (d, t) in enumerate(zip(drafted, truth)) if d != t), None)
-    if matched is not None:
-        sched.observe_shadow(position, matched + 1, matched)
-    elif known >= tokens.shape[1] or final:
-        sched.observe_shadow(position, len(drafted), len(drafted))
-    else:
-        return shadow
-    return None
 
 
 def measured_acceptance(drafter, target: Target) -> list[float] | None:

@@ -403,6 +403,21 @@ class Scheduler:
         self.shadow_every = min(2 * self.shadow_every, SHADOW_MAX)
         return True
 
+    def shadow_convinces(self, position: int, matched: int) -> bool:
+        """Whether a shadow draft from ``position`` whose first ``matched`` drafts are all the target's
+        tokens so far (the rest not yet known) already says a round pays: it is judged then (the
+        ``dspark.shadows.judge_shadow``), not ``block_size`` steps later, since the rest cannot change
+        what :meth:`observe_shadow` decides."""
+        return matched >= 1 and self._shadow_pays(position, width=matched + 1, matched=matched)
+
+    def _shadow_pays(self, position: int, *, width: int, matched: int) -> bool:
+        # Without a measured profile the prior is a guess (PRIOR), and one token right by chance
+        # is no sign the text has changed: an untrained head matched 1 token in about one shadow
+        # in 20, and each reset to that optimism cost ~5 losing rounds (the always-wrong drafter's
+        # auto ran at 0.61-0.74x of plain decoding). Then two right in a row are asked for.
+        trusted = bool(self.running.prior) or matched >= 2
+        return trusted and beats_plain(self.priced(position), 1 + matched, min(matched + 1, width))
+
     def observe_shadow(self, position: int, width: int, matched: int) -> None:
         """A shadow draft from ``position``: of its first ``width`` drafts (as far as the target
         has committed tokens since, or to the first that differs), the first ``matched`` are the
@@ -419,12 +434,7 @@ class Scheduler:
         if width < 1:
             return
         self.shadow_right = matched > 0
-        # Without a measured profile the prior is a guess (PRIOR), and one token right by chance
-        # is no sign the text has changed: an untrained head matched 1 token in about one shadow
-        # in 20, and each reset to that optimism cost ~5 losing rounds (the always-wrong drafter's
-        # auto ran at 0.61-0.74x of plain decoding). Then two right in a row are asked for.
-        trusted = bool(self.running.prior) or matched >= 2
-        if trusted and beats_plain(self.priced(position), 1 + matched, min(matched + 1, width)):
+        if self._shadow_pays(position, width=width, matched=matched):
             kept = self.running.hits[:], self.running.tries[:]
             self.running.reset()
             if self.pays(position, self.running.survival()):
