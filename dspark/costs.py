@@ -72,6 +72,8 @@ def key_for(target, drafter, block_size: int) -> str:
         m["mlx"],
         m["device"],
         m["blas"].split(",")[0],
+        # how long OpenBLAS's workers spin after a call moved which thread count won (dspark.blas)
+        os.environ.get("OPENBLAS_THREAD_TIMEOUT", ""),
         shape_fingerprint(target.lm),
         shape_fingerprint(getattr(drafter, "net", drafter)),
         str(block_size),
