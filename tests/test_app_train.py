@@ -252,9 +252,13 @@ def test_a_real_run_from_the_tab_pause_resume_restart_stop_and_compare(pane, qtb
     ticks.stop()
     print(f"\nreal run: {ticks.said()}, longest poll {max(cpu) * 1000:.0f} ms; {len(p.curves.steps)} steps drawn")
     assert max(cpu) < 0.15 and ticks.busiest() < 0.2, ticks.said()
-    assert not p.boxes["loss"].is_empty and not p.boxes["tau"].is_empty and not p.boxes["positions"].is_empty
+    assert (
+        not p.plots.boxes["loss"].is_empty
+        and not p.plots.boxes["tau"].is_empty
+        and not p.plots.boxes["positions"].is_empty
+    )
     best = [(s, tau) for s, tau, b in zip(p.curves.held_steps, p.curves.tau, p.curves.best) if b][-1]
-    assert [tuple(a) for a in zip(*p.best_mark.getData())] == [best]  # the star: the run's best so far
+    assert [tuple(a) for a in zip(*p.plots.best_mark.getData())] == [best]  # the star: the run's best so far
     assert (
         "steps/s" in p.figures.text() and "tokens/s" in p.figures.text() and "held-out measurement" in p.figures.text()
     )
@@ -447,9 +451,9 @@ def test_the_gui_thread_keeps_ticking_while_a_long_log_is_read_and_grows(pane, q
     assert max(cpu) < 0.15 and ticks.busiest() < 0.2, ticks.said()
     assert p.curves.held_steps[-1] == first and "of 200,000" in p.figures.text()
     # the speed curve zig-zags: Qt strokes 1,000 of its points in 90-170 ms, 200 in 10-14 ms
-    from dspark_studio.panes.train import SPEED_POINTS
+    from dspark_studio.panes.train_plots import SPEED_POINTS
 
-    assert len(p.items["speed"][0].xData) <= SPEED_POINTS + 1
+    assert len(p.plots.items["speed"][0].xData) <= SPEED_POINTS + 1
 
 
 def test_only_the_curves_with_new_points_are_drawn_again(pane, qtbot, tmp_path):
@@ -463,15 +467,15 @@ def test_only_the_curves_with_new_points_are_drawn_again(pane, qtbot, tmp_path):
     log.write_text("".join(_step_line(s, 1000) + "\n" for s in range(1, 21)) + json.dumps(held) + "\n")
     p = pane()
     assert p.open_run(str(out), wait=True)
-    tau, positions = (p.items[k][0].xData for k in ("tau", "positions"))
+    tau, positions = (p.plots.items[k][0].xData for k in ("tau", "positions"))
     with log.open("a") as f:
         f.write("".join(_step_line(s, 1000) + "\n" for s in range(21, 41)))
     # drawn again within a second (CURVES_S): the loss, and not the held-out plots
-    qtbot.waitUntil(lambda: len(p.items["loss"][0].xData) == 40, timeout=10_000)
-    assert p.items["tau"][0].xData is tau and p.items["positions"][0].xData is positions
+    qtbot.waitUntil(lambda: len(p.plots.items["loss"][0].xData) == 40, timeout=10_000)
+    assert p.plots.items["tau"][0].xData is tau and p.plots.items["positions"][0].xData is positions
     with log.open("a") as f:
         f.write(json.dumps({**held, "step": 40, "heldout": {"tau": 2.5, "per_position_acceptance": [0.7, 0.4]}}) + "\n")
-    qtbot.waitUntil(lambda: list(p.items["tau"][0].yData) == [2.0, 2.5], timeout=10_000)
+    qtbot.waitUntil(lambda: list(p.plots.items["tau"][0].yData) == [2.0, 2.5], timeout=10_000)
 
 
 def test_the_state_read_from_the_folder(tiny, tmp_path):
@@ -621,10 +625,10 @@ def test_the_first_measurement_does_not_move_the_plots(pane, qtbot, tmp_path):
     p.resize(1000, 800)  # as narrow as the tab is beside the window's controls: the figures take two lines
     assert p.open_run(str(out), wait=True)
     qtbot.wait(50)
-    before = {k: w.height() for k, w in p.plots.items()}
+    before = {k: w.height() for k, w in p.plots.widgets.items()}
     with log.open("a") as f:
         held = {"step": 20, "seconds": 10.0, "heldout": {"tau": 2.0, "per_position_acceptance": [0.6]}}
         f.write(json.dumps({**held, "eval_seconds": 4.0}) + "\n")
     qtbot.waitUntil(lambda: "held-out measurement takes" in p.figures.text(), timeout=10_000)
     qtbot.wait(50)
-    assert {k: w.height() for k, w in p.plots.items()} == before
+    assert {k: w.height() for k, w in p.plots.widgets.items()} == before

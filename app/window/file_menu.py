@@ -18,6 +18,7 @@ from ..files import benchmark, replay, run_export, settings
 from ..state.playlist import SPEEDS
 from ..state.session import costs_request
 from . import drafter_export as dialog
+from .download import DownloadDialog
 
 
 def choose_replay(w) -> None:
@@ -148,6 +149,17 @@ def export_drafter(w, request=None) -> bool:
     return request is not None
 
 
+def open_download(w):
+    """File ▸ Download…: the dialog (made once; a download finishes even if it is closed)."""
+    if w.download is None:
+        w.download = DownloadDialog(w)
+        w.download.chosen.connect(
+            lambda kind, path: w.add_drafter(path, select=True) if kind == "drafter" else w.on_target_chosen(path)
+        )
+    w.download.show()
+    return w.download
+
+
 __all__ = [
     "choose_replay",
     "export_data",
@@ -156,6 +168,7 @@ __all__ = [
     "export_rejections",
     "measure_costs",
     "open_bench",
+    "open_download",
     "open_replay",
     "play_recording",
     "save_comparison",

@@ -18,14 +18,12 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-import PySide6
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QLabel,
     QMainWindow,
-    QMessageBox,
     QScrollArea,
     QSplitter,
     QVBoxLayout,
@@ -47,10 +45,9 @@ from ..state.messages import Exported, Failed, JobDone, Loaded, LoadRequest, Sta
 from ..state.playlist import Playlist
 from ..state.session import COMPARE_TAB, Session
 from ..state.training import TRAIN_TAB, compare_set
-from ..state.wording import about_text, in_app
+from ..state.wording import in_app
 from ..worker import WorkerThread
-from . import file_menu, geometry, kept_choices
-from .download import DownloadDialog
+from . import file_menu, geometry, help_menu, kept_choices
 from .menus import build_menus
 from .presentation import Presenter
 
@@ -389,37 +386,13 @@ class MainWindow(QMainWindow):
         return file_menu.export_drafter(self, request)
 
     def show_device_check(self, check) -> None:
-        """The first-launch GPU check's answer, for About; when it sent the work to the CPU, its
-        sentence now and a note that stays in the status bar (every figure shown is the CPU's)."""
-        self.device_check = check
-        if check is not None and check.fell_back:
-            note = QLabel("⚠ computing on the CPU: the GPU check failed (Help ▸ About)")
-            note.setObjectName("note")
-            note.setToolTip(check.sentence)
-            self.statusBar().addPermanentWidget(note)
-            self.statusBar().showMessage(check.sentence)
+        help_menu.show_device_check(self, check)
 
     def show_about(self) -> None:
-        """Help ▸ About: the versions, the device and the GPU check, the BLAS (not modal)."""
-        self.about_box = QMessageBox(
-            QMessageBox.Information,
-            "About DSpark Studio",
-            about_text(self.device_check, blas.describe(), PySide6.__version__),
-            parent=self,
-        )
-        self.about_box.open()
+        help_menu.show_about(self)
 
     def open_download(self):
-        """The Download dialog (made once; a download finishes even if it is closed)."""
-        if self.download is None:
-            self.download = DownloadDialog(self)
-            self.download.chosen.connect(
-                lambda kind, path: (
-                    self.add_drafter(path, select=True) if kind == "drafter" else self.on_target_chosen(path)
-                )
-            )
-        self.download.show()
-        return self.download
+        return file_menu.open_download(self)
 
     # --- presentation mode and the window's place ------------------------------------------------
     @Slot(bool)
