@@ -405,9 +405,9 @@ class Scheduler:
 
     def shadow_convinces(self, position: int, matched: int) -> bool:
         """Whether a shadow draft from ``position`` whose first ``matched`` drafts are all the target's
-        tokens so far (the rest not yet known) already says a round pays: it is judged then (the
-        ``dspark.shadows.judge_shadow``), not ``block_size`` steps later, since the rest cannot change
-        what :meth:`observe_shadow` decides."""
+        tokens so far (the rest not yet known) already says a round pays: it is judged then (by
+        ``dspark.shadows.judge_shadow``), not ``block_size`` steps later, since the rest cannot
+        change what :meth:`observe_shadow` decides."""
         return matched >= 1 and self._shadow_pays(position, width=matched + 1, matched=matched)
 
     def _shadow_pays(self, position: int, *, width: int, matched: int) -> bool:
