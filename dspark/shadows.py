@@ -6,45 +6,24 @@ drafting it and judging it are here."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import mlx.core as mx
 
 from . import blas
-from .config import SamplingParams
 from .policy import Scheduler
+from .rounds import DraftSession
 
 
-def draft_shadow(
-    draft_session,
-    *,
-    anchor: int,
-    position: int,
-    new_rows: mx.array | None,
-    history: Sequence[int],
-    block_size: int,
-    sampling: SamplingParams,
-    key: mx.array,
-    threads: dict,
-) -> tuple[int, mx.array]:
-    """A shadow draft of ``block_size`` tokens after ``anchor`` at ``position`` (the drafter's
-    ``propose``, its context ``new_rows`` appended), queued, not waited for: ``(position, tokens
-    [1, G])``, read a step or more later by :func:`judge_shadow`. Drafted at :func:`shadow_threads`,
-    the plain stretch's count set back after."""
+def draft_shadow(draft_session: DraftSession, *, threads: dict, **propose) -> tuple[int, mx.array]:
+    """A shadow draft: ``draft_session.propose(**propose)`` (its anchor, position, new rows,
+    history, block size, sampling and key, as a round's draft is asked), queued, not waited for:
+    ``(position, tokens [1, G])``, read a step or more later by :func:`judge_shadow`. Drafted at
+    :func:`shadow_threads` of ``threads`` (the costs' counts), the plain stretch's set back after."""
     stretch = blas.threads()
     blas.use_threads(shadow_threads(threads.get("draft"), stretch))
-    tokens = draft_session.propose(
-        anchor,
-        position,
-        new_rows=new_rows,
-        history=history,
-        block_size=block_size,
-        sampling=sampling,
-        key=key,
-    ).tokens
+    tokens = draft_session.propose(**propose).tokens
     mx.async_eval(tokens, draft_session.state())
     blas.use_threads(stretch)
-    return position, tokens
+    return propose["position"], tokens
 
 
 def shadow_threads(draft: int | None, stretch: int | None) -> int | None:
