@@ -13,17 +13,20 @@ from .policy import Scheduler
 from .rounds import DraftSession
 
 
-def draft_shadow(draft_session: DraftSession, *, threads: dict, **propose) -> tuple[int, mx.array]:
-    """A shadow draft: ``draft_session.propose(**propose)`` (its anchor, position, new rows,
-    history, block size, sampling and key, as a round's draft is asked), queued, not waited for:
-    ``(position, tokens [1, G])``, read a step or more later by :func:`judge_shadow`. Drafted at
-    :func:`shadow_threads` of ``threads`` (the costs' counts), the plain stretch's set back after."""
+def draft_shadow(
+    draft_session: DraftSession, anchor: int, position: int, *, threads: dict, **propose
+) -> tuple[int, mx.array]:
+    """A shadow draft after ``anchor`` at ``position``: ``draft_session.propose`` asked as a
+    round's draft is (``propose``: its new rows, history, block size, sampling and key), queued,
+    not waited for: ``(position, tokens [1, G])``, read a step or more later by
+    :func:`judge_shadow`. Drafted at :func:`shadow_threads` of ``threads`` (the costs' counts), the
+    plain stretch's count set back after."""
     stretch = blas.threads()
     blas.use_threads(shadow_threads(threads.get("draft"), stretch))
-    tokens = draft_session.propose(**propose).tokens
+    tokens = draft_session.propose(anchor, position, **propose).tokens
     mx.async_eval(tokens, draft_session.state())
     blas.use_threads(stretch)
-    return propose["position"], tokens
+    return position, tokens
 
 
 def shadow_threads(draft: int | None, stretch: int | None) -> int | None:
