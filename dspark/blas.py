@@ -25,7 +25,7 @@ INSTALL_HINT = "apt-get install libopenblas0-pthread"
 #: machine a spinning worker took a core from them: plain decoding at two threads 83-99 tok/s at
 #: the default against 109-120 at 4, 12 or 18, the demo EAGLE-3 head's rounds +12%, each figure
 #: the median of 6 trials, processes alternated (one thread, which never wakes a worker, alike).
-#: 2**18 cycles (~0.1 ms) still covers the gaps between a forward's products. Set only when the
+#: 4, 12 and 18 measured alike; 18 (~0.1 ms) keeps the longest spin of them. Set only when the
 #: environment does not: ``OPENBLAS_THREAD_TIMEOUT`` is OpenBLAS's own setting, read when it loads.
 THREAD_TIMEOUT = "18"
 
