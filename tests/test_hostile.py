@@ -526,6 +526,37 @@ def test_a_bug_is_one_line_and_a_log_file(monkeypatch, tmp_path, capsys):
     assert log.parent == tmp_path / "logs" and "Traceback" in log.read_text()
 
 
+SAYING_AND_SIGNALLED = """
+import os, signal, sys, time
+from dspark.cli import _interrupt, _run
+from dspark.errors import DsparkError
+signal.signal(signal.SIGTERM, _interrupt)
+
+def stopping(where):
+    try:
+        if where == "none":
+            return 0
+        raise DsparkError("rank 0 of 2 lost its connection to another rank")
+    finally:
+        os.kill(os.getpid(), signal.SIGTERM)  # mlx.launch's, for the same loss
+        time.sleep(0.2)
+
+sys.exit(_run(stopping, sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("where", ["error", "none"])
+def test_a_sigterm_while_an_error_is_said_keeps_the_error(where):
+    """A SIGTERM landing while a command's error is on its way out (mlx.launch's, to a rank that
+    is saying it lost another) leaves that sentence and its status; with nothing being said it
+    interrupts as ever."""
+    p = subprocess.run([sys.executable, "-c", SAYING_AND_SIGNALLED, where], capture_output=True, text=True, timeout=60)
+    if where == "error":
+        assert (p.returncode, p.stderr) == (2, "dspark: error: rank 0 of 2 lost its connection to another rank\n")
+    else:
+        assert (p.returncode, p.stderr) == (130, "dspark: interrupted\n")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_during_generate_is_one_line(dirs, sig):
     # SIGINT as a terminal delivers it: a shell without job control starts background commands

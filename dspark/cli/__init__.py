@@ -50,6 +50,11 @@ def build_parser(commands=tuple(COMMANDS)) -> argparse.ArgumentParser:
 
 
 def _interrupt(signum, frame):
+    # A command already stopping with its sentence (a DsparkError on its way out, in an except
+    # or finally) keeps it: a distributed rank that lost another got mlx.launch's SIGTERM for
+    # the same loss while saying so, and said "interrupted" instead.
+    if isinstance(sys.exception(), DsparkError):
+        return
     raise KeyboardInterrupt
 
 
