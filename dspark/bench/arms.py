@@ -17,6 +17,7 @@ import json
 import subprocess
 from dataclasses import replace
 from pathlib import Path
+from statistics import median
 from time import perf_counter
 
 import mlx.core as mx
@@ -37,27 +38,51 @@ def _sampler(config: GenerationConfig):
 
 class Plain:
     """mlx-lm's ``generate_step`` at each of ``threads`` BLAS thread counts in turn (None: the
-    BLAS's own count), keeping the faster run: plain decoding is the strongest mlx-lm on this
-    machine at that moment, not the default it ships with nor a count guessed beforehand.
-    Why per trial: on a shared 2-core x86 CPU with OpenBLAS either count won by 10-40% from one
-    minute to the next, and a count picked once before the trials (2 threads, timed 183 against
-    179 tok/s) then ran them at 148 tok/s where one thread had run 177 twenty minutes before:
-    every speedup of that run was 1.2x too high. On Apple silicon MLX computes on the GPU and
-    there is no BLAS thread count to choose (``threads`` is [None])."""
+    BLAS's own count), each trial's figure the run at the count that was faster by median over the
+    earlier trials like it: plain decoding at its best count on this machine now, not the default
+    mlx-lm ships with nor a count guessed beforehand.
+    Why every count in every trial: on a shared 2-core x86 CPU with OpenBLAS either count won by
+    10-40% from one minute to the next, and a count picked once before the trials (2 threads, timed
+    183 against 179 tok/s) then ran them at 148 tok/s where one thread had run 177 twenty minutes
+    before: every speedup of that run was 1.2x too high. Why not the faster run of each trial: the
+    faster of two noisy runs is faster than either count runs, by about half their spread; in one
+    run of 18 trials (2026-12-06, 256 tokens, load 1.5-3) it put plain decoding 4-7% above the count
+    chosen from the other trials, at every prompt length. The choice reads only earlier trials:
+    those of the same prompt length and token count, else of the same token count (not the
+    warm-up's), else ``first`` (the count the costs measurement found faster for a plain step),
+    else the BLAS's own. On Apple silicon MLX computes on the GPU and there is no BLAS thread count
+    to choose (``threads`` is [None])."""
 
     name, drafter, policy, kind = PLAIN, None, None, None
 
-    def __init__(self, target, config: GenerationConfig, threads: list[int] | None = None):
-        self.target, self.config, self.threads = target, config, threads or [None]
+    def __init__(self, target, config: GenerationConfig, threads: list[int] | None = None, *, first: int | None = None):
+        self.target, self.config, self.threads, self.first = target, config, threads or [None], first
+        self.seen: list[tuple[int, int, dict]] = []  # (prompt length, tokens, tokens/sec by count) of earlier trials
 
     def trial(self, ids: list[int], max_tokens: int, seed: int) -> dict:
         order = self.threads if seed % 2 == 0 else self.threads[::-1]  # neither count always goes first
         runs = {k: self._run(ids, max_tokens, seed, k) for k in order}
-        rate = {k: r["tokens"] / r["decode_seconds"] if r["decode_seconds"] > 0 else 0.0 for k, r in runs.items()}
-        best = max(runs, key=rate.get)
         if len(runs) == 1:
-            return runs[best]
-        return {**runs[best], "blas_threads": best, "tokens_per_sec_by_threads": {str(k): v for k, v in rate.items()}}
+            return next(iter(runs.values()))
+        rate = {k: r["tokens"] / r["decode_seconds"] if r["decode_seconds"] > 0 else 0.0 for k, r in runs.items()}
+        chosen = self.choose(len(ids), max_tokens)
+        self.seen.append((len(ids), max_tokens, rate))
+        return {
+            **runs[chosen],
+            "blas_threads": chosen,
+            "tokens_per_sec_by_threads": {str(k): v for k, v in rate.items()},
+        }
+
+    def choose(self, length: int, max_tokens: int) -> int | None:
+        """The count plain decoding's next trial of ``length`` prompt tokens and ``max_tokens``
+        is judged at: the faster by median over the earlier trials like it (see the class)."""
+        for like in (
+            [r for n, m, r in self.seen if (n, m) == (length, max_tokens)],
+            [r for _, m, r in self.seen if m == max_tokens],
+        ):
+            if like:
+                return max(self.threads, key=lambda k: median(r[k] for r in like))
+        return self.first if self.first in self.threads else max(self.threads, key=lambda k: k or 0)
 
     def _run(self, ids: list[int], max_tokens: int, seed: int, threads: int | None) -> dict:
         if threads:

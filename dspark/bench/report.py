@@ -153,9 +153,10 @@ def _drafted(trial: dict) -> list[int]:
 
 
 def plain_threads(trials: list[dict], default=None) -> dict:
-    """How plain decoding's trials ran: ``plain_blas_threads``, the BLAS thread count that won
-    the most of them (each ran at every count and kept the faster), and
-    ``plain_tokens_per_sec_by_threads``, the median tokens/sec at each count."""
+    """How plain decoding's trials ran: ``plain_blas_threads``, the BLAS thread count most of
+    them were judged at (each ran at every count and was judged at the one its earlier trials
+    found faster: :class:`dspark.bench.arms.Plain`), and ``plain_tokens_per_sec_by_threads``,
+    the median tokens/sec at each count."""
     plain = [t for t in trials if t.get("arm") == PLAIN]
     wins: dict = {}
     rates: dict[str, list[float]] = {}
@@ -167,7 +168,7 @@ def plain_threads(trials: list[dict], default=None) -> dict:
     return {
         "plain_blas_threads": max(wins, key=wins.get) if wins else default,
         "plain_tokens_per_sec_by_threads": {k: median(v) for k, v in rates.items()},
-        "plain_trials_won_by_threads": {str(k): n for k, n in wins.items()},
+        "plain_trials_judged_by_threads": {str(k): n for k, n in wins.items()},
     }
 
 

@@ -83,7 +83,8 @@ def build_arms(a, target, target_dir: str, config, *, say) -> tuple[list, dict]:
                 target, draft.model, draft_name=Path(a.mlx_lm_draft).name, block_size=a.mlx_lm_num_draft, config=config
             )
         )
-    return [arms.Plain(target, config, arms.plain_thread_choices()), *speculative_arms], costs
+    step = next((c.threads.get("step") for c in costs.values() if c is not None and c.threads), None)
+    return [arms.Plain(target, config, arms.plain_thread_choices(), first=step), *speculative_arms], costs
 
 
 #: (peer, drafter format) pairs the peers read; mlx-vlm is asked about every format but dspark's own
