@@ -124,20 +124,23 @@ class ContextKV:
         self.values: list[mx.array | None] = [None] * num_layers
         self.offset = 0
 
-    def append(self, kvs: list[tuple[mx.array, mx.array]]) -> None:
-        n = kvs[0][0].shape[2]
-        end = self.offset + n
+    def append(self, kvs: list[tuple[mx.array, mx.array]], *, skip: int = 0) -> None:
+        """Append each layer's (k, v) of new rows; ``skip`` rows before them that no layer will
+        ever read (older than every window) are left zero, never projected."""
+        start = self.offset + skip
+        end = start + kvs[0][0].shape[2]
         for i, (k, v) in enumerate(kvs):
             buf_k, buf_v = self.keys[i], self.values[i]
             if buf_k is None or end > buf_k.shape[2]:
-                grow = ((end - (0 if buf_k is None else buf_k.shape[2])) // self.step + 1) * self.step
-                shape_k = (k.shape[0], k.shape[1], grow, k.shape[3])
-                shape_v = (v.shape[0], v.shape[1], grow, v.shape[3])
-                new_k, new_v = mx.zeros(shape_k, k.dtype), mx.zeros(shape_v, v.dtype)
+                # sized from the kept rows, not the old buffer: an append of more than a step's rows
+                # into a buffer with room left once overran it
+                more = (end // self.step + 1) * self.step - self.offset
+                new_k = mx.zeros((k.shape[0], k.shape[1], more, k.shape[3]), k.dtype)
+                new_v = mx.zeros((v.shape[0], v.shape[1], more, v.shape[3]), v.dtype)
                 buf_k = new_k if buf_k is None else mx.concatenate([buf_k[..., : self.offset, :], new_k], axis=2)
                 buf_v = new_v if buf_v is None else mx.concatenate([buf_v[..., : self.offset, :], new_v], axis=2)
-            buf_k[..., self.offset : end, :] = k
-            buf_v[..., self.offset : end, :] = v
+            buf_k[..., start:end, :] = k
+            buf_v[..., start:end, :] = v
             self.keys[i], self.values[i] = buf_k, buf_v
         self.offset = end
 

@@ -1,5 +1,7 @@
 """The DflashDrafter API: save/load round trip, training forward shapes, gradients."""
 
+from dataclasses import replace
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -57,6 +59,47 @@ def test_context_cache_equals_recomputing(target, drafter):
     full = drafter.forward_rows(target.projection, hidden, [7], 5)
     assert ctx.offset == 12
     assert np.allclose(np.array(inc.hidden), np.array(full.hidden), atol=1e-5)
+
+
+def test_the_context_holds_every_row_of_appends_longer_than_its_growth_step():
+    """200 rows, then 311 at once (more than a growth step, into a buffer with room left): every
+    row where it was appended (the buffer was sized from the old buffer and overran)."""
+    ctx = ContextKV(1)
+    for lo, hi in [(0, 200), (200, 511), (511, 514)]:
+        rows = mx.arange(lo, hi, dtype=mx.float32).reshape(1, 1, -1, 1)
+        ctx.append([(rows, -rows)])
+    k, v = ctx.layer(0)
+    assert ctx.offset == 514 and k[0, 0, :, 0].tolist() == list(range(514)) and v[0, 0, -1, 0].item() == -513
+
+
+@pytest.mark.parametrize("first", [3, 40, 300])
+def test_rows_older_than_every_window_are_not_projected_and_change_nothing(target, monkeypatch, first):
+    """A drafter that reads at most the last 8 rows before the anchor projects only those of a
+    long append (the rest are skipped, zero); its drafts are those of projecting every row."""
+    from dspark.drafting import BlockLayout
+
+    windowed = DflashDrafter.init(target, replace(CFG, context_window=8), seed=7)
+    assert windowed.layout.reach(CFG.num_layers) == 8
+    hidden = mx.random.normal((1, first + 30, 2 * target.dims.hidden_size))
+    projected = []
+    real = DflashDrafter.project_context_rows
+    monkeypatch.setattr(
+        DflashDrafter, "project_context_rows", lambda self, h, o=0: projected.append(h.shape[1]) or real(self, h, o)
+    )
+
+    def drafts(ctx):
+        return [
+            windowed.forward_rows(target.projection, hidden[:, lo:hi], [7], 5, context=ctx).hidden
+            for lo, hi in [(0, first), (first, first + 1), (first + 1, first + 30)]
+        ]
+
+    skipped = drafts(ContextKV(CFG.num_layers))
+    assert projected == [min(first, 8), 1, 8]
+    monkeypatch.setattr(BlockLayout, "reach", lambda self, layers: None)
+    every = drafts(ContextKV(CFG.num_layers))
+    assert projected[3:] == [first, 1, 29]
+    for a, b in zip(skipped, every):
+        assert np.allclose(np.array(a), np.array(b), atol=1e-5)
 
 
 def test_forward_train_shapes_and_gradients(target, drafter):
