@@ -314,7 +314,7 @@ class BlockDrafter:
         context = context if context is not None else ContextKV(len(self.net.layers))
         if h_ctx is not None and h_ctx.shape[1] > 0:
             # a long prompt's rows before every window are never read: not projected (at 3,000
-            # prompt tokens the demo drafters' first round, 512-row windows, took 49 -> 30 ms)
+            # prompt tokens the demo DFlash-style drafter's first round took 49 -> 30 ms)
             n, reach = h_ctx.shape[1], self.layout.reach(len(self.net.layers))
             skip = n - reach if reach is not None and n > reach else 0
             context.append(self.project_context_rows(h_ctx[:, skip:], context.offset + skip), skip=skip)

@@ -46,12 +46,12 @@ class Plain:
     183 against 179 tok/s) then ran them at 148 tok/s where one thread had run 177 twenty minutes
     before: every speedup of that run was 1.2x too high. Why not the faster run of each trial: the
     faster of two noisy runs is faster than either count runs, by about half their spread; in one
-    run of 18 trials (2026-12-06, 256 tokens, load 2.6 at the start) it put plain decoding 5-7% above the count
-    chosen from the other trials, at every prompt length. The choice reads only earlier trials:
-    those of the same prompt length and token count, else of the same token count (not the
-    warm-up's), else ``first`` (the count the costs measurement found faster for a plain step),
-    else the BLAS's own. On Apple silicon MLX computes on the GPU and there is no BLAS thread count
-    to choose (``threads`` is [None])."""
+    run of 18 trials (2026-12-06, 256 tokens, load 2.6 at the start) it put plain decoding 5-7%
+    above the count chosen from the other trials, at every prompt length. The choice reads only
+    earlier trials: those of the same prompt length and token count, else of the same token count
+    (not the warm-up's), else ``first`` (the count the costs measurement found faster for a plain
+    step), else the BLAS's own. On Apple silicon MLX computes on the GPU and there is no BLAS
+    thread count to choose (``threads`` is [None])."""
 
     name, drafter, policy, kind = PLAIN, None, None, None
 

@@ -158,17 +158,17 @@ def plain_threads(trials: list[dict], default=None) -> dict:
     found faster: :class:`dspark.bench.arms.Plain`), and ``plain_tokens_per_sec_by_threads``,
     the median tokens/sec at each count."""
     plain = [t for t in trials if t.get("arm") == PLAIN]
-    wins: dict = {}
+    judged: dict = {}
     rates: dict[str, list[float]] = {}
     for t in plain:
         if "blas_threads" in t:
-            wins[t["blas_threads"]] = wins.get(t["blas_threads"], 0) + 1
+            judged[t["blas_threads"]] = judged.get(t["blas_threads"], 0) + 1
         for k, v in (t.get("tokens_per_sec_by_threads") or {}).items():
             rates.setdefault(k, []).append(v)
     return {
-        "plain_blas_threads": max(wins, key=wins.get) if wins else default,
+        "plain_blas_threads": max(judged, key=judged.get) if judged else default,
         "plain_tokens_per_sec_by_threads": {k: median(v) for k, v in rates.items()},
-        "plain_trials_judged_by_threads": {str(k): n for k, n in wins.items()},
+        "plain_trials_judged_by_threads": {str(k): n for k, n in judged.items()},
     }
 
 
